@@ -1,0 +1,1 @@
+"""The API surface: every string, quantity arithmetic, typed views of our objects."""

@@ -1,0 +1,150 @@
+"""Every string of the API, defined once.
+
+Annotations, labels, phases, reasons, group/versions and kinds that the rest of the
+code uses. Nobody types one of these literally anywhere else: import it from here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+# --- API groups and versions -------------------------------------------------------
+QUOTA_GROUP = "scheduling.sigs.k8s.io"
+QUOTA_VERSION = "v1alpha1"
+QUOTA_API_VERSION = f"{QUOTA_GROUP}/{QUOTA_VERSION}"
+ELASTIC_QUOTA_KIND = "ElasticQuota"
+ELASTIC_QUOTA_PLURAL = "elasticquotas"
+ELASTIC_QUOTA_SHORT_NAMES = ("eq",)
+
+QUEUE_GROUP = "scheduling.x-k8s.io"
+QUEUE_VERSION = "v1alpha1"
+QUEUE_API_VERSION = f"{QUEUE_GROUP}/{QUEUE_VERSION}"
+QUEUE_KIND = "Queue"
+QUEUE_PLURAL = "queues"
+QUEUE_UNIT_KIND = "QueueUnit"
+QUEUE_UNIT_PLURAL = "queueunits"
+QUEUE_UNIT_SHORT_NAMES = ("qu",)
+
+KUBEFLOW_GROUP = "kubeflow.org"
+KUBEFLOW_API_VERSION = "kubeflow.org/v1"
+PYTORCH_JOB_KIND = "PyTorchJob"
+TF_JOB_KIND = "TFJob"
+MPI_JOB_KIND = "MPIJob"
+BATCH_API_VERSION = "batch/v1"
+BATCH_JOB_KIND = "Job"
+RAY_API_VERSION = "ray.io/v1"
+RAY_JOB_KIND = "RayJob"
+
+SCHEDULING_API_VERSION = "scheduling.k8s.io/v1"
+PRIORITY_CLASS_KIND = "PriorityClass"
+
+# The namespace that holds the Queues created for ElasticQuotas.
+SYSTEM_NAMESPACE = "koord-queue"
+AUTO_QUEUE_PRIORITY = 1000
+
+# --- ElasticQuota labels and annotations --------------------------------------------
+LABEL_QUEUE_POLICY = "koord-queue/queue-policy"
+LABEL_QUOTA_PARENT = "quota.scheduling.koordinator.sh/parent"
+LABEL_QUOTA_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
+LABEL_ALLOW_LENT_RESOURCE = "quota.scheduling.koordinator.sh/allow-lent-resource"
+ANNOTATION_SHARED_WEIGHT = "quota.scheduling.koordinator.sh/shared-weight"
+ANNOTATION_QUOTA_NAMESPACES = "quota.scheduling.koordinator.sh/namespaces"
+ANNOTATION_PRIORITY_THRESHOLD = "koord-queue/priority-threshold"
+DEFAULT_PRIORITY_THRESHOLD = 4
+
+# --- Labels and annotations on jobs (and Queues) ------------------------------------
+LABEL_QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
+LABEL_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
+ANNOTATION_SUSPEND = "scheduling.x-k8s.io/suspend"
+ANNOTATION_QUEUE = "scheduling.x-k8s.io/queue"
+ANNOTATION_PRIORITY = "scheduling.x-k8s.io/priority"
+
+# --- Queue annotations ------------------------------------------------------------
+ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL = "koord-queue/queue-items-refresh-interval"
+ANNOTATION_WAIT_FOR_PODS_RUNNING = "koord-queue/wait-for-pods-running"
+ANNOTATION_ENABLE_PREEMPTION = "koord-queue/enable-queueunit-preemption"
+ANNOTATION_MAX_DEPTH = "koord-queue/max-depth"
+DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS = 15.0
+
+# --- Simulated cluster (embedded control plane) -----------------------------------
+ANNOTATION_SIM_DURATION = "koord-queue.sim/duration"  # seconds a simulated pod runs
+LABEL_JOB_NAME = "training.kubeflow.org/job-name"
+LABEL_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+ANNOTATION_RANK = "kubeflow.org/rank"
+ANNOTATION_MASTER_ADDRESS = "kubeflow.org/master-address"
+
+TRUE = "true"
+FALSE = "false"
+
+
+class QueuePolicy(StrEnum):
+    PRIORITY = "Priority"
+    BLOCK = "Block"
+    INTELLIGENT = "Intelligent"
+
+
+DEFAULT_QUEUE_POLICY = QueuePolicy.PRIORITY
+
+
+class Phase(StrEnum):
+    """QueueUnit status.phase."""
+
+    ENQUEUED = "Enqueued"
+    RESERVED = "Reserved"
+    DEQUEUED = "Dequeued"
+    RUNNING = "Running"
+    SUCCEED = "Succeed"
+    FAILED = "Failed"
+    TIMEOUT_BACKOFF = "TimeoutBackoff"
+    PREEMPTED = "Preempted"
+
+
+# Phases in which a unit holds quota.
+PHASES_HOLDING_QUOTA = frozenset({Phase.RESERVED, Phase.DEQUEUED, Phase.RUNNING})
+PHASES_FINISHED = frozenset({Phase.SUCCEED, Phase.FAILED})
+
+
+class AdmissionCheckState(StrEnum):
+    PENDING = "Pending"
+    READY = "Ready"
+    RETRY = "Retry"
+    REJECTED = "Rejected"
+
+
+class EventReason(StrEnum):
+    """Reasons of the events we write on jobs, units and quotas."""
+
+    ENQUEUED = "Enqueued"
+    DEQUEUED = "Dequeued"
+    RESERVED = "Reserved"
+    PREEMPTED = "Preempted"
+    FAILED_SCHEDULING = "FailedScheduling"
+    TIMEOUT_BACKOFF = "TimeoutBackoff"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    INVALID_QUOTA = "InvalidQuota"
+    INVALID_QUEUE = "InvalidQueue"
+    INVALID_JOB = "InvalidJob"
+    UNKNOWN_POLICY = "UnknownQueuePolicy"
+    SUCCEED = "Succeed"
+    FAILED = "Failed"
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+# --- Resource names ----------------------------------------------------------------
+CPU = "cpu"
+MEMORY = "memory"
+GPU = "nvidia.com/gpu"
+PODS = "pods"
+
+# --- Scheduling defaults ------------------------------------------------------------
+DEFAULT_PROTECT_SECONDS = 60.0
+BACKOFF_BASE_SECONDS = 10.0
+BACKOFF_FACTOR = 2.0
+BACKOFF_CAP_SECONDS = 15 * 60.0
+BACKOFF_JITTER = 0.10

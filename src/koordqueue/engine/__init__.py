@@ -1,0 +1,4 @@
+"""The functional core: quota tree, runtime quota, queue policies, the scheduling cycle.
+
+Pure and deterministic: no I/O, no asyncio, no Kubernetes client; time is passed in.
+"""

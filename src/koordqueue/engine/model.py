@@ -1,0 +1,163 @@
+"""What the shells hand to the engine, and what the engine hands back.
+
+This module is the contract between the engine and its shells (controller, simulator,
+benchmarks). Resources are ``dict[str, int]`` in milli-units (``cpu: "1"`` is 1000,
+``memory: 1Ki`` is 1024000): integer arithmetic only, so nothing is lost to rounding.
+Times are float seconds on whatever clock the shell uses (wall or virtual).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from koordqueue.api.constants import (
+    AUTO_QUEUE_PRIORITY,
+    DEFAULT_PRIORITY_THRESHOLD,
+    SYSTEM_NAMESPACE,
+    QueuePolicy,
+)
+
+ResourceList = dict[str, int]
+"""Resource name -> amount in milli-units."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInfo:
+    """An ElasticQuota as the engine needs it (already parsed, not yet validated)."""
+
+    name: str
+    namespace: str
+    min: ResourceList
+    max: ResourceList
+    parent: str | None = None  # None: a child of the root (the cluster)
+    is_parent: bool = False
+    shared_weight: ResourceList | None = None  # None: equal to max
+    allow_lent: bool = True
+    policy: QueuePolicy = QueuePolicy.PRIORITY
+    namespaces: frozenset[str] = frozenset()  # bound namespaces besides its own
+    priority_threshold: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A Queue object: policy and priority for the units sent to it, bound to one quota."""
+
+    name: str
+    namespace: str
+    quota: str | None  # name of the bound ElasticQuota; None: bound to none, admits nothing
+    policy: QueuePolicy = QueuePolicy.PRIORITY
+    priority: int = 0
+    priority_threshold: int | None = None  # wins over the quota's
+    preemption: bool = False  # koord-queue/enable-queueunit-preemption
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class UnitInfo:
+    """A QueueUnit (one job) as the engine needs it.
+
+    ``queue_name`` and ``quota_name`` are what the job *asked for* (annotation
+    ``scheduling.x-k8s.io/queue``, label ``quota.scheduling.koordinator.sh/name``);
+    the engine resolves them under the tenant rules. ``admitted_quota`` is set when the
+    unit holds quota (phases Reserved, Dequeued, Running): the shell sets it when it
+    reloads state after a restart, the engine sets it when it admits.
+    """
+
+    namespace: str
+    name: str
+    priority: int
+    created: float
+    request: ResourceList
+    queue_name: str | None = None
+    quota_name: str | None = None
+    preemptible: bool = True
+    admitted_quota: str | None = None
+    admitted_queue: str | None = None  # key of the Queue it was admitted through
+    admitted_at: float | None = None
+    requeue_at: float | None = None  # in backoff: not eligible before this time
+    attempts: int = 0  # times it was admitted and then sent back (backoff exponent)
+    invalid: str | None = None  # a reason the job itself is unusable (bad quantity, ...)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    protect_seconds: float = 60.0  # admitted units younger than this are never victims
+    reclaim: bool = True  # preempt borrowers to give a quota back its runtime share
+    backoff_base: float = 10.0
+    backoff_factor: float = 2.0
+    backoff_cap: float = 900.0
+    backoff_jitter: float = 0.10
+    default_priority_threshold: int = DEFAULT_PRIORITY_THRESHOLD
+    cluster_capacity: ResourceList | None = None  # None: unbounded (no nodes known)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    unit: str  # unit key namespace/name
+    quota: str
+    queue: str  # queue key namespace/name
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    unit: str  # the victim's key
+    quota: str  # the victim's quota
+    preemptor: str  # key of the unit it made room for
+    reason: str  # in words, for status.message and the Preempted event
+    requeue_at: float
+
+
+@dataclass(slots=True)
+class CycleResult:
+    """Decisions of one cycle. The engine has already applied them to its own state."""
+
+    admitted: list[Admission] = field(default_factory=list)
+    preempted: list[Preemption] = field(default_factory=list)
+    # unit key -> why it still waits; only units whose message changed this cycle.
+    messages: dict[str, str] = field(default_factory=dict)
+    # Earliest time at which time alone can change a decision (a backoff or a protect
+    # time running out); None: only a change of the inputs can.
+    next_wakeup: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStatus:
+    name: str
+    min: ResourceList
+    max: ResourceList
+    used: ResourceList
+    runtime: ResourceList
+    demand: ResourceList
+    valid: bool
+    reason: str | None = None  # why it is not valid
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where a pending unit stands: for queue positions, `explain` and the dashboard."""
+
+    unit: str
+    queue: str | None  # resolved queue key
+    quota: str | None  # resolved quota name
+    position: int | None  # 1-based within its queue; None when not queued
+    priority: int
+    message: str
+
+
+def auto_queue_for(quota: QuotaInfo) -> QueueInfo:
+    """The Queue created for every ElasticQuota: in the system namespace, named like it."""
+    return QueueInfo(
+        name=quota.name,
+        namespace=SYSTEM_NAMESPACE,
+        quota=quota.name,
+        policy=quota.policy,
+        priority=AUTO_QUEUE_PRIORITY,
+        priority_threshold=quota.priority_threshold,
+    )

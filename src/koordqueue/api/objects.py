@@ -1,0 +1,290 @@
+"""Typed views of ElasticQuota and Queue objects, for the engine and the controller.
+
+Two kinds of trouble are kept apart: an object we cannot use at all (a bad quantity, no
+spec) raises ``InvalidObject``; a setting we can fall back from (an unknown policy, an
+unparsable annotation) becomes a warning text next to a usable value, for an event.
+Structural quota rules (min <= max, parents, cycles) are the engine's, not checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordqueue.api.constants import (
+    ANNOTATION_ENABLE_PREEMPTION,
+    ANNOTATION_MAX_DEPTH,
+    ANNOTATION_PRIORITY_THRESHOLD,
+    ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
+    ANNOTATION_QUOTA_NAMESPACES,
+    ANNOTATION_SHARED_WEIGHT,
+    ANNOTATION_WAIT_FOR_PODS_RUNNING,
+    DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS,
+    DEFAULT_QUEUE_POLICY,
+    ELASTIC_QUOTA_KIND,
+    FALSE,
+    LABEL_ALLOW_LENT_RESOURCE,
+    LABEL_QUEUE_POLICY,
+    LABEL_QUOTA_IS_PARENT,
+    LABEL_QUOTA_NAME,
+    LABEL_QUOTA_PARENT,
+    QUEUE_KIND,
+    TRUE,
+    QueuePolicy,
+)
+from koordqueue.api.meta import InvalidObject, Meta, parse_int_text, read_int, read_meta, section
+from koordqueue.api.quantity import QuantityError, ResourceList, parse_resource_list
+from koordqueue.engine.model import QueueInfo, QuotaInfo
+
+__all__ = [
+    "AdmissionCheckSpec",
+    "InvalidObject",
+    "ParsedQueue",
+    "ParsedQuota",
+    "QueueSettings",
+    "parse_elastic_quota",
+    "parse_go_duration",
+    "parse_queue",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuota:
+    quota: QuotaInfo
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheckSpec:
+    """One ``spec.admissionChecks[]`` entry; ``label_selector`` None matches every unit."""
+
+    name: str
+    label_selector: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Queue settings the engine does not need, for the controller and the status writer."""
+
+    priority_class_name: str | None = None
+    admission_checks: tuple[AdmissionCheckSpec, ...] = ()
+    wait_for_pods_running: bool = False
+    max_depth: int | None = None  # None: unlimited (Koord-Queue's -1)
+    refresh_seconds: float = DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQueue:
+    queue: QueueInfo
+    settings: QueueSettings = field(default_factory=QueueSettings)
+    warnings: tuple[str, ...] = ()
+
+
+def parse_elastic_quota(obj: object) -> ParsedQuota:
+    """The ``QuotaInfo`` of an ElasticQuota, with warnings for the settings we fell back from."""
+    meta = read_meta(obj, ELASTIC_QUOTA_KIND)
+    where = meta.describe()
+    assert isinstance(obj, Mapping)  # read_meta checked it
+    spec = section(obj, "spec", where, required=True)
+    warnings: list[str] = []
+    labels, annotations = meta.labels, meta.annotations
+    quota = QuotaInfo(
+        name=meta.name,
+        namespace=meta.namespace,
+        min=_resources(spec.get("min"), f"{where}: spec.min"),
+        max=_resources(spec.get("max"), f"{where}: spec.max"),
+        parent=labels.get(LABEL_QUOTA_PARENT) or None,
+        is_parent=labels.get(LABEL_QUOTA_IS_PARENT, "").lower() == TRUE,
+        shared_weight=_shared_weight(annotations.get(ANNOTATION_SHARED_WEIGHT), where, warnings),
+        allow_lent=labels.get(LABEL_ALLOW_LENT_RESOURCE, "").lower() != FALSE,
+        policy=_policy(labels.get(LABEL_QUEUE_POLICY), f"{where}: label {LABEL_QUEUE_POLICY}", warnings),
+        namespaces=_namespaces(annotations.get(ANNOTATION_QUOTA_NAMESPACES), where, warnings),
+        priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
+    )
+    return ParsedQuota(quota, tuple(warnings))
+
+
+def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
+    """The ``QueueInfo`` of a Queue object, bound to a quota, plus its other settings.
+
+    Binding: the label ``quota.scheduling.koordinator.sh/name``; else the quota named like
+    the Queue when ``quota_names`` holds it; else none (such a Queue admits nothing).
+    """
+    meta = read_meta(obj, QUEUE_KIND)
+    where = meta.describe()
+    assert isinstance(obj, Mapping)  # read_meta checked it
+    spec = section(obj, "spec", where)
+    warnings: list[str] = []
+    quota = meta.labels.get(LABEL_QUOTA_NAME) or (meta.name if meta.name in quota_names else None)
+    priority = spec.get("priority")
+    queue = QueueInfo(
+        name=meta.name,
+        namespace=meta.namespace,
+        quota=quota,
+        policy=_policy(spec.get("queuePolicy"), f"{where}: spec.queuePolicy", warnings),
+        priority=0 if priority is None else read_int(priority, f"{where}: spec.priority"),
+        priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
+        preemption=_flag(meta, ANNOTATION_ENABLE_PREEMPTION, warnings),
+    )
+    settings = QueueSettings(
+        priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
+        admission_checks=_admission_checks(spec.get("admissionChecks"), where),
+        wait_for_pods_running=_flag(meta, ANNOTATION_WAIT_FOR_PODS_RUNNING, warnings),
+        max_depth=_max_depth(meta, warnings),
+        refresh_seconds=_refresh_seconds(meta, warnings),
+    )
+    return ParsedQueue(queue, settings, tuple(warnings))
+
+
+def _resources(value: object, where: str) -> ResourceList:
+    try:
+        return parse_resource_list(value)
+    except QuantityError as err:
+        raise InvalidObject(f"{where}: {err}") from None
+
+
+def _policy(value: object, where: str, warnings: list[str]) -> QueuePolicy:
+    if value is None or value == "":
+        return DEFAULT_QUEUE_POLICY
+    known = [policy.value for policy in QueuePolicy]
+    if isinstance(value, str) and value in known:
+        return QueuePolicy(value)
+    warnings.append(
+        f"{where}: unknown queue policy {value!r} (known: {', '.join(known)}); using {DEFAULT_QUEUE_POLICY}"
+    )
+    return DEFAULT_QUEUE_POLICY
+
+
+def _shared_weight(text: str | None, where: str, warnings: list[str]) -> ResourceList | None:
+    if text is None:
+        return None
+    key = f"{where}: annotation {ANNOTATION_SHARED_WEIGHT}"
+    try:
+        return parse_resource_list(json.loads(text))
+    except (ValueError, QuantityError) as err:  # json.JSONDecodeError is a ValueError
+        warnings.append(f"{key}: {err}; using spec.max as the weight")
+        return None
+
+
+def _namespaces(text: str | None, where: str, warnings: list[str]) -> frozenset[str]:
+    if text is None:
+        return frozenset()
+    key = f"{where}: annotation {ANNOTATION_QUOTA_NAMESPACES}"
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        warnings.append(f"{key}: not JSON ({err}); no namespace bound")
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        warnings.append(f'{key}: must be a JSON list of namespace names like ["a", "b"]; no namespace bound')
+        return frozenset()
+    return frozenset(value)
+
+
+def _optional_int(meta: Meta, annotation: str, warnings: list[str]) -> int | None:
+    text = meta.annotations.get(annotation)
+    if text is None:
+        return None
+    try:
+        return parse_int_text(text, f"{meta.describe()}: annotation {annotation}")
+    except InvalidObject as err:
+        warnings.append(f"{err.reason}; ignored")
+        return None
+
+
+def _flag(meta: Meta, annotation: str, warnings: list[str]) -> bool:
+    text = meta.annotations.get(annotation)
+    if text is None:
+        return False
+    if text.lower() not in (TRUE, FALSE):
+        warnings.append(
+            f'{meta.describe()}: annotation {annotation} must be "true" or "false", got {text!r}; off'
+        )
+    return text.lower() == TRUE
+
+
+def _max_depth(meta: Meta, warnings: list[str]) -> int | None:
+    depth = _optional_int(meta, ANNOTATION_MAX_DEPTH, warnings)
+    if depth is None or depth == -1:
+        return None
+    if depth <= 0:
+        warnings.append(
+            f"{meta.describe()}: annotation {ANNOTATION_MAX_DEPTH} must be positive or -1, got {depth}; unlimited"
+        )
+        return None
+    return depth
+
+
+def _refresh_seconds(meta: Meta, warnings: list[str]) -> float:
+    text = meta.annotations.get(ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL)
+    if text is None:
+        return DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
+    where = f"{meta.describe()}: annotation {ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL}"
+    try:
+        seconds = parse_go_duration(text, where)
+    except InvalidObject as err:
+        warnings.append(f"{err.reason}; using {DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS:g}s")
+        return DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
+    if seconds <= 0:
+        warnings.append(
+            f"{where} must be positive, got {text!r}; using {DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS:g}s"
+        )
+        return DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
+    return seconds
+
+
+def _optional_str(value: object, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidObject(f"{where} must be a string, got {value!r}")
+    return value
+
+
+def _admission_checks(value: object, where: str) -> tuple[AdmissionCheckSpec, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidObject(f"{where}: spec.admissionChecks must be a list")
+    checks = []
+    for index, item in enumerate(value):
+        at = f"{where}: spec.admissionChecks[{index}]"
+        if not isinstance(item, Mapping):
+            raise InvalidObject(f"{at} must be a mapping with a name")
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidObject(f"{at}.name is missing or not a string")
+        selector = item.get("labelSelector")
+        if selector is not None and not isinstance(selector, Mapping):
+            raise InvalidObject(f"{at}.labelSelector must be a mapping")
+        checks.append(AdmissionCheckSpec(name, selector))
+    return tuple(checks)
+
+
+_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+|[0-9]+\.)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_go_duration(text: str, where: str) -> float:
+    """Seconds in a Go duration (``30s``, ``2m``, ``1h30m``, ``100ms``), as Koord-Queue reads it."""
+    body = text.strip()
+    sign = -1.0 if body.startswith("-") else 1.0
+    body = body[1:] if body[:1] in ("+", "-") else body
+    if body == "0":
+        return 0.0
+    parts = _DURATION_PART.findall(body)
+    if not body or "".join(number + unit for number, unit in parts) != body:
+        raise InvalidObject(f"{where} must be a duration like 30s, 2m or 1h30m, got {text!r}")
+    return sign * sum(float(number) * _DURATION_SECONDS[unit] for number, unit in parts)

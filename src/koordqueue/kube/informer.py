@@ -1,0 +1,289 @@
+"""A cache of one resource kept current by list + watch, with add/update/delete callbacks.
+
+What it guarantees handlers, whatever the connection does:
+- the cache and the callbacks agree: every key a handler was told about by `on_add`
+  gets `on_update`s and finally one `on_delete`, in the order the server applied them;
+- a dropped watch resumes from the last resourceVersion seen (bookmarks advance it),
+  so nothing is replayed and nothing is missed;
+- when that version is too old (410 Gone), it lists again and emits the difference
+  against the cache: adds for new keys, updates for changed ones (resourceVersion
+  differs), deletes for keys that vanished meanwhile;
+- failed lists and watches are retried with jittered exponential backoff.
+
+The cache holds `project(raw_object)`, not the object: the controller keeps 100k jobs,
+so it stores only the fields it reads. The default keeps the raw dict minus
+managedFields and the last-applied annotation, the two largest parts nobody reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar, overload
+
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.errors import Gone, KubeError
+from koordqueue.kube.ratelimit import exponential_backoff
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Object = dict[str, Any]
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def trim(obj: Object) -> Object:
+    """The default projection: the object without managedFields and last-applied config."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            annotations.pop(LAST_APPLIED_ANNOTATION, None)
+    return obj
+
+
+def key_of(obj: Object) -> str:
+    """`namespace/name`, or `name` for cluster-scoped objects (client-go's MetaNamespaceKey)."""
+    meta = obj.get("metadata") or {}
+    ns, name = meta.get("namespace"), meta.get("name", "")
+    return f"{ns}/{name}" if ns else str(name)
+
+
+class Informer(Generic[T]):
+    """Start with `start()` (or run `run()` as a task), then `await wait_synced()`."""
+
+    @overload
+    def __init__(
+        self: Informer[Object],
+        client: KubeClient,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        base_delay: float = 0.2,
+        max_delay: float = 30.0,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        project: Callable[[Object], T],
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        base_delay: float = 0.2,
+        max_delay: float = 30.0,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        project: Callable[[Object], Any] = trim,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        base_delay: float = 0.2,
+        max_delay: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._project: Callable[[Object], T] = project
+        self._cache: dict[str, T] = {}
+        self._versions: dict[str, str] = {}  # key -> resourceVersion, to see what a relist changed
+        self._resource_version = ""
+        self._synced = asyncio.Event()
+        self._add_handlers: list[Callable[[T], Awaitable[None] | None]] = []
+        self._update_handlers: list[Callable[[T, T], Awaitable[None] | None]] = []
+        self._delete_handlers: list[Callable[[T], Awaitable[None] | None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self.lists = 0  # completed lists: 1 + the relists after 410 Gone
+        self.watches = 0  # watch requests opened
+
+    # --- handlers (usable as decorators) ----------------------------------------------
+
+    def on_add(self, handler: Callable[[T], Awaitable[None] | None]) -> Callable[[T], Awaitable[None] | None]:
+        self._add_handlers.append(handler)
+        return handler
+
+    def on_update(
+        self, handler: Callable[[T, T], Awaitable[None] | None]
+    ) -> Callable[[T, T], Awaitable[None] | None]:
+        """Called with (old, new)."""
+        self._update_handlers.append(handler)
+        return handler
+
+    def on_delete(self, handler: Callable[[T], Awaitable[None] | None]) -> Callable[[T], Awaitable[None] | None]:
+        """Called with the last state known: from the DELETED event, or the cache after a relist."""
+        self._delete_handlers.append(handler)
+        return handler
+
+    # --- cache ------------------------------------------------------------------------
+
+    def get(self, key: str) -> T | None:
+        return self._cache.get(key)
+
+    def items(self) -> list[tuple[str, T]]:
+        """A snapshot of (key, projection) pairs."""
+        return list(self._cache.items())
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @property
+    def resource_version(self) -> str:
+        """The last resourceVersion seen (list, event or bookmark): where a watch resumes."""
+        return self._resource_version
+
+    @property
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        """Until the first list is in the cache and its handlers have run."""
+        await asyncio.wait_for(self._synced.wait(), timeout)
+
+    # --- running ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name=f"informer-{self.resource.plural}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def run(self) -> None:
+        """List, then watch forever; relist only when the server says 410 Gone."""
+        failures = 0
+        while True:
+            try:
+                if not self._resource_version:
+                    await self._list_and_replace()
+                    failures = 0
+                await self._watch_once()
+                failures = 0  # a watch the server ended normally: resume at once
+            except Gone:
+                log.info("%s: resourceVersion %s expired; listing again", self.resource.plural, self._resource_version)
+                self._resource_version = ""
+            except KubeError as e:
+                delay = exponential_backoff(failures, self.base_delay, self.max_delay, jitter=0.2)
+                failures += 1
+                log.warning("%s: %s; retrying in %.1fs", self.resource.plural, e, delay)
+                await asyncio.sleep(delay)
+
+    async def _list_and_replace(self) -> None:
+        """List every page (from one snapshot), then bring the cache to it with diffs."""
+        fresh: dict[str, tuple[str, T]] = {}  # new or changed keys only
+        seen: set[str] = set()
+        token: str | None = None
+        resource_version = ""
+        while True:
+            page = await self.client.list(
+                self.resource, namespace=self.namespace, label_selector=self.label_selector,
+                field_selector=self.field_selector, limit=self.page_size, continue_token=token,
+            )
+            resource_version = resource_version or page.resource_version
+            for obj in page.items:
+                key = key_of(obj)
+                seen.add(key)
+                rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
+                if self._versions.get(key) != rv or key not in self._cache:
+                    new = self._project_or(obj, None)
+                    if new is not None:
+                        fresh[key] = (rv, new)
+            token = page.continue_token
+            if not token:
+                break
+        for key, (rv, new) in fresh.items():
+            await self._store(key, rv, new)
+        for key in [k for k in self._cache if k not in seen]:
+            old = self._cache.pop(key)
+            self._versions.pop(key, None)
+            await self._emit(self._delete_handlers, old)
+        self._resource_version = resource_version
+        self.lists += 1
+        self._synced.set()
+
+    async def _watch_once(self) -> None:
+        """One watch request, until the server ends it (timeout) or it breaks."""
+        self.watches += 1
+        timeout = int(self.watch_timeout * (1 + random.random()))  # spread reconnects out
+        events = self.client.watch(
+            self.resource, namespace=self.namespace, resource_version=self._resource_version,
+            label_selector=self.label_selector, field_selector=self.field_selector,
+            allow_bookmarks=True, timeout_seconds=timeout,
+        )
+        async for kind, obj in events:
+            rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
+            if kind == "BOOKMARK":
+                pass
+            elif kind in ("ADDED", "MODIFIED"):
+                if (new := self._project_or(obj, None)) is not None:
+                    await self._store(key_of(obj), rv, new)
+            elif kind == "DELETED":
+                key = key_of(obj)
+                if key in self._cache:
+                    old = self._cache.pop(key)
+                    self._versions.pop(key, None)
+                    await self._emit(self._delete_handlers, self._project_or(obj, old))
+            else:
+                log.warning("%s: ignoring watch event of type %r", self.resource.plural, kind)
+                continue
+            if rv:
+                self._resource_version = rv
+
+    def _project_or(self, obj: Object, fallback: T | None) -> T | None:
+        """The projection, or `fallback` when the projection fails on a malformed object
+        (logged): one bad object must not stop the informer for all the others."""
+        try:
+            return self._project(obj)
+        except Exception:
+            log.exception("%s: cannot project %s", self.resource.plural, key_of(obj))
+            return fallback
+
+    async def _store(self, key: str, rv: str, new: T) -> None:
+        old = self._cache.get(key)
+        self._cache[key] = new
+        self._versions[key] = rv
+        if old is None:
+            await self._emit(self._add_handlers, new)
+        else:
+            await self._emit(self._update_handlers, old, new)
+
+    async def _emit(self, handlers: list[Callable[..., Awaitable[None] | None]], *args: Any) -> None:
+        """Run handlers in order; a failing handler is logged, never stops the informer."""
+        for handler in handlers:
+            try:
+                result = handler(*args)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("%s: handler %r failed", self.resource.plural, handler)

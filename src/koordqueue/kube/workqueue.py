@@ -1,0 +1,127 @@
+"""A de-duplicating, rate-limited work queue with client-go's semantics, for asyncio.
+
+Handlers enqueue keys, workers reconcile them. The rules that make this safe:
+- an item added while it waits is not queued twice (one reconcile covers both);
+- an item added while a worker processes it is queued again once that worker calls
+  `done`, never handed to a second worker at the same time;
+- `add_after` keeps only the earliest pending delay per item;
+- `add_rate_limited` delays by the item's own exponential backoff (reset by `forget`),
+  and by an overall token bucket so that a mass failure does not retry in a storm.
+
+One deliberate difference from client-go: after `shutdown`, `get` raises `ShutDown` at
+once instead of draining what is queued, because a controller that lost leadership
+must stop writing, not finish the backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from koordqueue.kube.ratelimit import TokenBucket, exponential_backoff
+
+T = TypeVar("T", bound=Hashable)
+
+
+class ShutDown(Exception):
+    """The queue was shut down; workers should return."""
+
+
+class WorkQueue(Generic[T]):
+    def __init__(
+        self,
+        *,
+        base_delay: float = 0.005,
+        max_delay: float = 1000.0,
+        qps: float = 10.0,
+        burst: int = 100,
+    ) -> None:
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._bucket = TokenBucket(qps, burst)
+        self._queue: deque[T] = deque()
+        self._dirty: set[T] = set()  # queued (or to be queued again after processing)
+        self._processing: set[T] = set()
+        self._failures: dict[T, int] = {}
+        self._waiting: dict[T, tuple[float, asyncio.TimerHandle]] = {}  # add_after: (due, timer)
+        self._nonempty = asyncio.Event()
+        self._shutting_down = False
+
+    def add(self, item: T) -> None:
+        if self._shutting_down or item in self._dirty:
+            return
+        self._dirty.add(item)
+        if item in self._processing:
+            return  # `done` will queue it again
+        self._queue.append(item)
+        self._nonempty.set()
+
+    def add_after(self, item: T, delay: float) -> None:
+        if self._shutting_down:
+            return
+        if delay <= 0:
+            self.add(item)
+            return
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
+        pending = self._waiting.get(item)
+        if pending is not None:
+            if pending[0] <= due:
+                return
+            pending[1].cancel()
+        self._waiting[item] = (due, loop.call_at(due, self._fire, item))
+
+    def add_rate_limited(self, item: T) -> None:
+        """Requeue after this item's backoff (base * 2**failures), at least the overall pacing."""
+        failures = self._failures.get(item, 0)
+        self._failures[item] = failures + 1
+        delay = exponential_backoff(failures, self.base_delay, self.max_delay)
+        self.add_after(item, max(delay, self._bucket.reserve()))
+
+    def forget(self, item: T) -> None:
+        """The item succeeded: its next failure starts from the base delay again."""
+        self._failures.pop(item, None)
+
+    def num_requeues(self, item: T) -> int:
+        return self._failures.get(item, 0)
+
+    async def get(self) -> T:
+        """The next item; the caller must call `done(item)` when finished with it."""
+        while not self._queue:
+            if self._shutting_down:
+                raise ShutDown
+            self._nonempty.clear()
+            await self._nonempty.wait()
+        if self._shutting_down:
+            raise ShutDown
+        item = self._queue.popleft()
+        self._processing.add(item)
+        self._dirty.discard(item)
+        return item
+
+    def done(self, item: T) -> None:
+        self._processing.discard(item)
+        if item in self._dirty and not self._shutting_down:
+            self._queue.append(item)
+            self._nonempty.set()
+
+    def shutdown(self) -> None:
+        self._shutting_down = True
+        for _, timer in self._waiting.values():
+            timer.cancel()
+        self._waiting.clear()
+        self._nonempty.set()  # wake every waiting worker so it sees ShutDown
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def __len__(self) -> int:
+        """Items waiting to be handed out (not those in progress or delayed)."""
+        return len(self._queue)
+
+    def _fire(self, item: T) -> None:
+        self._waiting.pop(item, None)
+        self.add(item)

@@ -150,5 +150,4 @@ BACKOFF_CAP_SECONDS = 15 * 60.0
 BACKOFF_JITTER = 0.10
 
 # --- Core kinds the simulator reads from a trace -----------------------------------
-CORE_API_VERSION = "v1"
 NAMESPACE_KIND = "Namespace"

@@ -151,3 +151,36 @@ BACKOFF_JITTER = 0.10
 
 # --- Core kinds the simulator reads from a trace -----------------------------------
 NAMESPACE_KIND = "Namespace"
+
+# --- Job kinds: pod labels, conditions and statuses the adapters read ----------------
+RAY_GROUP = "ray.io"
+LABEL_BATCH_JOB_NAME = "batch.kubernetes.io/job-name"
+LABEL_RAY_CLUSTER = "ray.io/cluster"
+LABEL_RAY_ORIGINATED_FROM_CR_NAME = "ray.io/originated-from-cr-name"
+LABEL_RAY_ORIGINATED_FROM_CRD = "ray.io/originated-from-crd"
+# QueueUnit name = job name + "-" + suffix (Koord-Queue's job extensions; batch Job: none).
+UNIT_SUFFIX_PYTORCH = "py-qu"
+UNIT_SUFFIX_TF = "tf-qu"
+UNIT_SUFFIX_MPI = "mpi-qu"
+UNIT_SUFFIX_RAY = "ray-qu"
+# kubeflow.org/v1 JobCondition types.
+KUBEFLOW_CONDITION_CREATED = "Created"
+KUBEFLOW_CONDITION_RUNNING = "Running"
+KUBEFLOW_CONDITION_RESTARTING = "Restarting"
+KUBEFLOW_CONDITION_SUCCEEDED = "Succeeded"
+KUBEFLOW_CONDITION_FAILED = "Failed"
+KUBEFLOW_CONDITION_SUSPENDED = "Suspended"
+# batch/v1 JobCondition types.
+BATCH_CONDITION_COMPLETE = "Complete"
+BATCH_CONDITION_FAILED = "Failed"
+CONDITION_TRUE = "True"
+# ray.io/v1 RayJob status.jobStatus and status.jobDeploymentStatus values.
+RAY_JOB_STATUS_RUNNING = "RUNNING"
+RAY_JOB_STATUS_SUCCEEDED = "SUCCEEDED"
+RAY_JOB_STATUS_FAILED = "FAILED"
+RAY_DEPLOYMENT_RUNNING = "Running"
+RAY_DEPLOYMENT_COMPLETE = "Complete"
+RAY_DEPLOYMENT_FAILED = "Failed"
+RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
+# QueueUnit status.admissionSummary (ours): what the ADMISSIONS printer column shows.
+QUEUE_UNIT_PRINTER_COLUMNS = ("PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE", "AGE")

@@ -1,0 +1,41 @@
+"""The controller's settings: what the chart's values and the CLI flags turn into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from koordqueue.api import constants as c
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    # Which job kinds are watched (the chart's extension.<kind>.enable values).
+    job_kinds: frozenset[str] = frozenset(
+        {c.PYTORCH_JOB_KIND, c.TF_JOB_KIND, c.MPI_JOB_KIND, c.BATCH_JOB_KIND, c.RAY_JOB_KIND}
+    )
+    system_namespace: str = c.SYSTEM_NAMESPACE
+    default_queue_policy: c.QueuePolicy = c.DEFAULT_QUEUE_POLICY
+    protect_seconds: float = c.DEFAULT_PROTECT_SECONDS
+    backoff_base: float = c.BACKOFF_BASE_SECONDS
+    backoff_cap: float = c.BACKOFF_CAP_SECONDS
+    wait_for_pods_running_seconds: float = 300.0  # with the Queue annotation wait-for-pods-running
+    queue_status_refresh_seconds: float = c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
+    quota_status_refresh_seconds: float = 2.0
+    # Client side of the API (the chart's qps/burst values).
+    qps: float = 200.0
+    burst: int = 400
+    write_concurrency: int = 32  # API writes in flight at once from one cycle
+    # Leader election.
+    leader_election: bool = True
+    lease_name: str = "koord-queue-controller"
+    lease_duration: float = 10.0
+    renew_deadline: float = 7.0
+    retry_period: float = 2.0
+    identity: str = ""
+    # Endpoints: metrics/health and the admission webhook (port 0: off).
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    webhook_port: int = 0
+    webhook_host: str = "0.0.0.0"
+    webhook_cert_dir: str = ""
+    webhook_hosts: tuple[str, ...] = field(default=("127.0.0.1",))

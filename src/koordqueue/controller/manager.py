@@ -1,0 +1,95 @@
+"""Runs a controller replica: leader election, the controller while leading, and the
+metrics/health endpoints all the time (a follower is healthy, just not ready to lead)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+
+from aiohttp import web
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.controller import Controller
+from koordqueue.controller.metrics import Metrics
+from koordqueue.kube.client import KubeClient
+from koordqueue.kube.config import load_config
+from koordqueue.kube.leader import LeaderElector
+
+log = logging.getLogger(__name__)
+
+
+class Manager:
+    def __init__(self, client: KubeClient, config: ControllerConfig) -> None:
+        self.client = client
+        self.config = config
+        self.metrics = Metrics()
+        self.controller: Controller | None = None
+        self.identity = config.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._runner: web.AppRunner | None = None
+        self.metrics_port = 0
+
+    async def start_endpoints(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.metrics_host, self.config.metrics_port)
+        await site.start()
+        server = site._server
+        if server is not None and server.sockets:  # the port actually bound (0 asks for any)
+            self.metrics_port = server.sockets[0].getsockname()[1]
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ready = self.controller is not None and self.controller.sync_done
+        return web.Response(text="ok" if ready else "not leading", status=200 if ready else 503)
+
+    async def _lead(self) -> None:
+        self.metrics.is_leader.set(1)
+        self.controller = Controller(self.client, self.config, self.metrics)
+        try:
+            await self.controller.run()
+        finally:
+            self.metrics.is_leader.set(0)
+            self.controller = None
+
+    async def run(self) -> None:
+        await self.start_endpoints()
+        try:
+            if not self.config.leader_election:
+                await self._lead()
+                return
+            elector = LeaderElector(
+                self.client, self.config.system_namespace, self.config.lease_name, self.identity,
+                self.config.lease_duration, self.config.renew_deadline, self.config.retry_period,
+            )
+            await elector.run(self._lead)
+        finally:
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+
+async def run_controller(kubeconfig: str | None, config: ControllerConfig) -> None:
+    cluster = load_config(kubeconfig)
+    async with KubeClient(cluster, qps=config.qps, burst=config.burst) as client:
+        await Manager(client, config).run()
+
+
+def main(kubeconfig: str | None, config: ControllerConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run_controller(kubeconfig, config))
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,259 @@
+"""Small projections of the objects the controller watches, and the QueueUnit it makes.
+
+The informers keep these, not whole objects: a job's pod templates are read once, when
+the job arrives, and only what the unit needs is kept. This is what lets 100k jobs fit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from koordqueue.api import constants as c
+from koordqueue.api.meta import InvalidObject
+from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
+from koordqueue.engine.model import ResourceList, UnitInfo
+from koordqueue.jobs import ADAPTERS
+from koordqueue.jobs.base import JobAdapter, JobState
+
+Object = dict[str, Any]
+
+# REST plural of each job kind we queue.
+JOB_PLURALS: dict[str, str] = {
+    c.PYTORCH_JOB_KIND: "pytorchjobs",
+    c.TF_JOB_KIND: "tfjobs",
+    c.MPI_JOB_KIND: "mpijobs",
+    c.BATCH_JOB_KIND: "jobs",
+    c.RAY_JOB_KIND: "rayjobs",
+}
+
+
+def adapter_of_kind(kind: str) -> JobAdapter:
+    for adapter in ADAPTERS.values():
+        if adapter.kind == kind:
+            return adapter
+    raise KeyError(kind)
+
+
+def parse_time(text: object) -> float:
+    """An RFC 3339 timestamp as epoch seconds (0 when absent or unreadable)."""
+    if not isinstance(text, str) or not text:
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def rfc3339(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One job: what its unit must say, and where the job is."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    api_version: str
+    suspended: bool
+    state: JobState
+    created: float
+    unit_name: str
+    unit_spec: Object | None  # None when the job is unusable (see invalid)
+    unit_labels: tuple[tuple[str, str], ...]
+    invalid: str | None
+    deleting: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def unit_key(self) -> str:
+        return f"{self.namespace}/{self.unit_name}"
+
+
+def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> JobView:
+    """Project a job; a job we cannot read still gets a view, with the reason in ``invalid``."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    namespace = str(meta.get("namespace") or "default")
+    invalid: str | None = None
+    spec: Object | None = None
+    try:
+        unit_name = adapter.unit_name(obj)
+        labels = adapter.meta(obj).labels
+        spec = unit_spec(obj, adapter, priority_classes)
+    except (InvalidObject, QuantityError) as e:
+        invalid = str(e)
+        unit_name = f"{name}-{adapter.unit_suffix}" if adapter.unit_suffix else name
+        labels = {}
+    try:
+        suspended = adapter.is_suspended(obj)
+        state = adapter.status(obj)
+    except InvalidObject as e:
+        suspended, state = False, JobState.PENDING
+        invalid = invalid or str(e)
+    unit_labels = tuple(
+        (k, labels[k]) for k in (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE) if labels.get(k)
+    )
+    return JobView(
+        kind=adapter.kind,
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid", "")),
+        api_version=adapter.api_version,
+        suspended=suspended,
+        state=state,
+        created=parse_time(meta.get("creationTimestamp")),
+        unit_name=unit_name,
+        unit_spec=spec,
+        unit_labels=unit_labels,
+        invalid=invalid,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> Object:
+    """The QueueUnit spec for ``job`` (Koord-Queue v1.8 field names)."""
+    meta = adapter.meta(job)
+    pod_sets = adapter.pod_sets(job)
+    spec: Object = {
+        "consumerRef": {
+            "apiVersion": adapter.api_version,
+            "kind": adapter.kind,
+            "name": meta.name,
+            "namespace": meta.namespace,
+        },
+        "priority": adapter.priority(job, priority_classes),
+        "resource": format_resource_list(adapter.demand(job)),
+        "podSet": [
+            {
+                "name": ps.name,
+                "count": ps.count,
+                **({"minCount": ps.min_count} if ps.min_count is not None else {}),
+                "template": {"spec": {"containers": [{"name": "main", "resources": {
+                    "requests": format_resource_list(ps.request)}}]}},
+            }
+            for ps in pod_sets
+        ],
+    }
+    queue = adapter.requested_queue(job)
+    if queue:
+        spec["queue"] = queue
+    pc = adapter.priority_class_name(job)
+    if pc:
+        spec["priorityClassName"] = pc
+    return spec
+
+
+def queue_unit_manifest(job: JobView) -> Object:
+    """The whole QueueUnit for a job, owned by it so that it goes with it."""
+    assert job.unit_spec is not None
+    return {
+        "apiVersion": c.QUEUE_API_VERSION,
+        "kind": c.QUEUE_UNIT_KIND,
+        "metadata": {
+            "name": job.unit_name,
+            "namespace": job.namespace,
+            "labels": dict(job.unit_labels),
+            "ownerReferences": [
+                {
+                    "apiVersion": job.api_version,
+                    "kind": job.kind,
+                    "name": job.name,
+                    "uid": job.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": job.unit_spec,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class UnitView:
+    """One QueueUnit: the engine's inputs plus the status fields the controller compares."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    spec: Object
+    labels: tuple[tuple[str, str], ...]
+    phase: str
+    message: str
+    attempts: int
+    created: float
+    requeue_at: float | None
+    consumer_kind: str
+    consumer_name: str
+    request: ResourceList | None
+    invalid: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def job_key(self) -> str:
+        return f"{self.consumer_kind}/{self.namespace}/{self.consumer_name}"
+
+    def label(self, name: str) -> str | None:
+        return dict(self.labels).get(name)
+
+    def unit_info(self) -> UnitInfo:
+        priority = self.spec.get("priority")
+        return UnitInfo(
+            namespace=self.namespace,
+            name=self.name,
+            priority=priority if isinstance(priority, int) else 0,
+            created=self.created,
+            request=self.request or {},
+            queue_name=self.spec.get("queue") or None,
+            quota_name=self.label(c.LABEL_QUOTA_NAME),
+            preemptible=(self.label(c.LABEL_PREEMPTIBLE) or "").lower() != c.FALSE,
+            attempts=self.attempts,
+            requeue_at=self.requeue_at,
+            invalid=self.invalid,
+        )
+
+
+def unit_view(obj: Object) -> UnitView:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if not isinstance(spec, dict):
+        spec = {}
+    if not isinstance(status, dict):
+        status = {}
+    ref = spec.get("consumerRef") or {}
+    invalid = None
+    try:
+        request: ResourceList | None = parse_resource_list(spec.get("resource") or {})
+    except QuantityError as e:
+        request, invalid = None, f"bad spec.resource: {e}"
+    requeue = (status.get("requeueState") or {}).get("requeueAt")
+    attempts = status.get("attempts")
+    labels = meta.get("labels") or {}
+    return UnitView(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        spec=spec,
+        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        phase=str(status.get("phase") or ""),
+        message=str(status.get("message") or ""),
+        attempts=attempts if isinstance(attempts, int) else 0,
+        created=parse_time(meta.get("creationTimestamp")),
+        requeue_at=parse_time(requeue) if requeue else None,
+        consumer_kind=str(ref.get("kind", "")),
+        consumer_name=str(ref.get("name", "")),
+        request=request,
+        invalid=invalid,
+    )

@@ -2,3 +2,7 @@
 
 Pure and deterministic: no I/O, no asyncio, no Kubernetes client; time is passed in.
 """
+
+from koordqueue.engine.core import Engine
+
+__all__ = ["Engine"]

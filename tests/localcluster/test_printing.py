@@ -63,8 +63,12 @@ def test_jsonpath_subset() -> None:
     assert printing.jsonpath('.a.b[?(@.type!="Other")].n', obj) == [1]
     assert printing.jsonpath(".a['x.y']", obj) == ["dotted"]
     assert printing.jsonpath("{.a.missing}", obj) == []
+    assert printing.jsonpath(".a.b[-1:].type", obj) == ["Other"]
+    assert printing.jsonpath(".a.b[0:5].n", obj) == [1, 2]
     with pytest.raises(ValueError):
-        printing.jsonpath(".a.b[1:2]", obj)
+        printing.jsonpath("..type", obj)
+    with pytest.raises(ValueError):
+        printing.jsonpath(".a.b[?(@.n>1)]", obj)
 
 
 def test_crd_columns_are_evaluated_typed_and_humanized() -> None:

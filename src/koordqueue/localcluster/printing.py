@@ -95,9 +95,10 @@ def _rfc3339(value: Any) -> str:
 # --- JSONPath subset ------------------------------------------------------------------------
 
 _TOKEN = re.compile(
-    r"""\.\.?(?P<field>[A-Za-z0-9_$@-]+|\*)      # .field, ..field (treated as .field), .*
+    r"""\.(?P<field>[A-Za-z0-9_$@-]+|\*)         # .field, .*
       | \[\s*(?P<quote>['"])(?P<key>.*?)(?P=quote)\s*\]   # ['key']
       | \[\s*(?P<index>-?\d+)\s*\]              # [0], [-1]
+      | \[\s*(?P<start>-?\d*)\s*:\s*(?P<end>-?\d*)\s*\]   # [-1:], [0:2]
       | \[\s*\*\s*\]                           # [*]
       | \[\?\(\s*@(?P<fpath>(?:\.[A-Za-z0-9_-]+)+)\s*(?:(?P<op>==|!=)\s*(?P<lit>"[^"]*"|'[^']*'|-?\d+(?:\.\d+)?|true|false))?\s*\)\]
     """,
@@ -108,7 +109,8 @@ _TOKEN = re.compile(
 def jsonpath(path: str, obj: Any) -> list[Any]:
     """Evaluate the JSONPath subset CRD printer columns use; every match, in order.
 
-    `.a.b`, `['a.b']`, `[0]`, `[*]`, `.*` and filters `[?(@.type=="Ready")]`; `{...}` braces allowed.
+    `.a.b`, `['a.b']`, `[0]`, `[-1:]`, `[*]`, `.*` and filters `[?(@.type=="Ready")]`; `{...}` braces
+    allowed (Kubeflow's job CRDs print `.status.conditions[-1:].type`).
     Raises ValueError on anything else.
     """
     path = path.strip()
@@ -136,6 +138,9 @@ def _step(m: re.Match[str], value: Any) -> list[Any]:
     if m.group("index") is not None:
         i = int(m.group("index"))
         return [value[i]] if isinstance(value, list) and -len(value) <= i < len(value) else []
+    if m.group("start") is not None:
+        start, end = (int(g) if g else None for g in (m.group("start"), m.group("end")))
+        return list(value[start:end]) if isinstance(value, list) else []
     if m.group("fpath") is not None:
         items = value if isinstance(value, list) else []
         return [item for item in items if _matches(item, m.group("fpath"), m.group("op"), m.group("lit"))]

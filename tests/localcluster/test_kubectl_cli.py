@@ -252,7 +252,8 @@ def test_apply_twice_builtin_uses_strategic_patch_and_last_applied(kubectl: Kube
     assert _apply(kubectl, first).strip() == "configmap/settings created"
     kubectl.run("patch", "configmap", "settings", "-p", '{"data":{"byhand":"x"}}')
     second = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: '9'}\n"
-    assert _apply(kubectl, second).strip() == "configmap/settings configured"
+    result = kubectl.run("apply", "-f", "-", stdin=second)
+    assert (result.stdout.strip(), result.stderr) == ("configmap/settings configured", "")
     cm = kubectl.json("get", "configmap", "settings")
     assert cm["data"] == {"a": "9", "byhand": "x"}  # b was applied before and is gone; byhand was never applied
     last = json.loads(cm["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"])
@@ -326,6 +327,10 @@ def test_api_resources_and_api_versions(kubectl: Kubectl) -> None:
     assert rows["queueunits"] == ["queueunits", "qu", "scheduling.x-k8s.io/v1alpha1", "true", "QueueUnit"]
     assert rows["pods"] == ["pods", "po", "v1", "true", "Pod"]
     assert rows["priorityclasses"] == ["priorityclasses", "pc", "scheduling.k8s.io/v1", "false", "PriorityClass"]
+    legacy = json.loads(kubectl.out("get", "--raw", "/apis/batch/v1"))  # the legacy per-group/version list
+    assert legacy["kind"] == "APIResourceList" and legacy["groupVersion"] == "batch/v1"
+    assert {"name": "jobs/status", "singularName": "", "namespaced": True, "kind": "Job",
+            "verbs": ["get", "patch", "update"]} in legacy["resources"]
     versions = kubectl.out("api-versions").split()
     assert {"v1", "apps/v1", "batch/v1", "kubeflow.org/v1", "scheduling.x-k8s.io/v1alpha1"} <= set(versions)
 

@@ -13,7 +13,10 @@ not), with `x-kubernetes-preserve-unknown-fields` where deeper detail is not wor
 The list patch metadata (`x-kubernetes-patch-merge-key`, `x-kubernetes-patch-strategy`)
 is accurate: strategic merge patch reads it through `schema_for`/`resolve`.
 
-`/openapi/v2` is not served (404): kubectl 1.32 only falls back to it when v3 fails.
+`/openapi/v2` (protobuf only) is not served: with these v3 documents kubectl 1.32 needs
+it for nothing. It asks for it in two places and takes a 404 quietly: when v3 fails, and
+when `apply` updates a built-in object (strategic merge is not advertised, see `_paths`),
+where it then builds the patch from its compiled types.
 """
 
 from __future__ import annotations

@@ -75,8 +75,11 @@ def _merge_map(original: Any, patch: dict[str, Any], schema: Schema) -> dict[str
         if directive == "delete":
             return {}
         raise PatchFormatError(f"unknown patch type: {directive!r} in map: {patch}")
-    if not isinstance(original, dict):
-        original = {}
+    target: dict[str, Any] = original if isinstance(original, dict) else {}
+    return _merge_into(target, patch, schema)
+
+
+def _merge_into(original: dict[str, Any], patch: dict[str, Any], schema: Schema) -> dict[str, Any]:
     _apply_retain_keys(original, patch)
     _apply_element_orders(original, patch, schema)
     for key, value in patch.items():
@@ -129,7 +132,8 @@ def _apply_element_orders(original: dict[str, Any], patch: dict[str, Any], schem
             raise PatchFormatError(f"invalid patch: {directive} must be a list")
         field = _child(schema, key)
         strategies, merge_key = _strategy(field)
-        current = original.get(key) if isinstance(original.get(key), list) else []
+        found = original.get(key)
+        current: list[Any] = found if isinstance(found, list) else []
         changes = patch.pop(key, [])
         if changes is None:
             original.pop(key, None)

@@ -54,7 +54,11 @@ def key_of(obj: Object) -> str:
 
 
 class Informer(Generic[T]):
-    """Start with `start()` (or run `run()` as a task), then `await wait_synced()`."""
+    """Register handlers, `start()` (or run `run()` as a task), then `await wait_synced()`.
+
+    Handlers run one at a time in event order on the informer's task, so they should be
+    quick (enqueue a key in a WorkQueue); an async handler delays the next event.
+    """
 
     @overload
     def __init__(

@@ -1,16 +1,24 @@
-"""Fixtures for the kube tests: TLS material made on the fly."""
+"""Fixtures for the kube tests: TLS material made on the fly, the embedded API server."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from koordqueue.kube.client import KubeClient, RetryPolicy
+from koordqueue.kube.config import load_config
+
+if TYPE_CHECKING:
+    from koordqueue.localcluster.server import APIServer
 
 
 @dataclass
@@ -82,3 +90,26 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
         client_cert_pem=files["client.crt"], client_key_pem=files["client.key"],
         ca=d / "ca.crt", client_cert=d / "client.crt", client_key=d / "client.key",
     )
+
+
+# --- the embedded API server ---------------------------------------------------------
+
+FAST_RETRY = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[APIServer]:
+    from koordqueue.localcluster.server import APIServer  # imported here: unit tests run without it
+
+    srv = APIServer(tmp_path / "state")
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.stop()
+
+
+@pytest.fixture
+async def client(server: APIServer) -> AsyncIterator[KubeClient]:
+    async with KubeClient(load_config(str(server.kubeconfig_path)), qps=0, retry=FAST_RETRY) as c:
+        yield c

@@ -1,19 +1,27 @@
-"""The engine: one object holding quotas, queues and units, and the scheduling cycle.
+"""The Engine: the state of quotas, queues and units, and the scheduling cycle.
 
-Shells tell it what changed (set_/remove_ calls) and ask it to run a cycle at a time
-they pass in; it answers with decisions it has already applied to its own books. It
-never does I/O and never reads a clock, so the simulator and the controller get the
-same answers from the same inputs.
+Inputs are idempotent upserts; a change of quotas or queues rebuilds the derived state
+at the next cycle (rare), a change of a unit is applied at once in O(log n). A cycle
+only looks at *stale* queues: those whose pending units changed, or that wait on a
+node of the quota tree where room appeared, or whose runtime share moved, or whose
+time (back-off, protection of victims) came. Within a cycle queues take turns by
+Queue priority, then fair share (the quota furthest below its runtime share first),
+one admission per turn, so many units of every queue are admitted per cycle.
 """
 
 from __future__ import annotations
 
 import heapq
-import zlib
-from dataclasses import dataclass, field
+import math
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from itertools import islice
 
-from koordqueue.api.constants import SYSTEM_NAMESPACE, QueuePolicy
-from koordqueue.api.quantity import format_quantity
+from koordqueue.api.constants import QueuePolicy
+from koordqueue.engine import messages
+from koordqueue.engine.backoff import backoff_seconds
+from koordqueue.engine.fit import Misfit, borrowing, first_misfit, headroom
 from koordqueue.engine.model import (
     Admission,
     CycleResult,
@@ -26,601 +34,733 @@ from koordqueue.engine.model import (
     Standing,
     UnitInfo,
 )
+from koordqueue.engine.pending import Entry, PendingQueue, Shape, shape_of
+from koordqueue.engine.preemption import Candidate, binding, choose_victims
+from koordqueue.engine.tenancy import Directory, build_directory, resolve
+from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
-from koordqueue.engine.waterfill import water_fill
+
+MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most this often
+# Units right behind a blocking head are told who blocks them; further back they keep
+# the (unchanging) text they got when they were queued, so that a head admitted in a
+# long Block queue rewrites a few messages, not thousands.
+BLOCKED_WINDOW = 20
+DEFAULT_CONFIG = EngineConfig()  # frozen, so one instance serves as the default
+
+
+class _State(Enum):
+    PARKED = "parked"  # cannot be queued (no usable quota or queue); has a message
+    QUEUED = "queued"  # pending and eligible, in its queue
+    BACKOFF = "backoff"  # pending, not eligible before info.requeue_at
+    ADMITTED = "admitted"  # holds quota
+
+
+@dataclass(slots=True, eq=False)
+class _Unit:
+    info: UnitInfo
+    key: str
+    entry: Entry
+    shape: Shape
+    state: _State = _State.PARKED
+    queue: _Queue | None = None  # resolved queue (queued, back-off)
+    node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
+    message: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class _Queue:
+    info: QueueInfo
+    leaf: QuotaNode
+    threshold: int
+    pending: PendingQueue = field(default_factory=PendingQueue)
+    holds: list[tuple[QuotaNode, Hold]] = field(default_factory=list)
+    blocker: str | None = None  # the unit its last scan stopped at (Block, Intelligent)
+    version: int = 0  # of its entry in the cycle's heap
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    def stops_at(self, priority: int) -> bool:
+        """Whether a misfit of this priority stops the rest of the queue."""
+        policy = self.info.policy
+        if policy == QueuePolicy.BLOCK:
+            return True
+        return policy == QueuePolicy.INTELLIGENT and priority >= self.threshold
 
 
 @dataclass(slots=True)
-class _Resolved:
-    queue: QueueInfo | None
-    quota: str | None
-    reason: str | None  # why the unit cannot be queued at all
+class _Scan:
+    """A queue's scan within one cycle, resumed at each of its turns."""
+
+    heads: list[tuple[Entry, Shape]]
+    old_holds: dict[QuotaNode, ResourceList]
+    rounds: int
+    admitted: bool = False
+    restart: bool = False
+    done: bool = False
 
 
-@dataclass(slots=True)
-class _QueueRun:
-    """One queue during a cycle: its candidates in order and where we are in them."""
-
-    queue: QueueInfo
-    quota: str
-    units: list[UnitInfo]
-    cursor: int = 0
-    blocked_by: str | None = None  # Block/Intelligent: the head that does not fit
-    high_blocked: bool = False
+def _entry(unit: UnitInfo) -> Entry:
+    return (-unit.priority, unit.created, unit.namespace, unit.name, unit.key)
 
 
-@dataclass(slots=True)
-class _Fit:
-    ok: bool
-    reason: str = ""
-    reclaimable: bool = False  # within its runtime share: borrowers may be preempted
+def _share(leaf: QuotaNode) -> float:
+    """How far a quota is into its runtime share (its most used resource)."""
+    worst = 0.0
+    used = leaf.used
+    for name, runtime in leaf.runtime.items():
+        amount = used.get(name, 0)
+        if amount > 0:
+            share = amount / runtime if runtime > 0 else math.inf
+            if share > worst:
+                worst = share
+    return worst
 
 
-@dataclass
 class Engine:
-    config: EngineConfig = field(default_factory=EngineConfig)
+    """Decides which units are admitted and which are preempted; see the module doc."""
 
-    def __post_init__(self) -> None:
+    def __init__(self, config: EngineConfig = DEFAULT_CONFIG) -> None:
+        self._config = config
+        self._capacity = None if config.cluster_capacity is None else dict(config.cluster_capacity)
         self._quotas: dict[str, QuotaInfo] = {}
-        self._invalid: dict[str, str] = {}
-        self._children: dict[str | None, list[str]] = {}
         self._queues: dict[str, QueueInfo] = {}
-        self._units: dict[str, UnitInfo] = {}
-        self._used: dict[str, ResourceList] = {}  # every quota node, parents included
-        self._runtime: dict[str, ResourceList] = {}
-        self._demand: dict[str, ResourceList] = {}
-        self._capacity: ResourceList | None = self.config.cluster_capacity
-        self._messages: dict[str, str] = {}
-        self._resolved: dict[str, _Resolved] = {}
-        self._tree_dirty = True
+        self._units: dict[str, _Unit] = {}
+        self._reasons: dict[str, str] = {}
+        self._tree = QuotaTree([], self._capacity)
+        self._directory: Directory = build_directory({}, {}, {})
+        self._qs: dict[str, _Queue] = {}
+        self._leaf_queues: dict[QuotaNode, list[_Queue]] = {}
+        self._victims: dict[QuotaNode, list[tuple[float, str]]] = {}  # preemptible, by admission time
+        self._used_by_name: dict[str, ResourceList] = {}
+        self._backoff: list[tuple[float, str]] = []
+        self._retry: list[tuple[float, str]] = []
+        self._retry_at: dict[str, float] = {}
+        self._stale: set[str] = set()
+        self._changed: dict[str, str] = {}
+        self._rebuild_needed = True
+        self._now = -math.inf
+        self._heap: list[tuple[int, float, str, int]] | None = None  # during a cycle
+        self._scans: dict[str, _Scan] = {}
 
-    # --- inputs ---------------------------------------------------------------------
-
+    # --- inputs -------------------------------------------------------------------
     def set_quota(self, quota: QuotaInfo) -> None:
-        self._quotas[quota.name] = quota
-        self._tree_dirty = True
+        if self._quotas.get(quota.name) != quota:
+            self._quotas[quota.name] = quota
+            self._rebuild_needed = True
 
     def remove_quota(self, name: str) -> None:
         if self._quotas.pop(name, None) is not None:
-            self._tree_dirty = True
+            self._rebuild_needed = True
 
     def set_queue(self, queue: QueueInfo) -> None:
+        old = self._queues.get(queue.key)
+        if old == queue:
+            return
         self._queues[queue.key] = queue
-        self._resolved.clear()
+        state = self._qs.get(queue.key)
+        if not self._rebuild_needed and state is not None and state.info.quota == queue.quota:
+            # Same binding: the same units use it; only its order and policy change.
+            state.info = queue
+            state.threshold = self._threshold(queue)
+            self._touch(state)
+            return
+        self._rebuild_needed = True
 
     def remove_queue(self, key: str) -> None:
         if self._queues.pop(key, None) is not None:
-            self._resolved.clear()
+            self._rebuild_needed = True
 
     def set_cluster_capacity(self, capacity: ResourceList | None) -> None:
-        self._capacity = dict(capacity) if capacity else None
+        capacity = None if capacity is None else dict(capacity)
+        if capacity == self._capacity:
+            return
+        self._capacity = capacity
+        if not self._rebuild_needed:
+            self._tree.set_capacity(capacity)
+            for state in self._qs.values():
+                self._touch(state)
 
     def set_unit(self, unit: UnitInfo) -> None:
         old = self._units.get(unit.key)
-        if old is not None and old.admitted_quota is not None:
-            self._charge(old.admitted_quota, old.request, -1)
-        self._units[unit.key] = unit
-        self._resolved.pop(unit.key, None)
-        if unit.admitted_quota is not None:
-            self._charge(unit.admitted_quota, unit.request, +1)
+        if old is not None and old.info == unit:
+            return
+        record = _Unit(replace(unit), unit.key, _entry(unit), shape_of(unit.request))
+        previous = None
+        if old is not None:
+            previous = old.state
+            record.message = old.message
+            self._detach(old)
+        self._units[unit.key] = record
+        if not self._rebuild_needed:
+            self._attach(record, previous)
 
     def remove_unit(self, key: str) -> None:
-        unit = self._units.pop(key, None)
-        if unit is not None and unit.admitted_quota is not None:
-            self._charge(unit.admitted_quota, unit.request, -1)
-        self._messages.pop(key, None)
-        self._resolved.pop(key, None)
+        record = self._units.pop(key, None)
+        if record is not None:
+            self._detach(record)
 
     def requeue(self, key: str, now: float, reason: str) -> float:
-        unit = self._units[key]
-        self._release(unit)
-        unit.attempts += 1
-        unit.requeue_at = now + self._backoff(unit)
-        self._messages[key] = reason
-        return unit.requeue_at
+        record = self._units[key]
+        if self._rebuild_needed:
+            self._rebuild()
+        return self._send_back(record, now, reason)
 
     def revert_admission(self, key: str) -> None:
-        unit = self._units.get(key)
-        if unit is not None:
-            self._release(unit)
+        record = self._units.get(key)
+        if record is None or record.info.admitted_quota is None:
+            return
+        if self._rebuild_needed:
+            record.info.admitted_quota = record.info.admitted_queue = record.info.admitted_at = None
+            return
+        self._detach(record)
+        info = record.info
+        info.admitted_quota = info.admitted_queue = info.admitted_at = None
+        self._attach(record, None)
 
-    # --- views ----------------------------------------------------------------------
-
-    def unit(self, key: str) -> UnitInfo | None:
-        return self._units.get(key)
-
-    def validation_errors(self) -> dict[str, str]:
-        self._refresh_tree()
-        return dict(self._invalid)
-
-    def quota_status(self) -> dict[str, QuotaStatus]:
-        self._refresh_tree()
-        self._refresh_runtime()
-        return {
-            name: QuotaStatus(
-                name=name, min=dict(q.min), max=dict(q.max), used=dict(self._used.get(name, {})),
-                runtime=dict(self._runtime.get(name, {})), demand=dict(self._demand.get(name, {})),
-                valid=name not in self._invalid, reason=self._invalid.get(name),
-            )
-            for name, q in sorted(self._quotas.items())
-        }
-
-    def queue_positions(self) -> dict[str, list[Standing]]:
-        self._refresh_tree()
-        out: dict[str, list[Standing]] = {}
-        for queue_key, quota, units in self._pending_by_queue():
-            out[queue_key] = [
-                Standing(u.key, queue_key, quota, i + 1, u.priority, self._messages.get(u.key, ""))
-                for i, u in enumerate(units)
-            ]
-        return out
-
-    def standing(self, key: str) -> Standing | None:
-        unit = self._units.get(key)
-        if unit is None:
-            return None
-        self._refresh_tree()
-        res = self._resolve(unit)
-        queue_key = res.queue.key if res.queue else None
-        position = None
-        if unit.admitted_quota is None and queue_key is not None:
-            for qk, _, units in self._pending_by_queue():
-                if qk == queue_key:
-                    position = next((i + 1 for i, u in enumerate(units) if u.key == key), None)
-        message = self._messages.get(key) or res.reason or ""
-        return Standing(key, queue_key, unit.admitted_quota or res.quota, position, unit.priority, message)
-
-    # --- the cycle ------------------------------------------------------------------
-
+    # --- the cycle ----------------------------------------------------------------
     def schedule(self, now: float) -> CycleResult:
-        self._refresh_tree()
-        self._refresh_runtime()
         result = CycleResult()
-        waiting: dict[str, str] = {}
-        runs: list[_QueueRun] = []
-        next_wakeup: float | None = None
-        for unit in self._units.values():
-            if unit.admitted_quota is not None:
-                continue
-            if unit.requeue_at is not None and unit.requeue_at > now:
-                next_wakeup = _earliest(next_wakeup, unit.requeue_at)
-                waiting[unit.key] = self._messages.get(unit.key) or (
-                    f"backing off after {unit.attempts} attempt(s); eligible again in "
-                    f"{unit.requeue_at - now:.0f}s"
-                )
-        for queue_key, quota, units in self._pending_by_queue():
-            eligible = [u for u in units if u.requeue_at is None or u.requeue_at <= now]
-            if eligible:
-                runs.append(_QueueRun(self._queue_of(queue_key, quota), quota, eligible))
-        for pending in self._units.values():
-            if pending.admitted_quota is None and pending.key not in waiting:
-                res = self._resolve(pending)
-                if res.reason is not None:
-                    waiting[pending.key] = res.reason
-        heap = [(self._queue_rank(r), i) for i, r in enumerate(runs)]
-        heapq.heapify(heap)
-        protect_blocked: float | None = None
-        while heap:
-            _, i = heapq.heappop(heap)
-            run = runs[i]
-            candidate = self._next_candidate(run, waiting)
-            if candidate is None:
-                continue
-            unit = candidate
-            fit = self._fits(run.quota, unit.request)
-            if not fit.ok:
-                victims, protected_until = self._plan_preemption(run, unit, fit, now)
-                protect_blocked = _earliest(protect_blocked, protected_until)
-                if victims:
-                    for victim in victims:
-                        result.preempted.append(self._preempt(victim, unit, now))
-                    fit = self._fits(run.quota, unit.request)
-            if fit.ok:
-                self._admit(unit, run, now)
-                result.admitted.append(Admission(unit.key, run.quota, run.queue.key))
-                self._messages.pop(unit.key, None)
-                waiting.pop(unit.key, None)
-            else:
-                waiting[unit.key] = fit.reason
-                self._after_misfit(run, unit)
-            run.cursor += 1
-            heapq.heappush(heap, (self._queue_rank(run), i))
-        for key, message in waiting.items():
-            if self._messages.get(key) != message:
-                self._messages[key] = message
-                result.messages[key] = message
-        for p in result.preempted:
-            next_wakeup = _earliest(next_wakeup, p.requeue_at)
-        result.next_wakeup = _earliest(next_wakeup, protect_blocked)
+        self._now = now
+        self._sync()
+        self._expire(now)
+        if self._stale:
+            self._run_cycle(now, result)
+        result.messages = self._changed
+        self._changed = {}
+        result.next_wakeup = self._next_wakeup(now)
         return result
 
-    # --- policies ---------------------------------------------------------------------
+    def _run_cycle(self, now: float, result: CycleResult) -> None:
+        heap: list[tuple[int, float, str, int]] = []
+        self._heap = heap
+        self._scans = {}
+        stale = sorted(self._stale)
+        self._stale = set()
+        for key in stale:
+            state = self._qs.get(key)
+            if state is not None:
+                self._push(state)
+        try:
+            while heap:
+                _, share, key, version = heapq.heappop(heap)
+                state = self._qs[key]
+                if version != state.version:
+                    continue
+                if _share(state.leaf) > share:  # others of its quota were admitted meanwhile
+                    self._push(state)
+                    continue
+                if self._step(state, now, result):
+                    self._push(state)
+        finally:
+            self._heap = None
+            self._scans = {}
+
+    def _push(self, state: _Queue) -> None:
+        assert self._heap is not None
+        state.version += 1
+        heapq.heappush(self._heap, (-state.info.priority, _share(state.leaf), state.key, state.version))
+
+    def _step(self, state: _Queue, now: float, result: CycleResult) -> bool:
+        """Go on scanning ``state`` until one unit is admitted (True) or none can be."""
+        scan = self._scans.get(state.key)
+        if scan is None or scan.restart:
+            scan = self._start_scan(state, 1 if scan is None else scan.rounds + 1)
+        heads = scan.heads
+        leaf = state.leaf
+        while heads:
+            entry, shape = heads[0]
+            record = self._units[entry[4]]
+            info = record.info
+            misfit = first_misfit(leaf, info.request, info.priority)
+            heapq.heappop(heads)
+            if misfit is None or self._preempt_for(record, state, misfit, now, result):
+                self._admit(record, state, now, result)
+                following = state.pending.next_of(shape)
+                if following is not None:
+                    heapq.heappush(heads, (following, shape))
+                scan.admitted = True
+                return True
+            # Same request, same or lower priority: the rest of this stream waits too.
+            self._note_misfit(record, state, misfit)
+            if state.stops_at(info.priority):
+                state.blocker = record.key
+                heads.clear()
+                for behind in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
+                    other = self._units[behind[4]]
+                    self._say(other, self._live_message(other))
+        self._finish_scan(state, scan)
+        return False
+
+    def _start_scan(self, state: _Queue, rounds: int) -> _Scan:
+        old: dict[QuotaNode, ResourceList] = {}
+        for node, hold in state.holds:
+            node.holds.remove(hold)
+            total = old.setdefault(node, {})
+            for name, amount in hold.amounts.items():
+                total[name] = total.get(name, 0) + amount
+        state.holds = []
+        state.blocker = None
+        scan = _Scan(state.pending.heads(), old, rounds)
+        self._scans[state.key] = scan
+        return scan
+
+    def _finish_scan(self, state: _Queue, scan: _Scan) -> None:
+        scan.done = True
+        if scan.admitted or not scan.old_holds:
+            return
+        new: dict[QuotaNode, ResourceList] = {}
+        for node, hold in state.holds:
+            total = new.setdefault(node, {})
+            for name, amount in hold.amounts.items():
+                total[name] = total.get(name, 0) + amount
+        for node, amounts in scan.old_holds.items():
+            now_held = new.get(node, {})
+            if any(now_held.get(name, 0) < amount for name, amount in amounts.items()):
+                self._wake_node(node, exclude=state.key)
+
+    def _note_misfit(self, record: _Unit, state: _Queue, misfit: Misfit) -> None:
+        """Say why the unit waits, wait for room where it lacks it, and hold what is free."""
+        leaf = state.leaf
+        self._say(record, messages.waiting(leaf, misfit))
+        misfit.node.waiters.add(state.key)
+        node = misfit.node
+        if misfit.never or node is leaf:
+            return  # its own quota's limit: others' units are no competition (Priority skips it)
+        if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
+            return  # nobody else uses that node: holding keeps nothing from anyone
+        info = record.info
+        child = leaf
+        for upper in leaf.path[1:]:
+            amounts: ResourceList = {}
+            for name, amount in info.request.items():
+                room = headroom(upper, child, name)
+                if room is not None and room > 0:
+                    amounts[name] = min(amount, room)
+            if amounts:
+                hold = Hold(record.key, leaf, info.priority, amounts)
+                upper.holds.append(hold)
+                state.holds.append((upper, hold))
+            child = upper
+
+    def _preempt_for(
+        self, record: _Unit, state: _Queue, misfit: Misfit, now: float, result: CycleResult
+    ) -> bool:
+        """Make room for ``record`` by reclaim or priority preemption; True if it did."""
+        if misfit.never or misfit.by_hold:
+            return False
+        leaf = state.leaf
+        info = record.info
+        top, names = binding(leaf, info.request)
+        if top is None:
+            return False
+        reclaim = (
+            self._config.reclaim
+            and top is not leaf
+            and all(name in leaf.runtime for name in names)
+            and not borrowing(leaf, info.request)
+        )
+        if not reclaim and not state.info.preemption:
+            return False
+        protect = self._config.protect_seconds
+        candidates: list[Candidate] = []
+        free_at = math.inf  # when a protected candidate stops being protected
+        if reclaim:
+            on_path = set(leaf.path)
+            for other in self._tree.leaves_under(top):
+                if other is leaf or not self._victims.get(other):
+                    continue
+                if not any(other.used.get(n, 0) > other.runtime.get(n, math.inf) for n in names):
+                    continue
+                chain = tuple(n for n in other.path if n not in on_path)
+                for admitted_at, key in self._victims[other]:
+                    if admitted_at + protect > now:
+                        free_at = min(free_at, admitted_at + protect)
+                        break
+                    victim = self._units[key].info
+                    candidates.append(
+                        Candidate(key, other, victim.request, victim.priority, admitted_at, chain)
+                    )
+        if state.info.preemption:
+            for admitted_at, key in self._victims.get(leaf, ()):
+                victim = self._units[key].info
+                if victim.priority >= info.priority:
+                    continue
+                if admitted_at + protect > now:
+                    free_at = min(free_at, admitted_at + protect)
+                    continue
+                candidates.append(Candidate(key, leaf, victim.request, victim.priority, admitted_at))
+        chosen = choose_victims(leaf, info.request, info.priority, candidates, names) if candidates else None
+        if chosen is None:
+            if free_at < math.inf:
+                self._retry_later(state, free_at)
+            return False
+        reasons = [self._preemption_reason(c, record, leaf, names) for c in chosen]
+        for candidate, reason in zip(chosen, reasons, strict=True):
+            requeue_at = self._send_back(self._units[candidate.key], now, reason)
+            result.preempted.append(
+                Preemption(candidate.key, candidate.node.name, record.key, reason, requeue_at)
+            )
+        return True
+
+    def _preemption_reason(
+        self, candidate: Candidate, preemptor: _Unit, leaf: QuotaNode, names: frozenset[str]
+    ) -> str:
+        if not candidate.chain:
+            return messages.outranked(preemptor.key, preemptor.info.priority, leaf.name)
+        node = candidate.node
+        name = next(
+            (
+                n
+                for n in sorted(names)
+                if n in candidate.request and node.used.get(n, 0) > node.runtime.get(n, 0)
+            ),
+            sorted(names)[0],
+        )
+        return messages.reclaimed(node, name, preemptor.key, leaf.name)
+
+    def _retry_later(self, state: _Queue, when: float) -> None:
+        if self._retry_at.get(state.key, math.inf) > when:
+            self._retry_at[state.key] = when
+            heapq.heappush(self._retry, (when, state.key))
+
+    def _admit(self, record: _Unit, state: _Queue, now: float, result: CycleResult) -> None:
+        info = record.info
+        state.pending.remove(record.entry, record.shape)
+        self._tree.add_pending(state.leaf, info.request, -1)
+        info.admitted_quota = state.leaf.name
+        info.admitted_queue = state.key
+        info.admitted_at = now
+        info.requeue_at = None
+        record.state = _State.ADMITTED
+        record.queue = None
+        record.node = state.leaf
+        self._charge(record, 1)
+        record.message = ""
+        self._changed.pop(record.key, None)
+        result.admitted.append(Admission(record.key, state.leaf.name, state.key))
+
+    def _send_back(self, record: _Unit, now: float, reason: str) -> float:
+        """Release the unit's quota (if any) and put it in back-off; return requeue_at."""
+        self._detach(record)
+        info = record.info
+        info.admitted_quota = info.admitted_queue = info.admitted_at = None
+        info.attempts += 1
+        delay = backoff_seconds(self._config, record.key, info.attempts)
+        info.requeue_at = now + delay
+        self._attach(record, None, backoff=True)
+        if record.state is _State.BACKOFF:
+            self._say(record, messages.backing_off(reason, delay, info.attempts))
+        return info.requeue_at
+
+    # --- state changes of units ---------------------------------------------------
+    def _attach(
+        self,
+        record: _Unit,
+        previous: _State | None,
+        backoff: bool = False,
+        bulk: dict[str, list[tuple[Entry, Shape]]] | None = None,
+    ) -> None:
+        info = record.info
+        if info.admitted_quota is not None:
+            record.state = _State.ADMITTED
+            record.node = self._tree.nodes.get(info.admitted_quota, self._tree.root)
+            self._charge(record, 1)
+            return
+        found = resolve(info, self._directory)
+        if isinstance(found, str):
+            record.state = _State.PARKED
+            self._say(record, found)
+            return
+        leaf = self._tree.nodes[found.quota.name]
+        state = self._qs.get(found.queue.key)
+        if state is None:  # the quota's own queue, not (yet) set by the shell
+            state = self._new_queue(found.queue, leaf)
+        record.node = leaf
+        record.queue = state
+        self._tree.add_pending(leaf, info.request, 1)
+        if backoff or (info.requeue_at is not None and info.requeue_at > self._now):
+            record.state = _State.BACKOFF
+            assert info.requeue_at is not None
+            heapq.heappush(self._backoff, (info.requeue_at, record.key))
+            if not record.message:
+                self._say(record, f"waiting out a back-off after {info.attempts} attempts")
+            return
+        record.state = _State.QUEUED
+        if bulk is not None:
+            bulk.setdefault(state.key, []).append((record.entry, record.shape))
+        else:
+            state.pending.add(record.entry, record.shape)
+            self._touch(state)
+        if previous is not _State.QUEUED or not record.message:
+            self._say(record, messages.queued(state.key, leaf.name, state.info.policy))
+
+    def _detach(self, record: _Unit) -> None:
+        state = record.state
+        if state is _State.ADMITTED:
+            self._charge(record, -1)
+        elif state is _State.QUEUED:
+            assert record.queue is not None and record.node is not None
+            record.queue.pending.remove(record.entry, record.shape)
+            self._tree.add_pending(record.node, record.info.request, -1)
+            self._touch(record.queue)
+        elif state is _State.BACKOFF:
+            assert record.node is not None
+            self._tree.add_pending(record.node, record.info.request, -1)
+        record.state = _State.PARKED
+        record.queue = None
+        record.node = None
+        self._changed.pop(record.key, None)
+
+    def _charge(self, record: _Unit, sign: int) -> None:
+        """Add or release an admitted unit's request, waking those who wait for room."""
+        node = record.node
+        assert node is not None
+        info = record.info
+        room = self._tree.charge(node, info.request, sign)
+        name = info.admitted_quota
+        assert name is not None
+        used = self._used_by_name.setdefault(name, {})
+        for resource, amount in info.request.items():
+            used[resource] = used.get(resource, 0) + sign * amount
+        victims = self._victims.setdefault(node, [])
+        item = (info.admitted_at if info.admitted_at is not None else -math.inf, record.key)
+        if sign > 0:
+            if info.preemptible:
+                insort(victims, item)
+            if room and node.parent is not None:
+                self._wake_node(node.parent)
+            return
+        if info.preemptible:
+            index = bisect_left(victims, item)
+            if index < len(victims) and victims[index] == item:
+                del victims[index]
+        for upper in node.path:
+            self._wake_node(upper)
+        for state in self._leaf_queues.get(node, ()):
+            self._touch(state)  # its own units may stop borrowing, and pass holds
+
+    def _wake_node(self, node: QuotaNode, exclude: str | None = None) -> None:
+        if not node.waiters:
+            return
+        waiters = node.waiters
+        node.waiters = set()
+        for key in waiters:
+            if key == exclude:
+                node.waiters.add(key)
+                continue
+            state = self._qs.get(key)
+            if state is not None:
+                self._touch(state)
+
+    def _touch(self, state: _Queue) -> None:
+        """Something that may change the queue's decisions happened: scan it (again)."""
+        if self._heap is None:
+            self._stale.add(state.key)
+            return
+        scan = self._scans.get(state.key)
+        if scan is None:
+            self._push(state)
+        elif not scan.done:
+            scan.restart = True
+        elif scan.rounds < MAX_SCANS_PER_CYCLE:
+            scan.done = False
+            scan.restart = True
+            self._push(state)
+        else:
+            self._stale.add(state.key)
+
+    def _say(self, record: _Unit, text: str) -> None:
+        if record.message != text:
+            record.message = text
+            self._changed[record.key] = text
+
+    # --- derived state ----------------------------------------------------------
+    def _sync(self) -> None:
+        if self._rebuild_needed:
+            self._rebuild()
+        for node in self._tree.refresh():
+            for state in self._leaf_queues.get(node, ()):
+                self._touch(state)
+
+    def _rebuild(self) -> None:
+        """Derive everything from the inputs again (after quotas or queues changed)."""
+        self._rebuild_needed = False
+        self._reasons = validate_quotas(self._quotas)
+        self._tree = QuotaTree(
+            [q for q in self._quotas.values() if q.name not in self._reasons], self._capacity
+        )
+        self._directory = build_directory(self._quotas, self._queues, self._reasons)
+        self._qs = {}
+        self._leaf_queues = {}
+        self._victims = {}
+        self._used_by_name = {}
+        self._backoff = []
+        self._retry = []
+        self._retry_at = {}
+        for key in sorted(self._queues):
+            queue = self._queues[key]
+            node = self._tree.nodes.get(queue.quota) if queue.quota is not None else None
+            if node is not None and node.info is not None and not node.info.is_parent:
+                self._new_queue(queue, node)
+        bulk: dict[str, list[tuple[Entry, Shape]]] = {}
+        for record in self._units.values():
+            previous = record.state
+            record.state = _State.PARKED
+            record.queue = None
+            record.node = None
+            self._attach(record, previous, bulk=bulk)
+        for key, items in bulk.items():
+            self._qs[key].pending.load(items)
+        self._stale = set(self._qs)
+
+    def _new_queue(self, queue: QueueInfo, leaf: QuotaNode) -> _Queue:
+        state = _Queue(queue, leaf, self._threshold(queue))
+        self._qs[queue.key] = state
+        self._leaf_queues.setdefault(leaf, []).append(state)
+        return state
 
     def _threshold(self, queue: QueueInfo) -> int:
         if queue.priority_threshold is not None:
             return queue.priority_threshold
-        quota = self._quotas.get(queue.quota or "")
+        quota = self._quotas.get(queue.quota) if queue.quota is not None else None
         if quota is not None and quota.priority_threshold is not None:
             return quota.priority_threshold
-        return self.config.default_priority_threshold
+        return self._config.default_priority_threshold
 
-    def _next_candidate(self, run: _QueueRun, waiting: dict[str, str]) -> UnitInfo | None:
-        """The next unit this queue's policy lets us try; those passed over get a reason."""
-        policy = run.queue.policy
-        while run.cursor < len(run.units):
-            unit = run.units[run.cursor]
-            if run.blocked_by is not None:
-                if policy is QueuePolicy.BLOCK or (
-                    policy is QueuePolicy.INTELLIGENT and (run.high_blocked or unit.priority >= self._threshold(run.queue))
-                ):
-                    waiting[unit.key] = (
-                        f"blocked behind {run.blocked_by} ({policy.value} policy of queue {run.queue.key})"
-                    )
-                    run.cursor += 1
-                    continue
-            if (policy is QueuePolicy.INTELLIGENT and run.high_blocked
-                    and unit.priority < self._threshold(run.queue)):
-                waiting[unit.key] = (
-                    f"waiting: high-priority units of queue {run.queue.key} go first (Intelligent policy)"
-                )
-                run.cursor += 1
+    def _expire(self, now: float) -> None:
+        backoff = self._backoff
+        while backoff and backoff[0][0] <= now:
+            when, key = heapq.heappop(backoff)
+            record = self._units.get(key)
+            if record is None or record.state is not _State.BACKOFF or record.info.requeue_at != when:
                 continue
-            return unit
-        return None
+            state = record.queue
+            assert state is not None
+            record.state = _State.QUEUED
+            state.pending.add(record.entry, record.shape)
+            self._touch(state)
+            assert record.node is not None
+            self._say(record, messages.queued(state.key, record.node.name, state.info.policy))
+        retry = self._retry
+        while retry and retry[0][0] <= now:
+            when, key = heapq.heappop(retry)
+            if self._retry_at.get(key) == when:
+                del self._retry_at[key]
+                state = self._qs.get(key)
+                if state is not None:
+                    self._touch(state)
 
-    def _after_misfit(self, run: _QueueRun, unit: UnitInfo) -> None:
-        policy = run.queue.policy
-        if policy is QueuePolicy.BLOCK:
-            run.blocked_by = unit.key
-        elif policy is QueuePolicy.INTELLIGENT and unit.priority >= self._threshold(run.queue):
-            run.blocked_by = unit.key
-            run.high_blocked = True
-
-    def _queue_rank(self, run: _QueueRun) -> tuple[int, float, str]:
-        """Higher Queue priority first; among equals the quota furthest below its share."""
-        used, runtime = self._used.get(run.quota, {}), self._runtime.get(run.quota, {})
-        ratio = 0.0
-        for name, share in runtime.items():
-            if share > 0:
-                ratio = max(ratio, used.get(name, 0) / share)
-            elif used.get(name, 0) > 0:
-                ratio = max(ratio, float("inf"))
-        return (-run.queue.priority, ratio, run.queue.key)
-
-    # --- quota arithmetic -------------------------------------------------------------
-
-    def _path(self, quota: str) -> list[QuotaInfo]:
-        out: list[QuotaInfo] = []
-        q = self._quotas.get(quota)
-        while q is not None and len(out) <= len(self._quotas):
-            out.append(q)
-            q = self._quotas.get(q.parent) if q.parent else None
-        return out
-
-    def _charge(self, quota: str, request: ResourceList, sign: int) -> None:
-        for node in self._path(quota) or [QuotaInfo(quota, "", {}, {})]:
-            used = self._used.setdefault(node.name, {})
-            for name, amount in request.items():
-                used[name] = used.get(name, 0) + sign * amount
-
-    def _root_used(self) -> ResourceList:
-        total: ResourceList = {}
-        for name in self._children.get(None, []):
-            for r, v in self._used.get(name, {}).items():
-                total[r] = total.get(r, 0) + v
-        return total
-
-    def _reserved_by_others(self, parent: str | None, child: str) -> ResourceList:
-        """Unused min of siblings that do not lend: out of everyone else's reach."""
-        out: ResourceList = {}
-        for sibling in self._children.get(parent, []):
-            q = self._quotas[sibling]
-            if sibling == child or q.allow_lent:
-                continue
-            used = self._used.get(sibling, {})
-            for r, m in q.min.items():
-                out[r] = out.get(r, 0) + max(0, m - used.get(r, 0))
-        return out
-
-    def _fits(self, quota: str, request: ResourceList) -> _Fit:
-        path = self._path(quota)
-        for node in path:
-            used = self._used.get(node.name, {})
-            for r, amount in sorted(request.items()):
-                if amount and r in node.max and used.get(r, 0) + amount > node.max[r]:
-                    return _Fit(False, self._too_much(quota, node.name, r, amount, used.get(r, 0), node.max[r], "max"),
-                                self._within_runtime(quota, request))
-            parent_limit = self._limit_of(node.parent)
-            if parent_limit is None:
-                continue
-            parent_used = self._used.get(node.parent, {}) if node.parent else self._root_used()
-            reserved = self._reserved_by_others(node.parent, node.name)
-            for r, amount in sorted(request.items()):
-                if amount and r in parent_limit:
-                    have = parent_used.get(r, 0) + reserved.get(r, 0)
-                    if have + amount > parent_limit[r]:
-                        where = node.parent or "the cluster"
-                        return _Fit(False, self._too_much(quota, where, r, amount, have, parent_limit[r],
-                                                          "max" if node.parent else "capacity"),
-                                    self._within_runtime(quota, request))
-        return _Fit(True)
-
-    def _limit_of(self, parent: str | None) -> ResourceList | None:
-        """What all children of ``parent`` together may hold: its max, or the cluster."""
-        if parent is None:
-            return self._capacity
-        return self._quotas[parent].max
-
-    def _too_much(self, quota: str, where: str, r: str, ask: int, used: int, limit: int, what: str) -> str:
-        prefix = f"waiting for quota {quota}" if where == quota else f"waiting for quota {quota} (limited by {where})"
-        return (f"{prefix}: {r} asks {format_quantity(ask)}, used {format_quantity(used)} "
-                f"of {what} {format_quantity(limit)}")
-
-    def _within_runtime(self, quota: str, request: ResourceList) -> bool:
-        runtime, used = self._runtime.get(quota, {}), self._used.get(quota, {})
-        return all(used.get(r, 0) + a <= runtime.get(r, 0) for r, a in request.items() if a)
-
-    # --- admission and preemption -----------------------------------------------------
-
-    def _admit(self, unit: UnitInfo, run: _QueueRun, now: float) -> None:
-        unit.admitted_quota = run.quota
-        unit.admitted_queue = run.queue.key
-        unit.admitted_at = now
-        unit.requeue_at = None
-        self._charge(run.quota, unit.request, +1)
-
-    def _release(self, unit: UnitInfo) -> None:
-        if unit.admitted_quota is not None:
-            self._charge(unit.admitted_quota, unit.request, -1)
-        unit.admitted_quota = unit.admitted_queue = unit.admitted_at = None
-
-    def _backoff(self, unit: UnitInfo) -> float:
-        c = self.config
-        delay = min(c.backoff_cap, c.backoff_base * c.backoff_factor ** max(0, unit.attempts - 1))
-        spread = (zlib.crc32(f"{unit.key}/{unit.attempts}".encode()) % 2001 - 1000) / 1000.0
-        return delay * (1 + c.backoff_jitter * spread)
-
-    def _preempt(self, victim: UnitInfo, preemptor: UnitInfo, now: float) -> Preemption:
-        quota = victim.admitted_quota or ""
-        self._release(victim)
-        victim.attempts += 1
-        victim.requeue_at = now + self._backoff(victim)
-        reason = (f"preempted to make room for {preemptor.key} (priority {preemptor.priority}) "
-                  f"in quota {self._resolve(preemptor).quota}; requeued with backoff")
-        self._messages[victim.key] = reason
-        return Preemption(victim.key, quota, preemptor.key, reason, victim.requeue_at)
-
-    def _plan_preemption(self, run: _QueueRun, unit: UnitInfo, fit: _Fit, now: float
-                         ) -> tuple[list[UnitInfo], float | None]:
-        """The fewest victims that make room, or none; also when protection lifts."""
-        candidates: list[UnitInfo] = []
-        protected_until: float | None = None
-        if self.config.reclaim and fit.reclaimable:
-            for other in self._units.values():
-                q = other.admitted_quota
-                if q is None or q == run.quota or q in self._invalid:
-                    continue
-                if self._over_runtime(q):
-                    candidates.append(other)
-        if run.queue.preemption:
-            candidates += [o for o in self._units.values()
-                           if o.admitted_quota == run.quota and o.priority < unit.priority]
-        eligible = []
-        for other in candidates:
-            if not other.preemptible:
-                continue
-            if other.admitted_at is not None and now - other.admitted_at < self.config.protect_seconds:
-                protected_until = _earliest(protected_until, other.admitted_at + self.config.protect_seconds)
-                continue
-            eligible.append(other)
-        if not eligible:
-            return [], protected_until
-        eligible.sort(key=lambda o: (o.priority, -(o.admitted_at or 0.0), o.key))
-        chosen: list[UnitInfo] = []
-        for other in eligible:
-            q = other.admitted_quota
-            if q is None or (q != run.quota and not self._over_runtime(q)):
-                continue  # taking more would push that borrower below its own share
-            if not _helps(other.request, unit.request):
-                continue
-            chosen.append(other)
-            self._charge(q, other.request, -1)
-            if self._fits(run.quota, unit.request).ok:
+    def _next_wakeup(self, now: float) -> float | None:
+        if self._stale:
+            return now
+        backoff = self._backoff
+        while backoff:
+            when, key = backoff[0]
+            record = self._units.get(key)
+            if record is not None and record.state is _State.BACKOFF and record.info.requeue_at == when:
                 break
-        ok = self._fits(run.quota, unit.request).ok
-        for other in chosen:  # undo the trial; the caller applies the real thing
-            self._charge(other.admitted_quota or "", other.request, +1)
-        if not ok:
-            return [], protected_until
-        # Fewest: drop any victim whose room is not needed after all.
-        for other in list(reversed(chosen)):
-            rest = [o for o in chosen if o is not other]
-            for o in rest:
-                self._charge(o.admitted_quota or "", o.request, -1)
-            enough = self._fits(run.quota, unit.request).ok
-            for o in rest:
-                self._charge(o.admitted_quota or "", o.request, +1)
-            if enough:
-                chosen = rest
-        return chosen, protected_until
+            heapq.heappop(backoff)
+        retry = self._retry
+        while retry and self._retry_at.get(retry[0][1]) != retry[0][0]:
+            heapq.heappop(retry)
+        times = [heap[0][0] for heap in (backoff, retry) if heap]
+        return min(times) if times else None
 
-    def _over_runtime(self, quota: str) -> bool:
-        used, runtime = self._used.get(quota, {}), self._runtime.get(quota, {})
-        return any(v > runtime.get(r, 0) for r, v in used.items() if v > 0)
+    # --- views --------------------------------------------------------------------
+    def unit(self, key: str) -> UnitInfo | None:
+        record = self._units.get(key)
+        return None if record is None else replace(record.info)
 
-    # --- the tree, demand and runtime quota ---------------------------------------
-
-    def _refresh_tree(self) -> None:
-        if not self._tree_dirty:
-            return
-        self._tree_dirty = False
-        self._invalid = validate_quotas(self._quotas)
-        self._children = {}
+    def quota_status(self) -> dict[str, QuotaStatus]:
+        self._sync()
+        out: dict[str, QuotaStatus] = {}
         for name in sorted(self._quotas):
-            if name not in self._invalid:
-                self._children.setdefault(self._quotas[name].parent, []).append(name)
-        used: dict[str, ResourceList] = {}
-        self._used = used
-        for unit in self._units.values():
-            if unit.admitted_quota is not None:
-                self._charge(unit.admitted_quota, unit.request, +1)
-        self._resolved.clear()
-
-    def _refresh_runtime(self) -> None:
-        pending: dict[str, ResourceList] = {}
-        for unit in self._units.values():
-            if unit.admitted_quota is None:
-                res = self._resolve(unit)
-                if res.quota is not None and res.reason is None:
-                    acc = pending.setdefault(res.quota, {})
-                    for r, v in unit.request.items():
-                        acc[r] = acc.get(r, 0) + v
-        demand: dict[str, ResourceList] = {}
-
-        def leaf_demand(name: str) -> ResourceList:
-            q = self._quotas[name]
-            kids = self._children.get(name, [])
-            if kids:
-                total: ResourceList = {}
-                for k in kids:
-                    for r, v in leaf_demand(k).items():
-                        total[r] = total.get(r, 0) + v
+            quota = self._quotas[name]
+            node = self._tree.nodes.get(name)
+            if node is None:
+                out[name] = QuotaStatus(
+                    name,
+                    dict(quota.min),
+                    dict(quota.max),
+                    dict(self._used_by_name.get(name, {})),
+                    {},
+                    {},
+                    False,
+                    self._reasons.get(name),
+                )
             else:
-                total = dict(self._used.get(name, {}))
-                for r, v in pending.get(name, {}).items():
-                    total[r] = total.get(r, 0) + v
-            for r in list(total):
-                if r in q.max:
-                    total[r] = min(total[r], q.max[r])
-            demand[name] = total
-            return total
-
-        for top in self._children.get(None, []):
-            leaf_demand(top)
-        self._demand = demand
-        runtime: dict[str, ResourceList] = {}
-
-        def split(parent_total: ResourceList | None, kids: list[str]) -> None:
-            if not kids:
-                return
-            resources = sorted({r for k in kids for r in (*self._quotas[k].max, *demand[k])})
-            for k in kids:
-                runtime[k] = {}
-            for r in resources:
-                mins, demands, weights = [], [], []
-                for k in kids:
-                    q = self._quotas[k]
-                    m = q.min.get(r, 0)
-                    d = demand[k].get(r, 0)
-                    if not q.allow_lent:
-                        d = max(d, m)
-                    mins.append(m)
-                    demands.append(d)
-                    w = (q.shared_weight if q.shared_weight is not None else q.max).get(r, q.max.get(r, 0))
-                    weights.append(w)
-                total = None if parent_total is None else parent_total.get(r)
-                shares = water_fill(total, mins, demands, weights, kids)
-                for k, s in zip(kids, shares, strict=True):
-                    runtime[k][r] = s
-            for k in kids:
-                split(runtime[k], self._children.get(k, []))
-
-        split(self._capacity, self._children.get(None, []))
-        self._runtime = runtime
-
-    # --- resolution (SEMANTICS.md §5) ----------------------------------------------
-
-    def _resolve(self, unit: UnitInfo) -> _Resolved:
-        cached = self._resolved.get(unit.key)
-        if cached is None:
-            cached = self._resolve_fresh(unit)
-            self._resolved[unit.key] = cached
-        return cached
-
-    def _resolve_fresh(self, unit: UnitInfo) -> _Resolved:
-        if unit.invalid:
-            return _Resolved(None, None, f"the job cannot be queued: {unit.invalid}")
-        queue: QueueInfo | None = None
-        if unit.queue_name:
-            queue = (self._queues.get(f"{SYSTEM_NAMESPACE}/{unit.queue_name}")
-                     or self._queues.get(f"{unit.namespace}/{unit.queue_name}"))
-            if queue is None:
-                return _Resolved(None, None, f"queue {unit.queue_name} does not exist")
-            if queue.quota is None:
-                return _Resolved(queue, None, f"queue {queue.key} is bound to no quota; it admits nothing")
-            quota_name = queue.quota
-        elif unit.quota_name:
-            quota_name = unit.quota_name
-        else:
-            found = self._quota_for_namespace(unit.namespace)
-            if isinstance(found, _Resolved):
-                return found
-            quota_name = found
-        quota = self._quotas.get(quota_name)
-        if quota is None:
-            return _Resolved(queue, None, f"quota {quota_name} does not exist")
-        if quota_name in self._invalid:
-            return _Resolved(queue, quota_name, f"quota {quota_name} is not usable: {self._invalid[quota_name]}")
-        if quota.is_parent:
-            return _Resolved(queue, quota_name, f"quota {quota_name} is a parent quota; jobs go to its children")
-        if unit.namespace != quota.namespace and unit.namespace not in quota.namespaces:
-            return _Resolved(queue, quota_name,
-                             f"quota {quota_name} is not bound to namespace {unit.namespace}; not admitted")
-        if queue is None:
-            queue = self._queue_of(f"{SYSTEM_NAMESPACE}/{quota_name}", quota_name)
-        return _Resolved(queue, quota_name, None)
-
-    def _quota_for_namespace(self, namespace: str) -> str | _Resolved:
-        leaves = [q for q in self._quotas.values() if not q.is_parent]
-        if any(q.name == namespace for q in leaves):
-            return namespace
-        living = [q.name for q in leaves if q.namespace == namespace]
-        if len(living) == 1:
-            return living[0]
-        listing = [q.name for q in leaves if namespace in q.namespaces]
-        if len(listing) == 1 and not living:
-            return listing[0]
-        if living or listing:
-            names = ", ".join(sorted(living or listing))
-            return _Resolved(None, None, f"namespace {namespace} has several quotas ({names}); "
-                                         "name one with the label quota.scheduling.koordinator.sh/name")
-        return _Resolved(None, None, f"no quota for namespace {namespace}: name one with the label "
-                                     "quota.scheduling.koordinator.sh/name or a queue with "
-                                     "scheduling.x-k8s.io/queue")
-
-    def _queue_of(self, key: str, quota: str) -> QueueInfo:
-        queue = self._queues.get(key)
-        if queue is not None:
-            return queue
-        q = self._quotas.get(quota)
-        ns, _, name = key.partition("/")
-        return QueueInfo(name=name, namespace=ns, quota=quota, policy=q.policy if q else QueuePolicy.PRIORITY,
-                         priority_threshold=q.priority_threshold if q else None)
-
-    def _pending_by_queue(self) -> list[tuple[str, str, list[UnitInfo]]]:
-        groups: dict[str, tuple[str, list[UnitInfo]]] = {}
-        for unit in self._units.values():
-            if unit.admitted_quota is not None:
-                continue
-            res = self._resolve(unit)
-            if res.reason is not None or res.queue is None or res.quota is None:
-                continue
-            groups.setdefault(res.queue.key, (res.quota, []))[1].append(unit)
-        out = []
-        for key in sorted(groups):
-            quota, units = groups[key]
-            units.sort(key=lambda u: (-u.priority, u.created, u.namespace, u.name))
-            out.append((key, quota, units))
+                used = {k: v for k, v in node.used.items() if v}
+                out[name] = QuotaStatus(
+                    name, dict(quota.min), dict(quota.max), used, dict(node.runtime), dict(node.demand), True
+                )
         return out
 
+    def validation_errors(self) -> dict[str, str]:
+        self._sync()
+        return dict(self._reasons)
 
-def _helps(victim: ResourceList, need: ResourceList) -> bool:
-    return any(victim.get(r, 0) > 0 for r, a in need.items() if a)
+    def queue_positions(self) -> dict[str, list[Standing]]:
+        self._sync()
+        out: dict[str, list[Standing]] = {}
+        for key in sorted(self._qs):
+            state = self._qs[key]
+            rows = []
+            for position, entry in enumerate(state.pending.ordered(), start=1):
+                record = self._units[entry[4]]
+                rows.append(
+                    Standing(
+                        record.key,
+                        key,
+                        state.leaf.name,
+                        position,
+                        record.info.priority,
+                        self._live_message(record),
+                    )
+                )
+            out[key] = rows
+        return out
 
+    def standing(self, key: str) -> Standing | None:
+        self._sync()
+        record = self._units.get(key)
+        if record is None:
+            return None
+        info = record.info
+        if record.state is _State.ADMITTED:
+            return Standing(
+                key,
+                info.admitted_queue,
+                info.admitted_quota,
+                None,
+                info.priority,
+                f"admitted to quota {info.admitted_quota}",
+            )
+        state = record.queue
+        quota = record.node.name if record.node is not None else None
+        position = (
+            state.pending.position(record.entry)
+            if state is not None and record.state is _State.QUEUED
+            else None
+        )
+        return Standing(
+            key, state.key if state else None, quota, position, info.priority, self._live_message(record)
+        )
 
-def _earliest(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return min(a, b)
+    def _live_message(self, record: _Unit) -> str:
+        """The stored message, or who blocks it when an earlier unit stopped its queue."""
+        state = record.queue
+        if record.state is not _State.QUEUED or state is None or state.blocker is None:
+            return record.message
+        blocker = self._units.get(state.blocker)
+        if (
+            blocker is None
+            or blocker is record
+            or blocker.state is not _State.QUEUED
+            or blocker.entry > record.entry
+        ):
+            return record.message
+        if state.info.policy == QueuePolicy.INTELLIGENT and record.info.priority < state.threshold:
+            return messages.band_blocked(blocker.key, state.key, state.threshold)
+        return messages.blocked(blocker.key, state.key, str(state.info.policy))

@@ -77,7 +77,7 @@ def _mark_parent_problems(quotas: Mapping[str, QuotaInfo], reasons: dict[str, st
             reasons[quota.name] = f"its parent quota {quota.parent} does not exist"
         elif not parent.is_parent:
             reasons[quota.name] = (
-                f"its parent quota {quota.parent} is not marked as a parent (label is-parent: \"true\")"
+                f'its parent quota {quota.parent} is not marked as a parent (label is-parent: "true")'
             )
     for quota in sorted(quotas.values(), key=lambda q: q.name):
         cycle = _cycle_from(quota, quotas)
@@ -101,7 +101,9 @@ def _cycle_from(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo]) -> list[str] 
     return None
 
 
-def _accept_children(parent: QuotaInfo, children: list[QuotaInfo], reasons: dict[str, str]) -> list[QuotaInfo]:
+def _accept_children(
+    parent: QuotaInfo, children: list[QuotaInfo], reasons: dict[str, str]
+) -> list[QuotaInfo]:
     """The children whose mins fit in the parent's min, in name order; refuse the others."""
     if parent.name in reasons:
         return []

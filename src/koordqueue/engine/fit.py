@@ -1,0 +1,143 @@
+"""Does a request fit its quota now? If not, where and why not.
+
+A request r fits leaf q when, for q and every ancestor, used + r <= max (only
+resources named in max limit), the cluster total is not exceeded, the unused min of
+quotas that do not lend stays out of reach (at their parent), and no capacity held for
+a unit waiting ahead of it is taken. Borrowing beyond a quota's min or runtime is
+allowed: idle capacity is used (work-conserving).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from koordqueue.engine.model import ResourceList
+from koordqueue.engine.tree import Hold, QuotaNode
+
+Released = dict[QuotaNode, ResourceList]
+"""Usage taken away in a what-if (victims considered for preemption), per node."""
+
+
+@dataclass(slots=True)
+class Misfit:
+    """The first limit a request runs into, from the leaf up."""
+
+    node: QuotaNode
+    resource: str
+    asked: int
+    used: int
+    limit: int
+    reserve: int = 0  # unused min of non-lending siblings kept out of reach
+    held: int = 0  # free capacity held for others
+    hold: Hold | None = None
+
+    @property
+    def never(self) -> bool:
+        """The request is more than the limit itself: it fits only if the limit changes."""
+        return self.asked > self.limit
+
+    @property
+    def by_hold(self) -> bool:
+        return self.hold is not None
+
+
+def borrowing(leaf: QuotaNode, request: ResourceList) -> bool:
+    """Whether admitting ``request`` takes ``leaf`` beyond its runtime quota."""
+    runtime = leaf.runtime
+    used = leaf.used
+    return any(
+        name in runtime and used.get(name, 0) + amount > runtime[name] for name, amount in request.items()
+    )
+
+
+def holds_against(hold: Hold, leaf: QuotaNode, priority: int, borrows: bool) -> bool:
+    """Whether a unit of ``leaf`` with ``priority`` must leave ``hold`` alone.
+
+    Within its own quota a hold keeps lower-priority units away; from other quotas it
+    keeps away only units that would borrow: a quota within its runtime share is never
+    kept from it.
+    """
+    if hold.leaf is leaf:
+        return priority < hold.priority
+    return borrows
+
+
+def first_misfit(
+    leaf: QuotaNode,
+    request: ResourceList,
+    priority: int,
+    released: Released | None = None,
+    ignore_holds: bool = False,
+) -> Misfit | None:
+    """The first limit ``request`` runs into on ``leaf``'s path, or None if it fits."""
+    borrows: bool | None = None
+    child: QuotaNode | None = None
+    for node in leaf.path:
+        limit = node.limit
+        if limit:
+            used_map = node.used
+            freed = released.get(node) if released else None
+            reserve_map = node.lent_reserve
+            holds = node.holds if not ignore_holds else None
+            for name, asked in request.items():
+                cap = limit.get(name)
+                if cap is None:
+                    continue
+                used = used_map.get(name, 0)
+                if freed:
+                    used -= freed.get(name, 0)
+                reserve = 0
+                if child is not None and reserve_map:
+                    reserve = reserve_map.get(name, 0) - child.own_reserve(name)
+                    if released and reserve_map.get(name):
+                        reserve += _reserve_change(node, child, name, released)
+                free = cap - used - reserve
+                if asked > free:
+                    return Misfit(node, name, asked, used, cap, reserve)
+                if holds:
+                    held = 0
+                    first: Hold | None = None
+                    for hold in holds:
+                        amount = hold.amounts.get(name, 0)
+                        if not amount:
+                            continue
+                        if borrows is None:
+                            borrows = borrowing(leaf, request)
+                        if holds_against(hold, leaf, priority, borrows):
+                            held += amount
+                            first = first or hold
+                    if asked > free - held:
+                        return Misfit(node, name, asked, used, cap, reserve, held, first)
+        child = node
+    return None
+
+
+def headroom(node: QuotaNode, child: QuotaNode | None, name: str) -> int | None:
+    """Free capacity of ``name`` at ``node`` for a unit coming up through ``child``,
+    after every hold; None when ``node`` does not limit it."""
+    cap = node.limit.get(name)
+    if cap is None:
+        return None
+    reserve = 0
+    if child is not None and node.lent_reserve:
+        reserve = node.lent_reserve.get(name, 0) - child.own_reserve(name)
+    held = sum(hold.amounts.get(name, 0) for hold in node.holds)
+    return cap - node.used.get(name, 0) - reserve - held
+
+
+def _reserve_change(node: QuotaNode, path_child: QuotaNode, name: str, released: Released) -> int:
+    """How much more of ``node``'s room non-lending children keep once ``released`` goes."""
+    change = 0
+    for other, freed in released.items():
+        if other.parent is not node or other is path_child or other.lends:
+            continue
+        amount = freed.get(name, 0)
+        if not amount:
+            continue
+        floor = other.min.get(name, 0)
+        used = other.used.get(name, 0)
+        before = floor - used if used < floor else 0
+        after_used = used - amount
+        after = floor - after_used if after_used < floor else 0
+        change += after - before
+    return change

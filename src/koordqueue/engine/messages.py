@@ -1,0 +1,80 @@
+"""Texts for people: why a unit waits, why it was preempted, why it went back.
+
+Every text names the quota, the resource, how much is asked, used and allowed, in the
+units people write in their manifests (``8``, ``500m``, ``200Gi``).
+"""
+
+from __future__ import annotations
+
+from koordqueue.api.quantity import format_quantity
+from koordqueue.engine.fit import Misfit
+from koordqueue.engine.tree import QuotaNode
+
+
+def _q(amount: int) -> str:
+    return format_quantity(amount)
+
+
+def _where(node: QuotaNode) -> str:
+    return "the cluster" if node.is_root else f"quota {node.name}"
+
+
+def waiting(leaf: QuotaNode, misfit: Misfit) -> str:
+    """Why a unit of ``leaf`` does not fit now."""
+    name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
+    if misfit.never:
+        if node is leaf:
+            return (
+                f"can never fit quota {leaf.name}: {name} asks {asked}, more than its max {_q(misfit.limit)}"
+            )
+        return (
+            f"can never fit quota {leaf.name}: {name} asks {asked}, more than the "
+            f"{_q(misfit.limit)} of {_where(node)}"
+        )
+    if misfit.hold is not None:
+        free = misfit.limit - misfit.used - misfit.reserve
+        return (
+            f"waiting for quota {leaf.name}: {name} asks {asked}; the free {_q(free)} of {_where(node)} "
+            f"is held for {misfit.hold.holder} (priority {misfit.hold.priority}), which waits ahead of it"
+        )
+    kept = f", {_q(misfit.reserve)} of it kept by quotas that do not lend" if misfit.reserve > 0 else ""
+    used = f"used {_q(misfit.used)} of max {_q(misfit.limit)}{kept}"
+    if node is leaf:
+        return f"waiting for quota {leaf.name}: {name} asks {asked}, {used}"
+    if node.is_root:
+        return (
+            f"waiting for cluster capacity: {name} asks {asked}, used {_q(misfit.used)} of "
+            f"{_q(misfit.limit)} in the cluster{kept}"
+        )
+    return f"waiting for quota {leaf.name}: {name} asks {asked}; its parent quota {node.name} has {used}"
+
+
+def queued(queue: str, quota: str, policy: str) -> str:
+    return f"queued in {queue} for quota {quota} ({policy} policy), waiting for its turn"
+
+
+def blocked(head: str, queue: str, policy: str) -> str:
+    return f"blocked behind {head} ({policy} policy of queue {queue})"
+
+
+def band_blocked(head: str, queue: str, threshold: int) -> str:
+    return (
+        f"waiting while {head}, of priority {threshold} or more, waits (Intelligent policy of queue {queue})"
+    )
+
+
+def reclaimed(victim_quota: QuotaNode, name: str, preemptor: str, quota: str) -> str:
+    used = victim_quota.used.get(name, 0)
+    share = victim_quota.runtime.get(name, 0)
+    return (
+        f"preempted: quota {victim_quota.name} used {_q(used)} {name}, more than its runtime share "
+        f"{_q(share)}; quota {quota} reclaimed it for {preemptor}"
+    )
+
+
+def outranked(preemptor: str, priority: int, quota: str) -> str:
+    return f"preempted by {preemptor} of higher priority ({priority}) in quota {quota}"
+
+
+def backing_off(reason: str, seconds: float, attempts: int) -> str:
+    return f"{reason}; queued again in {seconds:.0f} s (attempt {attempts})"

@@ -59,7 +59,8 @@ def blocked(head: str, queue: str, policy: str) -> str:
 
 def band_blocked(head: str, queue: str, threshold: int) -> str:
     return (
-        f"waiting while {head}, of priority {threshold} or more, waits (Intelligent policy of queue {queue})"
+        f"waiting while high-priority {head} (priority {threshold} or more) waits ahead of it "
+        f"(Intelligent policy of queue {queue})"
     )
 
 

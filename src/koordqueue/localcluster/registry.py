@@ -28,6 +28,8 @@ class ResourceType:
     verbs: tuple[str, ...] = (
         "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",
     )
+    # Field-selector paths served beyond metadata.name/metadata.namespace, e.g. "spec.nodeName".
+    selectable_fields: tuple[str, ...] = ()
 
     @property
     def group_version(self) -> str:
@@ -40,6 +42,15 @@ class ResourceType:
     @property
     def list_kind(self) -> str:
         return f"{self.kind}List"
+
+    @property
+    def storage_key(self) -> str:
+        """Where objects live: every served version of a resource shares one storage."""
+        return f"{self.group}/{self.plural}"
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
 
 
 @dataclass
@@ -56,6 +67,9 @@ class Registry:
 
     def get(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._types.get((group, version, plural))
+
+    def versions_of(self, storage_key: str) -> list[ResourceType]:
+        return [rt for rt in self._types.values() if rt.storage_key == storage_key]
 
     def by_kind(self, api_version: str, kind: str) -> ResourceType | None:
         for rt in self._types.values():

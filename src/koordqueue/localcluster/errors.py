@@ -1,0 +1,193 @@
+"""API errors as the `Status` objects a real API server returns.
+
+Every failure a client can cause is raised as `APIError` and turned into a `Status`
+body with the same code, reason and message wording kube-apiserver uses, because
+clients (kubectl, client-go, kubernetes_asyncio) branch on `reason` and `code`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from koordqueue.localcluster.registry import ResourceType
+
+
+class APIError(Exception):
+    """A request failure with its HTTP code and `Status` reason."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+    def status(self) -> dict[str, Any]:
+        return status_object(self.code, self.reason, self.message, self.details)
+
+
+def status_object(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        out["details"] = details
+    return out
+
+
+def success_status(rt: ResourceType, name: str, uid: str = "") -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name, "kind": rt.plural}
+    if rt.group:
+        details["group"] = rt.group
+    if uid:
+        details["uid"] = uid
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+
+
+def qualified_resource(rt: ResourceType) -> str:
+    return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+
+
+def qualified_kind(rt: ResourceType) -> str:
+    return f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+
+
+def _details(rt: ResourceType, name: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name}
+    if rt.group:
+        out["group"] = rt.group
+    out["kind"] = rt.plural
+    return out
+
+
+def not_found(rt: ResourceType, name: str) -> APIError:
+    return APIError(404, "NotFound", f'{qualified_resource(rt)} "{name}" not found', _details(rt, name))
+
+
+def namespace_not_found(name: str) -> APIError:
+    return APIError(404, "NotFound", f'namespaces "{name}" not found', {"name": name, "kind": "namespaces"})
+
+
+def resource_not_found() -> APIError:
+    return APIError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def already_exists(rt: ResourceType, name: str) -> APIError:
+    return APIError(409, "AlreadyExists", f'{qualified_resource(rt)} "{name}" already exists', _details(rt, name))
+
+
+def conflict(rt: ResourceType, name: str, why: str) -> APIError:
+    return APIError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {qualified_resource(rt)} "{name}": {why}',
+        _details(rt, name),
+    )
+
+
+STALE_OBJECT = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> APIError:
+    """422 Invalid; `causes` are (field, message) pairs such as ("metadata.name", "Invalid value: ...")."""
+    text = ", ".join(f"{f}: {m}" for f, m in causes)
+    if len(causes) > 1:
+        text = f"[{text}]"
+    details: dict[str, Any] = {"name": name}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.kind
+    details["causes"] = [
+        {"reason": _cause_reason(m), "message": m, "field": f} for f, m in causes
+    ]
+    return APIError(422, "Invalid", f'{qualified_kind(rt)} "{name}" is invalid: {text}', details)
+
+
+def _cause_reason(message: str) -> str:
+    for prefix, reason in (
+        ("Required value", "FieldValueRequired"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Duplicate value", "FieldValueDuplicate"),
+    ):
+        if message.startswith(prefix):
+            return reason
+    return "FieldValueInvalid"
+
+
+def bad_request(message: str) -> APIError:
+    return APIError(400, "BadRequest", message)
+
+
+def unprocessable(message: str) -> APIError:
+    """422 without field causes, as a failed JSON patch gets."""
+    return APIError(422, "Invalid", message)
+
+
+def forbidden(rt: ResourceType, name: str, why: str) -> APIError:
+    return APIError(
+        403, "Forbidden", f'{qualified_resource(rt)} "{name}" is forbidden: {why}', _details(rt, name)
+    )
+
+
+def method_not_allowed() -> APIError:
+    return APIError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {})
+
+
+def unsupported_media_type(content_type: str, accepted: list[str]) -> APIError:
+    return APIError(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: {', '.join(accepted)}",
+        {},
+    )
+
+
+def not_acceptable(accepted: list[str]) -> APIError:
+    return APIError(
+        406, "NotAcceptable", f"only the following media types are accepted: {', '.join(accepted)}", {}
+    )
+
+
+def expired(message: str) -> APIError:
+    return APIError(410, "Expired", message)
+
+
+def too_old_resource_version(requested: int, oldest: int) -> APIError:
+    return expired(f"too old resource version: {requested} ({oldest})")
+
+
+def unauthorized() -> APIError:
+    return APIError(401, "Unauthorized", "Unauthorized")
+
+
+def too_many_requests(retry_after: int) -> APIError:
+    return APIError(
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        {"retryAfterSeconds": retry_after},
+        {"Retry-After": str(retry_after)},
+    )
+
+
+def internal(message: str) -> APIError:
+    return APIError(
+        500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
+    )

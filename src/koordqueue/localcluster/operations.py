@@ -1,0 +1,472 @@
+"""The API verbs on stored objects: create, get, list, update, patch, delete.
+
+This is the registry strategy of the embedded server, independent of HTTP: system
+metadata (uid, creationTimestamp, generation, resourceVersion), optimistic
+concurrency, `/status` subresource semantics, finalizers and deletionTimestamp,
+namespace lifecycle, CRD registration. Handlers in `server.py` parse requests and
+call these; the garbage collector calls them too.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from koordqueue.localcluster import builtin, crd, errors
+from koordqueue.localcluster.builtin import CRD_KEY, NAMESPACE_KEY
+from koordqueue.localcluster.patch import (
+    PatchError,
+    PatchFormatError,
+    apply_json_patch,
+    apply_merge_patch,
+    deep_copy,
+)
+from koordqueue.localcluster.registry import Registry, ResourceType
+from koordqueue.localcluster.selectors import FieldSelector, LabelSelector
+from koordqueue.localcluster.store import DELETED, Event, Store
+from koordqueue.localcluster.validation import check_metadata, check_name
+
+try:  # the strategic-merge module is another engineer's; until it lands, merge patch stands in
+    from koordqueue.localcluster.strategic import apply_strategic_merge  # type: ignore[attr-defined]
+except ImportError:
+    def apply_strategic_merge(original: Any, patch: Any, rt: ResourceType) -> Any:
+        return apply_merge_patch(original, patch)
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+PATCH_TYPES = [JSON_PATCH, MERGE_PATCH, APPLY_PATCH, STRATEGIC_PATCH]
+
+FOREGROUND = "Foreground"
+BACKGROUND = "Background"
+ORPHAN = "Orphan"
+FOREGROUND_FINALIZER = "foregroundDeletion"
+ORPHAN_FINALIZER = "orphan"
+
+_SYSTEM_META = ("uid", "creationTimestamp", "namespace", "name", "generation", "deletionTimestamp",
+                "deletionGracePeriodSeconds")
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+# (operation, resource type, subresource, object, old object) -> object after mutating admission
+Admit = Callable[[str, ResourceType, str, dict[str, Any], dict[str, Any] | None], Awaitable[dict[str, Any]]]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _spec_of(obj: dict[str, Any], rt: ResourceType) -> dict[str, Any]:
+    """What counts as "spec" for metadata.generation: all but metadata (and status, with /status)."""
+    skip = ("metadata", "apiVersion", "kind", "status") if rt.has_status else ("metadata", "apiVersion", "kind")
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+def _same_ignoring_rv(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    ma, mb = dict(a["metadata"]), dict(b["metadata"])
+    ma.pop("resourceVersion", None)
+    mb.pop("resourceVersion", None)
+    return ma == mb and {k: v for k, v in a.items() if k != "metadata"} == {
+        k: v for k, v in b.items() if k != "metadata"}
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[dict[str, Any]]
+    resource_version: str
+    continue_token: str
+    remaining: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOptions:
+    propagation: str | None = None
+    uid: str | None = None  # preconditions
+    resource_version: str | None = None
+    dry_run: bool = False
+
+
+class Operations:
+    def __init__(self, store: Store, registry: Registry, admit: Admit | None = None) -> None:
+        self.store = store
+        self.registry = registry
+        self.admit = admit
+        store.listeners.append(self._sync_crds)
+
+    # --- reads ---------------------------------------------------------------------
+    def get(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.store.get(rt.storage_key, namespace if rt.namespaced else "", name)
+        if obj is None:
+            raise errors.not_found(rt, name)
+        return obj
+
+    def list(
+        self, rt: ResourceType, namespace: str | None, accept: Callable[[dict[str, Any]], bool] | None,
+        limit: int = 0, continue_token: str = "",
+    ) -> Page:
+        items = self.store.items(rt.storage_key, namespace)
+        list_rv = self.store.rv
+        if continue_token:
+            list_rv, start = self._decode_continue(continue_token)
+            keys = [(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in items]
+            items = items[bisect.bisect_right(keys, start):]
+        if accept is not None:
+            matched = []
+            for obj in items:
+                if accept(obj):
+                    matched.append(obj)
+                    if limit and len(matched) > limit:
+                        break
+        else:
+            matched = items[:limit + 1] if limit else items
+        if limit and len(matched) > limit:
+            page = matched[:limit]
+            last = page[-1]["metadata"]
+            token = self._encode_continue(list_rv, (last.get("namespace", ""), last["name"]))
+            remaining = len(items) - limit if accept is None else None
+            return Page(page, str(list_rv), token, remaining)
+        return Page(matched, str(list_rv), "", None)
+
+    def _encode_continue(self, rv: int, start: tuple[str, str]) -> str:
+        raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(start)})
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    def _decode_continue(self, token: str) -> tuple[int, tuple[str, str]]:
+        try:
+            data = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            rv, (ns, name) = int(data["rv"]), data["start"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise errors.bad_request(f"continue key is not valid: {e}") from None
+        if rv < self.store.compacted_rv:
+            raise errors.expired(
+                "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter."
+            )
+        return rv, (str(ns), str(name))
+
+    # --- create --------------------------------------------------------------------
+    async def create(
+        self, rt: ResourceType, namespace: str, body: Any, dry_run: bool = False, subresource: str = "",
+    ) -> dict[str, Any]:
+        obj = self._check_body(rt, body)
+        meta = obj["metadata"]
+        if rt.namespaced:
+            if meta.get("namespace") and meta["namespace"] != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+        if meta.get("resourceVersion"):
+            raise errors.bad_request("resourceVersion should not be set on objects to be created")
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise errors.invalid(rt, "", [("metadata.name", "Required value: name or generateName is required")])
+            meta["name"] = prefix + "".join(random.choices(_NAME_CHARS, k=5))
+        name = meta["name"]
+        causes = check_name(name, builtin.name_rule(rt))
+        if causes:
+            raise errors.invalid(rt, name, causes)
+        self._check_namespace_writable(rt, namespace, name)
+        for attr in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"):
+            meta.pop(attr, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+        if rt.has_status and rt.from_crd:
+            obj.pop("status", None)
+        for hook in builtin.CREATE_HOOKS.get(rt.storage_key, ()):
+            hook(obj)
+        if rt.storage_key == CRD_KEY:
+            self._prepare_crd(rt, obj)
+        causes = check_metadata(meta)
+        if causes:
+            raise errors.invalid(rt, name, causes)
+        if self.admit is not None:
+            obj = await self.admit("CREATE", rt, subresource, obj, None)
+            self._check_admitted(rt, obj, namespace if rt.namespaced else "", name)
+        key = rt.storage_key
+        if self.store.get(key, meta.get("namespace", ""), name) is not None:
+            raise errors.already_exists(rt, name)
+        self._check_namespace_writable(rt, namespace, name)
+        if dry_run:
+            return obj
+        return self.store.put(key, obj, None)
+
+    def _check_body(self, rt: ResourceType, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise errors.bad_request(f"the object provided is not a JSON object: {type(body).__name__}")
+        meta = body.get("metadata")
+        if meta is None:
+            body["metadata"] = meta = {}
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be a JSON object")
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if api_version and api_version != rt.api_version:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({rt.api_version})")
+        if kind and kind != rt.kind:
+            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+        body["apiVersion"], body["kind"] = rt.api_version, rt.kind
+        return body
+
+    def _check_namespace_writable(self, rt: ResourceType, namespace: str, name: str) -> None:
+        if not rt.namespaced:
+            return
+        ns = self.store.get(NAMESPACE_KEY, "", namespace)
+        if ns is None:
+            raise errors.namespace_not_found(namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            raise errors.forbidden(rt, name, f"unable to create new content in namespace {namespace} "
+                                             "because it is being terminated")
+
+    def _check_admitted(self, rt: ResourceType, obj: Any, namespace: str, name: str) -> None:
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise errors.internal("admission webhook returned an object that is not a JSON object")
+        meta = obj["metadata"]
+        if meta.get("name") != name or meta.get("namespace", "") != namespace:
+            raise errors.internal("admission webhook changed the name or namespace of the object")
+        causes = check_metadata(meta)
+        if causes:
+            raise errors.invalid(rt, name, causes)
+
+    def _prepare_crd(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        causes = crd.validate_crd(obj)
+        if causes:
+            raise errors.invalid(rt, obj["metadata"].get("name", ""), causes)
+        crd.defaults(obj)
+        spec = obj["spec"]
+        for other in self.registry.all():
+            if (other.group, other.plural) == (spec["group"], spec["names"]["plural"]) and \
+                    other.from_crd != obj["metadata"]["name"]:
+                raise errors.invalid(rt, obj["metadata"]["name"], [(
+                    "spec.names.plural", f'Invalid value: "{other.plural}": is already served by the server')])
+        obj["status"] = crd.established_status(obj, now_rfc3339())
+
+    def _sync_crds(self, event: Event) -> None:
+        """Keep the registry in step with stored CRDs: what is stored is what is served."""
+        if event.key != CRD_KEY:
+            return
+        name = event.obj["metadata"]["name"]
+        for rt in self.registry.all():
+            if rt.from_crd == name:
+                self.registry.remove(rt.group, rt.version, rt.plural)
+        if event.type != DELETED:
+            for rt in crd.types_from_crd(event.obj):
+                self.registry.add(rt)
+
+    def load_crds(self) -> None:
+        """Serve the CRDs found in storage (after a restart)."""
+        for obj in self.store.items(CRD_KEY):
+            for rt in crd.types_from_crd(obj):
+                self.registry.add(rt)
+
+    # --- update and patch ------------------------------------------------------------
+    async def update(
+        self, rt: ResourceType, namespace: str, name: str, body: Any, subresource: str = "",
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        old = self.get(rt, namespace, name)
+        new = self._check_body(rt, body)
+        meta = new["metadata"]
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the "
+                                     f"URL ({name})")
+        if rt.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request")
+        if not meta.get("resourceVersion") and rt.from_crd:
+            raise errors.invalid(rt, name, [("metadata.resourceVersion",
+                                             "Invalid value: 0x0: must be specified for an update")])
+        return await self._write_update(rt, old, new, subresource, dry_run)
+
+    async def patch(
+        self, rt: ResourceType, namespace: str, name: str, patch_type: str, body: bytes,
+        subresource: str = "", dry_run: bool = False, check: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> dict[str, Any]:
+        """Apply a patch of `patch_type`; `check` sees the patched object before it is written."""
+        old = self.get(rt, namespace, name)
+        if patch_type == APPLY_PATCH or (patch_type == STRATEGIC_PATCH and rt.from_crd):
+            raise errors.unsupported_media_type(patch_type, [JSON_PATCH, MERGE_PATCH] + (
+                [] if rt.from_crd else [STRATEGIC_PATCH]))
+        try:
+            patch = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            raise errors.bad_request(f"error decoding patch: {e}") from None
+        try:
+            if patch_type == JSON_PATCH:
+                new = apply_json_patch(old, patch)
+            else:
+                if not isinstance(patch, dict):
+                    raise errors.bad_request("patch must be a JSON object")
+                merge = apply_merge_patch if patch_type == MERGE_PATCH else (
+                    lambda o, p: apply_strategic_merge(o, p, rt))
+                new = merge(old, patch)
+        except PatchFormatError as e:
+            raise errors.bad_request(str(e)) from None
+        except PatchError as e:
+            raise errors.unprocessable(str(e)) from None
+        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+            raise errors.unprocessable("the patch made the object something other than a JSON object")
+        new = self._check_body(rt, new)
+        if check is not None:
+            check(new)
+        if new["metadata"].get("name") != name:
+            raise errors.bad_request("the name of the object cannot be changed by a patch")
+        return await self._write_update(rt, old, new, subresource, dry_run)
+
+    async def _write_update(
+        self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str, dry_run: bool,
+    ) -> dict[str, Any]:
+        name = old["metadata"]["name"]
+        rv = new["metadata"].get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(rt, name, errors.STALE_OBJECT)
+        if subresource == "status":
+            result = deep_copy(old)
+            if "status" in new:
+                result["status"] = new["status"]
+            else:
+                result.pop("status", None)
+        else:
+            result = new
+            meta, old_meta = result["metadata"], old["metadata"]
+            for attr in _SYSTEM_META:
+                if attr in old_meta:
+                    meta[attr] = old_meta[attr]
+                else:
+                    meta.pop(attr, None)
+            meta.pop("managedFields", None)
+            if rt.has_status:
+                if "status" in old:
+                    result["status"] = deep_copy(old["status"])
+                else:
+                    result.pop("status", None)
+            if old_meta.get("deletionTimestamp"):
+                added = set(meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
+                if added:
+                    raise errors.invalid(rt, name, [("metadata.finalizers", "Forbidden: no new finalizers can be "
+                                                     "added if the object is being deleted")])
+            for hook in builtin.UPDATE_HOOKS.get(rt.storage_key, ()):
+                hook(result)
+            causes = check_metadata(meta)
+            if causes:
+                raise errors.invalid(rt, name, causes)
+            if rt.storage_key == CRD_KEY:
+                self._prepare_crd(rt, result)
+        if self.admit is not None:
+            result = await self.admit("UPDATE", rt, subresource, result, old)
+            self._check_admitted(rt, result, old["metadata"].get("namespace", ""), name)
+        current = self.store.get(rt.storage_key, old["metadata"].get("namespace", ""), name)
+        if current is None:
+            raise errors.not_found(rt, name)
+        if current is not old:  # changed while admission ran
+            raise errors.conflict(rt, name, errors.STALE_OBJECT)
+        if _spec_of(result, rt) != _spec_of(old, rt):
+            result["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
+        result["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if _same_ignoring_rv(result, old):
+            return old
+        if dry_run:
+            return result
+        if result["metadata"].get("deletionTimestamp") and not self._finalizers(result):
+            return self.store.remove(rt.storage_key, result)
+        return self.store.put(rt.storage_key, result, old)
+
+    def _finalizers(self, obj: dict[str, Any]) -> list[str]:
+        out = list(obj["metadata"].get("finalizers") or ())
+        if obj["kind"] == "Namespace":
+            out += (obj.get("spec") or {}).get("finalizers") or ()
+        return out
+
+    def write_system(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+        """A server-internal change (garbage collector, binding): no admission, no preconditions."""
+        if new["metadata"].get("deletionTimestamp") and not self._finalizers(new):
+            return self.store.remove(rt.storage_key, new)
+        return self.store.put(rt.storage_key, new, old)
+
+    # --- delete ----------------------------------------------------------------------
+    def delete(self, rt: ResourceType, namespace: str, name: str, opts: DeleteOptions) -> tuple[dict[str, Any], bool]:
+        """Delete or start deleting; returns (object, whether it is gone)."""
+        obj = self.get(rt, namespace, name)
+        meta = obj["metadata"]
+        if opts.uid and opts.uid != meta["uid"]:
+            raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: {opts.uid}, UID in "
+                                            f"object meta: {meta['uid']}")
+        if opts.resource_version and opts.resource_version != meta["resourceVersion"]:
+            raise errors.conflict(rt, name, "Precondition failed: ResourceVersion in precondition: "
+                                            f"{opts.resource_version}, ResourceVersion in object meta: "
+                                            f"{meta['resourceVersion']}")
+        finalizers = list(meta.get("finalizers") or ())
+        if opts.propagation == FOREGROUND and FOREGROUND_FINALIZER not in finalizers:
+            finalizers.append(FOREGROUND_FINALIZER)
+        elif opts.propagation == ORPHAN and ORPHAN_FINALIZER not in finalizers:
+            finalizers.append(ORPHAN_FINALIZER)
+        if rt.storage_key == NAMESPACE_KEY or finalizers:
+            if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or ()):
+                return obj, False
+            new = deep_copy(obj)
+            new_meta = new["metadata"]
+            new_meta.setdefault("deletionTimestamp", now_rfc3339())
+            new_meta.setdefault("deletionGracePeriodSeconds", 0)
+            if finalizers:
+                new_meta["finalizers"] = finalizers
+            if not meta.get("deletionTimestamp"):
+                new_meta["generation"] = int(meta.get("generation") or 0) + 1
+            if rt.storage_key == NAMESPACE_KEY:
+                new.setdefault("status", {})["phase"] = "Terminating"
+            if opts.dry_run:
+                return new, False
+            return self.store.put(rt.storage_key, new, obj), False
+        if opts.dry_run:
+            return obj, True
+        if rt.storage_key == CRD_KEY:
+            self._remove_instances(obj)
+        return self.store.remove(rt.storage_key, obj), True
+
+    def _remove_instances(self, crd_obj: dict[str, Any]) -> None:
+        key = f"{crd_obj['spec']['group']}/{crd_obj['spec']['names']['plural']}"
+        for obj in self.store.items(key):
+            self.store.remove(key, obj)
+
+    def delete_collection(
+        self, rt: ResourceType, namespace: str | None, accept: Callable[[dict[str, Any]], bool] | None,
+        opts: DeleteOptions,
+    ) -> list[dict[str, Any]]:
+        out = []
+        for obj in self.store.items(rt.storage_key, namespace):
+            if accept is None or accept(obj):
+                meta = obj["metadata"]
+                out.append(self.delete(rt, meta.get("namespace", ""), meta["name"], opts)[0])
+        return out
+
+
+def make_filter(labels: LabelSelector, fields: FieldSelector) -> Callable[[dict[str, Any]], bool] | None:
+    """One predicate for a list or watch; None when it accepts everything."""
+    if labels.empty and fields.empty:
+        return None
+
+    def accept(obj: dict[str, Any]) -> bool:
+        meta = obj["metadata"]
+        if not labels.empty and not labels.matches(meta.get("labels")):
+            return False
+        return fields.empty or fields.matches(lambda path: builtin.field_value(obj, path))
+
+    return accept
+
+
+def check_fields(rt: ResourceType, fields: FieldSelector) -> None:
+    allowed = {"metadata.name", "metadata.namespace", *rt.selectable_fields}
+    for req in fields.requirements:
+        if req.field not in allowed:
+            raise errors.bad_request(f'field label not supported: {req.field}')

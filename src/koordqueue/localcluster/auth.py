@@ -72,7 +72,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _make_certificates(state_dir: Path) -> None:
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=CERT_DAYS)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "koord-queue-local-ca")])

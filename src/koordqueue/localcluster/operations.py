@@ -181,7 +181,10 @@ class Operations:
             meta.pop(attr, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
-        meta["generation"] = 1
+        if rt.from_crd or "spec" in obj:  # kinds without a spec (ConfigMap, Secret) have no generation
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
         if rt.has_status and rt.from_crd:
             obj.pop("status", None)
         for hook in builtin.CREATE_HOOKS.get(rt.storage_key, ()):
@@ -372,7 +375,7 @@ class Operations:
             raise errors.not_found(rt, name)
         if current is not old:  # changed while admission ran
             raise errors.conflict(rt, name, errors.STALE_OBJECT)
-        if _spec_of(result, rt) != _spec_of(old, rt):
+        if "generation" in old["metadata"] and _spec_of(result, rt) != _spec_of(old, rt):
             result["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
         result["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if _same_ignoring_rv(result, old):
@@ -421,7 +424,7 @@ class Operations:
             new_meta.setdefault("deletionGracePeriodSeconds", 0)
             if finalizers:
                 new_meta["finalizers"] = finalizers
-            if not meta.get("deletionTimestamp"):
+            if not meta.get("deletionTimestamp") and "generation" in meta:
                 new_meta["generation"] = int(meta.get("generation") or 0) + 1
             if rt.storage_key == NAMESPACE_KEY:
                 new.setdefault("status", {})["phase"] = "Terminating"

@@ -19,7 +19,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from koordqueue.localcluster import discovery, errors, openapi, printing
+from koordqueue.localcluster import discovery, errors, openapi, printing, protobuf
 from koordqueue.localcluster.admission import Admission
 from koordqueue.localcluster.auth import (
     KUBECONFIG_FILE,
@@ -72,9 +72,24 @@ def _default_crds() -> list[dict[str, Any]]:
     return list(all_crds())
 
 
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None,
+Headers = list[tuple[str, str]]
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | Headers | None = None,
           content_type: str = JSON) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, headers={**(headers or {}), "Content-Type": content_type})
+    out = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+    out.append(("Content-Type", content_type))
+    return web.Response(body=orjson.dumps(body), status=status, headers=out)
+
+
+def _warning_headers(warnings: list[str] | None) -> Headers | None:
+    """One `Warning: 299 - "text"` header per warning, the text quoted as RFC 7234 says."""
+    if not warnings:
+        return None
+    out: Headers = []
+    for text in warnings:
+        out.append(("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'))
+    return out
 
 
 def _error(e: errors.APIError) -> web.Response:
@@ -163,8 +178,7 @@ class APIServer:
         self._routes(app)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port, shutdown_timeout=2.0,
-                           ssl_context=server_ssl)
+        site = web.TCPSite(self._runner, "127.0.0.1", self._requested_port, ssl_context=server_ssl)
         await site.start()
         self._port = self._runner.addresses[0][1]
         write_kubeconfig(self.kubeconfig_path, self.url, self._token, self._ca_pem)
@@ -394,8 +408,14 @@ class APIServer:
                 return yaml.safe_load(raw)
             except yaml.YAMLError as e:
                 raise errors.bad_request(f"error converting YAML to JSON: {e}") from None
+        if ctype == protobuf.CONTENT_TYPE:
+            try:
+                return protobuf.decode_object(raw)
+            except protobuf.ProtobufError as e:
+                raise errors.APIError(415, "UnsupportedMediaType", f"the body of the request could not be "
+                                      f"decoded: {e}; accepted media types include: {JSON}, application/yaml") from None
         if ctype not in (JSON, "application/octet-stream"):
-            raise errors.unsupported_media_type(ctype, [JSON, "application/yaml"])
+            raise errors.unsupported_media_type(ctype, [JSON, "application/yaml", protobuf.CONTENT_TYPE])
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as e:
@@ -484,7 +504,7 @@ class APIServer:
 
     def _respond(self, request: web.Request, rt: ResourceType, obj: dict[str, Any], status: int = 200,
                  warnings: list[str] | None = None) -> web.Response:
-        headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
+        headers = _warning_headers(warnings)
         form, version = self._form(request)
         if form == "Table":
             return _json(self._table(rt, request, [obj], version), status, headers,

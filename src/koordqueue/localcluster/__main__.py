@@ -1,0 +1,35 @@
+"""`python -m koordqueue.localcluster --state-dir DIR [--port P]`: the API server on its own."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+
+from koordqueue.localcluster.server import APIServer
+
+
+async def _serve(state_dir: Path, port: int) -> None:
+    server = APIServer(state_dir, port)
+    await server.start()
+    print(f"kubeconfig: {server.kubeconfig_path}", flush=True)
+    print(f"server: {server.url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m koordqueue.localcluster", description=__doc__)
+    parser.add_argument("--state-dir", type=Path, required=True, help="where state, token and kubeconfig live")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    args = parser.parse_args()
+    asyncio.run(_serve(args.state_dir, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -279,7 +279,6 @@ class Operations:
         self, rt: ResourceType, namespace: str, name: str, body: Any, subresource: str = "",
         dry_run: bool = False,
     ) -> dict[str, Any]:
-        old = self.get(rt, namespace, name)
         new = self._check_body(rt, body)
         meta = new["metadata"]
         if meta.get("name") and meta["name"] != name:
@@ -291,6 +290,7 @@ class Operations:
         if not meta.get("resourceVersion") and rt.from_crd:
             raise errors.invalid(rt, name, [("metadata.resourceVersion",
                                              "Invalid value: 0x0: must be specified for an update")])
+        old = self.get(rt, namespace, name)
         return await self._write_update(rt, old, new, subresource, dry_run)
 
     async def patch(

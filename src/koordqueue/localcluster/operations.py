@@ -32,13 +32,8 @@ from koordqueue.localcluster.patch import (
 from koordqueue.localcluster.registry import Registry, ResourceType
 from koordqueue.localcluster.selectors import FieldSelector, LabelSelector
 from koordqueue.localcluster.store import DELETED, Event, Store
+from koordqueue.localcluster.strategic import apply_strategic_merge
 from koordqueue.localcluster.validation import check_metadata, check_name
-
-try:  # the strategic-merge module is another engineer's; until it lands, merge patch stands in
-    from koordqueue.localcluster.strategic import apply_strategic_merge  # type: ignore[attr-defined]
-except ImportError:
-    def apply_strategic_merge(original: Any, patch: Any, rt: ResourceType) -> Any:
-        return apply_merge_patch(original, patch)
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

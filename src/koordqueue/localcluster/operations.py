@@ -31,7 +31,7 @@ from koordqueue.localcluster.patch import (
 )
 from koordqueue.localcluster.registry import Registry, ResourceType
 from koordqueue.localcluster.selectors import FieldSelector, LabelSelector
-from koordqueue.localcluster.store import DELETED, Event, Store
+from koordqueue.localcluster.store import ADDED, DELETED, Event, Store
 from koordqueue.localcluster.strategic import apply_strategic_merge
 from koordqueue.localcluster.validation import check_metadata, check_name
 
@@ -111,6 +111,8 @@ class Operations:
         list_rv = self.store.rv
         if continue_token:
             list_rv, start = self._decode_continue(continue_token)
+            if list_rv < self.store.rv:
+                items = self._as_of(rt.storage_key, namespace, items, list_rv)
             keys = [(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in items]
             items = items[bisect.bisect_right(keys, start):]
         if accept is not None:
@@ -129,6 +131,19 @@ class Operations:
             remaining = len(items) - limit if accept is None else None
             return Page(page, str(list_rv), token, remaining)
         return Page(matched, str(list_rv), "", None)
+
+    def _as_of(self, key: str, namespace: str | None, items: list[dict[str, Any]], rv: int) -> list[dict[str, Any]]:
+        """The objects as they were at `rv`: today's, with the later history undone (a consistent page)."""
+        state = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in items}
+        for event in reversed(self.store.events_since(rv)):
+            if event.key != key or (namespace is not None and event.namespace != namespace):
+                continue
+            where = (event.namespace, event.obj["metadata"]["name"])
+            if event.type == ADDED:
+                state.pop(where, None)
+            elif event.old is not None:
+                state[where] = event.old
+        return [state[k] for k in sorted(state)]
 
     def _encode_continue(self, rv: int, start: tuple[str, str]) -> str:
         raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(start)})

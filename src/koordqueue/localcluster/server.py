@@ -47,7 +47,7 @@ from koordqueue.localcluster.operations import (
 from koordqueue.localcluster.patch import deep_copy
 from koordqueue.localcluster.registry import Registry, ResourceType
 from koordqueue.localcluster.selectors import SelectorError, parse_field_selector, parse_label_selector
-from koordqueue.localcluster.store import ADDED, Store
+from koordqueue.localcluster.store import ADDED, DELETED, Event, Store
 from koordqueue.localcluster.watch import Watcher, WatchHub, encode_event
 
 log = logging.getLogger(__name__)
@@ -170,6 +170,7 @@ class APIServer:
         self._ops.load_crds()
         self._hub = WatchHub()
         self._store.listeners.append(self._hub)
+        self._store.listeners.append(self._end_watches_of_removed_crds)
         self._controls = Controls(self._store, self._hub, self._seed)
         self._gc = GarbageCollector(self._ops)
         self._store.listeners.append(self._gc)
@@ -183,6 +184,11 @@ class APIServer:
         self._port = self._runner.addresses[0][1]
         write_kubeconfig(self.kubeconfig_path, self.url, self._token, self._ca_pem)
         self._gc.start()
+
+    def _end_watches_of_removed_crds(self, event: Event) -> None:
+        if event.key == CRD_KEY and event.type == DELETED:
+            spec = event.obj["spec"]
+            self._hub.close_all(f"{spec['group']}/{spec['names']['plural']}")
 
     async def stop(self) -> None:
         if self._runner is None:

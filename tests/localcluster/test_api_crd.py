@@ -1,0 +1,96 @@
+"""CRDs registered at run time: created → served (and discovered), deleted → gone with their objects."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from koordqueue.localcluster.testing import APIClient, eventually
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+GADGETS = "/apis/tools.example.org/v1beta1/namespaces/default/gadgets"
+
+GADGET_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gadgets.tools.example.org"},
+    "spec": {
+        "group": "tools.example.org",
+        "scope": "Namespaced",
+        "names": {"plural": "gadgets", "kind": "Gadget", "shortNames": ["gd"]},
+        "versions": [{"name": "v1beta1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields": True}}}],
+    },
+}
+
+
+async def test_crd_registration_serves_a_new_resource(api: APIClient) -> None:
+    assert (await api.get(GADGETS))[0] == 404
+    status, crd, _ = await api.post(CRDS, GADGET_CRD)
+    assert status == 201
+    conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert conditions == {"NamesAccepted": "True", "Established": "True"}
+    assert crd["status"]["acceptedNames"]["kind"] == "Gadget"
+    status, obj, _ = await api.post(GADGETS, {"apiVersion": "tools.example.org/v1beta1", "kind": "Gadget",
+                                              "metadata": {"name": "g"}, "spec": {"n": 1}})
+    assert status == 201 and obj["metadata"]["generation"] == 1
+    _, lst, _ = await api.get(GADGETS)
+    assert lst["kind"] == "GadgetList" and [i["metadata"]["name"] for i in lst["items"]] == ["g"]
+    _, resources, _ = await api.get("/apis/tools.example.org/v1beta1")
+    assert [r["name"] for r in resources["resources"]] == ["gadgets"]
+    _, groups, _ = await api.get("/apis")
+    assert "tools.example.org" in [g["name"] for g in groups["groups"]]
+
+
+async def test_crd_deletion_removes_the_resource_and_its_objects(api: APIClient) -> None:
+    await api.post(CRDS, GADGET_CRD)
+    await api.post(GADGETS, {"metadata": {"name": "g"}})
+    _, lst, _ = await api.get(GADGETS)
+    stream = await api.open_watch(GADGETS, {"resourceVersion": lst["metadata"]["resourceVersion"]})
+    status, _, _ = await api.delete(f"{CRDS}/gadgets.tools.example.org")
+    assert status == 200
+    event = await stream.next()
+    assert event is not None and (event["type"], event["object"]["metadata"]["name"]) == ("DELETED", "g")
+    assert await stream.next() is None  # the resource is gone: its watches end
+    await stream.close()
+    status, body, _ = await api.get(GADGETS)
+    assert status == 404 and body["message"] == "the server could not find the requested resource"
+    assert (await api.get("/apis/tools.example.org/v1beta1"))[0] == 404
+    # registering it again starts empty
+    await api.post(CRDS, GADGET_CRD)
+    _, lst, _ = await api.get(GADGETS)
+    assert lst["items"] == []
+
+
+async def test_crd_update_changes_what_is_served(api: APIClient) -> None:
+    _, crd, _ = await api.post(CRDS, GADGET_CRD)
+    crd["spec"]["versions"][0]["subresources"] = {"status": {}}
+    status, _, _ = await api.put(f"{CRDS}/gadgets.tools.example.org", crd)
+    assert status == 200
+    await api.post(GADGETS, {"metadata": {"name": "g"}, "spec": {"n": 1}})
+
+    async def status_served() -> bool:
+        return (await api.get(f"{GADGETS}/g/status"))[0] == 200
+
+    await eventually(status_served)
+
+
+async def test_invalid_crds_are_422(api: APIClient) -> None:
+    wrong_name = copy.deepcopy(GADGET_CRD)
+    wrong_name["metadata"]["name"] = "gadgets.elsewhere.org"
+    no_storage = copy.deepcopy(GADGET_CRD)
+    no_storage["spec"]["versions"][0]["storage"] = False
+    for bad in (wrong_name, no_storage, {"metadata": {"name": "x"}}):
+        status, body, _ = await api.post(CRDS, bad)
+        assert status == 422, bad
+        assert body["reason"] == "Invalid"
+
+
+async def test_cluster_scoped_crd(api: APIClient) -> None:
+    crd = copy.deepcopy(GADGET_CRD)
+    crd["spec"]["scope"] = "Cluster"
+    await api.post(CRDS, crd)
+    status, obj, _ = await api.post("/apis/tools.example.org/v1beta1/gadgets", {"metadata": {"name": "g"}})
+    assert status == 201 and "namespace" not in obj["metadata"]
+    assert (await api.get(GADGETS))[0] == 404

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from koordqueue.localcluster.controls import Controls
 from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.testing import APIClient
+from koordqueue.localcluster.testing import APIClient, running_apiserver
+from koordqueue.localcluster.watch import WatchHub
 
 from .conftest import configmap
 
@@ -41,9 +44,7 @@ async def test_inject_409_conflict(apiserver: APIServer, api: APIClient) -> None
     assert (await api.get(f"{CMS}/a"))[1]["data"] == {}  # nothing was written
 
 
-async def test_injection_rate_is_a_fraction(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from koordqueue.localcluster.testing import running_apiserver
-
+async def test_injection_rate_is_a_fraction(tmp_path: Path) -> None:
     async with running_apiserver(tmp_path / "s", crds=[], seed=7) as server, APIClient(server) as api:
         server.controls.inject_errors(500, rate=0.3, verbs={"list"})
         codes = [(await api.get(CMS))[0] for _ in range(200)]
@@ -52,9 +53,6 @@ async def test_injection_rate_is_a_fraction(tmp_path) -> None:  # type: ignore[n
 
 
 def test_only_meaningful_injections() -> None:
-    from koordqueue.localcluster.controls import Controls
-    from koordqueue.localcluster.watch import WatchHub
-
     controls = Controls(store=None, hub=WatchHub())  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         controls.inject_errors(404)

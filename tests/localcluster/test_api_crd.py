@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
-from koordqueue.localcluster.testing import APIClient, eventually
+from koordqueue.localcluster.testing import APIClient, eventually, running_apiserver
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 GADGETS = "/apis/tools.example.org/v1beta1/namespaces/default/gadgets"
@@ -94,3 +95,13 @@ async def test_cluster_scoped_crd(api: APIClient) -> None:
     status, obj, _ = await api.post("/apis/tools.example.org/v1beta1/gadgets", {"metadata": {"name": "g"}})
     assert status == 201 and "namespace" not in obj["metadata"]
     assert (await api.get(GADGETS))[0] == 404
+
+
+async def test_project_crds_are_installed_by_default(tmp_path: Path) -> None:
+    async with running_apiserver(tmp_path / "s") as server, APIClient(server) as api:
+        for path in ("/apis/scheduling.sigs.k8s.io/v1alpha1/namespaces/default/elasticquotas",
+                     "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/koord-queue/queues",
+                     "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/queueunits",
+                     "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"):
+            status, lst, _ = await api.get(path)
+            assert status == 200 and lst["items"] == [], path

@@ -7,7 +7,7 @@ import asyncio
 import orjson
 
 from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.testing import APIClient
+from koordqueue.localcluster.testing import APIClient, eventually
 
 from .conftest import configmap
 
@@ -143,3 +143,16 @@ async def test_table_watch(api: APIClient) -> None:
     event = orjson.loads(lines[0])
     assert event["type"] == "ADDED" and event["object"]["kind"] == "Table"
     assert event["object"]["rows"][0]["cells"][0] == "a"
+
+
+async def test_watch_ends_when_the_client_goes(apiserver: APIServer, api: APIClient) -> None:
+    stream = await api.open_watch(CMS)
+    await asyncio.sleep(0.05)
+    _, state, _ = await api.get("/_test/state")
+    assert state["watches"] == 1
+    await stream.close()
+
+    async def closed() -> bool:
+        return (await api.get("/_test/state"))[1]["watches"] == 0
+
+    await eventually(closed)

@@ -19,6 +19,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from koordqueue.api.crds import all_crds
 from koordqueue.localcluster import discovery, errors, openapi, printing, protobuf
 from koordqueue.localcluster.admission import Admission
 from koordqueue.localcluster.auth import (
@@ -63,15 +64,6 @@ DEFAULT_WATCH_TIMEOUT = 1800.0
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's request size limit
 
 
-def _default_crds() -> list[dict[str, Any]]:
-    """Our own CRDs (ElasticQuota, Queue, QueueUnit, job kinds), when their module is there."""
-    try:
-        from koordqueue.api.crds import all_crds  # type: ignore[import-not-found]
-    except ImportError:
-        return []
-    return list(all_crds())
-
-
 Headers = list[tuple[str, str]]
 
 
@@ -105,6 +97,8 @@ class APIServer:
 
     def __init__(self, state_dir: Path, port: int = 0, crds: list[dict[str, Any]] | None = None,
                  seed: int | None = None) -> None:
+        """`crds`: CRD manifests installed (created or updated) on start; None: the project's own
+        (`koordqueue.api.crds.all_crds()`). `seed` makes error injection reproducible."""
         self.state_dir = Path(state_dir)
         self._requested_port = port
         self._crds = crds
@@ -215,7 +209,7 @@ class APIServer:
         for name in INITIAL_NAMESPACES:
             if self._store.get(NAMESPACE_KEY, "", name) is None:
                 await self._ops.create(ns_rt, "", {"metadata": {"name": name}})
-        for manifest in self._crds if self._crds is not None else _default_crds():
+        for manifest in self._crds if self._crds is not None else all_crds():
             manifest = deep_copy(manifest)
             current = self._store.get(CRD_KEY, "", manifest["metadata"]["name"])
             if current is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from koordqueue.localcluster.server import APIServer
@@ -138,3 +139,17 @@ async def test_namespace_deletion_deletes_its_objects(apiserver: APIServer, api:
     await api.patch("/api/v1/namespaces/team/configmaps/held", {"metadata": {"finalizers": None}})
     await eventually(lambda: gone(api, "/api/v1/namespaces/team"))
     assert (await api.get(f"{CMS}/outside"))[0] == 200
+
+
+async def test_events_expire_an_hour_after_they_last_happened(apiserver: APIServer, api: APIClient) -> None:
+    events = "/api/v1/namespaces/default/events"
+    ref = {"kind": "Job", "namespace": "default", "name": "j"}
+    await api.post(events, {"metadata": {"name": "once"}, "involvedObject": ref,
+                            "lastTimestamp": "2020-01-01T00:00:00Z"})
+    await api.post(events, {"metadata": {"name": "repeating"}, "involvedObject": ref,
+                            "firstTimestamp": "2020-01-01T00:00:00Z", "lastTimestamp": "2999-01-01T00:00:00Z"})
+    assert apiserver.gc.sweep_events() == 0  # both were written just now
+    later = datetime.now(UTC) + timedelta(hours=1, minutes=1)
+    assert apiserver.gc.sweep_events(now=later) == 1
+    _, lst, _ = await api.get(events)
+    assert [i["metadata"]["name"] for i in lst["items"]] == ["repeating"]

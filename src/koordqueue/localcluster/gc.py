@@ -6,12 +6,15 @@ dependents whose owners are all gone and drops dangling references from the rest
 Foreground deletes dependents first and then the owner (finalizer
 `foregroundDeletion`); Orphan removes the references and keeps the dependents
 (finalizer `orphan`). A terminating namespace is emptied and then removed.
+Events expire an hour after they last happened, as etcd's TTL makes them on a real
+cluster, so a long-running local cluster does not fill up with them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from koordqueue.localcluster import errors
@@ -29,6 +32,10 @@ from koordqueue.localcluster.store import DELETED, Event
 
 log = logging.getLogger(__name__)
 
+EVENT_KEYS = ("/events", "events.k8s.io/events")
+EVENT_TTL = 3600.0
+EVENT_SWEEP_INTERVAL = 60.0
+
 Where = tuple[str, str, str]  # storage key, namespace, name
 
 
@@ -44,22 +51,41 @@ class GarbageCollector:
         self._store = ops.store
         self._dependents: dict[str, set[Where]] = {}  # owner uid -> dependents
         self._work: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.event_ttl = EVENT_TTL
         for key, obj in self._store.all_objects():
             self._index(key, obj, None)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run()), loop.create_task(self._sweep_events_periodically())]
         self.resync()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _sweep_events_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(EVENT_SWEEP_INTERVAL)
+            self.sweep_events()
+
+    def sweep_events(self, now: datetime | None = None) -> int:
+        """Delete events whose last occurrence is older than `event_ttl`; returns how many."""
+        cutoff = (now or datetime.now(UTC)) - timedelta(seconds=self.event_ttl)
+        expired = 0
+        for key in EVENT_KEYS:
+            rt = self._rt(key)
+            if rt is None:
+                continue
+            for obj in self._store.items(key):
+                if _last_seen(obj) < cutoff:
+                    meta = obj["metadata"]
+                    self._ops.delete(rt, meta.get("namespace", ""), meta["name"], DeleteOptions())
+                    expired += 1
+        return expired
 
     def resync(self) -> None:
         """Look at everything once (after a restart nothing else would wake us)."""
@@ -215,6 +241,18 @@ class GarbageCollector:
         if not spec["finalizers"]:
             del spec["finalizers"]
         self._ops.write_system(rt, ns, new)
+
+
+def _last_seen(event: dict[str, Any]) -> datetime:
+    times = []
+    for value in (event.get("lastTimestamp"), event.get("eventTime"), (event.get("series") or {}).get(
+            "lastObservedTime"), event["metadata"].get("creationTimestamp")):
+        if isinstance(value, str):
+            try:
+                times.append(datetime.fromisoformat(value.replace("Z", "+00:00")))
+            except ValueError:
+                continue
+    return max(times, default=datetime.now(UTC))
 
 
 def _where(obj: dict[str, Any]) -> tuple[str, str]:

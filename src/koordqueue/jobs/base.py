@@ -1,0 +1,214 @@
+"""The one interface every job kind implements, and what all kinds share.
+
+A kind's adapter only says where its pod templates and replica counts are, where its
+native suspend field is, and how its status reads. Demand, priority, suspension through
+the annotation, and the engine's ``UnitInfo`` are computed here, the same for all kinds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from koordqueue.api.constants import (
+    ANNOTATION_PRIORITY,
+    ANNOTATION_QUEUE,
+    ANNOTATION_SUSPEND,
+    CONDITION_TRUE,
+    FALSE,
+    LABEL_PREEMPTIBLE,
+    LABEL_QUOTA_NAME,
+    TRUE,
+)
+from koordqueue.api.meta import INT32_MAX, InvalidObject, Meta, parse_int_text, read_int, read_meta, section
+from koordqueue.api.quantity import MAX_MILLI, ResourceList, add, scale
+from koordqueue.jobs.podrequest import pod_request
+
+Job = Mapping[str, Any]
+"""A job object as it comes from the API server or YAML."""
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """One replica spec of a job, as the kind writes it: a pod template and a count."""
+
+    name: str
+    replicas: int
+    template: Mapping[str, Any]
+    min_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """One role of a job: ``count`` pods, each asking for ``request`` (milli-units)."""
+
+    name: str
+    count: int
+    request: ResourceList
+    template: Mapping[str, Any]
+    min_count: int | None = None
+
+    @property
+    def total(self) -> ResourceList:
+        return scale(self.request, self.count)
+
+
+class JobAdapter(ABC):
+    """What the controller needs to know about one job kind."""
+
+    api_version: ClassVar[str]
+    kind: ClassVar[str]
+    unit_suffix: ClassVar[str]  # QueueUnit name = job name + "-" + suffix ("" = the job's name)
+    leader_roles: ClassVar[tuple[str, ...]] = ()  # roles whose priorityClassName counts first
+
+    @abstractmethod
+    def roles(self, job: Job) -> list[Role]:
+        """The replica specs, in the order the manifest lists them."""
+
+    @abstractmethod
+    def native_suspended(self, job: Job) -> bool:
+        """Whether the kind's own suspend field is set."""
+
+    @abstractmethod
+    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        """A merge patch setting the kind's own suspend field."""
+
+    @abstractmethod
+    def status(self, job: Job) -> JobState:
+        """Where the job is, from its conditions or status."""
+
+    @abstractmethod
+    def pod_selector(self, job: Job) -> dict[str, str]:
+        """The labels the job's pods carry, to find them."""
+
+    # --- shared by every kind ---------------------------------------------------------
+
+    def meta(self, job: Job) -> Meta:
+        return read_meta(job, self.kind)
+
+    def unit_name(self, job: Job) -> str:
+        name = self.meta(job).name
+        return f"{name}-{self.unit_suffix}" if self.unit_suffix else name
+
+    def pod_sets(self, job: Job) -> list[PodSet]:
+        where = self.meta(job).describe()
+        sets = []
+        for role in self.roles(job):
+            request = pod_request(role.template, f"{where}: {role.name}")
+            sets.append(PodSet(role.name.lower(), role.replicas, request, role.template, role.min_count))
+        return sets
+
+    def demand(self, job: Job) -> ResourceList:
+        """The whole job's request: per role, replicas times the pod's request."""
+        total: ResourceList = {}
+        for pod_set in self.pod_sets(job):
+            total = add(total, pod_set.total)
+        too_big = [name for name, amount in total.items() if amount > MAX_MILLI]
+        if too_big:
+            raise InvalidObject(
+                f"{self.meta(job).describe()}: the total request of {', '.join(too_big)} is too large"
+            )
+        return total
+
+    def priority_class_name(self, job: Job) -> str | None:
+        """The first ``priorityClassName`` of the pod templates, leader roles first."""
+        for role in self._leaders_first(job):
+            name = section(role.template, "spec", "template").get("priorityClassName")
+            if isinstance(name, str) and name:
+                return name
+        return None
+
+    def priority(self, job: Job, priority_classes: Mapping[str, int]) -> int:
+        """The annotation ``scheduling.x-k8s.io/priority``, else the pod templates' class value, else 0."""
+        meta = self.meta(job)
+        text = meta.annotations.get(ANNOTATION_PRIORITY, "")
+        if text.strip():
+            return parse_int_text(text, f"{meta.describe()}: annotation {ANNOTATION_PRIORITY}")
+        for role in self._leaders_first(job):
+            name = section(role.template, "spec", "template").get("priorityClassName")
+            if isinstance(name, str) and name in priority_classes:
+                return priority_classes[name]
+        return 0
+
+    def requested_queue(self, job: Job) -> str | None:
+        return self.meta(job).annotations.get(ANNOTATION_QUEUE) or None
+
+    def requested_quota(self, job: Job) -> str | None:
+        return self.meta(job).labels.get(LABEL_QUOTA_NAME) or None
+
+    def preemptible(self, job: Job) -> bool:
+        return self.meta(job).labels.get(LABEL_PREEMPTIBLE, "").lower() != FALSE
+
+    def is_suspended(self, job: Job) -> bool:
+        """Suspended by the annotation or by the kind's own field: either keeps pods away."""
+        return self.meta(job).annotations.get(ANNOTATION_SUSPEND) == TRUE or self.native_suspended(job)
+
+    def suspend_patch(self, job: Job) -> dict[str, Any]:
+        """A merge patch that suspends the job: annotation and native field."""
+        return _merge(
+            {"metadata": {"annotations": {ANNOTATION_SUSPEND: TRUE}}}, self.native_suspend_patch(True)
+        )
+
+    def resume_patch(self, job: Job) -> dict[str, Any]:
+        """A merge patch that lets the job run: the annotation removed, the native field false."""
+        return _merge(
+            {"metadata": {"annotations": {ANNOTATION_SUSPEND: None}}}, self.native_suspend_patch(False)
+        )
+
+    def _leaders_first(self, job: Job) -> list[Role]:
+        roles = self.roles(job)
+        rank = {name: index for index, name in enumerate(self.leader_roles)}
+        return sorted(roles, key=lambda role: rank.get(role.name, len(rank)))
+
+
+def replicas(value: object, where: str, default: int = 1) -> int:
+    """A replica count: absent is ``default``; negative, non-integer or beyond int32 is invalid."""
+    if value is None:
+        return default
+    return read_int(value, f"{where}: replicas", minimum=0, maximum=INT32_MAX)
+
+
+def template(value: object, where: str) -> Mapping[str, Any]:
+    """A pod template (PodTemplateSpec); its containers are checked when its request is computed."""
+    if not isinstance(value, Mapping):
+        raise InvalidObject(f"{where}: template is missing or not a mapping")
+    return value
+
+
+def suspend_flag(value: object, where: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidObject(f"{where}: suspend must be true or false, got {value!r}")
+    return value
+
+
+def condition_true(conditions: object, kind: str) -> bool:
+    """Whether ``status.conditions`` holds a condition of type ``kind`` with status True."""
+    if not isinstance(conditions, list):
+        return False
+    return any(
+        isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == CONDITION_TRUE
+        for c in conditions
+    )
+
+
+def _merge(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge of two patch dicts (b wins on leaves)."""
+    result = dict(a)
+    for key, value in b.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = _merge(dict(result[key]), value)
+        else:
+            result[key] = value
+    return result

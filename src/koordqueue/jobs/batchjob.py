@@ -1,0 +1,63 @@
+"""The Kubernetes batch Job (batch/v1): one template, ``parallelism`` pods, ``spec.suspend``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from koordqueue.api.constants import (
+    BATCH_API_VERSION,
+    BATCH_CONDITION_COMPLETE,
+    BATCH_CONDITION_FAILED,
+    BATCH_JOB_KIND,
+    LABEL_BATCH_JOB_NAME,
+)
+from koordqueue.api.meta import section
+from koordqueue.jobs.base import (
+    Job,
+    JobAdapter,
+    JobState,
+    Role,
+    condition_true,
+    replicas,
+    suspend_flag,
+    template,
+)
+
+POD_SET_NAME = "main"
+
+
+class BatchJobAdapter(JobAdapter):
+    api_version = BATCH_API_VERSION
+    kind = BATCH_JOB_KIND
+    unit_suffix = ""
+
+    def roles(self, job: Job) -> list[Role]:
+        where = self.meta(job).describe()
+        spec = section(job, "spec", where, required=True)
+        parallelism = replicas(spec.get("parallelism"), f"{where}: spec.parallelism")
+        completions = spec.get("completions")
+        if completions is not None:  # never more pods at once than completions left to do
+            parallelism = min(parallelism, replicas(completions, f"{where}: spec.completions"))
+        return [Role(POD_SET_NAME, parallelism, template(spec.get("template"), f"{where}: spec"))]
+
+    def native_suspended(self, job: Job) -> bool:
+        where = self.meta(job).describe()
+        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
+
+    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+    def status(self, job: Job) -> JobState:
+        status = section(job, "status", self.meta(job).describe())
+        conditions = status.get("conditions")
+        if condition_true(conditions, BATCH_CONDITION_COMPLETE):
+            return JobState.SUCCEEDED
+        if condition_true(conditions, BATCH_CONDITION_FAILED):
+            return JobState.FAILED
+        active = status.get("active")
+        if isinstance(active, int) and active > 0:
+            return JobState.RUNNING
+        return JobState.PENDING
+
+    def pod_selector(self, job: Job) -> dict[str, str]:
+        return {LABEL_BATCH_JOB_NAME: self.meta(job).name}

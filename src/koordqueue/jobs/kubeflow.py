@@ -1,0 +1,74 @@
+"""What the kubeflow.org/v1 training jobs share: replica specs and ``runPolicy.suspend``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from koordqueue.api.constants import (
+    KUBEFLOW_API_VERSION,
+    KUBEFLOW_CONDITION_FAILED,
+    KUBEFLOW_CONDITION_RESTARTING,
+    KUBEFLOW_CONDITION_RUNNING,
+    KUBEFLOW_CONDITION_SUCCEEDED,
+    KUBEFLOW_CONDITION_SUSPENDED,
+    LABEL_JOB_NAME,
+)
+from koordqueue.api.meta import InvalidObject, section
+from koordqueue.jobs.base import (
+    Job,
+    JobAdapter,
+    JobState,
+    Role,
+    condition_true,
+    replicas,
+    suspend_flag,
+    template,
+)
+
+
+class KubeflowAdapter(JobAdapter):
+    """A training-operator job: ``spec.<replicaSpecsKey>`` maps a role to replicas and a template."""
+
+    api_version = KUBEFLOW_API_VERSION
+    replica_specs_key: ClassVar[str]
+
+    def roles(self, job: Job) -> list[Role]:
+        where = self.meta(job).describe()
+        spec = section(job, "spec", where, required=True)
+        specs = section(spec, self.replica_specs_key, f"{where}: spec", required=True)
+        if not specs:
+            raise InvalidObject(f"{where}: spec.{self.replica_specs_key} has no replica spec")
+        roles = []
+        for name, replica_spec in specs.items():
+            at = f"{where}: spec.{self.replica_specs_key}.{name}"
+            if not isinstance(replica_spec, Mapping):
+                raise InvalidObject(f"{at} must be a mapping with replicas and a template")
+            count = replicas(replica_spec.get("replicas"), at)
+            roles.append(Role(str(name), count, template(replica_spec.get("template"), at)))
+        return roles
+
+    def native_suspended(self, job: Job) -> bool:
+        where = self.meta(job).describe()
+        run_policy = section(section(job, "spec", where), "runPolicy", f"{where}: spec")
+        return suspend_flag(run_policy.get("suspend"), f"{where}: spec.runPolicy")
+
+    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"runPolicy": {"suspend": suspend}}}
+
+    def status(self, job: Job) -> JobState:
+        conditions = section(job, "status", self.meta(job).describe()).get("conditions")
+        if condition_true(conditions, KUBEFLOW_CONDITION_SUCCEEDED):
+            return JobState.SUCCEEDED
+        if condition_true(conditions, KUBEFLOW_CONDITION_FAILED):
+            return JobState.FAILED
+        if condition_true(conditions, KUBEFLOW_CONDITION_SUSPENDED):
+            return JobState.PENDING
+        if condition_true(conditions, KUBEFLOW_CONDITION_RUNNING) or condition_true(
+            conditions, KUBEFLOW_CONDITION_RESTARTING
+        ):
+            return JobState.RUNNING
+        return JobState.PENDING
+
+    def pod_selector(self, job: Job) -> dict[str, str]:
+        return {LABEL_JOB_NAME: self.meta(job).name}

@@ -1,0 +1,13 @@
+"""MPIJob (kubeflow.org/v1 of the training operator): Launcher and Worker replicas."""
+
+from __future__ import annotations
+
+from koordqueue.api.constants import MPI_JOB_KIND, UNIT_SUFFIX_MPI
+from koordqueue.jobs.kubeflow import KubeflowAdapter
+
+
+class MPIJobAdapter(KubeflowAdapter):
+    kind = MPI_JOB_KIND
+    unit_suffix = UNIT_SUFFIX_MPI
+    replica_specs_key = "mpiReplicaSpecs"
+    leader_roles = ("Launcher",)

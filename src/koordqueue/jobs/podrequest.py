@@ -1,0 +1,67 @@
+"""What one pod asks for, computed as the kube-scheduler does.
+
+Containers run together, so their requests add up; init containers run one at a time
+before them, so the pod needs the larger of the two; sidecars (init containers with
+``restartPolicy: Always``) keep running, so they add to both. A resource with a limit
+but no request requests its limit. ``spec.overhead`` (the RuntimeClass's) comes on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from koordqueue.api.meta import InvalidObject, section
+from koordqueue.api.quantity import QuantityError, ResourceList, add, maximum, parse_resource_list
+
+_ALWAYS = "Always"
+
+
+def pod_request(template: object, where: str) -> ResourceList:
+    """The request of one pod made from ``template`` (a PodTemplateSpec), in milli-units."""
+    if not isinstance(template, Mapping):
+        raise InvalidObject(f"{where}: template is missing or not a mapping")
+    spec = section(template, "spec", f"{where}: template", required=True)
+    containers = _containers(spec, "containers", where)
+    if not containers:
+        raise InvalidObject(f"{where}: template.spec.containers is empty; a pod needs at least one container")
+    total: ResourceList = {}
+    for index, container in enumerate(containers):
+        total = add(total, _container_request(container, f"{where}: containers[{index}]"))
+    sidecars: ResourceList = {}
+    init_peak: ResourceList = {}
+    for index, container in enumerate(_containers(spec, "initContainers", where)):
+        request = _container_request(container, f"{where}: initContainers[{index}]")
+        if container.get("restartPolicy") == _ALWAYS:
+            sidecars = add(sidecars, request)
+            init_peak = maximum(init_peak, sidecars)
+        else:
+            init_peak = maximum(init_peak, add(request, sidecars))
+    total = maximum(add(total, sidecars), init_peak)
+    return add(total, _resources(spec.get("overhead"), f"{where}: template.spec.overhead"))
+
+
+def _containers(spec: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise InvalidObject(f"{where}: template.spec.{key} must be a list of containers")
+    return value
+
+
+def _container_request(container: Mapping[str, Any], where: str) -> ResourceList:
+    name = container.get("name")
+    if isinstance(name, str) and name:
+        where = f"{where} ({name})"
+    resources = section(container, "resources", where)
+    limits = _resources(resources.get("limits"), f"{where}: resources.limits")
+    requests = _resources(resources.get("requests"), f"{where}: resources.requests")
+    return {**limits, **requests}
+
+
+def _resources(value: object, where: str) -> ResourceList:
+    try:
+        return parse_resource_list(value)
+    except QuantityError as err:
+        raise InvalidObject(f"{where}: {err}") from None

@@ -1,0 +1,90 @@
+"""RayJob (ray.io/v1): a head pod and worker groups of ``spec.rayClusterSpec``, ``spec.suspend``.
+
+The submitter pod KubeRay starts for ``K8sJobMode`` is small and short-lived; it is not
+counted (Kueue counts it; a later change may).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from koordqueue.api.constants import (
+    LABEL_RAY_CLUSTER,
+    LABEL_RAY_ORIGINATED_FROM_CR_NAME,
+    LABEL_RAY_ORIGINATED_FROM_CRD,
+    RAY_API_VERSION,
+    RAY_DEPLOYMENT_COMPLETE,
+    RAY_DEPLOYMENT_FAILED,
+    RAY_DEPLOYMENT_RUNNING,
+    RAY_DEPLOYMENT_VALIDATION_FAILED,
+    RAY_JOB_KIND,
+    RAY_JOB_STATUS_FAILED,
+    RAY_JOB_STATUS_RUNNING,
+    RAY_JOB_STATUS_SUCCEEDED,
+    UNIT_SUFFIX_RAY,
+)
+from koordqueue.api.meta import InvalidObject, section
+from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, replicas, suspend_flag, template
+
+HEAD = "head"
+
+
+class RayJobAdapter(JobAdapter):
+    api_version = RAY_API_VERSION
+    kind = RAY_JOB_KIND
+    unit_suffix = UNIT_SUFFIX_RAY
+    leader_roles = (HEAD,)
+
+    def roles(self, job: Job) -> list[Role]:
+        where = self.meta(job).describe()
+        spec = section(job, "spec", where, required=True)
+        cluster = section(spec, "rayClusterSpec", f"{where}: spec", required=True)
+        head = section(cluster, "headGroupSpec", f"{where}: spec.rayClusterSpec", required=True)
+        roles = [Role(HEAD, 1, template(head.get("template"), f"{where}: headGroupSpec"))]
+        groups = cluster.get("workerGroupSpecs") or []
+        if not isinstance(groups, list):
+            raise InvalidObject(f"{where}: spec.rayClusterSpec.workerGroupSpecs must be a list")
+        for index, group in enumerate(groups):
+            at = f"{where}: workerGroupSpecs[{index}]"
+            if not isinstance(group, Mapping):
+                raise InvalidObject(f"{at} must be a mapping")
+            name = group.get("groupName")
+            if not isinstance(name, str) or not name:
+                raise InvalidObject(f"{at}: groupName is missing or not a string")
+            hosts = replicas(group.get("numOfHosts"), f"{at}: numOfHosts")
+            count = replicas(group.get("replicas"), at) * hosts
+            roles.append(Role(name, count, template(group.get("template"), at)))
+        return roles
+
+    def native_suspended(self, job: Job) -> bool:
+        where = self.meta(job).describe()
+        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
+
+    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+    def status(self, job: Job) -> JobState:
+        status = section(job, "status", self.meta(job).describe())
+        job_status, deployment = status.get("jobStatus"), status.get("jobDeploymentStatus")
+        if job_status == RAY_JOB_STATUS_SUCCEEDED:
+            return JobState.SUCCEEDED
+        if job_status == RAY_JOB_STATUS_FAILED or deployment in (
+            RAY_DEPLOYMENT_FAILED,
+            RAY_DEPLOYMENT_VALIDATION_FAILED,
+            RAY_DEPLOYMENT_COMPLETE,  # complete without success: stopped
+        ):
+            return JobState.FAILED
+        if job_status == RAY_JOB_STATUS_RUNNING or deployment == RAY_DEPLOYMENT_RUNNING:
+            return JobState.RUNNING
+        return JobState.PENDING
+
+    def pod_selector(self, job: Job) -> dict[str, str]:
+        """The RayCluster's pods once its name is known, else the labels naming the RayJob."""
+        cluster = section(job, "status", self.meta(job).describe()).get("rayClusterName")
+        if isinstance(cluster, str) and cluster:
+            return {LABEL_RAY_CLUSTER: cluster}
+        return {
+            LABEL_RAY_ORIGINATED_FROM_CR_NAME: self.meta(job).name,
+            LABEL_RAY_ORIGINATED_FROM_CRD: self.kind,
+        }

@@ -1,45 +1,179 @@
-"""The CRDs are generated from one place, stay structural, and the files do not drift."""
+"""The CRDs: generated from the models, structural, printed like Koord-Queue, not drifting."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from koordqueue.api.crds import all_crds, our_crds, render
+import pytest
+import yaml
+
+from koordqueue.api.crds import all_crds, our_crds, render, structural, write
+from koordqueue.api.queueunit import QueueUnit, build_queue_unit
+from koordqueue.jobs import adapter_for
 
 CONFIG = Path(__file__).parents[2] / "config" / "crd"
+JOBS = Path(__file__).parents[1] / "jobs" / "data"
+
+
+def by_kind(kind: str) -> dict[str, Any]:
+    return next(m for m in all_crds() if m["spec"]["names"]["kind"] == kind)
+
+
+def schema_of(kind: str) -> dict[str, Any]:
+    schema: dict[str, Any] = by_kind(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
 
 
 def test_config_files_match_the_generator() -> None:
-    for manifest in our_crds():
+    for manifest in all_crds():
         path = CONFIG / f"{manifest['metadata']['name']}.yaml"
-        assert path.read_text() == render(manifest), f"{path} drifted: run python -m koordqueue.api.crds --write config/crd"
-    assert len(list(CONFIG.glob("*.yaml"))) == len(our_crds())
+        assert path.read_text() == render(manifest), (
+            f"{path} drifted: run python -m koordqueue.api.crds --write config/crd"
+        )
+    assert sorted(p.name for p in CONFIG.glob("*.yaml")) == sorted(
+        f"{m['metadata']['name']}.yaml" for m in all_crds()
+    )
 
 
-def _walk(schema: dict, where: str) -> None:
-    assert "$ref" not in schema, where
-    if not schema.get("x-kubernetes-int-or-string") and not schema.get("x-kubernetes-preserve-unknown-fields"):
-        assert "type" in schema, f"{where} has no type"
-    for name, sub in (schema.get("properties") or {}).items():
-        _walk(sub, f"{where}.{name}")
+def test_write_round_trips(tmp_path: Path) -> None:
+    paths = write(tmp_path)
+    assert [yaml.safe_load(p.read_text()) for p in paths] == all_crds()
+
+
+def _walk(schema: dict[str, Any], where: str) -> None:
+    assert "$ref" not in schema and "$defs" not in schema, where
+    assert "nullable" not in schema and "default" not in schema, where
+    if "anyOf" in schema:  # only the int-or-string of quantities
+        assert schema.get("x-kubernetes-int-or-string") is True, where
+        assert schema["anyOf"] == [{"type": "integer"}, {"type": "string"}], where
+    elif not schema.get("x-kubernetes-preserve-unknown-fields"):
+        assert schema.get("type") in {"object", "array", "string", "integer", "boolean"}, (
+            f"{where} has no type"
+        )
+    if "properties" in schema:
+        assert schema.get("additionalProperties") is None, f"{where}: properties and additionalProperties"
+        for name, sub in schema["properties"].items():
+            _walk(sub, f"{where}.{name}")
     if isinstance(schema.get("items"), dict):
         _walk(schema["items"], f"{where}[]")
     if isinstance(schema.get("additionalProperties"), dict):
         _walk(schema["additionalProperties"], f"{where}{{}}")
 
 
-def test_schemas_are_structural() -> None:
-    for manifest in all_crds():
-        version = manifest["spec"]["versions"][0]
-        _walk(version["schema"]["openAPIV3Schema"], manifest["metadata"]["name"])
-        assert version["subresources"] == {"status": {}}
+@pytest.mark.parametrize("manifest", all_crds(), ids=lambda m: m["metadata"]["name"])
+def test_schemas_are_structural(manifest: dict[str, Any]) -> None:
+    version = manifest["spec"]["versions"][0]
+    root = version["schema"]["openAPIV3Schema"]
+    _walk(root, manifest["metadata"]["name"])
+    assert root["properties"]["metadata"] == {"type": "object"}
+    assert version["subresources"] == {"status": {}}
+    assert manifest["spec"]["scope"] == "Namespaced"
+    assert (
+        manifest["metadata"]["name"] == f"{manifest['spec']['names']['plural']}.{manifest['spec']['group']}"
+    )
+    assert version["additionalPrinterColumns"][-1]["jsonPath"] == ".metadata.creationTimestamp"
+
+
+def test_structural_rejects_a_real_union() -> None:
+    with pytest.raises(ValueError, match="cannot make a structural schema"):
+        structural({"anyOf": [{"type": "string"}, {"type": "integer"}]})
+
+
+def test_groups_versions_names() -> None:
+    assert [
+        (m["spec"]["group"], m["spec"]["versions"][0]["name"], m["spec"]["names"]["kind"]) for m in all_crds()
+    ] == [
+        ("scheduling.sigs.k8s.io", "v1alpha1", "ElasticQuota"),
+        ("scheduling.x-k8s.io", "v1alpha1", "Queue"),
+        ("scheduling.x-k8s.io", "v1alpha1", "QueueUnit"),
+        ("kubeflow.org", "v1", "PyTorchJob"),
+        ("kubeflow.org", "v1", "TFJob"),
+        ("kubeflow.org", "v1", "MPIJob"),
+        ("ray.io", "v1", "RayJob"),
+    ]
+    assert [m["spec"]["names"]["kind"] for m in our_crds()] == ["ElasticQuota", "Queue", "QueueUnit"]
+    assert by_kind("ElasticQuota")["spec"]["names"]["shortNames"] == ["eq"]
+    assert by_kind("QueueUnit")["spec"]["names"]["shortNames"] == ["qu"]
 
 
 def test_queue_unit_printer_columns_are_koord_queues() -> None:
-    unit = next(m for m in our_crds() if m["spec"]["names"]["kind"] == "QueueUnit")
-    columns = unit["spec"]["versions"][0]["additionalPrinterColumns"]
-    assert [(c["name"].upper(), c["jsonPath"]) for c in columns] == [
-        ("PHASE", ".status.phase"), ("PRIORITY", ".spec.priority"), ("ADMISSIONS", ".status.admissions"),
-        ("JOBTYPE", ".spec.consumerRef.kind"), ("AGE", ".metadata.creationTimestamp"),
+    columns = by_kind("QueueUnit")["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert [(col["name"], col["type"], col["jsonPath"]) for col in columns] == [
+        ("PHASE", "string", ".status.phase"),
+        ("PRIORITY", "integer", ".spec.priority"),
+        ("ADMISSIONS", "string", ".status.admissions"),
+        ("JOBTYPE", "string", ".spec.consumerRef.kind"),
+        ("AGE", "date", ".metadata.creationTimestamp"),
     ]
-    assert unit["spec"]["names"]["shortNames"] == ["qu"]
+
+
+def test_operator_printer_columns() -> None:
+    for kind in ("PyTorchJob", "TFJob", "MPIJob"):
+        columns = by_kind(kind)["spec"]["versions"][0]["additionalPrinterColumns"]
+        assert [col["name"] for col in columns] == ["State", "Age"]
+        assert columns[0]["jsonPath"] == ".status.conditions[-1:].type"
+        assert schema_of(kind)["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_queue_unit_schema_is_the_models() -> None:
+    spec = schema_of("QueueUnit")["properties"]["spec"]["properties"]
+    status = schema_of("QueueUnit")["properties"]["status"]["properties"]
+    fields = QueueUnit.model_fields
+    spec_model = fields["spec"].annotation
+    assert set(spec) == {f.alias for f in spec_model.model_fields.values()}  # type: ignore[union-attr]
+    assert set(spec) >= {
+        "consumerRef",
+        "priority",
+        "queue",
+        "resource",
+        "podSet",
+        "priorityClassName",
+        "request",
+    }
+    assert set(status) >= {
+        "phase", "attempts", "message", "lastUpdateTime", "admissionChecks", "podState",
+        "admissions", "lastAllocateTime", "conditions", "requeueState",
+    }  # fmt: skip
+    assert spec["resource"]["additionalProperties"]["x-kubernetes-int-or-string"] is True
+    assert spec["podSet"]["items"]["properties"]["template"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert set(status["admissions"]["items"]["properties"]) >= {"name", "replicas", "resources", "running"}
+    assert set(status["requeueState"]["properties"]) == {"count", "requeueAt"}
+
+
+def _pruned(value: Any, schema: dict[str, Any], where: str) -> list[str]:
+    """The paths of ``value`` that the API server would prune under ``schema``."""
+    if schema.get("x-kubernetes-preserve-unknown-fields") or not isinstance(value, (dict, list)):
+        return []
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _pruned(item, schema["items"], f"{where}[{i}]")]
+    if "additionalProperties" in schema:
+        return [
+            p for k, v in value.items() for p in _pruned(v, schema["additionalProperties"], f"{where}.{k}")
+        ]
+    properties = schema.get("properties", {})
+    lost = [f"{where}.{k}" for k in value if k not in properties]
+    return lost + [
+        p for k, v in value.items() if k in properties for p in _pruned(v, properties[k], f"{where}.{k}")
+    ]
+
+
+def test_a_built_unit_loses_nothing_to_pruning() -> None:
+    job = yaml.safe_load((JOBS / "seed-pytorchjob.yaml").read_text())
+    job["metadata"]["uid"] = "0b9e-uid"
+    adapter = adapter_for(job["apiVersion"], job["kind"])
+    assert adapter is not None
+    unit = build_queue_unit(job, adapter, {})
+    unit["status"] = {
+        "phase": "Running",
+        "attempts": 1,
+        "lastUpdateTime": "2026-01-02T03:04:05Z",
+        "admissions": [{"name": "master", "replicas": 1, "resources": {"cpu": "4"}, "running": 1}],
+        "podState": {"running": 2, "pending": 0},
+        "requeueState": {"count": 1, "requeueAt": "2026-01-02T03:04:15Z"},
+        "conditions": [{"type": "Admitted", "status": "True", "reason": "Dequeued", "message": "ok"}],
+        "admissionChecks": [{"name": "provision", "state": "Ready"}],
+    }
+    del unit["metadata"]  # the API server keeps metadata whatever the schema says
+    assert _pruned(unit, schema_of("QueueUnit"), "") == []
+    assert _pruned({"spec": {"bogus": 1}}, schema_of("QueueUnit"), "") == [".spec.bogus"]

@@ -182,5 +182,4 @@ RAY_DEPLOYMENT_RUNNING = "Running"
 RAY_DEPLOYMENT_COMPLETE = "Complete"
 RAY_DEPLOYMENT_FAILED = "Failed"
 RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
-# QueueUnit status.admissionSummary (ours): what the ADMISSIONS printer column shows.
-QUEUE_UNIT_PRINTER_COLUMNS = ("PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE", "AGE")
+ANNOTATION_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # not copied to units

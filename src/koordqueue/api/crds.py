@@ -1,9 +1,16 @@
 """CustomResourceDefinitions: ours (ElasticQuota, Queue, QueueUnit) and, for the embedded
-control plane, the training operator's and Ray's.
+control plane, the training operator's (PyTorchJob, TFJob, MPIJob) and KubeRay's RayJob.
 
-One generator per kind builds the manifest from the field lists below; the YAML files in
-`config/crd/` (and the chart) are written from here with
-`python -m koordqueue.api.crds --write config/crd`, and a test fails when they drift.
+The QueueUnit schema is generated from the pydantic models of ``api/queueunit.py`` and
+made structural (no ``$ref``, no nullable ``anyOf``), so the model and the CRD cannot
+disagree. ElasticQuota and Queue are read into dataclass views, not models; their small
+schemas are written out here. ``config/crd/`` is written from this module with
+``python -m koordqueue.api.crds --write config/crd``; a test fails when the files drift.
+
+Printer columns of QueueUnit are Koord-Queue's: ADMISSIONS shows ``.status.admissions``
+as a whole (kubectl prints the list of ``{name, replicas, resources, running}``), which is
+what Koord-Queue users already read; a JSONPath like ``[*].replicas`` would show only the
+first pod set, since the API server prints the first result of a column's JSONPath.
 """
 
 from __future__ import annotations
@@ -15,102 +22,143 @@ from typing import Any
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.api.queueunit import FREE_OBJECT_SCHEMA, QUANTITY_SCHEMA, QueueUnit
 
 Schema = dict[str, Any]
 
 STRING: Schema = {"type": "string"}
 INTEGER: Schema = {"type": "integer"}
-TIME: Schema = {"type": "string", "format": "date-time"}
-QUANTITY: Schema = {"x-kubernetes-int-or-string": True,
-                    "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
-                    "anyOf": [{"type": "integer"}, {"type": "string"}]}
-RESOURCES: Schema = {"type": "object", "additionalProperties": QUANTITY}
-FREE: Schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+RESOURCES: Schema = {"type": "object", "additionalProperties": QUANTITY_SCHEMA}
+LABEL_SELECTOR: Schema = {
+    "type": "object",
+    "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": STRING},
+        "matchExpressions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "key": STRING,
+                    "operator": STRING,
+                    "values": {"type": "array", "items": STRING},
+                },
+            },
+        },
+    },
+}
+
+ELASTIC_QUOTA_SCHEMA: Schema = {
+    "type": "object",
+    "properties": {
+        "spec": {"type": "object", "properties": {"min": RESOURCES, "max": RESOURCES}},
+        "status": {"type": "object", "properties": {"used": RESOURCES}},
+    },
+}
+
+QUEUE_ITEM: Schema = {
+    "type": "object",
+    "properties": {"name": STRING, "namespace": STRING, "priority": INTEGER, "position": INTEGER},
+}
+QUEUE_SCHEMA: Schema = {
+    "type": "object",
+    "properties": {
+        "spec": {
+            "type": "object",
+            "properties": {
+                "queuePolicy": STRING,  # an unknown policy is a warning and Priority, not a rejection
+                "priority": INTEGER,
+                "priorityClassName": STRING,
+                "admissionChecks": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": STRING, "labelSelector": LABEL_SELECTOR},
+                    },
+                },
+            },
+        },
+        "status": {
+            "type": "object",
+            "properties": {
+                "queueItemDetails": {
+                    "type": "object",
+                    "additionalProperties": {"type": "array", "items": QUEUE_ITEM},
+                }
+            },
+        },
+    },
+}
+
+OPERATOR_SCHEMA: Schema = {
+    "type": "object",
+    "properties": {"spec": FREE_OBJECT_SCHEMA, "status": FREE_OBJECT_SCHEMA},
+}
+
+_DROPPED_KEYWORDS = {"title", "default", "$defs"}
 
 
-def obj(properties: dict[str, Schema], required: list[str] | None = None) -> Schema:
-    out: Schema = {"type": "object", "properties": properties}
-    if required:
-        out["required"] = required
+def structural(schema: Schema, defs: Schema | None = None) -> Schema:
+    """A pydantic JSON schema as Kubernetes accepts it: refs inlined, ``X | None`` as X,
+    no defaults or titles, and objects with properties closed (unknown fields are pruned)."""
+    defs = schema.get("$defs", {}) if defs is None else defs
+    if "$ref" in schema:
+        return structural(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    if "anyOf" in schema and not schema.get("x-kubernetes-int-or-string"):
+        options = [option for option in schema["anyOf"] if option != {"type": "null"}]
+        if len(options) != 1:
+            raise ValueError(f"cannot make a structural schema of anyOf {options}")
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        return structural({**rest, **options[0]}, defs)
+    out: Schema = {"type": schema["type"]} if "type" in schema else {}
+    for key, value in schema.items():
+        if key in _DROPPED_KEYWORDS or (key == "additionalProperties" and value is True):
+            continue
+        if key == "properties":
+            out[key] = {name: structural(sub, defs) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties"):
+            out[key] = structural(value, defs)
+        elif key != "type":
+            out[key] = value
     return out
 
 
-def array(items: Schema) -> Schema:
-    return {"type": "array", "items": items}
+def queue_unit_schema() -> Schema:
+    return structural(QueueUnit.model_json_schema(by_alias=True))
 
 
-LABEL_SELECTOR = obj({
-    "matchLabels": {"type": "object", "additionalProperties": STRING},
-    "matchExpressions": array(obj({"key": STRING, "operator": STRING, "values": array(STRING)})),
-})
-CONDITION = obj({"type": STRING, "status": STRING, "reason": STRING, "message": STRING,
-                 "lastTransitionTime": TIME, "observedGeneration": INTEGER})
-
-ELASTIC_QUOTA_SCHEMA = obj({
-    "spec": obj({"min": RESOURCES, "max": RESOURCES}),
-    "status": obj({"used": RESOURCES}),
-})
-
-QUEUE_SCHEMA = obj({
-    "spec": obj({
-        "queuePolicy": {"type": "string", "enum": [p.value for p in c.QueuePolicy]},
-        "priority": INTEGER,
-        "priorityClassName": STRING,
-        "admissionChecks": array(obj({"name": STRING, "labelSelector": LABEL_SELECTOR})),
-    }),
-    "status": obj({
-        "queueItemDetails": {"type": "object", "additionalProperties": array(obj({
-            "name": STRING, "namespace": STRING, "priority": INTEGER, "position": INTEGER}))},
-    }),
-})
-
-QUEUE_UNIT_SCHEMA = obj({
-    "spec": obj({
-        "consumerRef": obj({"apiVersion": STRING, "kind": STRING, "name": STRING, "namespace": STRING,
-                            "uid": STRING, "resourceVersion": STRING, "fieldPath": STRING}),
-        "priority": INTEGER,
-        "queue": STRING,
-        "resource": RESOURCES,
-        "podSet": array(obj({"name": STRING, "count": INTEGER, "minCount": INTEGER, "template": FREE})),
-        "priorityClassName": STRING,
-        "request": RESOURCES,
-        "active": {"type": "boolean"},
-        "maximumExecutionTimeSeconds": INTEGER,
-    }),
-    "status": obj({
-        "phase": STRING,
-        "attempts": INTEGER,
-        "message": STRING,
-        "lastUpdateTime": TIME,
-        "admissionChecks": array(obj({"name": STRING, "state": STRING, "message": STRING,
-                                      "lastTransitionTime": TIME, "podSetUpdates": array(FREE)})),
-        "podState": obj({"running": INTEGER, "pending": INTEGER}),
-        "admissions": array(obj({"name": STRING, "replicas": INTEGER, "resources": RESOURCES,
-                                 "running": INTEGER, "reclaimState": obj({"replicas": INTEGER})})),
-        "lastAllocateTime": TIME,
-        "conditions": array(CONDITION),
-        "requeueState": obj({"count": INTEGER, "requeueAt": TIME}),
-        "reclaimablePods": array(obj({"name": STRING, "count": INTEGER})),
-        "accumulatedPastExecutionTimeSeconds": INTEGER,
-    }),
-})
-
-OPERATOR_SCHEMA = obj({"spec": FREE, "status": FREE})
-
-AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+def _age(name: str = "Age") -> dict[str, str]:
+    return {"name": name, "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
-def crd(group: str, version: str, kind: str, plural: str, schema: Schema, *,
-        short_names: tuple[str, ...] = (), columns: list[dict[str, str]] | None = None,
-        categories: tuple[str, ...] = ()) -> dict[str, Any]:
-    names: dict[str, Any] = {"kind": kind, "listKind": f"{kind}List", "plural": plural,
-                             "singular": kind.lower()}
+def _column(name: str, json_path: str, kind: str = "string") -> dict[str, str]:
+    return {"name": name, "type": kind, "jsonPath": json_path}
+
+
+def crd(
+    group: str,
+    version: str,
+    kind: str,
+    plural: str,
+    schema: Schema,
+    columns: list[dict[str, str]],
+    short_names: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """A namespaced CRD of one served and stored version, with the status subresource."""
+    names: dict[str, Any] = {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": kind.lower(),
+    }
     if short_names:
         names["shortNames"] = list(short_names)
-    if categories:
-        names["categories"] = list(categories)
-    full_schema = {"type": "object", "properties": {"apiVersion": STRING, "kind": STRING,
-                                                    "metadata": {"type": "object"}, **schema["properties"]}}
+    # metadata last: Kubernetes allows no schema of its own for it.
+    properties = {
+        "apiVersion": STRING,
+        "kind": STRING,
+        **schema["properties"],
+        "metadata": {"type": "object"},
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -119,43 +167,80 @@ def crd(group: str, version: str, kind: str, plural: str, schema: Schema, *,
             "group": group,
             "names": names,
             "scope": "Namespaced",
-            "versions": [{
-                "name": version,
-                "served": True,
-                "storage": True,
-                "schema": {"openAPIV3Schema": full_schema},
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns or [AGE],
-            }],
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": properties}},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                }
+            ],
         },
     }
 
 
 def our_crds() -> list[dict[str, Any]]:
+    """ElasticQuota, Queue and QueueUnit: what a cluster needs installed for koord-queue."""
     return [
-        crd(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_KIND, c.ELASTIC_QUOTA_PLURAL,
-            ELASTIC_QUOTA_SCHEMA, short_names=c.ELASTIC_QUOTA_SHORT_NAMES),
-        crd(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_KIND, c.QUEUE_PLURAL, QUEUE_SCHEMA,
-            columns=[{"name": "Policy", "type": "string", "jsonPath": ".spec.queuePolicy"},
-                     {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"}, AGE]),
-        crd(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_KIND, c.QUEUE_UNIT_PLURAL, QUEUE_UNIT_SCHEMA,
-            short_names=c.QUEUE_UNIT_SHORT_NAMES,
-            columns=[{"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                     {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
-                     {"name": "Admissions", "type": "string", "jsonPath": ".status.admissions"},
-                     {"name": "JobType", "type": "string", "jsonPath": ".spec.consumerRef.kind"},
-                     AGE]),
+        crd(
+            c.QUOTA_GROUP,
+            c.QUOTA_VERSION,
+            c.ELASTIC_QUOTA_KIND,
+            c.ELASTIC_QUOTA_PLURAL,
+            ELASTIC_QUOTA_SCHEMA,
+            [
+                _column("Min", ".spec.min"),
+                _column("Max", ".spec.max"),
+                _column("Used", ".status.used"),
+                _age(),
+            ],
+            c.ELASTIC_QUOTA_SHORT_NAMES,
+        ),
+        crd(
+            c.QUEUE_GROUP,
+            c.QUEUE_VERSION,
+            c.QUEUE_KIND,
+            c.QUEUE_PLURAL,
+            QUEUE_SCHEMA,
+            [
+                _column("Policy", ".spec.queuePolicy"),
+                _column("Priority", ".spec.priority", "integer"),
+                _age(),
+            ],
+        ),
+        crd(
+            c.QUEUE_GROUP,
+            c.QUEUE_VERSION,
+            c.QUEUE_UNIT_KIND,
+            c.QUEUE_UNIT_PLURAL,
+            queue_unit_schema(),
+            [
+                _column("PHASE", ".status.phase"),
+                _column("PRIORITY", ".spec.priority", "integer"),
+                _column("ADMISSIONS", ".status.admissions"),
+                _column("JOBTYPE", ".spec.consumerRef.kind"),
+                _age("AGE"),
+            ],
+            c.QUEUE_UNIT_SHORT_NAMES,
+        ),
     ]
 
 
 def operator_crds() -> list[dict[str, Any]]:
-    state = [{"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"}, AGE]
+    """The job kinds' CRDs, as their operators print them, for the embedded control plane."""
+    state = [_column("State", ".status.conditions[-1:].type"), _age()]
+    ray = [
+        _column("Job Status", ".status.jobStatus"),
+        _column("Deployment Status", ".status.jobDeploymentStatus"),
+        _age(),
+    ]
     return [
-        crd(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_KIND, "pytorchjobs", OPERATOR_SCHEMA, columns=state),
-        crd(c.KUBEFLOW_GROUP, "v1", c.TF_JOB_KIND, "tfjobs", OPERATOR_SCHEMA, columns=state),
-        crd(c.KUBEFLOW_GROUP, "v1", c.MPI_JOB_KIND, "mpijobs", OPERATOR_SCHEMA, columns=state),
-        crd(c.RAY_GROUP, "v1", c.RAY_JOB_KIND, "rayjobs", OPERATOR_SCHEMA,
-            columns=[{"name": "Job Status", "type": "string", "jsonPath": ".status.jobStatus"}, AGE]),
+        crd(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_KIND, "pytorchjobs", OPERATOR_SCHEMA, state),
+        crd(c.KUBEFLOW_GROUP, "v1", c.TF_JOB_KIND, "tfjobs", OPERATOR_SCHEMA, state),
+        crd(c.KUBEFLOW_GROUP, "v1", c.MPI_JOB_KIND, "mpijobs", OPERATOR_SCHEMA, state),
+        crd(c.RAY_GROUP, "v1", c.RAY_JOB_KIND, "rayjobs", OPERATOR_SCHEMA, ray),
     ]
 
 
@@ -168,9 +253,10 @@ def render(manifest: dict[str, Any]) -> str:
 
 
 def write(directory: Path) -> list[Path]:
+    """Write every CRD to ``directory`` as ``<plural>.<group>.yaml``."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for manifest in our_crds():
+    for manifest in all_crds():
         path = directory / f"{manifest['metadata']['name']}.yaml"
         path.write_text(render(manifest))
         paths.append(path)
@@ -178,7 +264,7 @@ def write(directory: Path) -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description="Write the CRD manifests as YAML files.")
     parser.add_argument("--write", type=Path, required=True, help="directory for the CRD YAML files")
     for path in write(parser.parse_args().write):
         print(path)

@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 run: venv
-	$(BIN)/koord-queue up --example
+	$(BIN)/python -m koordqueue.localcluster --state-dir .koord-queue
 
 lint: venv
 	$(BIN)/ruff check src tests bench

@@ -45,7 +45,7 @@ def main() -> None:
     seq = 0
     for c in range(5):
         for q in range(6):
-            for name, count, size, seconds, priority, interval in CLASSES:
+            for name, count, size, seconds, _priority, interval in CLASSES:
                 for i in range(count):
                     key = f"ns-{c}-{q}/{name}-{i}"
                     at = round(i * interval, 6)

@@ -52,9 +52,8 @@ def admitted_gpus(e: Engine) -> dict[str, int]:
     ],
 )
 def test_water_fill_worked_examples(total, mins, demands, weights, expected) -> None:
-    names = [f"q{i}" for i in range(len(mins))]
     scale = lambda xs: [x * G for x in xs]  # noqa: E731
-    shares = water_fill(None if total is None else total * G, scale(mins), scale(demands), scale(weights), names)
+    shares = water_fill(None if total is None else total * G, scale(mins), scale(demands), scale(weights))
     assert [s // G for s in shares] == expected
     assert sum(shares) <= (total or 10**9) * G
 

@@ -49,6 +49,7 @@ class QuotaNode:
         "groups",
         "holds",
         "waiters",
+        "partial",
     )
 
     def __init__(self, info: QuotaInfo | None, parent: QuotaNode | None) -> None:
@@ -63,14 +64,17 @@ class QuotaNode:
         self.min: ResourceList = dict(info.min) if info is not None else {}
         self.lends = info.allow_lent if info is not None else True
         self.used: ResourceList = {}  # admitted requests of the whole subtree
-        self.pending: ResourceList = {}  # requests of the pending units (leaves)
-        self.demand: ResourceList = {}
+        self.pending: ResourceList = {}  # requests of the pending units of the subtree
+        self.demand: ResourceList = {}  # per resource of ``limit``
         self.runtime: ResourceList = {}  # per resource of ``limit``
         self.lent_reserve: ResourceList = {}  # unused min of children that do not lend
-        # resource -> (children that limit it, their mins, weights, names), for filling.
-        self.groups: dict[str, tuple[list[QuotaNode], list[int], list[int], list[str]]] = {}
+        # resource -> (children that limit it, in name order; their mins; their weights).
+        self.groups: dict[str, tuple[list[QuotaNode], list[int], list[int]]] = {}
         self.holds: list[Hold] = []  # free capacity held here for waiting units
         self.waiters: set[str] = set()  # queues to scan again when room appears here
+        # Its parent limits a resource it does not: the parent's demand then follows
+        # this node's usage and requests, not only its (capped) demand.
+        self.partial = parent is not None and any(name not in self.limit for name in parent.limit)
 
     @property
     def is_root(self) -> bool:
@@ -114,9 +118,10 @@ class QuotaTree:
             if not node.children and not node.is_root:
                 for upper in node.path:
                     self._leaves.setdefault(upper, []).append(node)
-        self._capacity: ResourceList | None = None
-        self._dirty: set[QuotaNode] = set(self.nodes.values())
-        self._refill: set[QuotaNode] = {self.root, *self.nodes.values()}
+        self._order = [self.root, *self.nodes.values()]  # parents before children
+        self._dirty: set[QuotaNode] = set()
+        self._refill: set[QuotaNode] = set()
+        self._full = True
         self.set_capacity(capacity)
 
     def leaves_under(self, node: QuotaNode) -> list[QuotaNode]:
@@ -124,7 +129,6 @@ class QuotaTree:
         return self._leaves.get(node, [])
 
     def set_capacity(self, capacity: ResourceList | None) -> None:
-        self._capacity = None if capacity is None else dict(capacity)
         self.root.limit = dict(capacity) if capacity is not None else {}
         self.root.runtime = dict(self.root.limit)
         self._refill.add(self.root)
@@ -158,15 +162,18 @@ class QuotaTree:
 
     def add_pending(self, node: QuotaNode, request: ResourceList, sign: int) -> None:
         """Count (or stop counting) a pending unit's request in its quota's demand."""
-        pending = node.pending
-        for name, amount in request.items():
-            pending[name] = pending.get(name, 0) + sign * amount
+        for current in node.path:
+            pending = current.pending
+            for name, amount in request.items():
+                pending[name] = pending.get(name, 0) + sign * amount
         if not node.is_root:
             self._dirty.add(node)
 
     # --- demand and runtime ---------------------------------------------------------
     def refresh(self) -> set[QuotaNode]:
         """Bring demand and runtime up to date; return the nodes whose runtime changed."""
+        if self._full:
+            return self._refresh_all()
         if not self._dirty and not self._refill:
             return set()
         by_depth: dict[int, set[QuotaNode]] = {}
@@ -178,7 +185,7 @@ class QuotaTree:
         for depth in range(max(by_depth, default=0), 0, -1):
             for node in by_depth.get(depth, ()):
                 demand = _demand_of(node)
-                if demand != node.demand:
+                if demand != node.demand or node.partial:
                     node.demand = demand
                     parent = node.parent
                     assert parent is not None
@@ -200,6 +207,21 @@ class QuotaTree:
                         fill_by_depth.setdefault(child.depth, set()).add(child)
         return changed
 
+    def _refresh_all(self) -> set[QuotaNode]:
+        """Every demand bottom-up, then every sibling group top-down (after a rebuild)."""
+        self._full = False
+        self._dirty = set()
+        self._refill = set()
+        order = self._order
+        for node in reversed(order):
+            if not node.is_root:
+                node.demand = _demand_of(node)
+        changed: set[QuotaNode] = set()
+        for node in order:
+            if node.children:
+                changed.update(_fill(node))
+        return changed
+
 
 def _build_groups(node: QuotaNode) -> None:
     resources = sorted({name for child in node.children for name in child.limit})
@@ -210,46 +232,44 @@ def _build_groups(node: QuotaNode) -> None:
             assert child.info is not None
             shared = child.info.shared_weight if child.info.shared_weight is not None else child.info.max
             weights.append(shared.get(resource, 0))
-        node.groups[resource] = (
-            kids,
-            [k.min.get(resource, 0) for k in kids],
-            weights,
-            [k.name for k in kids],
-        )
+        node.groups[resource] = (kids, [k.min.get(resource, 0) for k in kids], weights)
 
 
 def _demand_of(node: QuotaNode) -> ResourceList:
-    """Used plus pending (a parent: its children's demands), capped at max; raised to
-    min when the quota does not lend, since it keeps its min whatever it uses."""
+    """Per resource the quota limits: used plus pending (a parent: its children's
+    demands), capped at max; raised to min when the quota does not lend, since it keeps
+    its min whatever it uses."""
+    demand: ResourceList = {}
     if node.children:
-        raw: ResourceList = {}
-        for child in node.children:
-            for name, amount in child.demand.items():
-                raw[name] = raw.get(name, 0) + amount
+        for name, cap in node.limit.items():
+            total = 0
+            for child in node.children:
+                if name in child.limit:
+                    total += child.demand.get(name, 0)
+                else:  # a child that does not limit it wants all it uses and asks for
+                    total += child.used.get(name, 0) + child.pending.get(name, 0)
+            demand[name] = total if total < cap else cap
     else:
-        raw = dict(node.used)
-        for name, amount in node.pending.items():
-            raw[name] = raw.get(name, 0) + amount
-    limit = node.limit
-    for name, cap in limit.items():
-        amount = raw.get(name, 0)
-        if amount > cap:
-            raw[name] = cap
+        used = node.used
+        pending = node.pending
+        for name, cap in node.limit.items():
+            total = used.get(name, 0) + pending.get(name, 0)
+            demand[name] = total if total < cap else cap
     if not node.lends:
         for name, floor in node.min.items():
-            if raw.get(name, 0) < floor:
-                raw[name] = floor
-    return {name: amount for name, amount in raw.items() if amount}
+            if demand.get(name, 0) < floor:
+                demand[name] = floor
+    return demand
 
 
 def _fill(parent: QuotaNode) -> list[QuotaNode]:
     """Split the parent's runtime among its children; return those whose share moved."""
     changed: list[QuotaNode] = []
     parent_runtime = parent.runtime
-    for resource, (kids, mins, weights, names) in parent.groups.items():
+    for resource, (kids, mins, weights) in parent.groups.items():
         total = parent_runtime.get(resource)
         demands = [kid.demand.get(resource, 0) for kid in kids]
-        for kid, share in zip(kids, water_fill(total, mins, demands, weights, names), strict=True):
+        for kid, share in zip(kids, water_fill(total, mins, demands, weights), strict=True):
             if kid.runtime.get(resource) != share:
                 kid.runtime[resource] = share
                 if not changed or changed[-1] is not kid:

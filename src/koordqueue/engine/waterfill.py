@@ -6,9 +6,10 @@ caller, so it gets its full min); what is left of the parent's total goes to the
 children that want more, in proportion to their shared weight, never beyond their
 demand; what a child cannot use is handed again to the others until nothing is left or
 nobody wants more. Integer arithmetic only: amounts are milli-units, and the
-proportional part is split with largest-remainder rounding (ties by name) in whole
-units whenever everything being split is a whole number of units, so that a 100-GPU
-parent hands out whole GPUs and no unit is lost or made up.
+proportional part is split with largest-remainder rounding (ties go to the earlier
+child, and callers list children in name order, so ties are by name) in whole units
+whenever everything being split is a whole number of units, so that a 100-GPU parent
+hands out whole GPUs and no unit is lost or made up.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ def water_fill(
     mins: Sequence[int],
     demands: Sequence[int],
     weights: Sequence[int],
-    names: Sequence[str],
 ) -> list[int]:
     """Each child's share of ``total`` (None: unbounded, everyone gets its demand).
 
@@ -35,7 +35,7 @@ def water_fill(
     out = [d if d < m else m for d, m in zip(demands, mins, strict=True)]
     rest = total - sum(out)
     if rest <= 0:
-        return out if rest == 0 else _proportional(total, out, names)
+        return out if rest == 0 else _proportional(total, out)
     active = [i for i, w in enumerate(weights) if w > 0 and demands[i] > out[i]]
     while active:
         weight_sum = sum(weights[i] for i in active)
@@ -44,7 +44,7 @@ def water_fill(
         # found here would also be satisfied at the final level.
         full = [i for i in active if (demands[i] - out[i]) * weight_sum <= rest * weights[i]]
         if not full:
-            _split(rest, active, out, weights, names, demands)
+            _split(rest, active, out, weights, demands)
             return out
         for i in full:
             rest -= demands[i] - out[i]
@@ -58,7 +58,6 @@ def _split(
     active: list[int],
     out: list[int],
     weights: Sequence[int],
-    names: Sequence[str],
     demands: Sequence[int],
 ) -> None:
     """Share ``rest`` among ``active`` by weight; none of them reaches its demand."""
@@ -68,19 +67,17 @@ def _split(
     floors = [units * weights[i] // weight_sum for i in active]
     leftover = units - sum(floors)
     if leftover:
-        by_remainder = sorted(
-            range(len(active)),
-            key=lambda k: (-(units * weights[active[k]] % weight_sum), names[active[k]]),
-        )
-        for k in by_remainder[:leftover]:
+        # Largest remainder first; the sort is stable, so ties keep the children's order.
+        remainders = [floors[k] * weight_sum - units * weights[i] for k, i in enumerate(active)]
+        for k in sorted(range(len(active)), key=remainders.__getitem__)[:leftover]:
             floors[k] += 1
     for k, i in enumerate(active):
         out[i] += floors[k] * step
 
 
-def _proportional(total: int, guaranteed: list[int], names: Sequence[str]) -> list[int]:
+def _proportional(total: int, guaranteed: list[int]) -> list[int]:
     """``total`` split in proportion to ``guaranteed`` (the parent has less than the mins)."""
     active = [i for i, g in enumerate(guaranteed) if g > 0]
     out = [0] * len(guaranteed)
-    _split(total, active, out, guaranteed, names, guaranteed)
+    _split(total, active, out, guaranteed, guaranteed)
     return out

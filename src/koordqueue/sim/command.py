@@ -1,0 +1,23 @@
+"""The body of ``koord-queue simulate``: load, run, print."""
+
+from __future__ import annotations
+
+import sys
+
+from .report import render_json, render_summary
+from .simulator import simulate
+from .trace import load_trace
+
+
+def simulate_command(path: str, as_json: bool) -> None:
+    """Print the result of a trace; warnings go to stderr when stdout carries JSON.
+
+    Raises ``TraceError`` when the file cannot be used at all.
+    """
+    result = simulate(load_trace(path))
+    if as_json:
+        for warning in result.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        print(render_json(result))
+    else:
+        print(render_summary(result))

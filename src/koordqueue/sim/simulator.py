@@ -1,0 +1,426 @@
+"""The discrete-event loop that replays a trace against the production engine.
+
+Virtual time jumps from one moment to the next at which something can happen: a job
+arrives, a job ends, a trace event fires, a backoff runs out, or the engine says time
+alone will change a decision (``next_wakeup``). After each batch of simultaneous
+happenings the engine runs one cycle, so the simulator asks exactly what the
+controller would ask, and nothing depends on a tick length.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from time import process_time
+from typing import Any, TypeVar
+
+from koordqueue.api.constants import (
+    ELASTIC_QUOTA_KIND,
+    NAMESPACE_KIND,
+    PRIORITY_CLASS_KIND,
+    QUEUE_KIND,
+    Phase,
+)
+from koordqueue.api.meta import InvalidObject, read_int, read_meta
+from koordqueue.api.objects import parse_elastic_quota, parse_queue
+from koordqueue.engine.core import Engine
+from koordqueue.engine.model import (
+    CycleResult,
+    EngineConfig,
+    QuotaInfo,
+    ResourceList,
+    auto_queue_for,
+)
+from koordqueue.jobs import JobAdapter, adapter_for
+from koordqueue.jobs.unit import unit_info
+
+from .nodes import NodePool, Placement
+from .trace import EventEntry, JobEntry, Trace
+from .usage import UsageBook
+
+T = TypeVar("T")
+
+TIME_QUANTUM = 1e-6  # times are rounded to this, so that 0.1 + 0.2 meets 0.3
+
+
+class Step(IntEnum):
+    """What happens at one instant, in the order it is handled."""
+
+    FINISH = 0  # a running job ends (frees room first)
+    EVENT = 1  # a trace event
+    ARRIVAL = 2  # a job is submitted
+    WAKE = 3  # a backoff runs out: nothing to do but run a cycle
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """Everything the report says about one job."""
+
+    kind: str | None
+    namespace: str | None
+    name: str | None
+    runtime: float | None
+    submitted: float | None = None
+    priority: int | None = None
+    quota: str | None = None
+    queue: str | None = None
+    admitted: float | None = None  # first admission
+    started: float | None = None  # start of the current run
+    finished: float | None = None
+    phase: Phase | None = None
+    preemptions: int = 0
+    attempts: int = 0  # admissions
+    message: str | None = None
+    unit_key: str | None = None
+    request: ResourceList = field(default_factory=dict)
+    pods: list[ResourceList] = field(default_factory=list)
+    charged: list[str] = field(default_factory=list)  # quotas its request is counted on
+    placement: Placement | None = None
+    run: int = 0  # bumped on every admission, so a stale finish is ignored
+    requeue_at: float | None = None
+    deleted: float | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.unit_key is not None and self.finished is None and self.deleted is None
+
+
+@dataclass(slots=True)
+class SimResult:
+    jobs: list[JobRecord]
+    quotas: dict[str, QuotaInfo]  # the quotas that exist at the end
+    runtime_at_end: dict[str, ResourceList]
+    usage: UsageBook
+    end: float
+    warnings: list[str]
+    capacity: ResourceList | None
+    engine_seconds: float  # CPU time spent inside engine calls
+
+
+def _at(seconds: float) -> float:
+    return round(round(seconds / TIME_QUANTUM) * TIME_QUANTUM, 6)
+
+
+class Simulator:
+    """One run of one trace. ``capacity`` overrides the nodes' total (benchmarks)."""
+
+    def __init__(
+        self, trace: Trace, config: EngineConfig | None = None, capacity: ResourceList | None = None
+    ) -> None:
+        self.trace = trace
+        self.engine = Engine(config or EngineConfig())
+        self.engine_seconds = 0.0
+        self.nodes = NodePool(trace.nodes) if trace.nodes else None
+        self.capacity = capacity if capacity is not None else (self.nodes.capacity() if self.nodes else None)
+        self.warnings = list(trace.warnings)
+        self.jobs: list[JobRecord] = []
+        self.by_name: dict[tuple[str, str, str], JobRecord] = {}  # (kind, namespace, name)
+        self.by_unit: dict[str, JobRecord] = {}
+        self.quotas: dict[str, QuotaInfo] = {}
+        self.priority_classes: dict[str, int] = {}
+        self.usage = UsageBook()
+        self.waiting_for_nodes: list[JobRecord] = []  # admitted, pods not placed yet, by admission
+        self.reported_invalid: dict[str, str] = {}
+        self.heap: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.now = 0.0
+
+    # --- engine calls, timed ---------------------------------------------------------
+    def _call(self, method: Callable[..., T], *args: Any) -> T:
+        start = process_time()
+        try:
+            return method(*args)
+        finally:
+            self.engine_seconds += process_time() - start
+
+    # --- the loop ----------------------------------------------------------------------
+    def run(self) -> SimResult:
+        self._call(self.engine.set_cluster_capacity, self.capacity)
+        for index, obj in enumerate(self.trace.objects):
+            self._apply(obj, f"objects[{index}]", runtime=None)
+        self._check_quotas()
+        for job in self.trace.jobs:
+            self._push(job.at, Step.ARRIVAL, job)
+        for event in self.trace.events:
+            self._push(event.at, Step.EVENT, event)
+        until = self.trace.until
+        wakeup: float | None = None
+        last = 0.0
+        while True:
+            moment = self.heap[0][0] if self.heap else None
+            if wakeup is not None:
+                wake = _at(wakeup)  # rounded first: a wakeup within a quantum of now is now
+                if wake > self.now and (moment is None or wake < moment):
+                    moment = wake
+            if moment is None or (until is not None and moment > until):
+                break
+            self.now = last = moment
+            while self.heap and self.heap[0][0] <= moment:
+                _, step, _, payload = heapq.heappop(self.heap)
+                self._handle(Step(step), payload)
+            wakeup = self._cycle()
+        end = until if until is not None else last
+        self.now = end
+        self.usage.close(end)
+        return self._result(end)
+
+    def _push(self, when: float, step: Step, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (_at(when), int(step), self.seq, payload))
+
+    def _handle(self, step: Step, payload: Any) -> None:
+        if step is Step.FINISH:
+            record, run = payload
+            if record.live and record.run == run and record.phase is Phase.RUNNING:
+                self._finish(record)
+        elif step is Step.EVENT:
+            self._event(payload)
+        elif step is Step.ARRIVAL:
+            self._arrive(payload)
+        elif step is Step.WAKE and payload.live and payload.phase is Phase.PREEMPTED:
+            payload.phase = Phase.ENQUEUED
+
+    def _cycle(self) -> float | None:
+        result: CycleResult = self._call(self.engine.schedule, self.now)
+        for preemption in result.preempted:
+            self._preempted(self.by_unit[preemption.unit], preemption.reason, preemption.requeue_at)
+        for admission in result.admitted:
+            self._admitted(self.by_unit[admission.unit], admission.quota, admission.queue)
+        for key, message in result.messages.items():
+            record = self.by_unit.get(key)
+            if record is not None and record.live and record.phase not in (Phase.DEQUEUED, Phase.RUNNING):
+                record.message = message
+        return result.next_wakeup
+
+    # --- jobs --------------------------------------------------------------------------
+    def _arrive(self, entry: JobEntry) -> None:
+        if entry.problem:
+            record = self._new_record(entry.manifest, entry.runtime)
+            record.message = f"not submitted: {entry.problem}"
+            return
+        self._apply(entry.manifest, f"jobs[{entry.index}]", runtime=entry.runtime)
+
+    def _new_record(self, manifest: dict[str, Any], runtime: float | None) -> JobRecord:
+        metadata = manifest.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        record = JobRecord(
+            kind=_text(manifest.get("kind")),
+            namespace=_text(metadata.get("namespace")) or "default" if metadata.get("name") else None,
+            name=_text(metadata.get("name")),
+            runtime=runtime,
+        )
+        self.jobs.append(record)
+        return record
+
+    def _submit(self, manifest: dict[str, Any], adapter: JobAdapter, runtime: float | None, where: str) -> None:
+        try:
+            meta = read_meta(manifest, adapter.kind)
+        except InvalidObject as err:
+            self._new_record(manifest, runtime).message = f"rejected: {where}: {err.reason}"
+            return
+        name = (adapter.kind, meta.namespace, meta.name)
+        existing = self.by_name.get(name)
+        if existing is not None and existing.live:
+            self._update(existing, manifest, adapter, where)
+            return
+        if existing is not None and existing.finished is not None:
+            self.warnings.append(f"{where}: {meta.describe()} already finished; applying it again changes nothing")
+            return
+        record = self._new_record(manifest, runtime)
+        record.namespace = meta.namespace
+        try:
+            unit = unit_info(manifest, adapter, self.priority_classes, self.now)
+            pods = [dict(ps.request) for ps in adapter.pod_sets(manifest) for _ in range(ps.count)]
+        except InvalidObject as err:
+            record.message = f"rejected: {err.reason}"
+            return
+        if unit.key in self.by_unit and self.by_unit[unit.key].live:
+            record.message = f"rejected: QueueUnit {unit.key} already belongs to another live job"
+            return
+        record.unit_key, record.submitted, record.priority = unit.key, self.now, unit.priority
+        record.request, record.pods, record.phase = dict(unit.request), pods, Phase.ENQUEUED
+        record.message = unit.invalid
+        self.by_name[name] = record
+        self.by_unit[unit.key] = record
+        self._call(self.engine.set_unit, unit)
+
+    def _update(self, record: JobRecord, manifest: dict[str, Any], adapter: JobAdapter, where: str) -> None:
+        """A live job applied again: new priority or request; an admission it holds stays."""
+        assert record.unit_key is not None and record.submitted is not None
+        try:
+            unit = unit_info(manifest, adapter, self.priority_classes, record.submitted)
+        except InvalidObject as err:
+            self.warnings.append(f"{where}: update of {record.unit_key} refused: {err.reason}")
+            return
+        held = self._call(self.engine.unit, record.unit_key)
+        if held is not None:
+            unit.admitted_quota, unit.admitted_queue = held.admitted_quota, held.admitted_queue
+            unit.admitted_at, unit.requeue_at, unit.attempts = held.admitted_at, held.requeue_at, held.attempts
+        record.priority = unit.priority
+        self._call(self.engine.set_unit, unit)
+
+    def _admitted(self, record: JobRecord, quota: str, queue: str) -> None:
+        record.attempts += 1
+        record.run += 1
+        if record.admitted is None:
+            record.admitted = self.now
+        record.quota, record.queue, record.requeue_at = quota, queue, None
+        record.phase, record.message = Phase.DEQUEUED, None
+        record.charged = self.usage.chain(quota, self.quotas)
+        self.usage.charge(record.charged, record.request, self.now, 1)
+        if self.nodes is None:
+            self._start(record)
+        else:
+            self.waiting_for_nodes.append(record)
+            self._place_waiting()
+
+    def _place_waiting(self) -> None:
+        """Start, in admission order, every admitted job whose pods now all fit."""
+        assert self.nodes is not None
+        still: list[JobRecord] = []
+        for record in self.waiting_for_nodes:
+            placement = self.nodes.place(record.pods)
+            if placement is None:
+                record.message = self.nodes.why_not(record.pods)
+                still.append(record)
+            else:
+                record.placement = placement
+                self._start(record)
+        self.waiting_for_nodes = still
+
+    def _start(self, record: JobRecord) -> None:
+        record.phase, record.started, record.message = Phase.RUNNING, self.now, None
+        if record.runtime is not None:
+            self._push(self.now + record.runtime, Step.FINISH, (record, record.run))
+
+    def _release(self, record: JobRecord) -> None:
+        """Give back what an admitted job holds: its quota charge and its room on nodes."""
+        if record.charged:
+            self.usage.charge(record.charged, record.request, self.now, -1)
+            record.charged = []
+        if record in self.waiting_for_nodes:
+            self.waiting_for_nodes.remove(record)
+        if record.placement is not None and self.nodes is not None:
+            self.nodes.release(record.placement)
+            record.placement = None
+            self._place_waiting()
+
+    def _finish(self, record: JobRecord) -> None:
+        assert record.unit_key is not None
+        record.finished, record.phase = self.now, Phase.SUCCEED
+        self._call(self.engine.remove_unit, record.unit_key)
+        self._release(record)
+
+    def _preempted(self, record: JobRecord, reason: str, requeue_at: float) -> None:
+        record.preemptions += 1
+        record.run += 1  # its progress is lost: a new admission runs it from the start
+        record.phase, record.message, record.requeue_at = Phase.PREEMPTED, reason, requeue_at
+        record.started = None
+        self._release(record)
+        self._push(max(requeue_at, self.now), Step.WAKE, record)
+
+    # --- objects -------------------------------------------------------------------------
+    def _apply(self, obj: Any, where: str, runtime: float | None) -> None:
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        try:
+            if kind == ELASTIC_QUOTA_KIND:
+                self._apply_quota(obj, where)
+            elif kind == QUEUE_KIND:
+                parsed = parse_queue(obj, self.quotas.keys())
+                self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
+                self._call(self.engine.set_queue, parsed.queue)
+            elif kind == PRIORITY_CLASS_KIND:
+                meta = read_meta(obj, PRIORITY_CLASS_KIND)
+                self.priority_classes[meta.name] = read_int(obj.get("value"), f"{PRIORITY_CLASS_KIND} {meta.name}: value")
+            elif kind == NAMESPACE_KIND:
+                read_meta(obj, NAMESPACE_KIND)
+            else:
+                adapter = adapter_for(_text(obj.get("apiVersion")), _text(kind)) if isinstance(obj, dict) else None
+                if adapter is None:
+                    raise InvalidObject(f"unknown kind {kind!r}: not an object or a job kind the simulator knows")
+                self._submit(obj, adapter, runtime, where)
+        except InvalidObject as err:
+            if where.startswith("jobs["):
+                self._new_record(obj if isinstance(obj, dict) else {}, runtime).message = f"rejected: {err.reason}"
+            else:
+                self.warnings.append(f"{where}: {err.reason}; ignored")
+
+    def _apply_quota(self, obj: dict[str, Any], where: str) -> None:
+        parsed = parse_elastic_quota(obj)
+        self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
+        self.quotas[parsed.quota.name] = parsed.quota
+        self._call(self.engine.set_quota, parsed.quota)
+        self._call(self.engine.set_queue, auto_queue_for(parsed.quota))
+
+    def _event(self, event: EventEntry) -> None:
+        where = f"events[{event.index}]"
+        if event.problem:
+            self.warnings.append(f"{event.problem}; ignored")
+        elif event.action == "apply":
+            self._apply(event.body, where, runtime=event.runtime)
+        else:
+            self._delete(event.body, where)
+        self._check_quotas()
+
+    def _delete(self, ref: dict[str, Any], where: str) -> None:
+        kind, name = _text(ref.get("kind")), _text(ref.get("name"))
+        namespace = _text(ref.get("namespace")) or "default"
+        if kind == ELASTIC_QUOTA_KIND and name in self.quotas:
+            quota = self.quotas.pop(name)
+            self._call(self.engine.remove_quota, name)
+            self._call(self.engine.remove_queue, auto_queue_for(quota).key)
+            return
+        if kind == QUEUE_KIND and name:
+            self._call(self.engine.remove_queue, f"{namespace}/{name}")
+            return
+        record = self.by_name.get((kind or "", namespace, name or ""))
+        if record is None or not record.live:
+            self.warnings.append(f"{where}: nothing to delete: no live {kind} {namespace}/{name}")
+            return
+        assert record.unit_key is not None
+        record.deleted = self.now
+        record.message = f"deleted at {self.now:g} s while {record.phase}"
+        self._call(self.engine.remove_unit, record.unit_key)
+        self._release(record)
+
+    def _check_quotas(self) -> None:
+        """Report each quota the engine refuses (min > max, bad parent, ...) once per reason."""
+        errors = self._call(self.engine.validation_errors)
+        for name, reason in errors.items():
+            if self.reported_invalid.get(name) != reason:
+                self.warnings.append(f"{ELASTIC_QUOTA_KIND} {name}: {reason}; not used")
+        self.reported_invalid = dict(errors)
+
+    # --- the end -------------------------------------------------------------------------
+    def _result(self, end: float) -> SimResult:
+        for record in self.jobs:
+            if record.live and record.phase is Phase.PREEMPTED and (record.requeue_at or 0) <= end:
+                record.phase = Phase.ENQUEUED
+            if record.live and record.phase in (Phase.ENQUEUED, Phase.PREEMPTED) and record.unit_key:
+                standing = self._call(self.engine.standing, record.unit_key)
+                if standing is not None:
+                    record.quota, record.queue = standing.quota, standing.queue
+                    record.message = record.message or standing.message
+        statuses = self._call(self.engine.quota_status)
+        runtime = {name: dict(statuses[name].runtime) if name in statuses else {} for name in self.quotas}
+        return SimResult(
+            jobs=self.jobs,
+            quotas=dict(self.quotas),
+            runtime_at_end=runtime,
+            usage=self.usage,
+            end=end,
+            warnings=self.warnings,
+            capacity=self.capacity,
+            engine_seconds=self.engine_seconds,
+        )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def simulate(trace: Trace, config: EngineConfig | None = None, capacity: ResourceList | None = None) -> SimResult:
+    """Run ``trace`` to its end and return what happened."""
+    return Simulator(trace, config, capacity).run()

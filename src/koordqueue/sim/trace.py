@@ -1,0 +1,181 @@
+"""A simulation trace: what the YAML file says, checked entry by entry.
+
+The loader only fails for a file it cannot read or whose top level is not a mapping.
+Every other problem stays attached to the entry it concerns (``problem`` on a job or an
+event, a line in ``warnings`` otherwise), so that one bad entry never hides the rest.
+Manifests are kept verbatim: they are parsed when the simulator applies them.
+Top-level keys starting with ``x-`` are skipped: they hold YAML anchors that the
+entries share (``x-pod: &pod {...}`` then ``template: *pod``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from koordqueue.api.quantity import QuantityError, parse_resource_list
+from koordqueue.engine.model import ResourceList
+
+
+class TraceError(Exception):
+    """The trace cannot be used at all (unreadable file, not a YAML mapping)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """``count`` identical nodes; each one is named ``{name}-{i}``."""
+
+    name: str
+    count: int
+    allocatable: ResourceList
+
+
+@dataclass(slots=True)
+class JobEntry:
+    """One job of the trace: submitted at ``at``, runs ``runtime`` seconds once started."""
+
+    index: int
+    at: float
+    runtime: float | None  # None: runs forever
+    manifest: dict[str, Any]
+    problem: str | None = None  # why the entry cannot be submitted
+
+
+@dataclass(slots=True)
+class EventEntry:
+    """A change at time ``at``: ``apply`` a manifest or ``delete`` an object."""
+
+    index: int
+    at: float
+    action: str  # "apply" | "delete"
+    body: dict[str, Any]
+    runtime: float | None = None  # for an applied job: how long it runs
+    problem: str | None = None
+
+
+@dataclass(slots=True)
+class Trace:
+    nodes: list[NodeGroup] = field(default_factory=list)
+    objects: list[Any] = field(default_factory=list)  # manifests applied at t=0, in order
+    jobs: list[JobEntry] = field(default_factory=list)
+    events: list[EventEntry] = field(default_factory=list)
+    until: float | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+TOP_LEVEL_KEYS = ("nodes", "objects", "jobs", "events", "until")
+ANCHOR_PREFIX = "x-"
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read and check a trace file; raise ``TraceError`` only when it is unusable."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise TraceError(f"cannot read trace {path}: {err}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise TraceError(f"trace {path} is not valid YAML: {err}") from None
+    if not isinstance(document, dict):
+        raise TraceError(f"trace {path} must be a YAML mapping with nodes/objects/jobs/events/until")
+    return parse_trace(document)
+
+
+def parse_trace(document: dict[str, Any]) -> Trace:
+    """Check a trace already read as a mapping (also used by tests and benchmarks)."""
+    trace = Trace()
+    for key in document:
+        if key not in TOP_LEVEL_KEYS and not str(key).startswith(ANCHOR_PREFIX):
+            trace.warnings.append(f"unknown top-level key {key!r} ignored (known: {', '.join(TOP_LEVEL_KEYS)})")
+    trace.nodes = _nodes(_as_list(document, "nodes", trace.warnings), trace.warnings)
+    trace.objects = _as_list(document, "objects", trace.warnings)
+    trace.jobs = [_job(i, entry) for i, entry in enumerate(_as_list(document, "jobs", trace.warnings))]
+    trace.events = [_event(i, entry) for i, entry in enumerate(_as_list(document, "events", trace.warnings))]
+    if document.get("until") is not None:
+        until, problem = _seconds(document["until"], "until")
+        if problem:
+            trace.warnings.append(f"{problem}; simulating until nothing more happens")
+        trace.until = until
+    return trace
+
+
+def _as_list(document: dict[str, Any], key: str, warnings: list[str]) -> list[Any]:
+    value = document.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        warnings.append(f"{key} must be a list, got {type(value).__name__}; ignored")
+        return []
+    return value
+
+
+def _nodes(entries: list[Any], warnings: list[str]) -> list[NodeGroup]:
+    groups: list[NodeGroup] = []
+    for i, entry in enumerate(entries):
+        where = f"nodes[{i}]"
+        if not isinstance(entry, dict):
+            warnings.append(f"{where}: must be a mapping with name, count, allocatable; ignored")
+            continue
+        name = entry.get("name", f"node{i}")
+        count = entry.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            warnings.append(f"{where} ({name}): count must be a whole number >= 0, got {count!r}; ignored")
+            continue
+        try:
+            allocatable = parse_resource_list(entry.get("allocatable"))
+        except QuantityError as err:
+            warnings.append(f"{where} ({name}): bad allocatable: {err}; ignored")
+            continue
+        groups.append(NodeGroup(name=str(name), count=count, allocatable=allocatable))
+    return groups
+
+
+def _seconds(value: Any, what: str) -> tuple[float | None, str | None]:
+    """A time or duration in seconds, or the reason it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None, f"{what} must be a number of seconds >= 0, got {value!r}"
+    return float(value), None
+
+
+def _job(index: int, entry: Any) -> JobEntry:
+    where = f"jobs[{index}]"
+    if not isinstance(entry, dict):
+        return JobEntry(index, 0.0, None, {}, f"{where}: must be a mapping with at, runtime, manifest")
+    manifest = entry.get("manifest")
+    job = JobEntry(index, 0.0, None, manifest if isinstance(manifest, dict) else {})
+    at, problem = _seconds(entry.get("at", 0), f"{where}.at")
+    runtime, runtime_problem = (None, None) if entry.get("runtime") is None else _seconds(entry["runtime"], f"{where}.runtime")
+    if not isinstance(manifest, dict):
+        problem = f"{where}: manifest must be a mapping (a job manifest), got {type(manifest).__name__}"
+    job.at = at if at is not None else 0.0
+    job.runtime = runtime
+    job.problem = problem or runtime_problem
+    return job
+
+
+def _event(index: int, entry: Any) -> EventEntry:
+    where = f"events[{index}]"
+    if not isinstance(entry, dict):
+        return EventEntry(index, 0.0, "apply", {}, problem=f"{where}: must be a mapping with at and apply or delete")
+    at, problem = _seconds(entry.get("at", 0), f"{where}.at")
+    actions = [key for key in ("apply", "delete") if key in entry]
+    action = actions[0] if len(actions) == 1 else "apply"
+    body = entry.get(action)
+    if len(actions) != 1:
+        problem = f"{where}: needs exactly one of apply or delete"
+    elif not isinstance(body, dict):
+        problem = f"{where}.{action} must be a mapping, got {type(body).__name__}"
+    runtime, runtime_problem = (None, None) if entry.get("runtime") is None else _seconds(entry["runtime"], f"{where}.runtime")
+    return EventEntry(
+        index,
+        at if at is not None else 0.0,
+        action,
+        body if isinstance(body, dict) else {},
+        runtime=runtime,
+        problem=problem or runtime_problem,
+    )

@@ -157,3 +157,35 @@ def test_timings_must_leave_room_for_renewal(client: KubeClient) -> None:
         LeaderElector(client, "default", "x", "a", lease_duration=10, renew_deadline=10, retry_period=2)
     with pytest.raises(ValueError):
         LeaderElector(client, "default", "x", "a", lease_duration=15, renew_deadline=2, retry_period=2)
+
+
+async def test_a_stop_during_clean_up_after_losing_the_lease_is_not_swallowed(
+        server: APIServer, client: KubeClient) -> None:
+    """Losing the Lease cancels the work; if the replica is stopped while that work is
+    still winding down, it must stop, not campaign again (a hang CI once saw)."""
+    elector = LeaderElector(client, "default", "slow-stop", "a", lease_duration=LEASE, renew_deadline=RENEW,
+                            retry_period=RETRY)
+    winding_down = asyncio.Event()
+
+    async def work() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            winding_down.set()
+            await asyncio.sleep(0.5)  # a slow clean-up
+            raise
+
+    task = asyncio.create_task(elector.run(work))
+    try:
+        await until(lambda: elector.is_leader, 3)
+        server.controls.inject_errors(500, resources={"leases"})
+        async with asyncio.timeout(RENEW + 2):
+            await winding_down.wait()
+        server.controls.clear_errors()
+        task.cancel()
+        async with asyncio.timeout(3):
+            await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+    finally:
+        server.controls.clear_errors()
+        task.cancel()

@@ -15,7 +15,6 @@ The rules (client-go's, rewritten here) that keep two replicas from leading at o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import math
@@ -102,6 +101,7 @@ class LeaderElector:
         work = asyncio.create_task(on_started_leading(), name=f"leader-{self.name}")
         renewing = asyncio.create_task(self._keep_renewing(), name=f"lease-{self.name}")
         release = self.release_on_cancel
+        cancelled = False  # we were cancelled while cleaning up: re-raise it afterwards
         try:
             await asyncio.wait({work, renewing}, return_when=asyncio.FIRST_COMPLETED)
             release = work.done()  # the work ended: hand the Lease over; lost: nothing to release
@@ -110,14 +110,19 @@ class LeaderElector:
             for task in (work, renewing):
                 task.cancel()
             for task in (work, renewing):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait({task})
+                while not task.done():
+                    try:
+                        await asyncio.wait({task})
+                    except asyncio.CancelledError:
+                        cancelled = True  # a stop during clean-up must not be swallowed
             if release:
                 await self._release()
             if on_stopped_leading is not None:
                 result = on_stopped_leading()
                 if inspect.isawaitable(result):
                     await result
+        if cancelled:
+            raise asyncio.CancelledError
         if work.done() and not work.cancelled():
             work.result()  # re-raise what the work raised
             return True

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
+from koordqueue.api import constants as c
+from koordqueue.controller.config import ALL_JOB_KINDS, ControllerConfig
 
 
 @click.group()
@@ -24,3 +29,64 @@ def simulate(trace: str, as_json: bool) -> None:
     except TraceError as err:
         click.echo(f"Error: {err}", err=True)
         raise SystemExit(2) from None
+
+
+@main.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
+@click.option("--job-kinds", default=",".join(sorted(ALL_JOB_KINDS)), show_default=True,
+              help="Comma-separated job kinds to queue (the chart's extension.<kind>.enable).")
+@click.option("--namespace", default=c.SYSTEM_NAMESPACE, show_default=True,
+              help="Namespace of the Queues made for quotas, and of the leader Lease.")
+@click.option("--default-queue-policy", type=click.Choice([p.value for p in c.QueuePolicy]),
+              default=c.DEFAULT_QUEUE_POLICY.value, show_default=True)
+@click.option("--protect-seconds", type=float, default=c.DEFAULT_PROTECT_SECONDS, show_default=True,
+              help="Admitted units younger than this are never preempted.")
+@click.option("--backoff-base", type=float, default=c.BACKOFF_BASE_SECONDS, show_default=True)
+@click.option("--backoff-cap", type=float, default=c.BACKOFF_CAP_SECONDS, show_default=True)
+@click.option("--wait-for-pods-running-timeout", type=float, default=300.0, show_default=True,
+              help="Seconds an admitted job's pods have to run, on Queues with wait-for-pods-running.")
+@click.option("--oversell-rate", type=float, default=1.0, show_default=True,
+              help="The cluster total the quotas may share is the nodes' allocatable times this.")
+@click.option("--qps", type=float, default=200.0, show_default=True)
+@click.option("--burst", type=int, default=400, show_default=True)
+@click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
+@click.option("--lease-name", default="koord-queue-controller", show_default=True)
+@click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
+@click.option("--dashboard-port", type=int, default=0, show_default=True, help="The web dashboard (0: off).")
+@click.option("--webhook-port", type=int, default=0, show_default=True,
+              help="The mutating admission webhook that suspends new jobs (0: off).")
+@click.option("--webhook-cert-dir", default="", help="tls.crt and tls.key to serve with (empty: make our own).")
+@click.option("--webhook-config-name", default="koord-queue", show_default=True,
+              help="MutatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
+@click.option("--webhook-host", "webhook_hosts", multiple=True,
+              help="DNS name or IP for our own certificate (repeatable; e.g. the Service's name).")
+def controller(**opts: Any) -> None:
+    """Run the controller against a Kubernetes cluster."""
+    from koordqueue.controller.manager import main as run
+
+    kinds = frozenset(k.strip() for k in str(opts["job_kinds"]).split(",") if k.strip())
+    unknown = sorted(kinds - ALL_JOB_KINDS)
+    if unknown:
+        raise click.BadParameter(f"unknown job kinds {unknown}; known: {sorted(ALL_JOB_KINDS)}",
+                                 param_hint="--job-kinds")
+    config = ControllerConfig(
+        job_kinds=kinds,
+        system_namespace=opts["namespace"],
+        default_queue_policy=c.QueuePolicy(opts["default_queue_policy"]),
+        protect_seconds=opts["protect_seconds"],
+        backoff_base=opts["backoff_base"],
+        backoff_cap=opts["backoff_cap"],
+        wait_for_pods_running_seconds=opts["wait_for_pods_running_timeout"],
+        oversell_rate=opts["oversell_rate"],
+        qps=opts["qps"],
+        burst=opts["burst"],
+        leader_election=opts["leader_elect"],
+        lease_name=opts["lease_name"],
+        metrics_port=opts["metrics_port"],
+        dashboard_port=opts["dashboard_port"],
+        webhook_port=opts["webhook_port"],
+        webhook_cert_dir=opts["webhook_cert_dir"],
+        webhook_config_name=opts["webhook_config_name"],
+        webhook_hosts=tuple(opts["webhook_hosts"]) or ("127.0.0.1",),
+    )
+    run(opts["kubeconfig"], config)

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
 
+ALL_JOB_KINDS = frozenset({c.PYTORCH_JOB_KIND, c.TF_JOB_KIND, c.MPI_JOB_KIND, c.BATCH_JOB_KIND, c.RAY_JOB_KIND})
+
 
 @dataclass(frozen=True)
 class ControllerConfig:
     # Which job kinds are watched (the chart's extension.<kind>.enable values).
-    job_kinds: frozenset[str] = frozenset(
-        {c.PYTORCH_JOB_KIND, c.TF_JOB_KIND, c.MPI_JOB_KIND, c.BATCH_JOB_KIND, c.RAY_JOB_KIND}
-    )
+    job_kinds: frozenset[str] = ALL_JOB_KINDS
     system_namespace: str = c.SYSTEM_NAMESPACE
     default_queue_policy: c.QueuePolicy = c.DEFAULT_QUEUE_POLICY
     protect_seconds: float = c.DEFAULT_PROTECT_SECONDS
@@ -21,6 +21,9 @@ class ControllerConfig:
     wait_for_pods_running_seconds: float = 300.0  # with the Queue annotation wait-for-pods-running
     queue_status_refresh_seconds: float = c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
     quota_status_refresh_seconds: float = 2.0
+    # Koord-Queue's oversellrate: the cluster total the root quota may hand out is the
+    # nodes' allocatable times this.
+    oversell_rate: float = 1.0
     # Client side of the API (the chart's qps/burst values).
     qps: float = 200.0
     burst: int = 400
@@ -28,14 +31,19 @@ class ControllerConfig:
     # Leader election.
     leader_election: bool = True
     lease_name: str = "koord-queue-controller"
-    lease_duration: float = 10.0
-    renew_deadline: float = 7.0
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
     retry_period: float = 2.0
     identity: str = ""
-    # Endpoints: metrics/health and the admission webhook (port 0: off).
+    # Endpoints: metrics/health, the dashboard and the admission webhook (port 0: off).
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
+    dashboard_host: str = "0.0.0.0"
+    dashboard_port: int = 0
     webhook_port: int = 0
     webhook_host: str = "0.0.0.0"
+    # Where the serving certificate is (tls.crt, tls.key). Empty: the controller makes
+    # its own CA and certificate, and writes the CA into the webhook configuration.
     webhook_cert_dir: str = ""
-    webhook_hosts: tuple[str, ...] = field(default=("127.0.0.1",))
+    webhook_config_name: str = "koord-queue"  # the MutatingWebhookConfiguration to keep the caBundle of
+    webhook_hosts: tuple[str, ...] = field(default=("127.0.0.1",))  # names in the self-made certificate

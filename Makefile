@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml
 venv: $(BIN)/.installed
 
 run: venv
-	$(BIN)/python -m koordqueue.localcluster --state-dir .koord-queue
+	$(BIN)/koord-queue up --state-dir .koord-queue --example
 
 lint: venv
 	$(BIN)/ruff check src tests bench

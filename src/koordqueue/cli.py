@@ -52,9 +52,11 @@ def simulate(trace: str, as_json: bool) -> None:
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--lease-name", default="koord-queue-controller", show_default=True)
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
-@click.option("--dashboard-port", type=int, default=0, show_default=True, help="The web dashboard (0: off).")
-@click.option("--webhook-port", type=int, default=0, show_default=True,
-              help="The mutating admission webhook that suspends new jobs (0: off).")
+@click.option("--dashboard/--no-dashboard", default=False, show_default=True, help="Serve the web dashboard.")
+@click.option("--dashboard-port", type=int, default=8082, show_default=True)
+@click.option("--webhook/--no-webhook", default=False, show_default=True,
+              help="Serve the mutating admission webhook that suspends new jobs before their pods exist.")
+@click.option("--webhook-port", type=int, default=9443, show_default=True)
 @click.option("--webhook-cert-dir", default="", help="tls.crt and tls.key to serve with (empty: make our own).")
 @click.option("--webhook-config-name", default="koord-queue", show_default=True,
               help="MutatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
@@ -83,7 +85,9 @@ def controller(**opts: Any) -> None:
         leader_election=opts["leader_elect"],
         lease_name=opts["lease_name"],
         metrics_port=opts["metrics_port"],
+        dashboard=opts["dashboard"],
         dashboard_port=opts["dashboard_port"],
+        webhook=opts["webhook"],
         webhook_port=opts["webhook_port"],
         webhook_cert_dir=opts["webhook_cert_dir"],
         webhook_config_name=opts["webhook_config_name"],

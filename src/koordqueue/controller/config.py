@@ -35,12 +35,14 @@ class ControllerConfig:
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     identity: str = ""
-    # Endpoints: metrics/health, the dashboard and the admission webhook (port 0: off).
+    # Endpoints: metrics/health, the dashboard and the admission webhook (port 0: any free port).
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
+    dashboard: bool = False
     dashboard_host: str = "0.0.0.0"
-    dashboard_port: int = 0
-    webhook_port: int = 0
+    dashboard_port: int = 8082
+    webhook: bool = False  # off: jobs are suspended at reconcile time only
+    webhook_port: int = 9443
     webhook_host: str = "0.0.0.0"
     # Where the serving certificate is (tls.crt, tls.key). Empty: the controller makes
     # its own CA and certificate, and writes the CA into the webhook configuration.

@@ -1,5 +1,6 @@
 """Runs a controller replica: leader election, the controller while leading, and the
-metrics/health endpoints all the time (a follower is healthy, just not ready to lead)."""
+metrics/health endpoints and the admission webhook all the time (a follower is
+healthy and answers the webhook; it is just not ready to lead)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.webhook import SuspendWebhook
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
 from koordqueue.kube.leader import LeaderElector
@@ -32,6 +34,8 @@ class Manager:
         self.identity = config.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._runner: web.AppRunner | None = None
         self.metrics_port = 0
+        self.webhook = SuspendWebhook(client, config) if config.webhook else None
+        self.endpoints_ready = asyncio.Event()  # set once the ports are bound (tests, `up`)
 
     async def start_endpoints(self) -> None:
         app = web.Application()
@@ -45,6 +49,9 @@ class Manager:
         server = site._server
         if server is not None and server.sockets:  # the port actually bound (0 asks for any)
             self.metrics_port = server.sockets[0].getsockname()[1]
+        if self.webhook is not None:
+            await self.webhook.start()
+        self.endpoints_ready.set()
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -77,6 +84,8 @@ class Manager:
             )
             await elector.run(self._lead)
         finally:
+            if self.webhook is not None:
+                await self.webhook.stop()
             if self._runner is not None:
                 await self._runner.cleanup()
 

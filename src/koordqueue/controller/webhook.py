@@ -1,0 +1,187 @@
+"""The mutating admission webhook that suspends a job as it is created.
+
+On a real cluster the training operator starts creating pods the moment a job
+appears, so suspending the job at reconcile time comes too late; answering the API
+server's AdmissionReview closes that race (Kueue does the same). Every replica
+serves it, leader or not. Without a certificate directory the webhook makes its own
+CA and serving certificate and keeps the CA in the MutatingWebhookConfiguration's
+caBundle, renewing both before they expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import logging
+import ssl
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from koordqueue.api.meta import InvalidObject
+from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
+from koordqueue.controller.config import ControllerConfig
+from koordqueue.jobs import adapter_for
+from koordqueue.kube.client import KubeClient, PatchType, Resource
+from koordqueue.kube.errors import KubeError, NotFound
+
+log = logging.getLogger(__name__)
+
+ADMISSION_REVIEW_VERSION = "admission.k8s.io/v1"
+MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                             namespaced=False)
+MUTATE_PATH = "/mutate"
+CA_CHECK_SECONDS = 60.0
+
+
+def json_patch_for(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+    """The JSONPatch operations that apply the merge patch ``merge`` to ``obj``.
+
+    A webhook must answer with JSONPatch, while the job adapters speak merge patches;
+    this turns one into the other (None removes, a missing parent is added whole)."""
+    ops: list[dict[str, Any]] = []
+    for key, value in merge.items():
+        path = f"{prefix}/{_escape(str(key))}"
+        present = isinstance(obj, Mapping) and key in obj
+        if value is None:
+            if present:
+                ops.append({"op": "remove", "path": path})
+        elif isinstance(value, Mapping) and present and isinstance(obj[key], Mapping):
+            ops += json_patch_for(obj[key], value, path)
+        elif isinstance(value, Mapping):
+            ops.append({"op": "add", "path": path, "value": _without_nulls(value)})
+        elif not present or obj[key] != value:
+            ops.append({"op": "add" if not present else "replace", "path": path, "value": value})
+    return ops
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _without_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _without_nulls(v) if isinstance(v, Mapping) else v for k, v in value.items() if v is not None}
+
+
+def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
+    """Answer one AdmissionReview: suspend a new job of a queued kind; allow all else.
+
+    Never refuses: a job we cannot read is let through unchanged and the controller
+    suspends it and reports why at reconcile time, where a message can be shown."""
+    request = body.get("request") if isinstance(body, dict) else None
+    if not isinstance(request, dict):
+        raise ValueError("an AdmissionReview with a request is expected")
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    obj = request.get("object")
+    kind = request.get("kind") or {}
+    group, version = kind.get("group", ""), kind.get("version", "")
+    api_version = f"{group}/{version}" if group else version
+    adapter = adapter_for(api_version, str(kind.get("kind", "")))
+    if request.get("operation") == "CREATE" and adapter is not None and adapter.kind in job_kinds \
+            and isinstance(obj, dict):
+        try:
+            patch = json_patch_for(obj, adapter.suspend_patch(obj))
+        except InvalidObject as e:
+            log.info("webhook: %s; admitted unchanged, the controller will suspend it", e)
+            patch = []
+        if patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+    return {"apiVersion": ADMISSION_REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+class SuspendWebhook:
+    """The HTTPS server for ``review``, with its certificate and the caBundle it needs."""
+
+    def __init__(self, client: KubeClient, config: ControllerConfig) -> None:
+        self.client = client
+        self.config = config
+        self.port = 0
+        self.ca_pem = b""
+        self._cert: ServingCert | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._runner: web.AppRunner | None = None
+        self._keeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._load_certificate()
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_post(MUTATE_PATH, self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.webhook_host, self.config.webhook_port, ssl_context=self._ssl)
+        await site.start()
+        server = site._server
+        if server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        if self._cert is not None:
+            self._keeper = asyncio.create_task(self._keep_ca_bundle(), name="webhook-ca-bundle")
+
+    async def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.gather(self._keeper, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._dir is not None:
+            self._dir.cleanup()
+
+    def _load_certificate(self) -> None:
+        given = Path(self.config.webhook_cert_dir) if self.config.webhook_cert_dir else None
+        if given is not None and (given / "tls.crt").exists():
+            self._ssl.load_cert_chain(given / "tls.crt", given / "tls.key")  # cert-manager's or the user's
+            return
+        self._cert = make_serving_cert(list(self.config.webhook_hosts))
+        self._install(self._cert)
+
+    def _install(self, cert: ServingCert) -> None:
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="koord-queue-webhook-")
+        cert_path, key_path = cert.write(Path(self._dir.name))
+        self._ssl.load_cert_chain(cert_path, key_path)  # new handshakes use the new pair
+        self.ca_pem = cert.ca_pem
+
+    async def _keep_ca_bundle(self) -> None:
+        """Keep our CA in the webhook configuration; renew the pair before it expires."""
+        while True:
+            assert self._cert is not None
+            if needs_rotation(self._cert, dt.datetime.now(dt.UTC)):
+                self._cert = make_serving_cert(list(self.config.webhook_hosts))
+                self._install(self._cert)
+            try:
+                await self.ensure_ca_bundle()
+            except KubeError as e:
+                log.warning("webhook: cannot write the caBundle of %s: %s", self.config.webhook_config_name, e)
+            await asyncio.sleep(CA_CHECK_SECONDS)
+
+    async def ensure_ca_bundle(self) -> bool:
+        """Write our CA into every webhook of the configuration; True if it changed."""
+        try:
+            current = await self.client.get(MUTATING_WEBHOOKS, self.config.webhook_config_name)
+        except NotFound:
+            return False  # nothing registered (yet): the chart or `up` creates it
+        bundle = base64.b64encode(self.ca_pem).decode()
+        hooks = current.get("webhooks") or []
+        if all((h.get("clientConfig") or {}).get("caBundle") == bundle for h in hooks):
+            return False
+        ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+               for i in range(len(hooks))]
+        ops.insert(0, {"op": "test", "path": "/metadata/resourceVersion",
+                       "value": current["metadata"]["resourceVersion"]})
+        await self.client.patch(MUTATING_WEBHOOKS, self.config.webhook_config_name, ops,
+                                patch_type=PatchType.JSON)
+        return True
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+            answer = review(body, self.config.job_kinds)
+        except (orjson.JSONDecodeError, ValueError) as e:
+            return web.Response(status=400, text=f"bad AdmissionReview: {e}")
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")

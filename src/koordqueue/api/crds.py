@@ -4,8 +4,12 @@ control plane, the training operator's (PyTorchJob, TFJob, MPIJob) and KubeRay's
 The QueueUnit schema is generated from the pydantic models of ``api/queueunit.py`` and
 made structural (no ``$ref``, no nullable ``anyOf``), so the model and the CRD cannot
 disagree. ElasticQuota and Queue are read into dataclass views, not models; their small
-schemas are written out here. ``config/crd/`` is written from this module with
-``python -m koordqueue.api.crds --write config/crd``; a test fails when the files drift.
+schemas are written out here. ``config/crd/`` (every CRD) and the Helm chart's
+``charts/koord-queue/crds/`` (ours only: the job kinds' CRDs belong to their operators)
+are written from this module with
+``python -m koordqueue.api.crds --write config/crd --chart charts/koord-queue/crds``;
+the chart's files are byte for byte the same as config/crd's, and tests fail when any
+of them drift.
 
 Printer columns of QueueUnit are Koord-Queue's: ADMISSIONS shows ``.status.admissions``
 as a whole (kubectl prints the list of ``{name, replicas, resources, running}``), which is
@@ -252,21 +256,41 @@ def render(manifest: dict[str, Any]) -> str:
     return yaml.safe_dump(manifest, sort_keys=False)
 
 
-def write(directory: Path) -> list[Path]:
-    """Write every CRD to ``directory`` as ``<plural>.<group>.yaml``."""
+def file_name(manifest: dict[str, Any]) -> str:
+    """``<plural>.<group>.yaml``: the CRD's own name, as both directories spell it."""
+    return f"{manifest['metadata']['name']}.yaml"
+
+
+def _write(directory: Path, manifests: list[dict[str, Any]]) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for manifest in all_crds():
-        path = directory / f"{manifest['metadata']['name']}.yaml"
+    for manifest in manifests:
+        path = directory / file_name(manifest)
         path.write_text(render(manifest))
         paths.append(path)
     return paths
 
 
+def write(directory: Path) -> list[Path]:
+    """Write every CRD to ``directory`` as ``<plural>.<group>.yaml`` (config/crd)."""
+    return _write(directory, all_crds())
+
+
+def write_chart(directory: Path) -> list[Path]:
+    """Write our CRDs (ElasticQuota, Queue, QueueUnit) to a Helm chart's ``crds/``; the
+    files are the very bytes ``write`` puts in config/crd."""
+    return _write(directory, our_crds())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write the CRD manifests as YAML files.")
-    parser.add_argument("--write", type=Path, required=True, help="directory for the CRD YAML files")
-    for path in write(parser.parse_args().write):
+    parser.add_argument("--write", type=Path, required=True, help="directory for every CRD (config/crd)")
+    parser.add_argument("--chart", type=Path, help="the Helm chart's crds/ directory: ours only")
+    args = parser.parse_args()
+    paths = write(args.write)
+    if args.chart is not None:
+        paths += write_chart(args.chart)
+    for path in paths:
         print(path)
 
 

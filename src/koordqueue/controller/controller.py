@@ -1,10 +1,15 @@
 """The Kubernetes shell around the engine.
 
-Informers feed the engine (quotas, queues, units, priority classes, nodes); the job
-reconciler keeps every job and its QueueUnit in step (suspend, create the unit, resume,
+Informers feed the engine (quotas, queues, units, priority classes, nodes) and keep
+small views of jobs and their pods; the job reconciler keeps every job and its
+QueueUnit in step (suspend, create the unit, resume, admission checks, timeouts,
 mirror the job's state); the scheduling loop runs a cycle when something changed and
 writes its decisions, the unit's status first and the job after it. Every decision is
 in the objects, so a restarted controller picks up where the last one stopped.
+
+Who is right when: while the controller runs, the engine is the authority on which
+unit holds quota; a unit it has never seen that says it holds quota (after a restart,
+an upgrade from Koord-Queue, or a job that ran before us) is accounted as holding it.
 """
 
 from __future__ import annotations
@@ -14,14 +19,19 @@ import heapq
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.objects import parse_elastic_quota, parse_queue
+from koordqueue.api.objects import QueueSettings, parse_elastic_quota, parse_queue
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
+from koordqueue.controller import status as st
 from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.pods import PodIndex, PodView, pod_view
+from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.views import (
     JOB_PLURALS,
     JobView,
@@ -34,11 +44,11 @@ from koordqueue.controller.views import (
     unit_view,
 )
 from koordqueue.engine import Engine
-from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, auto_queue_for
-from koordqueue.jobs.base import JobState
+from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, UnitInfo, auto_queue_for
+from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.kube.client import KubeClient, PatchType, Resource
 from koordqueue.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
-from koordqueue.kube.events import EventRecorder
+from koordqueue.kube.events import EventRecorder, ObjectRef
 from koordqueue.kube.informer import Informer, trim
 from koordqueue.kube.workqueue import WorkQueue
 
@@ -49,9 +59,16 @@ QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
 UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 NODES = Resource("", "v1", "nodes", namespaced=False)
+PODS = Resource("", "v1", "pods")
 HOLDING = {p.value for p in c.PHASES_HOLDING_QUOTA}
 FINISHED = {p.value for p in c.PHASES_FINISHED}
 RUNNABLE = {c.Phase.DEQUEUED.value, c.Phase.RUNNING.value}
+SENT_BACK = {c.Phase.PREEMPTED.value, c.Phase.TIMEOUT_BACKOFF.value}
+BATCH_SECONDS = 0.01  # after a wake, let a burst of events land in one cycle
+MESSAGE_FLUSH_SECONDS = 1.0  # a waiting unit's message is written at most this often
+FAILED_SCHEDULING_EVERY = 60.0  # seconds between FailedScheduling events of one unit
+QUEUE_ITEMS_WRITTEN = 200  # pending units listed in a Queue's status
+EVENT_WRITERS = 8
 
 
 def job_resource(kind: str) -> Resource:
@@ -86,20 +103,28 @@ class Controller:
         self.quota_informer = Informer(client, QUOTAS, project=trim)
         self.queue_informer = Informer(client, QUEUES, project=trim)
         self.unit_informer = Informer(client, UNITS, project=unit_view)
+        self.pod_informer = Informer(client, PODS, project=pod_view)
         self.job_informers: dict[str, Informer[JobView]] = {
             kind: Informer(client, job_resource(kind), project=self._project_job)
             for kind in sorted(self.config.job_kinds)
         }
+        self.pods = PodIndex()
+        self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.jobs_queue: WorkQueue[str] = WorkQueue()
         self.wake = asyncio.Event()
-        self.unit_rv: dict[str, str] = {}  # our latest write of each unit, for preconditions
+        self.unit_rv: dict[str, str] = {}  # latest resourceVersion of each unit we know of
+        self.unit_locks = KeyedLock()  # one status write per unit at a time
         self.written_messages: dict[str, str] = {}
+        self.pending_messages: dict[str, str] = {}  # waiting units' new messages, not yet written
+        self.failed_scheduling_at: dict[str, float] = {}
         self.backoffs: list[tuple[float, str]] = []  # (requeue_at, unit key): back to Enqueued
         self.sync_done = False
         self.initial_jobs: set[str] = set()
         self.write_limit = asyncio.Semaphore(self.config.write_concurrency)
+        self.event_limit = asyncio.Semaphore(EVENT_WRITERS)
         self.cycles = 0
         self._tasks: list[asyncio.Task[Any]] = []
+        self._background: set[asyncio.Task[Any]] = set()
         self._stopped = asyncio.Event()
 
     # --- projections --------------------------------------------------------------
@@ -113,17 +138,15 @@ class Controller:
     async def run(self) -> None:
         self._wire()
         await self._start_informers()
-        self._load_admitted_units()
+        self._load_units()
         self.sync_done = True
-        self.initial_jobs = {job.key for inf in self.job_informers.values() for _, job in inf.items()}
-        for kind, inf in self.job_informers.items():
-            for key, _ in inf.items():
-                self.jobs_queue.add(f"{kind}/{key}")
-        self._tasks += [
-            asyncio.create_task(self._job_worker(), name=f"job-worker-{i}") for i in range(4)
-        ]
+        self.initial_jobs = {f"{kind}/{key}" for kind, inf in self.job_informers.items() for key, _ in inf.items()}
+        for item in sorted(self.initial_jobs):
+            self.jobs_queue.add(item)
+        self._tasks += [asyncio.create_task(self._job_worker(), name=f"job-worker-{i}") for i in range(4)]
         self._tasks.append(asyncio.create_task(self._schedule_loop(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._status_loop(), name="status"))
+        self._tasks.append(asyncio.create_task(self._message_loop(), name="messages"))
         self.wake.set()
         try:
             await self._stopped.wait()
@@ -135,19 +158,21 @@ class Controller:
 
     async def _shutdown(self) -> None:
         self.jobs_queue.shutdown()
-        for t in self._tasks:
+        tasks = [*self._tasks, *self._background]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        informers = [self.pc_informer, self.node_informer, self.quota_informer, self.queue_informer,
-                     self.unit_informer, *self.job_informers.values()]
-        await asyncio.gather(*(i.stop() for i in informers), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(i.stop() for i in self._informers()), return_exceptions=True)
+
+    def _informers(self) -> list[Informer[Any]]:
+        return [self.pc_informer, self.node_informer, self.quota_informer, self.queue_informer,
+                self.unit_informer, self.pod_informer, *self.job_informers.values()]
 
     async def _start_informers(self) -> None:
         # Priority classes first: job projections read them.
         self.pc_informer.start()
         await self.pc_informer.wait_synced()
-        rest = [self.node_informer, self.quota_informer, self.queue_informer, self.unit_informer,
-                *self.job_informers.values()]
+        rest = self._informers()[1:]
         for inf in rest:
             inf.start()
         for inf in rest:
@@ -156,20 +181,19 @@ class Controller:
     def _wire(self) -> None:
         def pcs_changed(*_: Any) -> None:
             self.priority_classes.clear()
-            self.priority_classes.update(
-                {k: v for k, v in self.pc_informer.items() if v is not None}
-            )
+            self.priority_classes.update({k: v for k, v in self.pc_informer.items() if v is not None})
 
-        for hook in (self.pc_informer.on_add, self.pc_informer.on_delete):
-            hook(pcs_changed)
+        self.pc_informer.on_add(pcs_changed)
         self.pc_informer.on_update(pcs_changed)
+        self.pc_informer.on_delete(pcs_changed)
 
         def nodes_changed(*_: Any) -> None:
             total: dict[str, int] = {}
-            for _, alloc in self.node_informer.items():
+            for _name, alloc in self.node_informer.items():
                 for r, v in alloc.items():
                     total[r] = total.get(r, 0) + v
-            self.engine.set_cluster_capacity(total or None)
+            rate = self.config.oversell_rate
+            self.engine.set_cluster_capacity({r: int(v * rate) for r, v in total.items()} or None)
             self.wake.set()
 
         self.node_informer.on_add(nodes_changed)
@@ -185,119 +209,165 @@ class Controller:
         self.unit_informer.on_add(self._unit_changed)
         self.unit_informer.on_update(lambda _old, new: self._unit_changed(new))
         self.unit_informer.on_delete(self._unit_deleted)
+        self.pod_informer.on_add(self._pod_changed)
+        self.pod_informer.on_update(lambda old, new: self._pod_changed(new, old))
+        self.pod_informer.on_delete(self._pod_deleted)
         for kind, inf in self.job_informers.items():
             inf.on_add(lambda j, k=kind: self.jobs_queue.add(f"{k}/{j.key}"))
             inf.on_update(lambda _o, j, k=kind: self.jobs_queue.add(f"{k}/{j.key}"))
-            inf.on_delete(lambda j: self._job_deleted(j))
+            inf.on_delete(self._job_deleted)
+
+    def _spawn(self, coro: Any) -> None:
+        """Run a write nobody waits for (events), keeping a reference until it ends."""
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _event(self, ref: ObjectRef | Object, event_type: c.EventType, reason: c.EventReason, message: str) -> None:
+        async def write() -> None:
+            async with self.event_limit:
+                await self.events.record(ref, event_type, reason, message)
+
+        self._spawn(write())
 
     # --- quotas and queues --------------------------------------------------------
 
     async def _quota_changed(self, obj: Object) -> None:
-        name = str((obj.get("metadata") or {}).get("name", ""))
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
         try:
             parsed = parse_elastic_quota(obj)
         except (InvalidObject, QuantityError) as e:
             self.engine.remove_quota(name)
-            await self.events.record(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, str(e))
+            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {e}")
             self.wake.set()
             return
+        quota = parsed.quota
+        if c.LABEL_QUEUE_POLICY not in (meta.get("labels") or {}):
+            quota = replace(quota, policy=self.config.default_queue_policy)
         for warning in parsed.warnings:
-            await self.events.record(obj, c.EventType.WARNING, c.EventReason.UNKNOWN_POLICY, warning)
-        self.engine.set_quota(parsed.quota)
-        reason = self.engine.validation_errors().get(parsed.quota.name)
+            self._event(obj, c.EventType.WARNING, c.EventReason.UNKNOWN_POLICY, warning)
+        self.engine.set_quota(quota)
+        reason = self.engine.validation_errors().get(quota.name)
         if reason:
-            await self.events.record(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, reason)
-        if not parsed.quota.is_parent:
-            await self._ensure_auto_queue(auto_queue_for(parsed.quota))
+            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
+        if not quota.is_parent:
+            await self._ensure_auto_queue(auto_queue_for(quota))
         self._refeed_queues()
         self.wake.set()
 
     async def _quota_deleted(self, obj: Object) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
         self.engine.remove_quota(name)
-        try:
-            await self.client.delete(QUEUES, name, namespace=self.config.system_namespace)
-        except NotFound:
-            pass
-        except ApiError as e:
-            log.warning("could not delete the Queue of quota %s: %s", name, e)
+        auto = self.queue_informer.get(f"{self.config.system_namespace}/{name}")
+        if auto is not None and _is_auto_queue(auto, name):
+            try:
+                await self.client.delete(QUEUES, name, namespace=self.config.system_namespace)
+            except NotFound:
+                pass
+            except ApiError as e:
+                log.warning("could not delete the Queue of quota %s: %s", name, e)
+        self._refeed_queues()
         self.wake.set()
 
     async def _ensure_auto_queue(self, queue: QueueInfo) -> None:
-        existing = self.queue_informer.get(queue.key)
-        body = {
-            "apiVersion": c.QUEUE_API_VERSION,
-            "kind": c.QUEUE_KIND,
-            "metadata": {
-                "name": queue.name,
-                "namespace": queue.namespace,
-                "labels": {c.LABEL_QUOTA_NAME: queue.quota or queue.name},
-            },
-            "spec": {"queuePolicy": queue.policy.value, "priority": queue.priority},
-        }
+        key = f"{self.config.system_namespace}/{queue.name}"
+        existing = self.queue_informer.get(key)
         try:
             if existing is None:
-                await self.client.create(QUEUES, body, namespace=queue.namespace)
-            elif (existing.get("spec") or {}).get("queuePolicy") != queue.policy.value:
-                await self.client.patch(
-                    QUEUES, queue.name, {"spec": {"queuePolicy": queue.policy.value}},
-                    namespace=queue.namespace,
-                )
+                body = {
+                    "apiVersion": c.QUEUE_API_VERSION,
+                    "kind": c.QUEUE_KIND,
+                    "metadata": {"name": queue.name, "namespace": self.config.system_namespace,
+                                 "labels": {c.LABEL_QUOTA_NAME: queue.quota or queue.name}},
+                    "spec": {"queuePolicy": queue.policy.value, "priority": queue.priority},
+                }
+                await self.client.create(QUEUES, body, namespace=self.config.system_namespace)
+            elif _is_auto_queue(existing, queue.name) and \
+                    (existing.get("spec") or {}).get("queuePolicy") != queue.policy.value:
+                await self.client.patch(QUEUES, queue.name, {"spec": {"queuePolicy": queue.policy.value}},
+                                        namespace=self.config.system_namespace)
         except AlreadyExists:
             pass
         except ApiError as e:
-            log.warning("could not write Queue %s: %s", queue.key, e)
-        # Feed it now rather than waiting for the watch: units may need it this cycle.
-        if existing is None:
-            self.engine.set_queue(queue)
+            log.warning("could not write Queue %s: %s", key, e)
+        if existing is None:  # feed it now rather than wait for the watch: units may need it this cycle
+            self.engine.set_queue(replace(queue, namespace=self.config.system_namespace))
 
     def _refeed_queues(self) -> None:
         for _, obj in self.queue_informer.items():
             self._feed_queue(obj)
 
-    def _feed_queue(self, obj: Object) -> None:
-        quota_names = [s.name for s in self.engine.quota_status().values()]
+    def _feed_queue(self, obj: Object) -> QueueInfo | None:
+        quota_names = list(self.engine.quota_status())
         try:
             parsed = parse_queue(obj, quota_names)
         except InvalidObject as e:
-            log.warning("queue unusable: %s", e)
-            return
+            meta = obj.get("metadata") or {}
+            self.engine.remove_queue(f"{meta.get('namespace')}/{meta.get('name')}")
+            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE, str(e))
+            return None
         self.engine.set_queue(parsed.queue)
+        self.queue_settings[parsed.queue.key] = parsed.settings
+        return parsed.queue
 
     async def _queue_changed(self, obj: Object) -> None:
-        self._feed_queue(obj)
+        queue = self._feed_queue(obj)
+        if queue is not None and queue.quota is None:
+            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE,
+                        "bound to no ElasticQuota (label quota.scheduling.koordinator.sh/name, or a quota "
+                        "of the same name): jobs sent to this queue wait")
+        elif queue is not None and queue.quota not in self.engine.quota_status():
+            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE,
+                        f"bound to quota {queue.quota}, which does not exist: jobs sent to this queue wait")
         self.wake.set()
 
     async def _queue_deleted(self, obj: Object) -> None:
         meta = obj.get("metadata") or {}
-        self.engine.remove_queue(f"{meta.get('namespace')}/{meta.get('name')}")
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        self.engine.remove_queue(key)
+        self.queue_settings.pop(key, None)
         self.wake.set()
 
     # --- units ----------------------------------------------------------------------
 
-    def _load_admitted_units(self) -> None:
-        """After the first sync: units that hold quota hold it again in the engine."""
+    def _load_units(self) -> None:
+        """After the first sync: every unit as its object says (holding, backing off, waiting)."""
+        now = self.clock()
         for _, unit in self.unit_informer.items():
+            self.unit_rv[unit.key] = unit.resource_version
             if unit.phase in FINISHED:
                 continue
             info = unit.unit_info()
-            self.engine.set_unit(info)
             if unit.phase in HOLDING:
-                standing = self.engine.standing(unit.key)
-                if standing and standing.quota:
-                    info.admitted_quota = standing.quota
-                    info.admitted_queue = standing.queue
-                    info.admitted_at = unit.created
-                    self.engine.set_unit(info)
-            self.unit_rv[unit.key] = unit.resource_version
+                self._hold(info, unit.allocated_at or unit.created)
+                continue
+            if unit.phase in SENT_BACK:
+                at = unit.requeue_at if unit.requeue_at is not None else now
+                info.requeue_at = at
+                heapq.heappush(self.backoffs, (at, unit.key))
+            self.engine.set_unit(info)
+            self.written_messages[unit.key] = unit.message
+
+    def _hold(self, info: UnitInfo, since: float) -> None:
+        """Account a unit as holding quota: the quota it resolves to (else the cluster's)."""
+        info.requeue_at = None
+        self.engine.set_unit(info)
+        standing = self.engine.standing(info.key)
+        info.admitted_quota = (standing.quota if standing and standing.quota else None) or \
+            info.quota_name or "(unresolved)"  # an unknown quota name charges the root: the cluster total
+        info.admitted_queue = standing.queue if standing else None
+        info.admitted_at = since
+        self.engine.set_unit(info)
 
     def _newer(self, key: str, rv: str) -> bool:
         mine = self.unit_rv.get(key)
         return mine is None or _rv(rv) >= _rv(mine)
 
     async def _unit_changed(self, unit: UnitView) -> None:
-        if self._newer(unit.key, unit.resource_version):
-            self.unit_rv[unit.key] = unit.resource_version
+        if not self._newer(unit.key, unit.resource_version):
+            return  # older than what we wrote ourselves: nothing new
+        self.unit_rv[unit.key] = unit.resource_version
         if not self.sync_done:
             return
         current = self.engine.unit(unit.key)
@@ -305,26 +375,48 @@ class Controller:
             if current is not None:
                 self.engine.remove_unit(unit.key)
                 self.wake.set()
+        elif current is None:
+            info = unit.unit_info()
+            if unit.phase in HOLDING:
+                self._hold(info, unit.allocated_at or unit.created)
+            else:
+                self.engine.set_unit(info)
+            self.wake.set()
         else:
             info = unit.unit_info()
-            if current is not None:
+            if _spec_changed(current, info):
                 # The engine owns admission state while we run; the object only its spec.
-                info.admitted_quota = current.admitted_quota
-                info.admitted_queue = current.admitted_queue
-                info.admitted_at = current.admitted_at
-                info.requeue_at = current.requeue_at
+                info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
+                info.admitted_at, info.requeue_at = current.admitted_at, current.requeue_at
                 info.attempts = current.attempts
-            if current is None or _spec_changed(current, info):
                 self.engine.set_unit(info)
                 self.wake.set()
         self.jobs_queue.add(unit.job_key)
 
     async def _unit_deleted(self, unit: UnitView) -> None:
         self.engine.remove_unit(unit.key)
-        self.unit_rv.pop(unit.key, None)
-        self.written_messages.pop(unit.key, None)
+        for cache in (self.unit_rv, self.written_messages, self.pending_messages, self.failed_scheduling_at):
+            cache.pop(unit.key, None)
         self.jobs_queue.add(unit.job_key)
         self.wake.set()
+
+    # --- pods -------------------------------------------------------------------------
+
+    def _pod_changed(self, pod: PodView, old: PodView | None = None) -> None:
+        if old is not None and old.phase == pod.phase:
+            return
+        self.pods.put(pod)
+        self._pod_owner_changed(pod)
+
+    def _pod_deleted(self, pod: PodView) -> None:
+        self.pods.remove(pod)
+        self._pod_owner_changed(pod)
+
+    def _pod_owner_changed(self, pod: PodView) -> None:
+        for kind, inf in self.job_informers.items():
+            job = inf.get(f"{pod.namespace}/{pod.job_name}")
+            if job is not None and job.pods is not None and job.pods[0] == pod.job_label:
+                self.jobs_queue.add(f"{kind}/{job.key}")
 
     # --- jobs -----------------------------------------------------------------------
 
@@ -350,76 +442,154 @@ class Controller:
     async def _reconcile_job(self, item: str) -> None:
         kind, _, key = item.partition("/")
         informer = self.job_informers.get(kind)
-        if informer is None:
-            return
-        job = informer.get(key)
+        job = informer.get(key) if informer is not None else None
         if job is None or job.deleting:
             return
         adapter = adapter_of_kind(kind)
-        resource = job_resource(kind)
         unit = self.unit_informer.get(job.unit_key)
         if unit is None:
-            await self._create_unit(job, resource, adapter)
+            if job.state not in (JobState.SUCCEEDED, JobState.FAILED):
+                await self._create_unit(item, job, adapter)
             return
-        engine_unit = self.engine.unit(unit.key)
+        if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
+            return  # a unit of that name belongs to another job: not ours to drive
         if job.state in (JobState.SUCCEEDED, JobState.FAILED):
-            if unit.phase not in FINISHED:
-                phase = c.Phase.SUCCEED if job.state is JobState.SUCCEEDED else c.Phase.FAILED
-                await self._write_unit_status(unit.key, {"phase": phase.value, "message": f"job {job.state.value}"})
-                self.engine.remove_unit(unit.key)
-                self.wake.set()
-                reason = c.EventReason.SUCCEED if phase is c.Phase.SUCCEED else c.EventReason.FAILED
-                await self.events.record(_unit_ref(unit), c.EventType.NORMAL, reason, f"job {job.state.value}")
+            await self._finish(unit, job)
             return
-        may_run = engine_unit is not None and engine_unit.admitted_quota is not None and unit.phase in RUNNABLE
+        if unit.phase == c.Phase.RESERVED.value:
+            await self._check_admission(unit, job)
+        held = self.engine.unit(unit.key)
+        may_run = held is not None and held.admitted_quota is not None and unit.phase in RUNNABLE
         if may_run and job.suspended:
-            await self.client.patch(resource, job.name, adapter.resume_patch({}), namespace=job.namespace)
+            await self.client.patch(job_resource(kind), job.name, adapter.resume_patch({}), namespace=job.namespace)
         elif not may_run and not job.suspended and unit.phase not in FINISHED:
-            await self._suspend(job, resource, adapter)
-        if may_run and job.state is JobState.RUNNING and unit.phase == c.Phase.DEQUEUED.value:
-            await self._write_unit_status(unit.key, {"phase": c.Phase.RUNNING.value, "message": "job is running"})
+            await self._suspend(job, adapter)
+        if may_run:
+            await self._follow_running(item, unit, job)
         if job.unit_spec is not None and _unit_spec_drifted(unit, job):
             # The controller owns the unit's spec: a hand edit (say, of its priority) is reverted.
             await self.client.patch(UNITS, unit.name, {"spec": job.unit_spec}, namespace=unit.namespace)
+            self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
+                        "spec edited by hand; restored from the job (edit the job instead)")
 
-    async def _create_unit(self, job: JobView, resource: Resource, adapter: Any) -> None:
+    async def _create_unit(self, item: str, job: JobView, adapter: JobAdapter) -> None:
         if job.invalid or job.unit_spec is None:
-            await self.events.record(_job_ref(job), c.EventType.WARNING, c.EventReason.INVALID_JOB, job.invalid or "")
+            self._event(_job_ref(job), c.EventType.WARNING, c.EventReason.INVALID_JOB,
+                        f"not queued: {job.invalid or 'unreadable'}")
             if not job.suspended:
-                await self._suspend(job, resource, adapter)
+                await self._suspend(job, adapter)
             return
         body = queue_unit_manifest(job)
         # A job that already ran before we started is accounted, not disturbed; a later one is suspended.
-        adopt = not job.suspended and job.state is JobState.RUNNING and job.key in self.initial_jobs
+        adopt = not job.suspended and item in self.initial_jobs and (
+            job.state is JobState.RUNNING or self._pod_count(job).running > 0)
+        if adopt:
+            info = unit_view(body).unit_info()
+            self._hold(info, job.created)
         try:
             created = await self.client.create(UNITS, body, namespace=job.namespace)
         except AlreadyExists:
             return
         self.unit_rv[job.unit_key] = str(created["metadata"]["resourceVersion"])
+        ref = _unit_ref_of(job)
         if adopt:
-            await self._write_unit_status(job.unit_key, {"phase": c.Phase.RUNNING.value, "message": "adopted: already running"})
-        else:
-            await self._write_unit_status(job.unit_key, {"phase": c.Phase.ENQUEUED.value, "message": "queued"})
-            await self.events.record(_unit_ref_of(job), c.EventType.NORMAL, c.EventReason.ENQUEUED, "job queued")
-            if not job.suspended:
-                await self._suspend(job, resource, adapter)
+            await self._write_unit_status(job.unit_key, {**st.running(), "message": "adopted: it was already running"})
+            return
+        await self._write_unit_status(job.unit_key, st.enqueued("queued"))
+        self._event(ref, c.EventType.NORMAL, c.EventReason.ENQUEUED, "queued")
+        if not job.suspended:
+            await self._suspend(job, adapter)
 
-    async def _suspend(self, job: JobView, resource: Resource, adapter: Any) -> None:
-        await self.client.patch(resource, job.name, adapter.suspend_patch({}), namespace=job.namespace)
+    async def _suspend(self, job: JobView, adapter: JobAdapter) -> None:
+        await self.client.patch(job_resource(job.kind), job.name, adapter.suspend_patch({}), namespace=job.namespace)
+
+    async def _finish(self, unit: UnitView, job: JobView) -> None:
+        if unit.phase in FINISHED:
+            return
+        succeeded = job.state is JobState.SUCCEEDED
+        await self._write_unit_status(unit.key, st.finished(succeeded))
+        self.engine.remove_unit(unit.key)
+        self.wake.set()
+        reason = c.EventReason.SUCCEED if succeeded else c.EventReason.FAILED
+        self._event(_unit_ref(unit), c.EventType.NORMAL if succeeded else c.EventType.WARNING, reason,
+                    f"the job {job.state.value}; its quota is released")
+
+    async def _check_admission(self, unit: UnitView, job: JobView) -> None:
+        """Reserved: all checks Ready → Dequeued; any Retry or Rejected → back to the queue."""
+        states = dict(unit.checks)
+        failed = sorted(name for name, state in states.items()
+                        if state in (c.AdmissionCheckState.RETRY, c.AdmissionCheckState.REJECTED))
+        if failed:
+            said = ", ".join(f"{name} said {states[name]}" for name in failed)
+            await self._send_back(unit, job, c.Phase.TIMEOUT_BACKOFF, f"admission check {said}; quota released")
+        elif states and all(state == c.AdmissionCheckState.READY for state in states.values()):
+            await self._write_unit_status(unit.key, st.checks_passed(sorted(states)))
+            self._event(_unit_ref(unit), c.EventType.NORMAL, c.EventReason.DEQUEUED, "admission checks passed")
+
+    async def _follow_running(self, item: str, unit: UnitView, job: JobView) -> None:
+        """An admitted job: Running when it runs, podState, and the wait-for-pods-running timeout."""
+        pods = self._pod_count(job)
+        change = st.pod_state(unit, pods)
+        if job.state is JobState.RUNNING and unit.phase == c.Phase.DEQUEUED.value:
+            await self._write_unit_status(unit.key, {**st.running(), **(change or {})})
+            return
+        if change is not None and (pods.running or pods.pending or unit.pod_state):
+            await self._write_unit_status(unit.key, change, touch=False)
+        if unit.phase != c.Phase.DEQUEUED.value:
+            return
+        held = self.engine.unit(unit.key)
+        settings = self.queue_settings.get(held.admitted_queue or "") if held else None
+        if settings is None or not settings.wait_for_pods_running:
+            return
+        since = unit.allocated_at or (held.admitted_at if held and held.admitted_at else self.clock())
+        left = since + self.config.wait_for_pods_running_seconds - self.clock()
+        if left > 0:
+            self.jobs_queue.add_after(item, left + 0.05)
+            return
+        await self._send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
+                              f"its pods were not all running {self.config.wait_for_pods_running_seconds:g} s "
+                              f"after admission (running {pods.running}, pending {pods.pending}); quota released")
+
+    def _pod_count(self, job: JobView) -> Any:
+        label = job.pods[0] if job.pods else c.LABEL_JOB_NAME
+        value = job.pods[1] if job.pods else job.name
+        return self.pods.count(label, job.namespace, value)
+
+    async def _send_back(self, unit: UnitView, job: JobView | None, phase: c.Phase, reason: str) -> None:
+        """Release the unit's quota and back it off (timeout, failed admission check)."""
+        if self.engine.unit(unit.key) is None:
+            return
+        requeue_at = self.engine.requeue(unit.key, self.clock(), reason)
+        info = self.engine.unit(unit.key)
+        await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0, requeue_at))
+        heapq.heappush(self.backoffs, (requeue_at, unit.key))
+        self.metrics.requeues.labels(phase.value).inc()
+        self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.TIMEOUT_BACKOFF, reason)
+        if job is not None:
+            self._event(_job_ref(job), c.EventType.WARNING, c.EventReason.TIMEOUT_BACKOFF, reason)
+        self.jobs_queue.add(unit.job_key)
+        self.wake.set()
 
     # --- writing status ---------------------------------------------------------------
 
-    async def _write_unit_status(self, key: str, status: Object, *, precondition: bool = False) -> None:
+    async def _write_unit_status(self, key: str, status: Object, *, precondition: bool = False,
+                                 touch: bool = True) -> None:
+        """One status patch; writes of one unit go one at a time, each on the latest version."""
         ns, _, name = key.partition("/")
-        status = {**status, "lastUpdateTime": rfc3339(self.clock())}
-        patch: Object = {"status": status}
-        if precondition and key in self.unit_rv:
-            patch["metadata"] = {"resourceVersion": self.unit_rv[key]}
-        async with self.write_limit:
+        if touch:
+            status = {**status, "lastUpdateTime": rfc3339(self.clock())}
+        async with self.unit_locks.hold(key), self.write_limit:
+            patch: Object = {"status": status}
+            if precondition and key in self.unit_rv:
+                patch["metadata"] = {"resourceVersion": self.unit_rv[key]}
             obj = await self.client.patch_status(UNITS, name, patch, namespace=ns, patch_type=PatchType.MERGE)
-        self.unit_rv[key] = str(obj["metadata"]["resourceVersion"])
+            rv = str(obj["metadata"]["resourceVersion"])
+            if self._newer(key, rv):
+                self.unit_rv[key] = rv
+        self.metrics.api_writes.labels("patch", "queueunits/status").inc()
         if "message" in status:
             self.written_messages[key] = status["message"]
+            self.pending_messages.pop(key, None)
 
     # --- scheduling ------------------------------------------------------------------
 
@@ -435,7 +605,7 @@ class Controller:
             except TimeoutError:
                 pass
             self.wake.clear()
-            await asyncio.sleep(0.01)  # let a burst of events land in one cycle
+            await asyncio.sleep(BATCH_SECONDS)
             await self._release_backoffs()
             started = time.perf_counter()
             result = self.engine.schedule(self.clock())
@@ -445,9 +615,11 @@ class Controller:
             await self._apply(result)
 
     async def _apply(self, result: CycleResult) -> None:
+        for admission in result.admitted:
+            self.pending_messages.pop(admission.unit, None)
+        self.pending_messages.update(result.messages)
         writes = [self._admit(a.unit, a.quota, a.queue) for a in result.admitted]
         writes += [self._preempt(p.unit, p.reason, p.requeue_at, p.quota) for p in result.preempted]
-        writes += [self._tell(key, msg) for key, msg in result.messages.items()]
         if writes:
             await asyncio.gather(*writes)
 
@@ -458,17 +630,11 @@ class Controller:
             self.engine.revert_admission(key)
             return
         now = self.clock()
-        status = {
-            "phase": c.Phase.DEQUEUED.value,
-            "message": f"admitted into quota {quota} through queue {queue}",
-            "lastAllocateTime": rfc3339(now),
-            "admissions": [
-                {"name": ps.get("name", ""), "replicas": ps.get("count", 0), "running": 0,
-                 "resources": ps.get("template", {}).get("spec", {}).get("containers", [{}])[0]
-                 .get("resources", {}).get("requests", {})}
-                for ps in unit.spec.get("podSet") or []
-            ],
-        }
+        settings = self.queue_settings.get(queue)
+        labels = dict(unit.labels)
+        checks = [check.name for check in (settings.admission_checks if settings else ())
+                  if selector_matches(check.label_selector, labels)]
+        status = st.admitted(unit, quota, queue, checks, info.attempts + 1, now)
         try:
             await self._write_unit_status(key, status, precondition=True)
         except (Conflict, NotFound) as e:
@@ -483,7 +649,8 @@ class Controller:
             return
         self.metrics.admissions.labels(queue, quota).inc()
         self.metrics.admission_wait.labels(queue).observe(max(0.0, now - unit.created))
-        await self.events.record(_unit_ref(unit), c.EventType.NORMAL, c.EventReason.DEQUEUED, status["message"])
+        reason = c.EventReason.RESERVED if checks else c.EventReason.DEQUEUED
+        self._event(_unit_ref(unit), c.EventType.NORMAL, reason, status["message"])
         self.jobs_queue.add(unit.job_key)
 
     async def _preempt(self, key: str, reason: str, requeue_at: float, quota: str) -> None:
@@ -491,18 +658,17 @@ class Controller:
         if unit is None:
             return
         info = self.engine.unit(key)
-        status = {
-            "phase": c.Phase.PREEMPTED.value,
-            "message": reason,
-            "requeueState": {"count": info.attempts if info else 0, "requeueAt": rfc3339(requeue_at)},
-        }
         try:
-            await self._write_unit_status(key, status)
+            await self._write_unit_status(
+                key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at))
         except ApiError as e:
             log.warning("preemption of %s not written: %s", key, e)
         heapq.heappush(self.backoffs, (requeue_at, key))
         self.metrics.preemptions.labels(quota).inc()
-        await self.events.record(_unit_ref(unit), c.EventType.WARNING, c.EventReason.PREEMPTED, reason)
+        self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.PREEMPTED, reason)
+        job = self._job_of(unit)
+        if job is not None:
+            self._event(_job_ref(job), c.EventType.WARNING, c.EventReason.PREEMPTED, reason)
         self.jobs_queue.add(unit.job_key)
 
     async def _release_backoffs(self) -> None:
@@ -510,70 +676,94 @@ class Controller:
         while self.backoffs and self.backoffs[0][0] <= now:
             _, key = heapq.heappop(self.backoffs)
             unit = self.unit_informer.get(key)
-            if unit is not None and unit.phase in (c.Phase.PREEMPTED.value, c.Phase.TIMEOUT_BACKOFF.value):
+            if unit is not None and unit.phase in SENT_BACK:
                 try:
-                    await self._write_unit_status(key, {"phase": c.Phase.ENQUEUED.value, "message": "back in the queue"})
+                    await self._write_unit_status(key, st.enqueued("back in the queue after a back-off"))
                 except ApiError as e:
                     log.info("unit %s not requeued yet: %s", key, e)
+
+    def _job_of(self, unit: UnitView) -> JobView | None:
+        informer = self.job_informers.get(unit.consumer_kind)
+        return informer.get(f"{unit.namespace}/{unit.consumer_name}") if informer is not None else None
+
+    # --- why units wait: written at most once a second each ----------------------------
+
+    async def _message_loop(self) -> None:
+        while True:
+            await asyncio.sleep(MESSAGE_FLUSH_SECONDS)
+            batch, self.pending_messages = self.pending_messages, {}
+            writes = [self._tell(key, message) for key, message in batch.items()]
+            if writes:
+                await asyncio.gather(*writes)
 
     async def _tell(self, key: str, message: str) -> None:
         if self.written_messages.get(key) == message:
             return
         unit = self.unit_informer.get(key)
-        if unit is None:
-            return
+        held = self.engine.unit(key)
+        if unit is None or held is None or held.admitted_quota is not None or unit.phase in SENT_BACK:
+            return  # admitted, gone, or backing off since: its own status says why
         try:
-            await self._write_unit_status(key, {"message": message})
+            await self._write_unit_status(key, {"message": message}, touch=False)
         except ApiError as e:
             log.info("message of %s not written: %s", key, e)
             return
-        await self.events.record(_unit_ref(unit), c.EventType.WARNING, c.EventReason.FAILED_SCHEDULING, message)
+        now = self.clock()
+        if now - self.failed_scheduling_at.get(key, -FAILED_SCHEDULING_EVERY) >= FAILED_SCHEDULING_EVERY:
+            self.failed_scheduling_at[key] = now
+            self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.FAILED_SCHEDULING, message)
+            job = self._job_of(unit)
+            if job is not None:
+                self._event(_job_ref(job), c.EventType.WARNING, c.EventReason.FAILED_SCHEDULING, message)
 
     # --- periodic status: quotas' used, queues' positions --------------------------
 
     async def _status_loop(self) -> None:
         last_used: dict[str, dict[str, str]] = {}
         last_positions: dict[str, Any] = {}
-        last_queue_write = 0.0
+        last_queue_write: dict[str, float] = {}
         while True:
             await asyncio.sleep(self.config.quota_status_refresh_seconds)
-            for name, status in self.engine.quota_status().items():
-                used = format_resource_list(status.used)
-                for resource in set(status.max) | set(status.used):
-                    for kind, amounts in (("min", status.min), ("max", status.max),
-                                          ("runtime", status.runtime), ("used", status.used)):
+            for name, quota in self.engine.quota_status().items():
+                for resource in set(quota.max) | set(quota.used) | set(quota.min):
+                    for kind, amounts in (("min", quota.min), ("max", quota.max),
+                                          ("runtime", quota.runtime), ("used", quota.used)):
                         self.metrics.quota.labels(name, resource, kind).set(amounts.get(resource, 0) / 1000)
+                used = format_resource_list(quota.used)
                 if last_used.get(name) == used:
                     continue
                 obj = self._quota_object(name)
                 if obj is None:
                     continue
-                meta = obj["metadata"]
                 try:
-                    await self.client.patch_status(QUOTAS, name, {"status": {"used": used}}, namespace=meta["namespace"])
+                    await self.client.patch_status(QUOTAS, name, {"status": {"used": used}},
+                                                   namespace=obj["metadata"]["namespace"])
                     last_used[name] = used
                 except ApiError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
             positions = self.engine.queue_positions()
+            now = self.clock()
             for queue_key, standings in positions.items():
                 self.metrics.pending_units.labels(queue_key).set(len(standings))
-            if self.clock() - last_queue_write < self.config.queue_status_refresh_seconds and last_queue_write:
-                continue
-            last_queue_write = self.clock()
-            for queue_key, standings in positions.items():
+                settings = self.queue_settings.get(queue_key, QueueSettings())
+                if now - last_queue_write.get(queue_key, -1e18) < settings.refresh_seconds:
+                    continue
+                depth = min(QUEUE_ITEMS_WRITTEN, settings.max_depth or QUEUE_ITEMS_WRITTEN)
                 active = [
                     {"name": s.unit.partition("/")[2], "namespace": s.unit.partition("/")[0],
                      "priority": s.priority, "position": s.position or 0}
-                    for s in standings[:200]
+                    for s in standings[:depth]
                 ]
                 if last_positions.get(queue_key) == active:
                     continue
                 ns, _, name = queue_key.partition("/")
                 try:
                     await self.client.patch_status(
-                        QUEUES, name, {"status": {"queueItemDetails": {"active": active}}}, namespace=ns
-                    )
+                        QUEUES, name, {"status": {"queueItemDetails": {"active": active}}}, namespace=ns)
                     last_positions[queue_key] = active
+                    last_queue_write[queue_key] = now
+                except NotFound:
+                    last_queue_write[queue_key] = now  # a quota's Queue not created yet, or gone
                 except ApiError as e:
                     log.info("positions of queue %s not written: %s", queue_key, e)
 
@@ -591,7 +781,13 @@ def _rv(text: str) -> int:
         return 0
 
 
-def _spec_changed(current: Any, new: Any) -> bool:
+def _is_auto_queue(obj: Object, quota: str) -> bool:
+    """Whether a Queue in the system namespace is the one made for ``quota`` (by us)."""
+    meta = obj.get("metadata") or {}
+    return meta.get("name") == quota and (meta.get("labels") or {}).get(c.LABEL_QUOTA_NAME) == quota
+
+
+def _spec_changed(current: UnitInfo, new: UnitInfo) -> bool:
     return (current.priority, current.request, current.queue_name, current.quota_name, current.preemptible,
             current.invalid) != (new.priority, new.request, new.queue_name, new.quota_name, new.preemptible,
                                  new.invalid)
@@ -599,22 +795,20 @@ def _spec_changed(current: Any, new: Any) -> bool:
 
 def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
     assert job.unit_spec is not None
-    return any(unit.spec.get(k) != v for k, v in job.unit_spec.items() if k in ("priority", "queue", "resource"))
+    return any(unit.spec.get(k) != v for k, v in job.unit_spec.items()
+               if k in ("priority", "queue", "resource", "podSet"))
 
 
-def _unit_ref(unit: UnitView) -> Object:
-    return {"apiVersion": c.QUEUE_API_VERSION, "kind": c.QUEUE_UNIT_KIND,
-            "metadata": {"name": unit.name, "namespace": unit.namespace}}
+def _unit_ref(unit: UnitView) -> ObjectRef:
+    return ObjectRef(c.QUEUE_API_VERSION, c.QUEUE_UNIT_KIND, unit.name, unit.namespace)
 
 
-def _unit_ref_of(job: JobView) -> Object:
-    return {"apiVersion": c.QUEUE_API_VERSION, "kind": c.QUEUE_UNIT_KIND,
-            "metadata": {"name": job.unit_name, "namespace": job.namespace}}
+def _unit_ref_of(job: JobView) -> ObjectRef:
+    return ObjectRef(c.QUEUE_API_VERSION, c.QUEUE_UNIT_KIND, job.unit_name, job.namespace)
 
 
-def _job_ref(job: JobView) -> Object:
-    return {"apiVersion": job.api_version, "kind": job.kind,
-            "metadata": {"name": job.name, "namespace": job.namespace, "uid": job.uid}}
+def _job_ref(job: JobView) -> ObjectRef:
+    return ObjectRef(job.api_version, job.kind, job.name, job.namespace, job.uid)
 
 
 def _priority_value(obj: Object) -> int | None:
@@ -628,3 +822,4 @@ def _allocatable(obj: Object) -> dict[str, int]:
         return parse_resource_list(alloc)
     except QuantityError:
         return {}
+

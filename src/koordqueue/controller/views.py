@@ -68,6 +68,7 @@ class JobView:
     unit_labels: tuple[tuple[str, str], ...]
     invalid: str | None
     deleting: bool
+    pods: tuple[str, str] | None = None  # (label, value) that its pods carry
 
     @property
     def key(self) -> str:
@@ -99,6 +100,10 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
     except InvalidObject as e:
         suspended, state = False, JobState.PENDING
         invalid = invalid or str(e)
+    try:
+        pods = next(iter(adapter.pod_selector(obj).items()), None)
+    except InvalidObject:
+        pods = None
     unit_labels = tuple(
         (k, labels[k]) for k in (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE) if labels.get(k)
     )
@@ -116,6 +121,7 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         unit_labels=unit_labels,
         invalid=invalid,
         deleting=bool(meta.get("deletionTimestamp")),
+        pods=pods,
     )
 
 
@@ -195,6 +201,10 @@ class UnitView:
     consumer_name: str
     request: ResourceList | None
     invalid: str | None
+    allocated_at: float | None = None  # status.lastAllocateTime
+    checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
+    pod_state: tuple[int, int] | None = None  # status.podState: (running, pending)
+    admissions_running: tuple[int, ...] = ()  # status.admissions[].running
 
     @property
     def key(self) -> str:
@@ -241,6 +251,12 @@ def unit_view(obj: Object) -> UnitView:
     requeue = (status.get("requeueState") or {}).get("requeueAt")
     attempts = status.get("attempts")
     labels = meta.get("labels") or {}
+    checks = tuple(
+        (str(check.get("name", "")), str(check.get("state") or c.AdmissionCheckState.PENDING))
+        for check in status.get("admissionChecks") or () if isinstance(check, dict)
+    )
+    pod_state = status.get("podState")
+    admissions = [a for a in status.get("admissions") or () if isinstance(a, dict)]
     return UnitView(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name", "")),
@@ -256,4 +272,14 @@ def unit_view(obj: Object) -> UnitView:
         consumer_name=str(ref.get("name", "")),
         request=request,
         invalid=invalid,
+        allocated_at=parse_time(status.get("lastAllocateTime")) or None,
+        checks=checks,
+        pod_state=(_count(pod_state.get("running")), _count(pod_state.get("pending")))
+        if isinstance(pod_state, dict) else None,
+        admissions_running=tuple(_count(a.get("running")) for a in admissions),
     )
+
+
+def _count(value: object) -> int:
+    """A count from a status someone else may have written: anything but an int is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

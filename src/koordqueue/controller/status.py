@@ -1,0 +1,89 @@
+"""The QueueUnit status patches the controller writes, one function per transition.
+
+Kept apart from the controller's I/O so that each transition's fields are in one
+place and can be read (and tested) as plain data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from koordqueue.api import constants as c
+from koordqueue.controller.pods import PodCount
+from koordqueue.controller.views import Object, UnitView, rfc3339
+
+
+def enqueued(message: str) -> Object:
+    return {"phase": c.Phase.ENQUEUED.value, "message": message}
+
+
+def admitted(unit: UnitView, quota: str, queue: str, checks: Sequence[str], attempts: int, now: float) -> Object:
+    """Dequeued, or Reserved while the named admission checks are pending."""
+    where = f"quota {quota} through queue {queue}"
+    status: Object = {
+        "phase": (c.Phase.RESERVED if checks else c.Phase.DEQUEUED).value,
+        "message": f"quota reserved in {where}; waiting for admission checks {', '.join(checks)}"
+        if checks else f"admitted into {where}",
+        "lastAllocateTime": rfc3339(now),
+        "attempts": attempts,
+        "admissions": [
+            {"name": ps.get("name", ""), "replicas": ps.get("count", 0), "running": 0,
+             "resources": _pod_request(ps)}
+            for ps in unit.spec.get("podSet") or () if isinstance(ps, Mapping)
+        ],
+        "admissionChecks": [
+            {"name": name, "state": c.AdmissionCheckState.PENDING.value, "lastTransitionTime": rfc3339(now)}
+            for name in checks
+        ] or None,
+        "requeueState": None,
+    }
+    return status
+
+
+def checks_passed(names: Sequence[str]) -> Object:
+    return {"phase": c.Phase.DEQUEUED.value, "message": f"admission checks {', '.join(names)} are Ready"}
+
+
+def running() -> Object:
+    return {"phase": c.Phase.RUNNING.value, "message": "the job is running"}
+
+
+def finished(succeeded: bool) -> Object:
+    phase = c.Phase.SUCCEED if succeeded else c.Phase.FAILED
+    return {"phase": phase.value, "message": "the job succeeded" if succeeded else "the job failed",
+            "podState": None, "admissions": None}
+
+
+def sent_back(phase: c.Phase, reason: str, attempts: int, requeue_at: float) -> Object:
+    """Preempted or TimeoutBackoff: quota released, back in the queue at requeue_at."""
+    return {
+        "phase": phase.value,
+        "message": reason,
+        "requeueState": {"count": attempts, "requeueAt": rfc3339(requeue_at)},
+        "admissions": None,
+        "admissionChecks": None,
+        "podState": None,
+    }
+
+
+def pod_state(unit: UnitView, pods: PodCount) -> Object | None:
+    """podState and admissions[].running from the job's pods; None when unchanged."""
+    roles = [ps for ps in unit.spec.get("podSet") or () if isinstance(ps, Mapping)]
+    per_role = [pods.running_by_role.get(str(ps.get("name", "")), 0) for ps in roles]
+    if len(roles) == 1 and not pods.running_by_role.get(str(roles[0].get("name", ""))):
+        per_role = [pods.running]  # pods with no role label all belong to the one pod set
+    if unit.pod_state == (pods.running, pods.pending) and unit.admissions_running == tuple(per_role):
+        return None
+    status: Object = {"podState": {"running": pods.running, "pending": pods.pending}}
+    if unit.admissions_running and len(unit.admissions_running) == len(roles):
+        status["admissions"] = [
+            {"name": ps.get("name", ""), "replicas": ps.get("count", 0), "running": n, "resources": _pod_request(ps)}
+            for ps, n in zip(roles, per_role, strict=True)
+        ]
+    return status
+
+
+def _pod_request(pod_set: Mapping[str, Any]) -> Any:
+    containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+    return (containers[0].get("resources") or {}).get("requests") or {}

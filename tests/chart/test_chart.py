@@ -1,0 +1,501 @@
+"""The Helm chart, rendered and linted by real helm, and every object checked: against the
+Kubernetes 1.32 schemas, against the controller's real command line, and for least privilege."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import kubernetes_validate
+import pytest
+import yaml
+
+from koordqueue.api.crds import file_name, our_crds
+from koordqueue.api.crds import render as render_crd
+from koordqueue.cli import controller as controller_command
+from koordqueue.controller.config import ALL_JOB_KINDS
+from koordqueue.controller.views import JOB_PLURALS
+from koordqueue.jobs import adapter_for
+from tests.chart.helmtool import (
+    ALL_EXTENSIONS,
+    CHART,
+    KUBE_VERSION,
+    NAMESPACE,
+    ROOT,
+    Obj,
+    args,
+    container,
+    flag,
+    kinds,
+    one,
+    render,
+    render_error,
+    run_helm,
+)
+
+CERT_MANAGER = {"webhook": {"certManager": {"enable": True}}}
+EVERYTHING_ON = {
+    "extension": ALL_EXTENSIONS,
+    "serviceMonitor": {"enable": True},
+    "controller": {"dashboard": {"port": 8090}},
+}
+# Each case: values, and the job kinds the controller then queues.
+CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
+    "defaults": ({}, {"PyTorchJob"}),
+    "every-extension": (EVERYTHING_ON, set(ALL_JOB_KINDS)),
+    "cert-manager": (CERT_MANAGER, {"PyTorchJob"}),
+    "cert-manager-every-extension": ({**CERT_MANAGER, "extension": ALL_EXTENSIONS}, set(ALL_JOB_KINDS)),
+    "no-webhook-no-leader-election": (
+        {"webhook": {"enable": False}, "controller": {"leaderElection": {"enable": False}, "replicas": 1}},
+        {"PyTorchJob"},
+    ),
+}
+EXTENSION_KIND = {"pytorch": "PyTorchJob", "tf": "TFJob", "mpi": "MPIJob", "batchjob": "Job", "ray": "RayJob"}
+KIND_GROUP = {"PyTorchJob": "kubeflow.org", "TFJob": "kubeflow.org", "MPIJob": "kubeflow.org",
+              "Job": "batch", "RayJob": "ray.io"}
+
+
+def case(name: str) -> list[Obj]:
+    return render(CASES[name][0])
+
+
+# --- helm itself -------------------------------------------------------------------
+
+def test_helm_is_the_pinned_version() -> None:
+    assert run_helm("version", "--short").stdout.startswith("v4.1.4")
+
+
+def test_lint_strict() -> None:
+    result = run_helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["every-extension", "cert-manager"])
+def test_lint_strict_with_values(name: str, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(CASES[name][0]))
+    run_helm("lint", "--strict", str(CHART), "-f", str(values))
+
+
+def test_the_seed_guides_values_file_installs_pytorchjobs(tmp_path: Path) -> None:
+    """The seed's values.yaml (extension.pytorch.enable: true), given with -f as the guide does."""
+    values = tmp_path / "values.yaml"
+    values.write_text("extension:\n  pytorch:\n    enable: true\n")
+    out = run_helm("template", "koord-queue", str(CHART), "-n", NAMESPACE, "-f", str(values)).stdout
+    objects = [o for o in yaml.safe_load_all(out) if o]
+    assert flag(objects, "job-kinds") == ["PyTorchJob"]
+    assert one(objects, "Deployment")["metadata"]["name"] == "koord-queue-controllers"  # the seed's logs command
+
+
+# --- every object is valid Kubernetes 1.32 -----------------------------------------
+
+NOT_IN_KUBERNETES = {"monitoring.coreos.com/v1", "cert-manager.io/v1"}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_object_is_valid_kubernetes_1_32(name: str) -> None:
+    objects = render(CASES[name][0], include_crds=True)
+    assert objects
+    checked = []
+    for obj in objects:
+        if obj["apiVersion"] in NOT_IN_KUBERNETES:
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            raise AssertionError(f"{obj['kind']} {obj['metadata']['name']}: {e.message}") from e
+        checked.append(obj["kind"])
+    assert checked.count("CustomResourceDefinition") == 3
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service"} <= set(checked)
+
+
+def test_the_validator_catches_a_typo() -> None:
+    """The schemas are strict: an unknown field in a rendered object is an error."""
+    deployment = one(case("defaults"), "Deployment")
+    bad = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBE_VERSION, strict=True)
+
+
+def test_every_object_is_namespaced_in_the_release_namespace_or_cluster_wide() -> None:
+    cluster_wide = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "CustomResourceDefinition"}
+    for obj in render(EVERYTHING_ON, include_crds=True):
+        if obj["kind"] in cluster_wide:
+            assert "namespace" not in obj["metadata"], obj["kind"]
+        else:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+
+
+def test_what_is_rendered() -> None:
+    assert kinds(case("defaults")) == sorted([
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "MutatingWebhookConfiguration",
+        "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
+    ])
+    assert kinds(case("cert-manager")) == sorted(kinds(case("defaults")) + ["Certificate", "Issuer"])
+    assert "ServiceMonitor" in kinds(case("every-extension"))
+    bare = case("no-webhook-no-leader-election")
+    assert "MutatingWebhookConfiguration" not in kinds(bare)
+    assert "Role" not in kinds(bare) and "RoleBinding" not in kinds(bare)
+    assert "PodDisruptionBudget" not in kinds(bare)  # one replica: a PDB would block every drain
+
+
+# --- the CRDs ----------------------------------------------------------------------
+
+def test_chart_crds_are_config_crds_byte_for_byte() -> None:
+    chart_dir, config_dir = CHART / "crds", ROOT / "config" / "crd"
+    names = sorted(p.name for p in chart_dir.iterdir())
+    assert names == sorted(file_name(m) for m in our_crds())
+    for manifest in our_crds():
+        chart_file = chart_dir / file_name(manifest)
+        assert chart_file.read_bytes() == (config_dir / file_name(manifest)).read_bytes(), chart_file
+        assert chart_file.read_text() == render_crd(manifest), (
+            f"{chart_file} drifted: run make generate"
+        )
+
+
+def test_chart_installs_only_our_crds() -> None:
+    crds = [o for o in render({}, include_crds=True) if o["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["spec"]["names"]["kind"] for c in crds) == ["ElasticQuota", "Queue", "QueueUnit"]
+    assert [o for o in render({}) if o["kind"] == "CustomResourceDefinition"] == []  # only from crds/
+
+
+# --- RBAC: exactly what the controller uses ----------------------------------------
+
+Grant = tuple[str, str, str, str]  # (apiGroup, resource, verb, resourceName or "")
+
+
+def grants(rules: list[Obj]) -> set[Grant]:
+    out: set[Grant] = set()
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule  # no nonResourceURLs
+        for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+            assert "*" not in rule.get(field, []), f"wildcard in {rule}"
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames") or [""]:
+                        out.add((group, resource, verb, name))
+    return out
+
+
+def expand(group: str, resources: list[str], verbs: str, name: str = "") -> set[Grant]:
+    return {(group, r, v, name) for r in resources for v in verbs.split()}
+
+
+BASE = (
+    expand("scheduling.sigs.k8s.io", ["elasticquotas"], "get list watch")
+    | expand("scheduling.sigs.k8s.io", ["elasticquotas/status"], "patch")
+    | expand("scheduling.x-k8s.io", ["queues", "queueunits"], "get list watch create patch delete")
+    | expand("scheduling.x-k8s.io", ["queues/status", "queueunits/status"], "patch")
+    | expand("", ["events"], "create patch")
+    | expand("scheduling.k8s.io", ["priorityclasses"], "get list watch")
+    | expand("", ["nodes", "pods"], "get list watch")
+)
+WEBHOOK_CA = expand("admissionregistration.k8s.io", ["mutatingwebhookconfigurations"], "get patch", "koord-queue")
+
+
+def job_grants(job_kinds: set[str]) -> set[Grant]:
+    return set().union(*(expand(KIND_GROUP[k], [JOB_PLURALS[k]], "get list watch patch") for k in job_kinds))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cluster_role_grants_exactly_what_the_controller_uses(name: str) -> None:
+    values, job_kinds = CASES[name]
+    objects = render(values)
+    expected = BASE | job_grants(job_kinds)
+    webhook = values.get("webhook", {})
+    if webhook.get("enable", True) and not webhook.get("certManager", {}).get("enable", False):
+        expected |= WEBHOOK_CA  # only when the controller keeps the caBundle itself
+    assert grants(one(objects, "ClusterRole")["rules"]) == expected
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "koord-queue"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "koord-queue", "namespace": NAMESPACE}]
+
+
+def test_the_lease_is_granted_in_the_release_namespace_only() -> None:
+    objects = case("defaults")
+    role = one(objects, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert grants(role["rules"]) == (
+        expand("coordination.k8s.io", ["leases"], "create")
+        | expand("coordination.k8s.io", ["leases"], "get update", "koord-queue-controller")
+    )
+    assert flag(objects, "lease-name") == ["koord-queue-controller"]
+    assert one(objects, "RoleBinding")["subjects"][0]["name"] == "koord-queue"
+
+
+def test_grants_sees_a_wildcard() -> None:
+    with pytest.raises(AssertionError, match="wildcard"):
+        grants([{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}])
+
+
+# --- the controller's args follow the values ----------------------------------------
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_args_are_accepted_by_the_real_command_line(name: str) -> None:
+    """click parses the rendered args as `koord-queue controller` would (without running it)."""
+    rendered = args(case(name))
+    with controller_command.make_context("controller", list(rendered)) as ctx:
+        params = ctx.params
+    assert set(str(params["job_kinds"]).split(",")) == CASES[name][1]
+
+
+def test_bad_args_are_refused_by_the_command_line() -> None:
+    with pytest.raises(click.UsageError):
+        controller_command.make_context("controller", ["--no-such-flag=1"])
+
+
+@pytest.mark.parametrize("extension", list(EXTENSION_KIND))
+def test_one_extension_alone(extension: str) -> None:
+    """Only the enabled kind is watched, suspended by the webhook, and granted."""
+    values = {"extension": {name: {"enable": name == extension} for name in EXTENSION_KIND}}
+    objects = render(values)
+    kind = EXTENSION_KIND[extension]
+    assert flag(objects, "job-kinds") == [kind]
+    rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
+    assert rules == [{"apiGroups": [KIND_GROUP[kind]], "apiVersions": ["v1"], "operations": ["CREATE"],
+                      "resources": [JOB_PLURALS[kind]], "scope": "Namespaced"}]
+    job_rules = {g for g in grants(one(objects, "ClusterRole")["rules"]) if g[0] in set(KIND_GROUP.values())}
+    assert job_rules == job_grants({kind})
+
+
+def test_pytorch_disabled_means_no_pytorchjobs_anywhere() -> None:
+    objects = render({"extension": {"pytorch": {"enable": False}, "tf": {"enable": True},
+                                    "batchjob": {"enable": True}}})
+    assert flag(objects, "job-kinds") == ["TFJob,Job"]
+    text = yaml.safe_dump_all(objects)
+    assert "pytorchjobs" not in text and "PyTorchJob" not in text
+
+
+def test_every_extension_maps_to_a_real_adapter_and_flag() -> None:
+    for kind in EXTENSION_KIND.values():
+        assert kind in ALL_JOB_KINDS
+        version = "batch/v1" if KIND_GROUP[kind] == "batch" else f"{KIND_GROUP[kind]}/v1"
+        assert adapter_for(version, kind) is not None, kind
+    webhook = one(case("every-extension"), "MutatingWebhookConfiguration")["webhooks"][0]
+    assert {(r["apiGroups"][0], res) for r in webhook["rules"] for res in r["resources"]} == {
+        (KIND_GROUP[k], JOB_PLURALS[k]) for k in ALL_JOB_KINDS
+    }
+
+
+def test_values_reach_the_flags() -> None:
+    values = {
+        "qps": 33, "burst": 44, "oversellrate": 1.5,
+        "controller": {
+            "defaultQueuePolicy": "Block", "protectSeconds": 30, "waitForPodsRunningTimeoutSeconds": 120,
+            "backoff": {"baseSeconds": 5, "capSeconds": 60}, "metrics": {"port": 9090},
+            "dashboard": {"port": 8090}, "leaderElection": {"enable": True, "leaseName": "my-lease"},
+            "replicas": 3, "extraArgs": ["--webhook-host=extra.example"],
+        },
+        "webhook": {"port": 9444},
+    }
+    objects = render(values)
+    expected = {
+        "qps": ["33"], "burst": ["44"], "oversell-rate": ["1.5"], "default-queue-policy": ["Block"],
+        "protect-seconds": ["30"], "wait-for-pods-running-timeout": ["120"], "backoff-base": ["5"],
+        "backoff-cap": ["60"], "metrics-port": ["9090"], "dashboard-port": ["8090"], "lease-name": ["my-lease"],
+        "webhook-port": ["9444"], "namespace": [NAMESPACE], "webhook-config-name": ["koord-queue"],
+    }
+    for name, value in expected.items():
+        assert flag(objects, name) == value, name
+    assert "--leader-elect" in args(objects) and "--webhook-host=extra.example" in args(objects)
+    assert one(objects, "Deployment")["spec"]["replicas"] == 3
+    ports = {p["name"]: p["containerPort"] for p in container(objects)["ports"]}
+    assert ports == {"metrics": 9090, "webhook": 9444, "dashboard": 8090}
+    service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in one(objects, "Service")["spec"]["ports"]}
+    assert service_ports == {"metrics": (9090, "metrics"), "webhook": (443, "webhook"),
+                             "dashboard": (8090, "dashboard")}
+    probe = container(objects)["livenessProbe"]["httpGet"]
+    assert probe == {"path": "/healthz", "port": "metrics"}
+
+
+def test_defaults_match_the_command_lines_defaults() -> None:
+    """With no values, the flags say what the controller would do with none: nothing surprises."""
+    defaults = {p.name: p.default for p in controller_command.params if isinstance(p, click.Option)}
+    objects = case("defaults")
+    assert float(flag(objects, "protect-seconds")[0]) == defaults["protect_seconds"]
+    assert float(flag(objects, "backoff-base")[0]) == defaults["backoff_base"]
+    assert float(flag(objects, "backoff-cap")[0]) == defaults["backoff_cap"]
+    assert float(flag(objects, "wait-for-pods-running-timeout")[0]) == defaults["wait_for_pods_running_timeout"]
+    assert float(flag(objects, "oversell-rate")[0]) == defaults["oversell_rate"]
+    assert float(flag(objects, "qps")[0]) == defaults["qps"]
+    assert int(flag(objects, "burst")[0]) == defaults["burst"]
+    assert flag(objects, "default-queue-policy") == [defaults["default_queue_policy"]]
+    assert flag(objects, "lease-name") == [defaults["lease_name"]]
+    assert int(flag(objects, "metrics-port")[0]) == defaults["metrics_port"]
+
+
+def test_leader_election_off() -> None:
+    objects = case("no-webhook-no-leader-election")
+    assert "--no-leader-elect" in args(objects) and "--leader-elect" not in args(objects)
+    assert flag(objects, "webhook-port") == ["0"]
+    assert [p["name"] for p in one(objects, "Service")["spec"]["ports"]] == ["metrics"]
+
+
+# --- the webhook and its certificate -----------------------------------------------
+
+def test_webhook_with_the_controllers_own_certificate() -> None:
+    objects = case("defaults")
+    config = one(objects, "MutatingWebhookConfiguration", "koord-queue")
+    assert "annotations" not in config["metadata"]
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert "caBundle" not in hook["clientConfig"]  # the controller keeps it; helm upgrades leave it alone
+    service = hook["clientConfig"]["service"]
+    assert service == {"name": "koord-queue", "namespace": NAMESPACE, "path": "/mutate", "port": 443}
+    assert one(objects, "Service", service["name"])
+    assert flag(objects, "webhook-config-name") == [config["metadata"]["name"]]
+    assert f"koord-queue.{NAMESPACE}.svc" in flag(objects, "webhook-host")  # the name the API server dials
+    assert flag(objects, "webhook-cert-dir") == []
+    mounts = {m["name"]: m["mountPath"] for m in container(objects)["volumeMounts"]}
+    assert mounts == {"tmp": "/tmp"}  # where the self-made certificate is written, on a read-only root
+    volumes = one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["name"] == "tmp" and "emptyDir" in volumes[0]
+
+
+def test_webhook_path_is_the_controllers() -> None:
+    webhook = pytest.importorskip("koordqueue.controller.webhook", reason="the webhook server has not landed")
+    hook = one(case("defaults"), "MutatingWebhookConfiguration")["webhooks"][0]
+    assert hook["clientConfig"]["service"]["path"] == webhook.MUTATE_PATH
+
+
+def test_webhook_failure_policy_and_selectors_follow_values() -> None:
+    selector = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                      "values": ["kube-system"]}]}
+    objects = render({"webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 5, "namespaceSelector": selector}})
+    (hook,) = one(objects, "MutatingWebhookConfiguration")["webhooks"]
+    assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 5
+    assert hook["namespaceSelector"] == selector and hook["objectSelector"] == {}
+
+
+def test_webhook_with_cert_manager() -> None:
+    objects = case("cert-manager")
+    config = one(objects, "MutatingWebhookConfiguration")
+    certificate = one(objects, "Certificate")
+    issuer = one(objects, "Issuer")
+    ns, name = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].split("/")
+    assert (ns, name) == (certificate["metadata"]["namespace"], certificate["metadata"]["name"])
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert f"koord-queue.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["usages"] == ["server auth", "digital signature"]
+    assert flag(objects, "webhook-cert-dir") == ["/certs"]
+    assert flag(objects, "webhook-host") == []
+    volumes = {v["name"]: v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-certs"]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    mounts = {m["name"]: m for m in container(objects)["volumeMounts"]}
+    assert mounts["webhook-certs"] == {"name": "webhook-certs", "mountPath": "/certs", "readOnly": True}
+
+
+def test_cert_manager_with_an_existing_issuer() -> None:
+    objects = render({"webhook": {"certManager": {"enable": True,
+                                                  "issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}}}})
+    assert "Issuer" not in kinds(objects)
+    assert one(objects, "Certificate")["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
+
+
+def _structural(obj: Obj, required: dict[str, type]) -> None:
+    for path, typ in required.items():
+        value: Any = obj
+        for key in path.split("."):
+            assert isinstance(value, dict) and key in value, f"{obj['kind']}: no {path}"
+            value = value[key]
+        assert isinstance(value, typ), f"{obj['kind']}.{path} is {type(value).__name__}"
+
+
+def test_cert_manager_and_service_monitor_objects_are_well_formed() -> None:
+    """Not in the Kubernetes schemas: their required fields and types, as their CRDs require."""
+    certificate = one(case("cert-manager"), "Certificate")
+    _structural(certificate, {"spec.secretName": str, "spec.issuerRef.name": str, "spec.dnsNames": list,
+                              "spec.duration": str, "spec.renewBefore": str, "spec.privateKey.algorithm": str})
+    assert set(certificate["spec"]) <= {"secretName", "issuerRef", "dnsNames", "duration", "renewBefore",
+                                        "privateKey", "usages"}
+    monitor = one(case("every-extension"), "ServiceMonitor")
+    _structural(monitor, {"spec.selector.matchLabels": dict, "spec.endpoints": list,
+                          "spec.namespaceSelector.matchNames": list})
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    service = one(case("every-extension"), "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert "metrics" in [p["name"] for p in service["spec"]["ports"]]
+
+
+# --- the pod --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_pod_security(name: str) -> None:
+    objects = case(name)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container(objects)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "hostNetwork" not in pod and "hostPID" not in pod
+    assert pod["serviceAccountName"] == one(objects, "ServiceAccount")["metadata"]["name"]
+
+
+def test_pod_meets_the_restricted_pod_security_standard() -> None:
+    """The checks of Kubernetes' "restricted" profile that a spec shows."""
+    pod = one(case("every-extension"), "Deployment")["spec"]["template"]["spec"]
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= {"emptyDir", "secret", "configMap", "projected"}, volume
+    for c in pod["containers"]:
+        assert "hostPort" not in str(c.get("ports"))
+        assert c["securityContext"].get("privileged") is False
+        assert c["securityContext"]["capabilities"].get("add") is None
+
+
+def test_defaults_two_replicas_with_leader_election_spread_over_nodes() -> None:
+    objects = case("defaults")
+    deployment = one(objects, "Deployment")
+    assert deployment["metadata"]["name"] == "koord-queue-controllers"
+    assert deployment["spec"]["replicas"] == 2 and "--leader-elect" in args(objects)
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"] == (
+        "kubernetes.io/hostname")
+    assert one(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert container(objects)["image"] == "koord-queue:0.1.0"
+    assert container(objects)["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+
+
+def test_image_and_resources_follow_values() -> None:
+    objects = render({"controller": {"image": {"repository": "registry.example/kq", "tag": "v9"},
+                                     "resources": {"requests": {"cpu": "500m"}}},
+                      "tolerations": [{"key": "gpu", "operator": "Exists"}]})
+    assert container(objects)["image"] == "registry.example/kq:v9"
+    # helm merges maps with the defaults: only the request named changes
+    assert container(objects)["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"},
+                                               "limits": {"cpu": "1", "memory": "1Gi"}}
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "gpu", "operator": "Exists"}]
+
+
+# --- values the chart refuses --------------------------------------------------------
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"extension": {"spark": {"enable": True}}}, "extension.spark is not supported"),
+    ({"extension": {"pytorch": {"enable": False}}}, "no job kind is enabled"),
+    ({"controller": {"defaultQueuePolicy": "Fifo"}}, "defaultQueuePolicy"),
+    ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
+    ({"qps": 0}, "qps"),
+    ({"controller": {"backoff": {"baseSeconds": -1}}}, "baseSeconds"),
+])
+def test_bad_values_are_refused_with_a_reason(values: dict[str, Any], message: str) -> None:
+    assert message in render_error(values)
+
+
+def test_koord_queues_own_values_file_still_renders() -> None:
+    """Keys of Koord-Queue's chart that we do not use (argo/spark off, jobextensions,
+    installation, pluginConfigs) do not stop a migration."""
+    values = {"extension": {"argo": {"enable": False}, "spark": {"enable": False},
+                            "jobextensions": {"tag": "x"}, "pytorch": {"enable": True}},
+              "installation": {"namespace": "koord-queue"}, "global": {"imagePrefix": "r.example"}}
+    assert flag(render(values), "job-kinds") == ["PyTorchJob"]

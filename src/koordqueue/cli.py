@@ -94,3 +94,44 @@ def controller(**opts: Any) -> None:
         webhook_hosts=tuple(opts["webhook_hosts"]) or ("127.0.0.1",),
     )
     run(opts["kubeconfig"], config)
+
+
+@main.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
+def status(kubeconfig: str | None) -> None:
+    """Quotas (min / used / runtime / max) and queues with their pending units."""
+    from koordqueue.reports import status_command
+
+    click.echo(status_command(kubeconfig))
+
+
+@main.command()
+@click.argument("target", metavar="KIND/NAME")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
+def explain(target: str, namespace: str, kubeconfig: str | None) -> None:
+    """Why a job waits, where it stands in its queue, and what would let it in."""
+    from koordqueue.reports import ReportError, explain_command
+
+    try:
+        click.echo(explain_command(kubeconfig, target, namespace))
+    except ReportError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@main.command()
+@click.option("--state-dir", type=click.Path(file_okay=False), default=".koord-queue", show_default=True,
+              help="Where the API server keeps its state, token and kubeconfig.")
+@click.option("--nodes", type=click.IntRange(0, 10_000), default=4, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(0, 1024), default=8, show_default=True)
+@click.option("--example/--no-example", default=False, show_default=True,
+              help="Apply the seed guide's ElasticQuota, Queue and PyTorchJob and show their state.")
+@click.option("--metrics-port", type=int, default=0, show_default=True, help="0: any free port.")
+@click.option("--dashboard-port", type=int, default=8082, show_default=True)
+def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_port: int, dashboard_port: int) -> None:
+    """The whole system on this machine with no cluster: API server, simulated nodes, controller."""
+    from pathlib import Path
+
+    from koordqueue.up import main as run_up
+
+    run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port)

@@ -18,6 +18,7 @@ import asyncio
 import heapq
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -30,8 +31,20 @@ from koordqueue.controller import status as st
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.overview import Overview, explain, overview
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.selectors import selector_matches
+from koordqueue.controller.snapshot import (
+    FINISHED,
+    HOLDING,
+    NODES,
+    QUEUES,
+    QUOTAS,
+    SENT_BACK,
+    UNITS,
+    hold,
+    load_unit,
+)
 from koordqueue.controller.views import (
     JOB_PLURALS,
     JobView,
@@ -44,7 +57,7 @@ from koordqueue.controller.views import (
     unit_view,
 )
 from koordqueue.engine import Engine
-from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, UnitInfo, auto_queue_for
+from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, UnitInfo, auto_queue_for
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.kube.client import KubeClient, PatchType, Resource
 from koordqueue.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
@@ -54,21 +67,15 @@ from koordqueue.kube.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
-QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
-QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
-UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
-NODES = Resource("", "v1", "nodes", namespaced=False)
 PODS = Resource("", "v1", "pods")
-HOLDING = {p.value for p in c.PHASES_HOLDING_QUOTA}
-FINISHED = {p.value for p in c.PHASES_FINISHED}
 RUNNABLE = {c.Phase.DEQUEUED.value, c.Phase.RUNNING.value}
-SENT_BACK = {c.Phase.PREEMPTED.value, c.Phase.TIMEOUT_BACKOFF.value}
 BATCH_SECONDS = 0.01  # after a wake, let a burst of events land in one cycle
 MESSAGE_FLUSH_SECONDS = 1.0  # a waiting unit's message is written at most this often
 FAILED_SCHEDULING_EVERY = 60.0  # seconds between FailedScheduling events of one unit
 QUEUE_ITEMS_WRITTEN = 200  # pending units listed in a Queue's status
 EVENT_WRITERS = 8
+RECENT_DECISIONS = 50
 
 
 def job_resource(kind: str) -> Resource:
@@ -110,6 +117,9 @@ class Controller:
         }
         self.pods = PodIndex()
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
+        self.quotas: dict[str, QuotaInfo] = {}  # parsed, for the overview's tree
+        self.capacity: dict[str, int] | None = None
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)  # for the dashboard
         self.jobs_queue: WorkQueue[str] = WorkQueue()
         self.wake = asyncio.Event()
         self.unit_rv: dict[str, str] = {}  # latest resourceVersion of each unit we know of
@@ -193,7 +203,8 @@ class Controller:
                 for r, v in alloc.items():
                     total[r] = total.get(r, 0) + v
             rate = self.config.oversell_rate
-            self.engine.set_cluster_capacity({r: int(v * rate) for r, v in total.items()} or None)
+            self.capacity = {r: int(v * rate) for r, v in total.items()} or None
+            self.engine.set_cluster_capacity(self.capacity)
             self.wake.set()
 
         self.node_informer.on_add(nodes_changed)
@@ -239,6 +250,7 @@ class Controller:
             parsed = parse_elastic_quota(obj)
         except (InvalidObject, QuantityError) as e:
             self.engine.remove_quota(name)
+            self.quotas.pop(name, None)
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {e}")
             self.wake.set()
             return
@@ -248,6 +260,7 @@ class Controller:
         for warning in parsed.warnings:
             self._event(obj, c.EventType.WARNING, c.EventReason.UNKNOWN_POLICY, warning)
         self.engine.set_quota(quota)
+        self.quotas[quota.name] = quota
         reason = self.engine.validation_errors().get(quota.name)
         if reason:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
@@ -259,6 +272,7 @@ class Controller:
     async def _quota_deleted(self, obj: Object) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
         self.engine.remove_quota(name)
+        self.quotas.pop(name, None)
         auto = self.queue_informer.get(f"{self.config.system_namespace}/{name}")
         if auto is not None and _is_auto_queue(auto, name):
             try:
@@ -336,29 +350,11 @@ class Controller:
         now = self.clock()
         for _, unit in self.unit_informer.items():
             self.unit_rv[unit.key] = unit.resource_version
-            if unit.phase in FINISHED:
-                continue
-            info = unit.unit_info()
-            if unit.phase in HOLDING:
-                self._hold(info, unit.allocated_at or unit.created)
-                continue
-            if unit.phase in SENT_BACK:
-                at = unit.requeue_at if unit.requeue_at is not None else now
-                info.requeue_at = at
-                heapq.heappush(self.backoffs, (at, unit.key))
-            self.engine.set_unit(info)
-            self.written_messages[unit.key] = unit.message
-
-    def _hold(self, info: UnitInfo, since: float) -> None:
-        """Account a unit as holding quota: the quota it resolves to (else the cluster's)."""
-        info.requeue_at = None
-        self.engine.set_unit(info)
-        standing = self.engine.standing(info.key)
-        info.admitted_quota = (standing.quota if standing and standing.quota else None) or \
-            info.quota_name or "(unresolved)"  # an unknown quota name charges the root: the cluster total
-        info.admitted_queue = standing.queue if standing else None
-        info.admitted_at = since
-        self.engine.set_unit(info)
+            requeue_at = load_unit(self.engine, unit, now)
+            if requeue_at is not None:
+                heapq.heappush(self.backoffs, (requeue_at, unit.key))
+            if unit.phase not in FINISHED:
+                self.written_messages[unit.key] = unit.message
 
     def _newer(self, key: str, rv: str) -> bool:
         mine = self.unit_rv.get(key)
@@ -378,7 +374,7 @@ class Controller:
         elif current is None:
             info = unit.unit_info()
             if unit.phase in HOLDING:
-                self._hold(info, unit.allocated_at or unit.created)
+                hold(self.engine, info, unit.allocated_at or unit.created)
             else:
                 self.engine.set_unit(info)
             self.wake.set()
@@ -485,7 +481,7 @@ class Controller:
             job.state is JobState.RUNNING or self._pod_count(job).running > 0)
         if adopt:
             info = unit_view(body).unit_info()
-            self._hold(info, job.created)
+            hold(self.engine, info, job.created)
         try:
             created = await self.client.create(UNITS, body, namespace=job.namespace)
         except AlreadyExists:
@@ -563,6 +559,7 @@ class Controller:
         info = self.engine.unit(unit.key)
         await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0, requeue_at))
         heapq.heappush(self.backoffs, (requeue_at, unit.key))
+        self._remember("sent back", unit.key, info.admitted_quota if info else None, reason)
         self.metrics.requeues.labels(phase.value).inc()
         self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.TIMEOUT_BACKOFF, reason)
         if job is not None:
@@ -647,6 +644,7 @@ class Controller:
             self.engine.revert_admission(key)
             self.wake.set()
             return
+        self._remember("admitted", key, quota, status["message"])
         self.metrics.admissions.labels(queue, quota).inc()
         self.metrics.admission_wait.labels(queue).observe(max(0.0, now - unit.created))
         reason = c.EventReason.RESERVED if checks else c.EventReason.DEQUEUED
@@ -664,6 +662,7 @@ class Controller:
         except ApiError as e:
             log.warning("preemption of %s not written: %s", key, e)
         heapq.heappush(self.backoffs, (requeue_at, key))
+        self._remember("preempted", key, quota, reason)
         self.metrics.preemptions.labels(quota).inc()
         self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.PREEMPTED, reason)
         job = self._job_of(unit)
@@ -685,6 +684,19 @@ class Controller:
     def _job_of(self, unit: UnitView) -> JobView | None:
         informer = self.job_informers.get(unit.consumer_kind)
         return informer.get(f"{unit.namespace}/{unit.consumer_name}") if informer is not None else None
+
+    def _remember(self, what: str, unit: str, quota: str | None, message: str) -> None:
+        self.recent.appendleft({"time": self.clock(), "what": what, "unit": unit, "quota": quota,
+                                "message": message})
+
+    def overview(self) -> Overview:
+        """The quota tree, the queues and the recent decisions (the dashboard's JSON)."""
+        units = {key: unit for key, unit in self.unit_informer.items()}
+        return overview(self.engine, self.quotas, units, self.capacity, self.clock(), self.recent)
+
+    def explain(self, key: str) -> dict[str, Any] | None:
+        unit = self.unit_informer.get(key)
+        return None if unit is None else explain(self.engine, self.quotas, unit, self.capacity)
 
     # --- why units wait: written at most once a second each ----------------------------
 

@@ -26,6 +26,7 @@ from aiohttp import web
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
 from koordqueue.jobs import adapter_for
 from koordqueue.kube.client import KubeClient, PatchType, Resource
 from koordqueue.kube.errors import KubeError, NotFound
@@ -185,3 +186,33 @@ class SuspendWebhook:
         except (orjson.JSONDecodeError, ValueError) as e:
             return web.Response(status=400, text=f"bad AdmissionReview: {e}")
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+WEBHOOK_NAME = "jobs.koord-queue.koordinator.sh"
+
+
+def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: frozenset[str],
+                          failure_policy: str = "Ignore") -> dict[str, Any]:
+    """A MutatingWebhookConfiguration that sends new jobs of ``job_kinds`` to us
+    (what `koord-queue up` registers; the Helm chart renders the same shape)."""
+    rules: dict[tuple[str, str], list[str]] = {}
+    for kind in sorted(job_kinds):
+        adapter = adapter_of_kind(kind)
+        group, _, version = adapter.api_version.rpartition("/")
+        rules.setdefault((group, version), []).append(JOB_PLURALS[kind])
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "clientConfig": client_config,
+            "rules": [{"operations": ["CREATE"], "apiGroups": [group], "apiVersions": [version],
+                       "resources": plurals, "scope": "Namespaced"}
+                      for (group, version), plurals in sorted(rules.items())],
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": failure_policy,
+            "timeoutSeconds": 5,
+        }],
+    }

@@ -1,0 +1,129 @@
+"""`koord-queue status` and `koord-queue explain`: the queue as text, from any cluster.
+
+Both read the cluster's objects, load them into an engine as a restarted controller
+would (controller/snapshot.py) and print the same overview the dashboard shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from koordqueue.api.quantity import format_quantity
+from koordqueue.controller.overview import Overview, explain, overview
+from koordqueue.controller.snapshot import take_snapshot
+from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.config import load_config
+from koordqueue.kube.errors import NotFound
+
+KIND_ALIASES = {plural: kind for kind, plural in JOB_PLURALS.items()} | {
+    kind.lower(): kind for kind in JOB_PLURALS} | {"job": "Job", "pytorchjob": "PyTorchJob"}
+
+
+class ReportError(Exception):
+    """Something the user asked for that is not there, in words."""
+
+
+def _q(amount: int | None) -> str:
+    return "-" if amount is None else format_quantity(amount)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def status_text(view: Overview) -> str:
+    lines = ["QUOTAS (amounts as in manifests; runtime is the share it may use now)"]
+    rows = [["QUOTA", "PARENT", "POLICY", "RESOURCE", "MIN", "USED", "RUNTIME", "MAX"]]
+    for quota in sorted(view["quotas"], key=lambda q: (q["parent"] or "", q["name"])):
+        first = True
+        for resource, amounts in quota["resources"].items():
+            rows.append([
+                quota["name"] if first else "", (quota["parent"] or "-") if first else "",
+                quota["policy"] if first else "", resource, _q(amounts["min"]), _q(amounts["used"]),
+                _q(amounts["runtime"]), _q(amounts["max"]),
+            ])
+            first = False
+        if not quota["valid"]:
+            rows.append(["", "", "", f"not used: {quota['reason']}", "", "", "", ""])
+    lines += _table(rows)
+    lines.append("")
+    lines.append("QUEUES")
+    for queue in view["queues"]:
+        lines.append(f"{queue['key']} (quota {queue['quota'] or '-'}): {queue['pending_count']} pending")
+        for item in queue["pending"][:20]:
+            lines.append(f"  {item['position']:>3}. {item['unit']}  priority {item['priority']}  {item['message']}")
+        if queue["pending_count"] > 20:
+            lines.append(f"  ... and {queue['pending_count'] - 20} more")
+    return "\n".join(lines)
+
+
+def explain_text(why: Mapping[str, Any]) -> str:
+    lines = [f"{why['job']} (QueueUnit {why['unit']}): {why['phase']}"]
+    if why["admitted"]:
+        lines.append(f"  It holds quota {why['quota']}: {why['message']}")
+        return "\n".join(lines)
+    lines.append(f"  Why: {why['message']}")
+    if why["queue"]:
+        where = f"position {why['position']}" if why["position"] else "not in line (backing off or parked)"
+        lines.append(f"  Queue: {why['queue']}, quota {why['quota']}, {where}, priority {why['priority']}")
+    if why["request"]:
+        asks = ", ".join(f"{r} {format_quantity(a)}" for r, a in sorted(why["request"].items()))
+        lines.append(f"  Asks: {asks}")
+    if why["ahead"]:
+        lines.append("  Ahead of it:")
+        for item in why["ahead"]:
+            lines.append(f"    {item['unit']} (priority {item['priority']}): {item['message']}")
+    if why["shortfall"]:
+        lines.append("  What would let it in:")
+        for s in why["shortfall"]:
+            lines.append(f"    {format_quantity(s['short'])} {s['resource']} freed in {s['where']} "
+                         f"(used {format_quantity(s['used'])} + asks {format_quantity(s['asks'])} "
+                         f"> max {format_quantity(s['limit'])})")
+    elif why["quota"]:
+        lines.append("  What would let it in: its quota has room; it waits for its turn in the queue "
+                     "(the units ahead of it, or a unit that blocks the queue).")
+    return "\n".join(lines)
+
+
+async def _status(kubeconfig: str | None) -> str:
+    async with KubeClient(load_config(kubeconfig)) as client:
+        snap = await take_snapshot(client)
+    view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time())
+    text = status_text(view)
+    if snap.problems:
+        text += "\n\nObjects not used:\n" + "\n".join(f"  {p}" for p in snap.problems)
+    return text
+
+
+async def _explain(kubeconfig: str | None, target: str, namespace: str) -> str:
+    kind_text, _, name = target.partition("/")
+    kind = KIND_ALIASES.get(kind_text.lower())
+    if not name or kind is None:
+        raise ReportError(f"give KIND/NAME with KIND one of {', '.join(sorted(JOB_PLURALS))} (got {target!r})")
+    adapter = adapter_of_kind(kind)
+    async with KubeClient(load_config(kubeconfig)) as client:
+        resource = Resource.of(adapter.api_version, JOB_PLURALS[kind])
+        try:
+            job = await client.get(resource, name, namespace=namespace)
+        except NotFound:
+            raise ReportError(f"{kind} {namespace}/{name} not found") from None
+        snap = await take_snapshot(client)
+    unit_key = f"{namespace}/{adapter.unit_name(job)}"
+    unit = snap.units.get(unit_key)
+    if unit is None:
+        return (f"{kind}/{namespace}/{name} has no QueueUnit yet: the controller has not seen it, or the job "
+                f"cannot be queued (see `kubectl describe {kind.lower()} {name} -n {namespace}` for InvalidJob events).")
+    return explain_text(explain(snap.engine, snap.quotas, unit, snap.capacity))
+
+
+def status_command(kubeconfig: str | None) -> str:
+    return asyncio.run(_status(kubeconfig))
+
+
+def explain_command(kubeconfig: str | None, target: str, namespace: str) -> str:
+    return asyncio.run(_explain(kubeconfig, target, namespace))

@@ -1,0 +1,162 @@
+"""`koord-queue up`: the whole system on one machine, with no cluster.
+
+The embedded API server (state in DIR, CRDs installed), a simulated cluster (nodes,
+training operator, kubelet) and the controller with its admission webhook, all
+talking HTTP to one another as they would on a real cluster. With `--example`, the
+seed guide's ElasticQuota, Queue and PyTorchJob are applied and their state shown,
+so there is something to look at straight away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from koordqueue.api import constants as c
+from koordqueue.api.crds import all_crds
+from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.manager import Manager
+from koordqueue.controller.overview import overview
+from koordqueue.controller.snapshot import UNITS, take_snapshot
+from koordqueue.controller.webhook import MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.config import load_config
+from koordqueue.kube.errors import AlreadyExists, NotFound
+from koordqueue.localcluster.server import APIServer
+from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.reports import status_text
+
+EXAMPLE = Path(__file__).parent / "examples" / "seed.yaml"
+EXAMPLE_UNIT = "default/pytorch-training-job-py-qu"
+WEBHOOK_CONFIG = "koord-queue"
+
+
+def _resource_for(obj: dict[str, Any]) -> Resource:
+    plurals = {
+        c.ELASTIC_QUOTA_KIND: (c.ELASTIC_QUOTA_PLURAL, True), c.QUEUE_KIND: (c.QUEUE_PLURAL, True),
+        c.PYTORCH_JOB_KIND: ("pytorchjobs", True), c.PRIORITY_CLASS_KIND: ("priorityclasses", False),
+        c.NAMESPACE_KIND: ("namespaces", False),
+    }
+    plural, namespaced = plurals[obj["kind"]]
+    return Resource.of(obj["apiVersion"], plural, namespaced)
+
+
+async def apply_example(client: KubeClient) -> list[str]:
+    """Create the seed guide's objects (left alone when they exist from an earlier run)."""
+    applied = []
+    for obj in yaml.safe_load_all(EXAMPLE.read_text()):
+        if not obj:
+            continue
+        resource = _resource_for(obj)
+        namespace = (obj["metadata"].get("namespace") or "default") if resource.namespaced else None
+        try:
+            await client.create(resource, obj, namespace=namespace)
+            applied.append(f"{obj['kind']}/{obj['metadata']['name']}")
+        except AlreadyExists:
+            pass
+    return applied
+
+
+async def register_webhook(client: KubeClient, port: int, ca_pem: bytes, job_kinds: frozenset[str]) -> None:
+    """Point the embedded API server at our webhook (its port changes at every start)."""
+    body = webhook_configuration(
+        WEBHOOK_CONFIG,
+        {"url": f"https://127.0.0.1:{port}{MUTATE_PATH}", "caBundle": base64.b64encode(ca_pem).decode()},
+        job_kinds,
+    )
+    try:
+        current = await client.get(MUTATING_WEBHOOKS, WEBHOOK_CONFIG)
+    except NotFound:
+        await client.create(MUTATING_WEBHOOKS, body)
+        return
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    await client.replace(MUTATING_WEBHOOKS, body)
+
+
+async def _wait_for_phase(client: KubeClient, key: str, phases: set[str], seconds: float) -> str:
+    namespace, _, name = key.partition("/")
+    deadline = time.monotonic() + seconds
+    phase = ""
+    while time.monotonic() < deadline:
+        with contextlib.suppress(NotFound):
+            unit = await client.get(UNITS, name, namespace=namespace)
+            phase = (unit.get("status") or {}).get("phase") or ""
+            if phase in phases:
+                break
+        await asyncio.sleep(0.2)
+    return phase
+
+
+def controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfig:
+    """The controller of `up`: loopback only, no leader election, webhook and dashboard on."""
+    return ControllerConfig(
+        leader_election=False, metrics_host="127.0.0.1", metrics_port=metrics_port,
+        webhook=True, webhook_host="127.0.0.1", webhook_port=0,
+        dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
+        quota_status_refresh_seconds=1.0, queue_status_refresh_seconds=5.0,
+    )
+
+
+async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
+                 dashboard_port: int = 0, ready: asyncio.Event | None = None,
+                 stop: asyncio.Event | None = None) -> None:
+    server = APIServer(state_dir, crds=all_crds())
+    await server.start()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
+            sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node)
+            await sim.start()
+            config = controller_config(metrics_port, dashboard_port)
+            manager = Manager(client, config)
+            task = asyncio.create_task(manager.run())
+            await manager.endpoints_ready.wait()
+            assert manager.webhook is not None
+            await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
+            print(f"koord-queue is up: API server {server.url}, {nodes} simulated nodes with "
+                  f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics",
+                  flush=True)
+            if example:
+                applied = await apply_example(client)
+                print("Applied the seed guide's example: " + (", ".join(applied) or "(already there)"), flush=True)
+                phase = await _wait_for_phase(client, EXAMPLE_UNIT, {c.Phase.RUNNING.value}, 15.0)
+                print(f"QueueUnit {EXAMPLE_UNIT}: {phase or 'not created yet'}", flush=True)
+                snap = await take_snapshot(client)
+                print(status_text(overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time())),
+                      flush=True)
+            kc = server.kubeconfig_path
+            print("\nTry:", flush=True)
+            print(f"  export KUBECONFIG={kc}")
+            print("  kubectl get queueunit -A")
+            print("  kubectl describe elasticquota pytorch-team-a")
+            print("  kubectl get queue -n koord-queue")
+            print("  koord-queue status")
+            print("  koord-queue explain pytorchjob/pytorch-training-job")
+            print(f"Press Ctrl-C to stop; state is kept in {state_dir}", flush=True)
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await sim.stop()
+    finally:
+        await server.stop()
+
+
+def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int,
+         dashboard_port: int) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(run_up(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))

@@ -1,0 +1,143 @@
+"""A simulated cluster on the embedded API server: nodes, job operators, scheduler and kubelet.
+
+It stands in for what a real cluster runs besides the API server, so the controller
+can be tried and tested with no cluster: Node objects with allocatable cpu, memory
+and nvidia.com/gpu; the Kubeflow training operator (PyTorchJob, TFJob, MPIJob) and the
+batch Job controller (`simoperator.py`); a gang scheduler and kubelet that bind pods
+to nodes with room, run them and end them (`simkubelet.py`). Everything speaks HTTP
+to the API server through `KubeClient`, driven by informers, as the real components do.
+
+Job annotations that steer the simulation (copied to the job's pods):
+- `koord-queue.sim/duration`: how long the pods run once started (seconds, or with a
+  unit: 500ms, 30s, 2m, 1h); absent, they run until deleted;
+- `koord-queue.sim/fail: "true"`: the pods end Failed (exit code 1) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from koordqueue.api import constants as c
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.errors import AlreadyExists, NotFound
+from koordqueue.kube.events import EventRecorder
+from koordqueue.kube.informer import Informer
+from koordqueue.localcluster.simbackground import Background
+from koordqueue.localcluster.simkubelet import PODS, SimKubelet, now_rfc3339
+from koordqueue.localcluster.simnodes import check_node_sizes, node_name, node_object
+from koordqueue.localcluster.simoperator import JobKind, SimOperator, job_kinds
+
+log = logging.getLogger(__name__)
+
+NODES = Resource("", c.CORE_API_VERSION, c.NODES_PLURAL, namespaced=False)
+SYNC_TIMEOUT = 60.0
+
+Object = dict[str, Any]
+
+
+class SimCluster:
+    """`await start()` creates the nodes and starts the operators and kubelet; `await stop()` ends them.
+
+    Nodes are `<node_prefix>0` .. `<node_prefix>N-1`; ones already there (a restart on
+    the same state) are brought to the sizes given. Job kinds whose API is not served
+    when the cluster starts (their CRD is not installed) are left alone.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        nodes: int = 4,
+        gpus_per_node: int = 8,
+        *,
+        cpu_per_node: str = "96",
+        memory_per_node: str = "512Gi",
+        pods_per_node: int = 110,
+        node_prefix: str = "sim-node-",
+        record_events: bool = True,
+        workers: int = 8,
+    ) -> None:
+        if nodes < 0:
+            raise ValueError(f"a simulated cluster needs 0 or more nodes, not {nodes}")
+        check_node_sizes(cpu_per_node, memory_per_node, gpus_per_node, pods_per_node)
+        self.client = client
+        self.node_count = nodes
+        self.gpus_per_node = gpus_per_node
+        self.cpu_per_node = cpu_per_node
+        self.memory_per_node = memory_per_node
+        self.pods_per_node = pods_per_node
+        self.node_prefix = node_prefix
+        self.workers = workers
+        self.recorder = EventRecorder(client, "koord-queue-sim") if record_events else None
+        self.background = Background()
+        self.pod_informer: Informer[Object] = Informer(client, PODS)
+        self.node_informer: Informer[Object] = Informer(client, NODES)
+        self.job_informers: dict[str, tuple[JobKind, Informer[Object]]] = {}
+        self.kubelet: SimKubelet | None = None
+        self.operator: SimOperator | None = None
+        self._started = False
+
+    @property
+    def node_names(self) -> list[str]:
+        return [node_name(self.node_prefix, i) for i in range(self.node_count)]
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        await self._register_nodes()
+        for kind in job_kinds():
+            if await self._served(kind.resource):
+                self.job_informers[kind.kind] = (kind, Informer(self.client, kind.resource))
+            else:
+                log.info("simulated cluster: %s is not served; its jobs are not run", kind.kind)
+        self.kubelet = SimKubelet(self.client, self.pod_informer, self.node_informer, self.background,
+                                  self.recorder, self.workers)
+        self.operator = SimOperator(self.client, self.pod_informer, self.job_informers, self.background,
+                                    self.recorder, self.workers)
+        informers = [self.node_informer, self.pod_informer] + [inf for _, inf in self.job_informers.values()]
+        for informer in informers:
+            informer.start()
+        await asyncio.gather(*(informer.wait_synced(SYNC_TIMEOUT) for informer in informers))
+        self.kubelet.start()
+        self.operator.start()
+        self._started = True
+
+    async def stop(self) -> None:
+        if self.operator is not None:
+            await self.operator.stop()
+        if self.kubelet is not None:
+            await self.kubelet.stop()
+        informers = [self.node_informer, self.pod_informer] + [inf for _, inf in self.job_informers.values()]
+        for informer in informers:
+            await informer.stop()
+        await self.background.close()
+        self._started = False
+
+    async def __aenter__(self) -> SimCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _register_nodes(self) -> None:
+        now = now_rfc3339()
+
+        async def register(index: int) -> None:
+            name = node_name(self.node_prefix, index)
+            node = node_object(name, index, self.cpu_per_node, self.memory_per_node, self.gpus_per_node,
+                               self.pods_per_node, now)
+            try:
+                await self.client.create(NODES, node)
+            except AlreadyExists:
+                await self.client.patch_status(NODES, name, {"status": node["status"]})
+
+        await asyncio.gather(*(register(i) for i in range(self.node_count)))
+
+    async def _served(self, resource: Resource) -> bool:
+        try:
+            await self.client.list(resource, limit=1)
+        except NotFound:
+            return False
+        return True

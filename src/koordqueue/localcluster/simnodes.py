@@ -1,0 +1,196 @@
+"""Simulated nodes: the Node objects, and the room left on each for the simulated kubelet.
+
+A node's room is its allocatable (cpu, memory, nvidia.com/gpu, pods) minus the requests
+of the pods placed on it that have not ended. `place_gang` is first fit over nodes in
+name order, for all pods of a gang at once, on a scratch copy: it commits nothing, so
+a gang either gets a node for every pod or no node at all.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from koordqueue.api import constants as c
+from koordqueue.api.quantity import QuantityError, add, parse_quantity, parse_resource_list, sub
+
+Object = dict[str, Any]
+ResourceList = dict[str, int]
+KUBELET_VERSION = "v1.32.0"
+ONE_POD = {c.PODS: 1000}  # every pod takes one of the node's pod slots
+DEFAULT_POD_NETWORK = "10.88.0.0/16"  # containerd's bridge, for nodes without spec.podCIDR
+
+
+def node_name(prefix: str, index: int) -> str:
+    return f"{prefix}{index}"
+
+
+def node_object(name: str, index: int, cpu: str, memory: str, gpus: int, pods: int, now: str) -> Object:
+    """A Ready node as a kubelet registers it, with capacity = allocatable."""
+    capacity = {c.CPU: cpu, c.MEMORY: memory, c.GPU: str(gpus), c.PODS: str(pods)}
+    ready = {
+        "type": c.NODE_CONDITION_READY, "status": c.CONDITION_TRUE, "reason": c.NODE_REASON_READY,
+        "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now,
+    }
+    pressures = [
+        {"type": kind, "status": c.CONDITION_FALSE, "reason": f"KubeletHasNo{kind}",
+         "message": f"kubelet has no {kind}", "lastHeartbeatTime": now, "lastTransitionTime": now}
+        for kind in c.NODE_CONDITION_PRESSURES
+    ]
+    return {
+        "apiVersion": c.CORE_API_VERSION,
+        "kind": c.NODE_KIND,
+        "metadata": {
+            "name": name,
+            "labels": {c.LABEL_HOSTNAME: name, c.LABEL_OS: "linux", c.LABEL_ARCH: "amd64"},
+        },
+        "spec": {"podCIDR": pod_cidr(index)},
+        "status": {
+            "capacity": dict(capacity),
+            "allocatable": dict(capacity),
+            "conditions": [*pressures, ready],
+            "addresses": [
+                {"type": c.NODE_ADDRESS_INTERNAL_IP, "address": f"10.0.{index // 250}.{index % 250 + 1}"},
+                {"type": c.NODE_ADDRESS_HOSTNAME, "address": name},
+            ],
+            "nodeInfo": {
+                "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
+                "containerRuntimeVersion": "containerd://1.7.22", "operatingSystem": "linux",
+                "architecture": "amd64", "osImage": "koord-queue simulated node",
+                "kernelVersion": "6.1.0", "machineID": name, "systemUUID": name, "bootID": name,
+            },
+        },
+    }
+
+
+def pod_cidr(index: int) -> str:
+    return f"10.{244 + index // 256}.{index % 256}.0/24"
+
+
+def check_node_sizes(cpu: str, memory: str, gpus: int, pods: int) -> None:
+    """Refuse sizes no node could have, with a message that says which."""
+    for what, value in ((c.CPU, cpu), (c.MEMORY, memory)):
+        try:
+            parse_quantity(value)
+        except QuantityError as e:
+            raise ValueError(f"simulated node {what}: {e}") from None
+    if gpus < 0 or pods < 1:
+        raise ValueError(f"simulated nodes need gpus >= 0 and pods >= 1 (got gpus={gpus}, pods={pods})")
+
+
+def ready_allocatable(node: Mapping[str, Any]) -> ResourceList | None:
+    """What the node offers pods, or None when it takes no new pods (not Ready, cordoned, malformed)."""
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping) or spec.get("unschedulable"):
+        return None
+    conditions = status.get("conditions") or []
+    ready = any(
+        isinstance(cond, Mapping) and cond.get("type") == c.NODE_CONDITION_READY
+        and cond.get("status") == c.CONDITION_TRUE
+        for cond in conditions
+    ) if isinstance(conditions, list) else False
+    if not ready:
+        return None
+    try:
+        return parse_resource_list(status.get("allocatable") or {})
+    except QuantityError:
+        return None
+
+
+@dataclass
+class Placement:
+    node: str
+    request: ResourceList
+    uid: str
+
+
+@dataclass
+class NodeRoom:
+    """Allocatable per node and the pods holding room, by pod key; the source of truth for fits."""
+
+    allocatable: dict[str, ResourceList] = field(default_factory=dict)
+    used: dict[str, ResourceList] = field(default_factory=dict)
+    placements: dict[str, Placement] = field(default_factory=dict)
+    cidrs: dict[str, str] = field(default_factory=dict)  # node -> spec.podCIDR
+    ip_counter: Counter[str] = field(default_factory=Counter)
+
+    def set_node(self, name: str, allocatable: ResourceList | None, pod_cidr: str = "") -> None:
+        """A node appeared or changed; None removes it from placement (its pods keep running)."""
+        if allocatable is None:
+            self.allocatable.pop(name, None)
+        else:
+            self.allocatable[name] = allocatable
+        if pod_cidr:
+            self.cidrs[name] = pod_cidr
+
+    def hold(self, pod_key: str, node: str, request: ResourceList, uid: str) -> None:
+        """Count `request` on `node` for this pod (idempotent for the same pod uid)."""
+        current = self.placements.get(pod_key)
+        if current is not None:
+            if current.uid == uid and current.node == node:
+                return
+            self.release(pod_key)
+        request = add(request, ONE_POD)
+        self.placements[pod_key] = Placement(node, request, uid)
+        self.used[node] = add(self.used.get(node, {}), request)
+
+    def release(self, pod_key: str, uid: str | None = None) -> bool:
+        """Give back the pod's room; with `uid`, only if it is still that pod. True if freed."""
+        current = self.placements.get(pod_key)
+        if current is None or (uid is not None and current.uid != uid):
+            return False
+        del self.placements[pod_key]
+        self.used[current.node] = sub(self.used.get(current.node, {}), current.request)
+        return True
+
+    def free(self, node: str) -> ResourceList:
+        return sub(self.allocatable.get(node, {}), self.used.get(node, {}))
+
+    def place_gang(self, requests: Iterable[ResourceList]) -> list[str] | None:
+        """A node per request (first fit, nodes in name order), or None if any one cannot fit."""
+        free = {name: self.free(name) for name in sorted(self.allocatable)}
+        chosen = []
+        for request in requests:
+            need = add(request, ONE_POD)
+            for name, room in free.items():
+                if fits(need, room):
+                    free[name] = sub(room, need)
+                    chosen.append(name)
+                    break
+            else:
+                return None
+        return chosen
+
+    def why_not(self, request: ResourceList) -> str:
+        """kube-scheduler's words for a pod that fits no node: `0/4 nodes are available: ...`."""
+        need = add(request, ONE_POD)
+        short: Counter[str] = Counter()
+        for name in self.allocatable:
+            room = self.free(name)
+            for resource, amount in need.items():
+                if amount > room.get(resource, 0):
+                    short[_insufficient(resource)] += 1
+        total = len(self.allocatable)
+        if not short:
+            return (f"0/{total} nodes are available: the pod fits a node alone, "
+                    "but not together with the rest of its gang.")
+        reasons = ", ".join(f"{count} {text}" for text, count in sorted(short.items()))
+        return f"0/{total} nodes are available: {reasons}."
+
+    def next_pod_ip(self, node: str) -> str:
+        """The next address of the node's pod CIDR (a /24 taken as its first three octets)."""
+        self.ip_counter[node] += 1
+        host = (self.ip_counter[node] - 1) % 254 + 1
+        network = self.cidrs.get(node, DEFAULT_POD_NETWORK).split("/")[0].rsplit(".", 1)[0]
+        return f"{network}.{host}"
+
+
+def fits(need: Mapping[str, int], room: Mapping[str, int]) -> bool:
+    return all(amount <= room.get(resource, 0) for resource, amount in need.items() if amount > 0)
+
+
+def _insufficient(resource: str) -> str:
+    return "Too many pods" if resource == c.PODS else f"Insufficient {resource}"

@@ -1,0 +1,643 @@
+"""The simulated job operators: the Kubeflow training operator and the batch Job controller.
+
+Each job is reconciled level-triggered from the informers' caches, as the real
+controllers do: while the job is suspended (`scheduling.x-k8s.io/suspend: "true"`, or
+the kind's own field) it has no pods, and a running job suspended again loses them;
+otherwise its pods are created, and its status (conditions, replica counts, start and
+completion times) is computed from its pods and written only when it changed.
+
+Kubeflow jobs (PyTorchJob, TFJob, MPIJob) get one pod per replica, named
+`<job>-<replica type lower>-<index>`, with the training operator's labels, the
+`kubeflow.org/rank` and `kubeflow.org/master-address` annotations the seed's env reads,
+and conditions Created, Running, Succeeded, Failed, Suspended worded as the operator
+words them. Batch Jobs get `parallelism` pods at a time until `completions` succeeded,
+or Failed past `backoffLimit`. Pods are owned by their job (controller reference, so
+the garbage collector removes them with it), carry the job's simulation annotations
+(`koord-queue.sim/duration`, `koord-queue.sim/fail`) and Koordinator's gang
+annotations, so the simulated scheduler binds a job's pods all together or none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from koordqueue.api import constants as c
+from koordqueue.api.meta import InvalidObject
+from koordqueue.jobs import adapter_for
+from koordqueue.jobs.base import JobAdapter, Role
+from koordqueue.jobs.kubeflow import KubeflowAdapter
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.errors import AlreadyExists, KubeError, NotFound
+from koordqueue.kube.events import EventRecorder
+from koordqueue.kube.informer import Informer, key_of
+from koordqueue.kube.workqueue import ShutDown, WorkQueue
+from koordqueue.localcluster.simbackground import Background
+from koordqueue.localcluster.simkubelet import PODS, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+Object = dict[str, Any]
+Item = tuple[str, str]  # (kind, namespace/name)
+EXPECTATION_TTL = 30.0  # seconds after which creations never seen are no longer waited for
+SIM_ANNOTATIONS = (c.ANNOTATION_SIM_DURATION, c.ANNOTATION_SIM_FAIL)
+
+
+@dataclass(frozen=True, slots=True)
+class JobKind:
+    kind: str
+    resource: Resource
+    adapter: JobAdapter
+
+    @property
+    def kubeflow(self) -> bool:
+        return isinstance(self.adapter, KubeflowAdapter)
+
+
+def job_kinds() -> list[JobKind]:
+    """The kinds the simulated operators run: the training operator's three and batch Job."""
+    out = []
+    for api_version, kind, plural in (
+        (c.KUBEFLOW_API_VERSION, c.PYTORCH_JOB_KIND, c.PYTORCH_JOB_PLURAL),
+        (c.KUBEFLOW_API_VERSION, c.TF_JOB_KIND, c.TF_JOB_PLURAL),
+        (c.KUBEFLOW_API_VERSION, c.MPI_JOB_KIND, c.MPI_JOB_PLURAL),
+        (c.BATCH_API_VERSION, c.BATCH_JOB_KIND, c.BATCH_JOB_PLURAL),
+    ):
+        adapter = adapter_for(api_version, kind)
+        assert adapter is not None, kind
+        out.append(JobKind(kind, Resource.of(api_version, plural), adapter))
+    return out
+
+
+# --- conditions, as the operators set them -------------------------------------------
+
+def find_condition(conditions: list[Object], kind: str) -> Object | None:
+    return next((cond for cond in conditions if cond.get("type") == kind), None)
+
+
+def condition_is_true(conditions: list[Object], kind: str) -> bool:
+    found = find_condition(conditions, kind)
+    return found is not None and found.get("status") == c.CONDITION_TRUE
+
+
+def set_kubeflow_condition(conditions: list[Object], kind: str, status: str, reason: str, message: str,
+                           now: str) -> list[Object]:
+    """The training operator's setCondition: nothing changes once Failed; an unchanged
+    (status, reason) is left alone; the updated condition goes last; Running and
+    Restarting exclude each other; Succeeded or Failed turn Running to False."""
+    if condition_is_true(conditions, c.KUBEFLOW_CONDITION_FAILED):
+        return conditions
+    current = find_condition(conditions, kind)
+    if current is not None and current.get("status") == status and current.get("reason") == reason:
+        return conditions
+    transition = current.get("lastTransitionTime", now) if current is not None and current.get("status") == status \
+        else now
+    exclusive = {c.KUBEFLOW_CONDITION_RUNNING: c.KUBEFLOW_CONDITION_RESTARTING,
+                 c.KUBEFLOW_CONDITION_RESTARTING: c.KUBEFLOW_CONDITION_RUNNING}
+    out = []
+    for cond in conditions:
+        if cond.get("type") in (kind, exclusive.get(kind)):
+            continue
+        if kind in (c.KUBEFLOW_CONDITION_SUCCEEDED, c.KUBEFLOW_CONDITION_FAILED) \
+                and cond.get("type") == c.KUBEFLOW_CONDITION_RUNNING:
+            cond = {**cond, "status": c.CONDITION_FALSE}
+        out.append(cond)
+    out.append({"type": kind, "status": status, "reason": reason, "message": message,
+                "lastUpdateTime": now, "lastTransitionTime": transition})
+    return out
+
+
+def set_batch_condition(conditions: list[Object], kind: str, status: str, reason: str, message: str,
+                        now: str) -> list[Object]:
+    """The Job controller's: a condition is updated in place, its transition time kept if the status is."""
+    current = find_condition(conditions, kind)
+    if current is not None and current.get("status") == status and current.get("reason") == reason:
+        return conditions
+    transition = current.get("lastTransitionTime", now) if current is not None and current.get("status") == status \
+        else now
+    new = {"type": kind, "status": status, "lastProbeTime": now, "lastTransitionTime": transition,
+           "reason": reason, "message": message}
+    if current is None:
+        return [*conditions, new]
+    return [new if cond is current else cond for cond in conditions]
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The RFC 7386 merge patch that turns `old` into `new` (None where a key went away)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: Object = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value)
+    return patch
+
+
+def controller_of(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ref
+    return None
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or c.POD_PENDING)
+
+
+def is_deleting(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+class SimOperator:
+    def __init__(
+        self,
+        client: KubeClient,
+        pods: Informer[Object],
+        jobs: dict[str, tuple[JobKind, Informer[Object]]],
+        background: Background,
+        recorder: EventRecorder | None = None,
+        workers: int = 8,
+    ) -> None:
+        """`jobs`: kind -> (kind, informer of its jobs), for the kinds whose API is served."""
+        self.client = client
+        self.pods = pods
+        self.jobs = jobs
+        self.background = background
+        self.recorder = recorder
+        self.workers = workers
+        self.queue: WorkQueue[Item] = WorkQueue()
+        self._pods_of: dict[Item, set[str]] = {}  # job -> keys of the pods it controls
+        self._job_of_pod: dict[str, Item] = {}
+        self._expected: dict[Item, tuple[int, float]] = {}  # job -> (pods created, not yet seen; since)
+        self._tasks: list[asyncio.Task[None]] = []
+        pods.on_add(self._on_pod_added)
+        pods.on_update(lambda _old, new: self._on_pod(new))
+        pods.on_delete(self._on_pod_gone)
+        for kind, (_, informer) in jobs.items():
+            informer.on_add(functools.partial(self._on_job, kind))
+            informer.on_update(functools.partial(self._on_job_update, kind))
+            informer.on_delete(functools.partial(self._on_job_gone, kind))
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._worker(), name=f"simoperator-{i}") for i in range(self.workers)]
+
+    async def stop(self) -> None:
+        self.queue.shutdown()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    # --- informer handlers ------------------------------------------------------------
+
+    def _job_item(self, pod: Mapping[str, Any]) -> Item | None:
+        ref = controller_of(pod)
+        if ref is None or ref.get("kind") not in self.jobs:
+            return None
+        kind = self.jobs[str(ref["kind"])][0]
+        if ref.get("apiVersion") != kind.resource.api_version:
+            return None
+        return kind.kind, f"{(pod.get('metadata') or {}).get('namespace', '')}/{ref.get('name', '')}"
+
+    def _on_pod_added(self, pod: Object) -> None:
+        item = self._job_item(pod)
+        if item is not None and item in self._expected:
+            count, since = self._expected[item]
+            if count <= 1:
+                del self._expected[item]
+            else:
+                self._expected[item] = (count - 1, since)
+        self._on_pod(pod)
+
+    def _on_pod(self, pod: Object) -> None:
+        item = self._job_item(pod)
+        if item is None:
+            return
+        key = key_of(pod)
+        self._job_of_pod[key] = item
+        self._pods_of.setdefault(item, set()).add(key)
+        self.queue.add(item)
+
+    def _on_pod_gone(self, pod: Object) -> None:
+        key = key_of(pod)
+        item = self._job_of_pod.pop(key, None)
+        if item is None:
+            return
+        keys = self._pods_of.get(item)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._pods_of[item]
+        self.queue.add(item)
+
+    def _on_job(self, kind: str, job: Object) -> None:
+        self.queue.add((kind, key_of(job)))
+
+    def _on_job_update(self, kind: str, _old: Object, new: Object) -> None:
+        self.queue.add((kind, key_of(new)))
+
+    def _on_job_gone(self, kind: str, job: Object) -> None:
+        self._expected.pop((kind, key_of(job)), None)  # its pods go with it (garbage collector)
+
+    # --- reconcile --------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                item = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                await self.sync(item)
+                self.queue.forget(item)
+            except KubeError as e:
+                log.info("simulated operator: %s %s: %s; retrying", *item, e)
+                self.queue.add_rate_limited(item)
+            except Exception:
+                log.exception("simulated operator: %s %s failed", *item)
+                self.queue.add_rate_limited(item)
+            finally:
+                self.queue.done(item)
+
+    async def sync(self, item: Item) -> None:
+        kind_name, key = item
+        kind, informer = self.jobs[kind_name]
+        job = informer.get(key)
+        if job is None or (job.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        uid = job["metadata"].get("uid")
+        pods = [pod for pod_key in sorted(self._pods_of.get(item, ()))
+                if (pod := self.pods.get(pod_key)) is not None and (controller_of(pod) or {}).get("uid") == uid]
+        if kind.kubeflow:
+            await self._sync_kubeflow(item, kind, job, pods)
+        else:
+            await self._sync_batch(item, kind, job, pods)
+
+    def _creations_in_flight(self, item: Item) -> bool:
+        expected = self._expected.get(item)
+        if expected is None:
+            return False
+        if time.monotonic() - expected[1] > EXPECTATION_TTL:
+            del self._expected[item]
+            return False
+        return True
+
+    # --- Kubeflow training jobs -------------------------------------------------------
+
+    async def _sync_kubeflow(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+        adapter = kind.adapter
+        meta = job["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        status: Object = copy.deepcopy(job.get("status") or {})
+        old_status = copy.deepcopy(status)
+        conditions: list[Object] = [cond for cond in status.get("conditions") or [] if isinstance(cond, dict)]
+        now = now_rfc3339()
+
+        def set_condition(kind_: str, state: str, reason: str, message: str) -> None:
+            nonlocal conditions
+            conditions = set_kubeflow_condition(conditions, kind_, state, f"{kind.kind}{reason}", message, now)
+
+        if find_condition(conditions, c.KUBEFLOW_CONDITION_CREATED) is None:
+            set_condition(c.KUBEFLOW_CONDITION_CREATED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_CREATED,
+                          f"{kind.kind} {namespace}/{name} is created.")
+        try:
+            roles = adapter.roles(job)
+            suspended = adapter.is_suspended(job)
+        except InvalidObject as e:
+            set_condition(c.KUBEFLOW_CONDITION_FAILED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_FAILED_VALIDATION, str(e))
+            status["conditions"] = conditions
+            await self._write_status(kind, job, old_status, status)
+            return
+        selectors = {role.name: self._selector(kind, name, role) for role in roles}
+        finished = condition_is_true(conditions, c.KUBEFLOW_CONDITION_SUCCEEDED) or condition_is_true(
+            conditions, c.KUBEFLOW_CONDITION_FAILED)
+        if finished:
+            await self._clean_finished(kind, job, pods)
+        elif suspended:
+            await self._delete_pods(kind, job, [p for p in pods if not is_deleting(p)])
+            pods = []
+            message = f"{kind.kind} {name} is suspended."
+            if condition_is_true(conditions, c.KUBEFLOW_CONDITION_RUNNING):
+                set_condition(c.KUBEFLOW_CONDITION_RUNNING, c.CONDITION_FALSE, c.KUBEFLOW_REASON_SUSPENDED, message)
+            if not condition_is_true(conditions, c.KUBEFLOW_CONDITION_SUSPENDED):
+                set_condition(c.KUBEFLOW_CONDITION_SUSPENDED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_SUSPENDED, message)
+                self._event(job, c.EventType.NORMAL, f"{kind.kind}{c.KUBEFLOW_REASON_SUSPENDED}", message)
+        else:
+            if condition_is_true(conditions, c.KUBEFLOW_CONDITION_SUSPENDED):
+                message = f"{kind.kind} {name} is resumed."
+                set_condition(c.KUBEFLOW_CONDITION_SUSPENDED, c.CONDITION_FALSE, c.KUBEFLOW_REASON_RESUMED, message)
+                status["startTime"] = now
+                self._event(job, c.EventType.NORMAL, f"{kind.kind}{c.KUBEFLOW_REASON_RESUMED}", message)
+            status.setdefault("startTime", now)
+            await self._reconcile_kubeflow_pods(item, kind, job, roles, pods)
+
+        replica_statuses: Object = {}
+        by_role: dict[str, list[Object]] = {}
+        for pod in pods:
+            rtype = (pod["metadata"].get("labels") or {}).get(c.LABEL_REPLICA_TYPE, "")
+            by_role.setdefault(rtype, []).append(pod)
+        counts: dict[str, dict[str, int]] = {}
+        for role in roles:
+            role_pods = by_role.get(role.name.lower(), [])
+            count = {
+                "active": sum(1 for p in role_pods if pod_phase(p) == c.POD_RUNNING and not is_deleting(p)),
+                "succeeded": sum(1 for p in role_pods if pod_phase(p) == c.POD_SUCCEEDED),
+                "failed": sum(1 for p in role_pods if pod_phase(p) == c.POD_FAILED and not is_deleting(p)),
+            }
+            if finished and condition_is_true(conditions, c.KUBEFLOW_CONDITION_SUCCEEDED):
+                count["succeeded"] += count["active"]
+                count["active"] = 0
+            counts[role.name] = count
+            replica_statuses[role.name] = {k: v for k, v in count.items() if v} | selectors[role.name]
+        if not finished and not suspended:
+            self._kubeflow_progress(kind, job, roles, counts, set_condition, status, now)
+        status["conditions"] = conditions
+        status["replicaStatuses"] = replica_statuses
+        await self._write_status(kind, job, old_status, status)
+
+    def _kubeflow_progress(self, kind: JobKind, job: Object, roles: list[Role], counts: dict[str, dict[str, int]],
+                           set_condition: Any, status: Object, now: str) -> None:
+        """Running, Succeeded or Failed from the replica counts, as the operator decides them."""
+        meta = job["metadata"]
+        where = f"{meta['namespace']}/{meta['name']}"
+        replicas = {role.name: role.replicas for role in roles}
+        leaders = [role.name for role in roles if role.name in kind.adapter.leader_roles]
+        judged = leaders or ([name for name in replicas if name.lower() == "worker"] or list(replicas))
+        for role_name, count in counts.items():
+            if count["failed"]:
+                message = (f"{kind.kind} {where} has failed because {count['failed']} {role_name} "
+                           "replica(s) failed.")
+                set_condition(c.KUBEFLOW_CONDITION_FAILED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_FAILED, message)
+                status.setdefault("completionTime", now)
+                self._event(job, c.EventType.NORMAL, f"{kind.kind}{c.KUBEFLOW_REASON_FAILED}", message)
+                return
+        if all(counts[name]["succeeded"] >= replicas[name] for name in judged):
+            message = f"{kind.kind} {where} successfully completed."
+            set_condition(c.KUBEFLOW_CONDITION_SUCCEEDED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_SUCCEEDED, message)
+            status.setdefault("completionTime", now)
+            self._event(job, c.EventType.NORMAL, f"{kind.kind}{c.KUBEFLOW_REASON_SUCCEEDED}", message)
+            return
+        if any(counts[name]["active"] for name in judged):
+            set_condition(c.KUBEFLOW_CONDITION_RUNNING, c.CONDITION_TRUE, c.KUBEFLOW_REASON_RUNNING,
+                          f"{kind.kind} {where} is running.")
+
+    def _selector(self, kind: JobKind, name: str, role: Role) -> Object:
+        labels = {c.LABEL_JOB_NAME: name, c.LABEL_OPERATOR_NAME: operator_name(kind),
+                  c.LABEL_REPLICA_TYPE: role.name.lower()}
+        text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        return {"labelSelector": {"matchLabels": labels}, "selector": text}
+
+    async def _reconcile_kubeflow_pods(self, item: Item, kind: JobKind, job: Object, roles: list[Role],
+                                       pods: list[Object]) -> None:
+        """One pod per replica: create the missing, delete those beyond the replica counts."""
+        name = job["metadata"]["name"]
+        wanted: dict[str, tuple[Role, int]] = {}
+        for role in roles:
+            for index in range(role.replicas):
+                wanted[f"{name}-{role.name.lower()}-{index}"] = (role, index)
+        existing = {pod["metadata"]["name"] for pod in pods}
+        extra = [pod for pod in pods if pod["metadata"]["name"] not in wanted and not is_deleting(pod)]
+        await self._delete_pods(kind, job, extra)
+        if self._creations_in_flight(item):
+            return
+        missing = [(pod_name, role, index) for pod_name, (role, index) in wanted.items() if pod_name not in existing]
+        if not missing:
+            return
+        total = sum(role.replicas for role in roles)
+        bodies = [self._kubeflow_pod(kind, job, roles, role, index, pod_name, total)
+                  for pod_name, role, index in missing]
+        await self._create_pods(item, kind, job, bodies)
+
+    def _kubeflow_pod(self, kind: JobKind, job: Object, roles: list[Role], role: Role, index: int, pod_name: str,
+                      total: int) -> Object:
+        meta = job["metadata"]
+        name = meta["name"]
+        leaders = [r for r in roles if r.name in kind.adapter.leader_roles]
+        first = (leaders or roles)[0]
+        rank = index
+        for other in leaders + [r for r in roles if r not in leaders]:
+            if other is role:
+                break
+            rank += other.replicas
+        labels = {
+            c.LABEL_JOB_NAME: name, c.LABEL_OPERATOR_NAME: operator_name(kind),
+            c.LABEL_REPLICA_TYPE: role.name.lower(), c.LABEL_REPLICA_INDEX: str(index),
+        }
+        if role in leaders and index == 0:
+            labels[c.LABEL_JOB_ROLE] = c.JOB_ROLE_MASTER
+        annotations = {
+            c.ANNOTATION_RANK: str(rank),
+            c.ANNOTATION_MASTER_ADDRESS: f"{name}-{first.name.lower()}-0",
+        }
+        pod = self._pod_from_template(job, role.template, labels, annotations, total, kind)
+        pod["metadata"]["name"] = pod_name
+        restart = self._restart_policy(kind, job, role)
+        if restart:
+            pod["spec"]["restartPolicy"] = restart
+        return pod
+
+    def _restart_policy(self, kind: JobKind, job: Object, role: Role) -> str | None:
+        adapter = kind.adapter
+        assert isinstance(adapter, KubeflowAdapter)
+        spec = ((job.get("spec") or {}).get(adapter.replica_specs_key) or {}).get(role.name) or {}
+        policy = spec.get("restartPolicy") if isinstance(spec, Mapping) else None
+        if not isinstance(policy, str) or not policy:
+            return None
+        return c.RESTART_POLICY_NEVER if policy == c.RESTART_POLICY_EXIT_CODE else policy
+
+    async def _clean_finished(self, kind: JobKind, job: Object, pods: list[Object]) -> None:
+        """runPolicy.cleanPodPolicy: None (the default) keeps every pod; Running removes those
+        still running or pending; All removes all."""
+        run_policy = (job.get("spec") or {}).get("runPolicy") or {}
+        policy = run_policy.get("cleanPodPolicy") if isinstance(run_policy, Mapping) else None
+        if policy == c.CLEAN_POD_POLICY_ALL:
+            doomed = pods
+        elif policy == c.CLEAN_POD_POLICY_RUNNING:
+            doomed = [p for p in pods if pod_phase(p) in (c.POD_RUNNING, c.POD_PENDING)]
+        else:
+            doomed = []
+        await self._delete_pods(kind, job, [p for p in doomed if not is_deleting(p)])
+
+    # --- batch Jobs -------------------------------------------------------------------
+
+    async def _sync_batch(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+        meta = job["metadata"]
+        spec = job.get("spec") or {}
+        status: Object = copy.deepcopy(job.get("status") or {})
+        old_status = copy.deepcopy(status)
+        conditions: list[Object] = [cond for cond in status.get("conditions") or [] if isinstance(cond, dict)]
+        now = now_rfc3339()
+        try:
+            suspended = kind.adapter.is_suspended(job)
+            parallelism = _count(spec.get("parallelism"), 1)
+            completions = None if spec.get("completions") is None else _count(spec.get("completions"), 1)
+            backoff_limit = _count(spec.get("backoffLimit"), 6)
+        except (InvalidObject, ValueError) as e:
+            log.warning("simulated Job controller: %s/%s: %s", meta["namespace"], meta["name"], e)
+            return
+        active = [p for p in pods if pod_phase(p) not in (c.POD_SUCCEEDED, c.POD_FAILED) and not is_deleting(p)]
+        succeeded = sum(1 for p in pods if pod_phase(p) == c.POD_SUCCEEDED)
+        failed = sum(1 for p in pods if pod_phase(p) == c.POD_FAILED)
+
+        def set_condition(kind_: str, state: str, reason: str, message: str) -> None:
+            nonlocal conditions
+            conditions = set_batch_condition(conditions, kind_, state, reason, message, now)
+
+        finished = condition_is_true(conditions, c.BATCH_CONDITION_COMPLETE) or condition_is_true(
+            conditions, c.BATCH_CONDITION_FAILED)
+        if finished:
+            await self._delete_pods(kind, job, active)
+            active = []
+        elif suspended:
+            await self._delete_pods(kind, job, active)
+            active = []
+            if not condition_is_true(conditions, c.BATCH_CONDITION_SUSPENDED):
+                set_condition(c.BATCH_CONDITION_SUSPENDED, c.CONDITION_TRUE, c.BATCH_REASON_SUSPENDED, "Job suspended")
+        else:
+            if condition_is_true(conditions, c.BATCH_CONDITION_SUSPENDED):
+                set_condition(c.BATCH_CONDITION_SUSPENDED, c.CONDITION_FALSE, c.BATCH_REASON_RESUMED, "Job resumed")
+                status["startTime"] = now
+            status.setdefault("startTime", now)
+            done = succeeded >= completions if completions is not None else succeeded >= 1 and not active
+            if failed > backoff_limit:
+                await self._delete_pods(kind, job, active)
+                active = []
+                set_condition(c.BATCH_CONDITION_FAILED, c.CONDITION_TRUE, c.BATCH_REASON_BACKOFF_LIMIT,
+                              "Job has reached the specified backoff limit")
+            elif done:
+                set_condition(c.BATCH_CONDITION_COMPLETE, c.CONDITION_TRUE, c.BATCH_REASON_COMPLETED,
+                              "Reached expected number of succeeded pods")
+                status["completionTime"] = now
+            elif completions is not None:
+                want = min(parallelism, completions - succeeded)
+                active = await self._scale_batch(item, kind, job, active, want)
+            elif not succeeded:  # no completions: once one pod succeeded, the rest only finish
+                active = await self._scale_batch(item, kind, job, active, parallelism)
+        status["conditions"] = conditions
+        for field_name, value in (("active", len(active)), ("succeeded", succeeded), ("failed", failed)):
+            if value:
+                status[field_name] = value
+            else:
+                status.pop(field_name, None)
+        status["ready"] = sum(1 for p in active if pod_phase(p) == c.POD_RUNNING)
+        status["terminating"] = 0
+        status.setdefault("uncountedTerminatedPods", {})
+        if not conditions:
+            status.pop("conditions")
+        await self._write_status(kind, job, old_status, status)
+
+    async def _scale_batch(self, item: Item, kind: JobKind, job: Object, active: list[Object],
+                           want: int) -> list[Object]:
+        if len(active) > want:
+            extra = sorted(active, key=lambda p: pod_phase(p) == c.POD_RUNNING)[: len(active) - want]
+            await self._delete_pods(kind, job, extra)
+            return [p for p in active if p not in extra]
+        if len(active) < want and not self._creations_in_flight(item):
+            template = (job.get("spec") or {}).get("template") or {}
+            bodies = []
+            for _ in range(want - len(active)):
+                pod = self._pod_from_template(job, template, {}, {}, want, kind)
+                pod["metadata"]["generateName"] = f"{job['metadata']['name']}-"
+                bodies.append(pod)
+            await self._create_pods(item, kind, job, bodies)
+        return active
+
+    # --- pods -------------------------------------------------------------------------
+
+    def _pod_from_template(self, job: Object, template: Mapping[str, Any], labels: dict[str, str],
+                           annotations: dict[str, str], gang_size: int, kind: JobKind) -> Object:
+        meta = job["metadata"]
+        tmeta = template.get("metadata") or {}
+        pod_labels = {**(tmeta.get("labels") or {}), **labels}
+        pod_annotations = {**(tmeta.get("annotations") or {}), **annotations}
+        for name in SIM_ANNOTATIONS:
+            value = (meta.get("annotations") or {}).get(name)
+            if value is not None:
+                pod_annotations[name] = value
+        if c.ANNOTATION_GANG_NAME not in pod_annotations:
+            pod_annotations[c.ANNOTATION_GANG_NAME] = f"{kind.kind.lower()}-{meta['name']}"
+            pod_annotations[c.ANNOTATION_GANG_MIN_AVAILABLE] = str(gang_size)
+        owner = {"apiVersion": kind.resource.api_version, "kind": kind.kind, "name": meta["name"],
+                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+        return {
+            "apiVersion": c.CORE_API_VERSION,
+            "kind": c.POD_KIND,
+            "metadata": {"namespace": meta["namespace"], "labels": pod_labels, "annotations": pod_annotations,
+                         "ownerReferences": [owner]},
+            "spec": copy.deepcopy(dict(template.get("spec") or {})),
+        }
+
+    async def _create_pods(self, item: Item, kind: JobKind, job: Object, bodies: list[Object]) -> None:
+        self._expected[item] = (len(bodies), time.monotonic())
+        results = await asyncio.gather(*(self._create_pod(kind, job, body) for body in bodies),
+                                       return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        unseen = sum(1 for r in results if r is False or isinstance(r, BaseException))
+        if unseen and item in self._expected:
+            count, since = self._expected[item]
+            if count - unseen <= 0:
+                del self._expected[item]
+            else:
+                self._expected[item] = (count - unseen, since)
+        if failures:
+            raise failures[0]
+
+    async def _create_pod(self, kind: JobKind, job: Object, body: Object) -> bool:
+        """True if created; False when a pod of that name is already there."""
+        try:
+            pod = await self.client.create(PODS, body, namespace=job["metadata"]["namespace"])
+        except AlreadyExists:
+            return False
+        reason = c.EVENT_SUCCESSFUL_CREATE_POD if kind.kubeflow else c.EVENT_BATCH_SUCCESSFUL_CREATE
+        self._event(job, c.EventType.NORMAL, reason, f"Created pod: {pod['metadata']['name']}")
+        return True
+
+    async def _delete_pods(self, kind: JobKind, job: Object, pods: list[Object]) -> None:
+        async def delete(pod: Object) -> None:
+            meta = pod["metadata"]
+            try:
+                await self.client.delete(PODS, meta["name"], namespace=meta["namespace"],
+                                         preconditions={"uid": meta["uid"]})
+            except NotFound:
+                return
+            reason = c.EVENT_SUCCESSFUL_DELETE_POD if kind.kubeflow else c.EVENT_BATCH_SUCCESSFUL_DELETE
+            self._event(job, c.EventType.NORMAL, reason, f"Deleted pod: {meta['name']}")
+
+        results = await asyncio.gather(*(delete(pod) for pod in pods), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
+
+    async def _write_status(self, kind: JobKind, job: Object, old: Object, new: Object) -> None:
+        if new == old:
+            return
+        meta = job["metadata"]
+        try:
+            await self.client.patch_status(kind.resource, meta["name"], {"status": merge_patch(old, new)},
+                                           namespace=meta["namespace"])
+        except NotFound:
+            pass
+
+    def _event(self, job: Object, event_type: str, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            self.background.spawn(self.recorder.record(job, event_type, reason, message))
+
+
+def operator_name(kind: JobKind) -> str:
+    return f"{kind.kind.lower()}{c.OPERATOR_NAME_SUFFIX}"
+
+
+def _count(value: object, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected a count >= 0, got {value!r}")
+    return value

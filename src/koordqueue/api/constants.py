@@ -144,6 +144,8 @@ EVENT_BATCH_SUCCESSFUL_DELETE = "SuccessfulDelete"
 EVENT_SCHEDULED = "Scheduled"
 EVENT_FAILED_SCHEDULING = "FailedScheduling"
 EVENT_INVALID_SIM_ANNOTATION = "InvalidSimulationAnnotation"
+BATCH_JOB_CONTROLLER = "job-controller"  # the source of batch Job events
+SCHEDULER_NAME = "default-scheduler"  # the source of scheduling events
 
 TRUE = "true"
 FALSE = "false"

@@ -22,7 +22,6 @@ from typing import Any
 from koordqueue.api import constants as c
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import AlreadyExists, NotFound
-from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, SimKubelet, now_rfc3339
@@ -69,7 +68,7 @@ class SimCluster:
         self.pods_per_node = pods_per_node
         self.node_prefix = node_prefix
         self.workers = workers
-        self.recorder = EventRecorder(client, "koord-queue-sim") if record_events else None
+        self.record_events = record_events
         self.background = Background()
         self.pod_informer: Informer[Object] = Informer(client, PODS)
         self.node_informer: Informer[Object] = Informer(client, NODES)
@@ -92,9 +91,9 @@ class SimCluster:
             else:
                 log.info("simulated cluster: %s is not served; its jobs are not run", kind.kind)
         self.kubelet = SimKubelet(self.client, self.pod_informer, self.node_informer, self.background,
-                                  self.recorder, self.workers)
+                                  self.record_events, self.workers)
         self.operator = SimOperator(self.client, self.pod_informer, self.job_informers, self.background,
-                                    self.recorder, self.workers)
+                                    self.record_events, self.workers)
         informers = [self.node_informer, self.pod_informer] + [inf for _, inf in self.job_informers.values()]
         for informer in informers:
             informer.start()

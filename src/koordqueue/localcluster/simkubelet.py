@@ -45,7 +45,6 @@ Object = dict[str, Any]
 ResourceList = dict[str, int]
 PODS = Resource("", c.CORE_API_VERSION, c.PODS_PLURAL)
 TERMINAL = frozenset({c.POD_SUCCEEDED, c.POD_FAILED})
-SCHEDULER_NAME = "default-scheduler"
 DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"\s*(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>ms|s|m|h)?\s*")
 
@@ -122,7 +121,7 @@ class SimKubelet:
         pods: Informer[Object],
         nodes: Informer[Object],
         background: Background,
-        recorder: EventRecorder | None = None,
+        record_events: bool = True,
         workers: int = 8,
     ) -> None:
         self.client = client
@@ -131,7 +130,7 @@ class SimKubelet:
         self.room = NodeRoom()
         self.queue: WorkQueue[str] = WorkQueue()
         self.background = background
-        self.recorder = recorder
+        self.recorder = EventRecorder(client, c.SCHEDULER_NAME) if record_events else None
         self.workers = workers
         self._gangs: dict[str, Gang] = {}
         self._gang_of_pod: dict[str, str] = {}

@@ -163,7 +163,7 @@ class SimOperator:
         pods: Informer[Object],
         jobs: dict[str, tuple[JobKind, Informer[Object]]],
         background: Background,
-        recorder: EventRecorder | None = None,
+        record_events: bool = True,
         workers: int = 8,
     ) -> None:
         """`jobs`: kind -> (kind, informer of its jobs), for the kinds whose API is served."""
@@ -171,7 +171,9 @@ class SimOperator:
         self.pods = pods
         self.jobs = jobs
         self.background = background
-        self.recorder = recorder
+        # Events come from each kind's controller, as on a cluster: pytorchjob-controller, job-controller...
+        self.recorders = {kind: EventRecorder(client, event_source(job_kind))
+                          for kind, (job_kind, _) in jobs.items()} if record_events else {}
         self.workers = workers
         self.queue: WorkQueue[Item] = WorkQueue()
         self._pods_of: dict[Item, set[str]] = {}  # job -> keys of the pods it controls
@@ -627,12 +629,19 @@ class SimOperator:
             pass
 
     def _event(self, job: Object, event_type: str, reason: str, message: str) -> None:
-        if self.recorder is not None:
-            self.background.spawn(self.recorder.record(job, event_type, reason, message))
+        recorder = self.recorders.get(str(job.get("kind")))
+        if recorder is not None:
+            self.background.spawn(recorder.record(job, event_type, reason, message))
 
 
 def operator_name(kind: JobKind) -> str:
     return f"{kind.kind.lower()}{c.OPERATOR_NAME_SUFFIX}"
+
+
+def event_source(kind: JobKind) -> str:
+    """The component named on a kind's events: the training operator's per-kind controllers, or
+    kube-controller-manager's job-controller."""
+    return operator_name(kind) if kind.kubeflow else c.BATCH_JOB_CONTROLLER
 
 
 def _count(value: object, default: int) -> int:

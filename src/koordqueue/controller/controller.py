@@ -741,7 +741,8 @@ class Controller:
                     for kind, amounts in (("min", quota.min), ("max", quota.max),
                                           ("runtime", quota.runtime), ("used", quota.used)):
                         self.metrics.quota.labels(name, resource, kind).set(amounts.get(resource, 0) / 1000)
-                used = format_resource_list(quota.used)
+                # Every resource of max, zeros included: a merge patch cannot drop keys by omission.
+                used = format_resource_list({r: quota.used.get(r, 0) for r in set(quota.max) | set(quota.used)})
                 if last_used.get(name) == used:
                     continue
                 obj = self._quota_object(name)

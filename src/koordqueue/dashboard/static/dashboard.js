@@ -1,0 +1,312 @@
+// The Koord-Queue dashboard: draws api/overview (streamed from api/stream) and asks
+// api/explain/NAMESPACE/NAME why a unit waits. Plain DOM, no framework, nothing fetched
+// from outside the controller. Every text is set with textContent: names and messages
+// come from users' objects and are never parsed as HTML.
+"use strict";
+
+(() => {
+  const BINARY = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+  const DECIMAL = ["k", "M", "G", "T", "P", "E"];
+
+  // The largest suffix (powers of base) that divides units exactly, as the CLI writes it.
+  function withSuffix(units, base, suffixes) {
+    let best = String(units);
+    for (let power = 1; power <= suffixes.length; power++) {
+      const step = base ** power;
+      if (units % step !== 0) break;
+      best = `${units / step}${suffixes[power - 1]}`;
+    }
+    return best;
+  }
+
+  // Milli-units as a person reads them: 1500m, 8, 200Gi, 4k (koordqueue.api.quantity.format_quantity).
+  function formatQuantity(milli) {
+    if (milli === null || milli === undefined) return "-";
+    const sign = milli < 0 ? "-" : "";
+    const amount = Math.abs(milli);
+    if (amount % 1000 !== 0) return `${sign}${amount}m`;
+    const units = amount / 1000;
+    if (units === 0) return "0";
+    const candidates = [withSuffix(units, 1024, BINARY), withSuffix(units, 1000, DECIMAL), String(units)];
+    return sign + candidates.reduce((best, text) => (text.length < best.length ? text : best));
+  }
+
+  function formatAge(seconds) {
+    if (seconds === null || seconds === undefined) return "-";
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  }
+
+  // h("td", {class: "x"}, "text", child): an element with attributes and children.
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "style") Object.assign(el.style, value);
+      else el.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return el;
+  }
+
+  // GPUs first: they are what people queue for.
+  function resourceOrder(a, b) {
+    const rank = (r) => (r.includes("gpu") ? 0 : r === "cpu" ? 1 : r === "memory" ? 2 : 3);
+    return rank(a) - rank(b) || a.localeCompare(b);
+  }
+
+  function pct(part, whole) {
+    return `${Math.max(0, Math.min(100, (100 * part) / whole)).toFixed(2)}%`;
+  }
+
+  function resourceBar(quotaName, resource, amounts, capacity) {
+    const { min, max, used, runtime, demand } = amounts;
+    const track = max ?? capacity?.[resource] ?? Math.max(used, min, runtime ?? 0, demand, 1);
+    const scale = Math.max(track, used, 1);
+    const parts = [`used ${formatQuantity(used)}`, `min ${formatQuantity(min)}`,
+      `runtime share ${runtime === null ? "-" : formatQuantity(runtime)}`,
+      max === null ? "no max" : `max ${formatQuantity(max)}`];
+    if (demand > used) parts.push(`wants ${formatQuantity(demand)}`);
+    const label = `${quotaName}, ${resource}: ${parts.join(", ")}`;
+    const over = runtime !== null && used > runtime;
+    return h("li", { class: "resource" },
+      h("span", { class: "rname" }, resource),
+      h("div", { class: "bar", role: "img", "aria-label": label, title: label, "data-resource": resource },
+        runtime !== null ? h("span", { class: "share", style: { width: pct(runtime, scale) } }) : null,
+        h("span", { class: "used", style: { width: pct(over ? runtime : used, scale) } }),
+        over ? h("span", { class: "over", style: { left: pct(runtime, scale), width: pct(used - runtime, scale) } }) : null,
+        min > 0 ? h("span", { class: "min", style: { left: pct(min, scale) } }) : null),
+      h("span", { class: "figures", "aria-hidden": "true" }, parts.join(" · ")));
+  }
+
+  function quotaItem(quota, children, capacity) {
+    const resources = Object.keys(quota.resources).sort(resourceOrder);
+    const headingId = `quota-${quota.name}`;
+    const notes = [];
+    if (quota.policy) notes.push(`${quota.policy} policy`);
+    if (quota.namespace) notes.push(`namespace ${quota.namespace}`);
+    if (quota.is_parent) notes.push("parent quota");
+    return h("li", {},
+      h("article", { class: quota.valid ? "quota" : "quota invalid", "aria-labelledby": headingId, "data-quota": quota.name },
+        h("h3", { id: headingId }, quota.name, h("span", { class: "muted" }, notes.length ? ` (${notes.join(", ")})` : "")),
+        quota.valid ? null : h("p", { class: "warning" }, `Not used: ${quota.reason}`),
+        h("ul", { class: "resources", "aria-label": `Resources of ${quota.name}` },
+          resources.map((r) => resourceBar(quota.name, r, quota.resources[r], capacity)))),
+      (children.get(quota.name) || []).length
+        ? h("ul", { class: "tree" }, children.get(quota.name).map((child) => quotaItem(child, children, capacity)))
+        : null);
+  }
+
+  function renderQuotas(view) {
+    const names = new Set(view.quotas.map((q) => q.name));
+    const children = new Map();
+    const roots = [];
+    for (const quota of [...view.quotas].sort((a, b) => a.name.localeCompare(b.name))) {
+      if (quota.parent && names.has(quota.parent)) {
+        if (!children.has(quota.parent)) children.set(quota.parent, []);
+        children.get(quota.parent).push(quota);
+      } else {
+        roots.push(quota);
+      }
+    }
+    const capacity = view.capacity;
+    document.getElementById("capacity").textContent = capacity
+      ? `Cluster capacity: ${Object.keys(capacity).sort(resourceOrder).map((r) => `${r} ${formatQuantity(capacity[r])}`).join(", ")}.`
+      : "Cluster capacity: unknown (no nodes reported); only quotas limit admission.";
+    const target = document.getElementById("quotas");
+    if (!roots.length) {
+      target.replaceChildren(h("p", {}, "No ElasticQuota yet."));
+      return;
+    }
+    target.replaceChildren(h("ul", { class: "tree top", "aria-label": "Quota tree" },
+      roots.map((quota) => quotaItem(quota, children, capacity))));
+  }
+
+  function unitButton(unit, keyPrefix) {
+    return h("button", { type: "button", class: "unit", "data-unit": unit, "data-key": `${keyPrefix}:${unit}`,
+      "aria-haspopup": "dialog" }, unit);
+  }
+
+  function renderQueues(view) {
+    const target = document.getElementById("queues");
+    if (!view.queues.length) {
+      target.replaceChildren(h("p", {}, "No queues yet."));
+      return;
+    }
+    const queues = [...view.queues].sort((a, b) => (b.pending_count - a.pending_count) || a.key.localeCompare(b.key));
+    target.replaceChildren(...queues.map((queue) => {
+      const title = `${queue.key}, quota ${queue.quota ?? "-"}: ${queue.pending_count} pending`;
+      if (!queue.pending_count) {
+        return h("article", { class: "queue empty", "data-queue": queue.key }, h("h3", {}, title));
+      }
+      const more = queue.pending_count - queue.pending.length;
+      return h("article", { class: "queue", "data-queue": queue.key },
+        h("table", {},
+          h("caption", {}, title),
+          h("thead", {}, h("tr", {},
+            h("th", { scope: "col" }, "Position"), h("th", { scope: "col" }, "QueueUnit"),
+            h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Priority"),
+            h("th", { scope: "col" }, "Waiting"), h("th", { scope: "col" }, "Why it waits"))),
+          h("tbody", {}, queue.pending.map((item) => h("tr", { "data-unit": item.unit },
+            h("td", { class: "num" }, item.position), h("td", {}, unitButton(item.unit, "queue")),
+            h("td", {}, item.job), h("td", { class: "num" }, item.priority),
+            h("td", { class: "num" }, formatAge(item.age)), h("td", { class: "message" }, item.message))))),
+        more > 0 ? h("p", { class: "muted" }, `… and ${more} more.`) : null);
+    }));
+  }
+
+  function renderRecent(view) {
+    const target = document.getElementById("recent");
+    if (!view.recent.length) {
+      target.replaceChildren(h("p", {}, "Nothing decided since this controller started leading."));
+      return;
+    }
+    target.replaceChildren(h("table", {},
+      h("caption", { class: "visually-hidden" }, "Recent decisions, newest first"),
+      h("thead", {}, h("tr", {},
+        h("th", { scope: "col" }, "When"), h("th", { scope: "col" }, "Decision"), h("th", { scope: "col" }, "QueueUnit"),
+        h("th", { scope: "col" }, "Quota"), h("th", { scope: "col" }, "Message"))),
+      h("tbody", {}, view.recent.map((item, index) => h("tr", { "data-what": item.what, "data-unit": item.unit },
+        h("td", { class: "num" }, `${formatAge(view.time - item.time)} ago`),
+        h("td", {}, h("span", { class: `badge ${item.what.replace(/\s+/g, "-")}` }, item.what)),
+        h("td", {}, unitButton(item.unit, `recent-${index}`)),
+        h("td", {}, item.quota ?? "-"), h("td", { class: "message" }, item.message))))));
+  }
+
+  function pendingCount(view) {
+    return view.queues.reduce((sum, queue) => sum + queue.pending_count, 0);
+  }
+
+  // --- the explanation dialog ---------------------------------------------------------
+
+  const dialog = document.getElementById("explain");
+  let explained = null; // the unit the dialog shows
+  let opener = null; // data-key of the button that opened it, to give focus back
+
+  function explanation(why) {
+    const title = h("h3", {}, `${why.job}: `, h("span", { class: "phase" }, why.phase));
+    if (why.admitted) {
+      return [title, h("p", {}, `It holds quota ${why.quota}: `, h("span", { id: "explain-why" }, why.message))];
+    }
+    const rows = [h("dt", {}, "Why"), h("dd", { id: "explain-why" }, why.message || "-")];
+    if (why.queue) {
+      const where = why.position ? `position ${why.position}` : "not in line (backing off or parked)";
+      rows.push(h("dt", {}, "Queue"), h("dd", {}, `${why.queue}, quota ${why.quota}, ${where}, priority ${why.priority}`));
+    }
+    const asks = Object.keys(why.request || {}).sort();
+    if (asks.length) {
+      rows.push(h("dt", {}, "Asks"), h("dd", {}, asks.map((r) => `${r} ${formatQuantity(why.request[r])}`).join(", ")));
+    }
+    if (why.ahead.length) {
+      rows.push(h("dt", {}, "Ahead of it"), h("dd", {}, h("ol", {}, why.ahead.map((item) =>
+        h("li", {}, `${item.unit} (priority ${item.priority}): ${item.message}`)))));
+    }
+    rows.push(h("dt", {}, "What would let it in"));
+    if (why.shortfall.length) {
+      rows.push(h("dd", {}, h("ul", { id: "explain-shortfall" }, why.shortfall.map((s) =>
+        h("li", {}, `${formatQuantity(s.short)} ${s.resource} freed in ${s.where} (used ${formatQuantity(s.used)} ` +
+          `+ asks ${formatQuantity(s.asks)} > max ${formatQuantity(s.limit)})`)))));
+    } else if (why.quota) {
+      rows.push(h("dd", {}, "Its quota has room; it waits for its turn in the queue (the units ahead of it, " +
+        "or a unit that blocks the queue)."));
+    } else {
+      rows.push(h("dd", {}, "It is not in any queue yet: see the reason above."));
+    }
+    return [title, h("dl", { class: "why" }, rows)];
+  }
+
+  async function showExplanation(unit) {
+    const body = document.getElementById("explain-body");
+    const [namespace, ...rest] = unit.split("/");
+    const url = `api/explain/${encodeURIComponent(namespace)}/${encodeURIComponent(rest.join("/"))}`;
+    let answer;
+    try {
+      const response = await fetch(url, { cache: "no-store" });
+      answer = { ok: response.ok, body: await response.json() };
+    } catch (error) {
+      answer = { ok: false, body: { message: `The controller did not answer (${error.message}).` } };
+    }
+    if (explained !== unit) return; // another unit was chosen meanwhile
+    body.replaceChildren(...(answer.ok ? explanation(answer.body) : [h("p", { class: "warning" }, answer.body.message)]));
+    body.setAttribute("aria-busy", "false");
+  }
+
+  function openExplanation(button) {
+    explained = button.dataset.unit;
+    opener = button.dataset.key;
+    document.getElementById("explain-title").textContent = `QueueUnit ${explained}`;
+    const body = document.getElementById("explain-body");
+    body.setAttribute("aria-busy", "true");
+    body.replaceChildren(h("p", {}, "Asking the controller…"));
+    if (!dialog.open) dialog.showModal();
+    showExplanation(explained);
+  }
+
+  dialog.addEventListener("close", () => {
+    explained = null;
+    const back = opener && document.querySelector(`[data-key="${CSS.escape(opener)}"]`);
+    (back || document.getElementById("queues-title")).focus();
+  });
+  document.getElementById("explain-close").addEventListener("click", () => dialog.close());
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest("button.unit");
+    if (button) openExplanation(button);
+  });
+
+  // --- live data ---------------------------------------------------------------------
+
+  let lastSummary = "";
+
+  function setConnection(text) {
+    const status = document.getElementById("connection");
+    if (status.textContent !== text) status.textContent = text; // a live region: speak only changes
+  }
+
+  function render(view) {
+    const focused = document.activeElement?.dataset?.key; // re-drawing must not lose the keyboard's place
+    renderQuotas(view);
+    renderQueues(view);
+    renderRecent(view);
+    if (focused && !dialog.open) document.querySelector(`[data-key="${CSS.escape(focused)}"]`)?.focus();
+    const pending = pendingCount(view);
+    const summary = `Live: ${view.quotas.length} quota${view.quotas.length === 1 ? "" : "s"}, ` +
+      `${pending} pending unit${pending === 1 ? "" : "s"}.`;
+    if (summary !== lastSummary) setConnection(summary);
+    lastSummary = summary;
+    document.body.dataset.updated = String(view.time);
+    if (explained) showExplanation(explained);
+  }
+
+  function setAvailable(available, message) {
+    document.getElementById("content").hidden = !available;
+    const notice = document.getElementById("unavailable");
+    notice.hidden = available;
+    notice.textContent = available ? "" : message;
+  }
+
+  function connect() {
+    const source = new EventSource("api/stream");
+    source.addEventListener("overview", (event) => {
+      setAvailable(true, "");
+      render(JSON.parse(event.data));
+    });
+    source.addEventListener("unavailable", (event) => {
+      lastSummary = "";
+      setConnection("Not available: see the notice below.");
+      setAvailable(false, JSON.parse(event.data).message);
+      if (dialog.open) dialog.close();
+    });
+    source.addEventListener("error", () => {
+      lastSummary = "";
+      setConnection("Connection to the controller lost; retrying…");
+    });
+  }
+
+  window.koordQueue = { formatQuantity, formatAge }; // for tests and the curious
+  connect();
+})();

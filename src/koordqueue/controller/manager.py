@@ -1,6 +1,7 @@
 """Runs a controller replica: leader election, the controller while leading, and the
-metrics/health endpoints and the admission webhook all the time (a follower is
-healthy and answers the webhook; it is just not ready to lead)."""
+metrics/health endpoints, the dashboard and the admission webhook all the time (a
+follower is healthy and answers the webhook; it is just not ready to lead, and its
+dashboard says so)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
+from koordqueue.controller.dashboard import Dashboard
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.webhook import SuspendWebhook
 from koordqueue.kube.client import KubeClient
@@ -35,6 +37,8 @@ class Manager:
         self._runner: web.AppRunner | None = None
         self.metrics_port = 0
         self.webhook = SuspendWebhook(client, config) if config.webhook else None
+        self.dashboard = (Dashboard(lambda: self.controller, config.dashboard_host, config.dashboard_port,
+                                    self.identity) if config.dashboard else None)
         self.endpoints_ready = asyncio.Event()  # set once the ports are bound (tests, `up`)
 
     async def start_endpoints(self) -> None:
@@ -51,6 +55,8 @@ class Manager:
             self.metrics_port = server.sockets[0].getsockname()[1]
         if self.webhook is not None:
             await self.webhook.start()
+        if self.dashboard is not None:
+            await self.dashboard.start()
         self.endpoints_ready.set()
 
     async def _metrics(self, _: web.Request) -> web.Response:
@@ -86,6 +92,8 @@ class Manager:
         finally:
             if self.webhook is not None:
                 await self.webhook.stop()
+            if self.dashboard is not None:
+                await self.dashboard.stop()
             if self._runner is not None:
                 await self._runner.cleanup()
 

@@ -128,6 +128,8 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
             print(f"koord-queue is up: API server {server.url}, {nodes} simulated nodes with "
                   f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics",
                   flush=True)
+            if manager.dashboard is not None:
+                print(f"Dashboard: http://127.0.0.1:{manager.dashboard.port}/", flush=True)
             if example:
                 applied = await apply_example(client)
                 print("Applied the seed guide's example: " + (", ".join(applied) or "(already there)"), flush=True)

@@ -491,7 +491,9 @@ class Controller:
         if adopt:
             await self._write_unit_status(job.unit_key, {**st.running(), "message": "adopted: it was already running"})
             return
-        await self._write_unit_status(job.unit_key, st.enqueued("queued"))
+        # Only the phase: the engine says where the unit stands (in the message it sends for
+        # every new unit), and that text must not be overwritten by a generic one.
+        await self._write_unit_status(job.unit_key, {"phase": c.Phase.ENQUEUED.value})
         self._event(ref, c.EventType.NORMAL, c.EventReason.ENQUEUED, "queued")
         if not job.suspended:
             await self._suspend(job, adapter)
@@ -713,8 +715,11 @@ class Controller:
             return
         unit = self.unit_informer.get(key)
         held = self.engine.unit(key)
-        if unit is None or held is None or held.admitted_quota is not None or unit.phase in SENT_BACK:
+        if held is None or held.admitted_quota is not None or (unit is not None and unit.phase in SENT_BACK):
             return  # admitted, gone, or backing off since: its own status says why
+        if unit is None:  # created, but our watch has not brought it yet: try again at the next flush
+            self.pending_messages.setdefault(key, message)
+            return
         try:
             await self._write_unit_status(key, {"message": message}, touch=False)
         except ApiError as e:

@@ -1,0 +1,141 @@
+"""Quotas on the cluster: tenants kept apart, borrowed GPUs reclaimed, Queues made for
+quotas, bad quotas reported, a hand edit of a unit undone."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from koordqueue.api import constants as c
+
+from .conftest import System, pytorch_job, quota
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def namespace(name: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+async def test_a_job_naming_another_tenants_quota_is_refused_with_a_clear_message(system: System) -> None:
+    await system.apply(namespace("team-a"), namespace("team-b"))
+    await system.apply(quota("team-a", 2, 8, namespace="team-a"), quota("team-b", 2, 8, namespace="team-b"))
+    # By label, and by the annotation naming the other tenant's Queue.
+    await system.apply(pytorch_job("sneaky", namespace="team-b", quota_name="team-a"),
+                       pytorch_job("sneaky-queue", namespace="team-b", queue="team-a"),
+                       pytorch_job("honest", namespace="team-b"))
+    await system.wait_phase("honest-py-qu", c.Phase.RUNNING, namespace="team-b")
+    expected = "quota team-a is not bound to namespace team-b (it belongs to namespace team-a)"
+    for name in ("sneaky", "sneaky-queue"):
+        async def refused(name: str = name) -> bool:
+            status = (await system.unit(f"{name}-py-qu", "team-b")).get("status", {})
+            assert status.get("message") == expected and status.get("phase") == c.Phase.ENQUEUED, status
+            return True
+
+        await system.wait_for(refused, what=f"{name} refused")
+        job = await system.get_json("pytorchjob", name, "-n", "team-b")
+        assert job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+        warnings = [e for e in await system.events(name, "team-b") if e["type"] == c.EventType.WARNING]
+        assert [e["message"] for e in warnings] == [expected]
+    quota_a = await system.get_json("elasticquota", "team-a", "-n", "team-a")
+    assert quota_a["status"]["used"][c.GPU] == "0"
+
+
+async def test_a_quota_under_its_min_reclaims_borrowed_gpus_from_another(system: System) -> None:
+    """32 GPUs in the cluster; team-b borrows all of them, then team-a (min 16) comes."""
+    await system.apply(quota("pool", 32, 32, is_parent=True))
+    await system.apply(quota("team-a", 16, 32, parent="pool"), quota("team-b", 16, 32, parent="pool"))
+    await system.apply(*[pytorch_job(f"b{i}", gpus_per_pod=4, quota_name="team-b") for i in range(4)])
+    for i in range(4):
+        await system.wait_phase(f"b{i}-py-qu", c.Phase.RUNNING)
+    await system.apply(pytorch_job("a0", gpus_per_pod=4, priority=100, quota_name="team-a"))
+    await system.wait_phase("a0-py-qu", c.Phase.RUNNING)
+    phases = [await system.phase(f"b{i}-py-qu") for i in range(4)]
+    # One victim is enough (8 GPUs); it is told why and goes back to the queue.
+    victims = [f"b{i}" for i, p in enumerate(phases) if p != c.Phase.RUNNING]
+    assert len(victims) == 1, phases
+    unit = await system.unit(f"{victims[0]}-py-qu")
+    assert "team-b" in unit["status"]["message"] and "reclaimed" in unit["status"]["message"]
+    preempted = [e for e in await system.events(victims[0]) if e["reason"] == c.EventReason.PREEMPTED]
+    assert preempted, "the job is told it was preempted"
+    assert not (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}={victims[0]}"))["items"] or \
+        (await system.get_json("pytorchjob", victims[0]))["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+
+
+async def test_queues_follow_their_quotas_and_a_bad_quota_is_reported(system: System) -> None:
+    await system.apply(quota("team-x", 2, 8, policy="Block"))
+
+    async def queue_made() -> bool:
+        queue = await system.get_json("queue", "team-x", "-n", c.SYSTEM_NAMESPACE)
+        return queue["spec"]["queuePolicy"] == "Block" and queue["spec"]["priority"] == c.AUTO_QUEUE_PRIORITY
+
+    await system.wait_for(queue_made, what="the quota's Queue")
+    await system.akubectl("label", "elasticquota", "team-x", f"{c.LABEL_QUEUE_POLICY}=Intelligent", "--overwrite")
+
+    async def queue_follows() -> bool:
+        queue = await system.get_json("queue", "team-x", "-n", c.SYSTEM_NAMESPACE)
+        return queue["spec"]["queuePolicy"] == "Intelligent"
+
+    await system.wait_for(queue_follows, what="the Queue's policy to follow the label")
+    await system.akubectl("delete", "elasticquota", "team-x")
+
+    async def queue_gone() -> bool:
+        out = await system.akubectl("get", "queue", "team-x", "-n", c.SYSTEM_NAMESPACE, check=False)
+        return "NotFound" in out
+
+    await system.wait_for(queue_gone, what="the Queue deleted with its quota")
+
+    bad = quota("upside-down", 8, 2)
+    await system.apply(bad)
+
+    async def warned() -> str | None:
+        events = [e for e in await system.events("upside-down") if e["reason"] == c.EventReason.INVALID_QUOTA]
+        return events[0]["message"] if events else None
+
+    message = await system.wait_for(warned, what="an InvalidQuota event")
+    assert message == "quota not used: min of cpu (32) is more than its max (8)"
+    await system.apply(pytorch_job("in-bad-quota", quota_name="upside-down"))
+
+    async def parked() -> str | None:
+        status = (await system.unit("in-bad-quota-py-qu")).get("status", {})
+        return status.get("message") if "not usable" in str(status.get("message")) else None
+
+    assert "upside-down" in await system.wait_for(parked, what="the job told its quota is unusable")
+
+
+async def test_a_hand_edit_of_a_units_priority_is_undone(system: System) -> None:
+    await system.apply(quota("team-e", 0, 1))
+    await system.apply(pytorch_job("big", gpus_per_pod=1, workers=3, quota_name="team-e", priority=3))
+
+    async def queued() -> bool:
+        return (await system.unit("big-py-qu")).get("status", {}).get("phase") == c.Phase.ENQUEUED
+
+    await system.wait_for(queued, what="the unit waiting")
+    await system.akubectl("patch", "queueunit", "big-py-qu", "--type", "merge", "-p", '{"spec":{"priority":1000}}')
+
+    async def restored() -> bool:
+        return (await system.unit("big-py-qu"))["spec"]["priority"] == 3
+
+    await system.wait_for(restored, what="the priority restored from the job")
+    reasons = [e["reason"] for e in await system.events("big-py-qu")]
+    assert c.EventReason.SPEC_RESTORED in reasons
+
+
+async def test_an_invalid_job_is_suspended_and_told_why(system: System) -> None:
+    await system.apply(quota("team-i", 2, 8))
+    job = pytorch_job("bad-quantity", quota_name="team-i")
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"]["requests"][
+        "cpu"] = "4 cores"
+    await system.akubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump(job))
+    await system.apply(pytorch_job("fine", quota_name="team-i"))
+    await system.wait_phase("fine-py-qu", c.Phase.RUNNING)
+
+    async def told() -> str | None:
+        events = [e for e in await system.events("bad-quantity") if e["reason"] == c.EventReason.INVALID_JOB]
+        return events[0]["message"] if events else None
+
+    message = await system.wait_for(told, what="an InvalidJob event")
+    assert "4 cores" in message and "cpu" in message
+    bad = await system.get_json("pytorchjob", "bad-quantity")
+    assert bad["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+    assert not (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=bad-quantity"))["items"]

@@ -135,3 +135,7 @@ def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_po
     from koordqueue.up import main as run_up
 
     run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port)
+
+
+if __name__ == "__main__":
+    main()

@@ -506,6 +506,8 @@ class Controller:
             return
         succeeded = job.state is JobState.SUCCEEDED
         await self._write_unit_status(unit.key, st.finished(succeeded))
+        held = self.engine.unit(unit.key)
+        self._remember("finished", unit.key, held.admitted_quota if held else None, f"the job {job.state.value}")
         self.engine.remove_unit(unit.key)
         self.wake.set()
         reason = c.EventReason.SUCCEED if succeeded else c.EventReason.FAILED

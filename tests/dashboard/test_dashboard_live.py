@@ -1,0 +1,179 @@
+"""The dashboard on `koord-queue up --example`, in real headless Chromium, driven as a person would.
+
+The whole system runs in this process (the embedded API server, the simulated
+cluster, the controller and its dashboard) exactly as `koord-queue up` starts it;
+jobs are submitted and deleted with kubectl; the page is read, clicked and tabbed
+through in Chromium. Screenshots go to test-artifacts/dashboard-*.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from playwright.async_api import Page, expect
+
+from koordqueue.api import constants as c
+from koordqueue.up import EXAMPLE, EXAMPLE_UNIT, run_up
+from tests.dashboard.chromium import chromium_page, require_chromium, screenshot_path
+
+pytestmark = pytest.mark.timeout(120)
+
+QUOTA = "pytorch-team-a"
+BIG_UNIT = "default/big-training-job-py-qu"
+URGENT_UNIT = "default/urgent-training-job-py-qu"
+WAIT = 15_000  # ms for the page to show a change (stream every 1 s, messages written every 1 s)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def seed_job(name: str, gpus_per_pod: int, priority: int) -> dict[str, Any]:
+    """The seed guide's PyTorchJob (Master + Worker), renamed, with more GPUs per pod."""
+    job = copy.deepcopy(next(d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d and d["kind"] == "PyTorchJob"))
+    job["metadata"]["name"] = name
+    job["metadata"]["annotations"][c.ANNOTATION_PRIORITY] = str(priority)
+    for role in job["spec"]["pytorchReplicaSpecs"].values():
+        resources = role["template"]["spec"]["containers"][0]["resources"]
+        for side in ("requests", "limits"):
+            resources[side][c.GPU] = str(gpus_per_pod)
+    return job
+
+
+async def run(*argv: str, stdin: str | None = None) -> str:
+    """A command run without blocking the event loop the API server lives on."""
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 60)
+    assert proc.returncode == 0, f"{' '.join(argv)}: {err.decode()}"
+    return out.decode()
+
+
+@contextlib.asynccontextmanager
+async def koord_queue_up(state_dir: Path) -> AsyncIterator[tuple[str, Path]]:
+    """`koord-queue up --example` in this process; yields the dashboard's URL and the kubeconfig."""
+    port = free_port()
+    ready, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(run_up(state_dir, nodes=2, gpus_per_node=8, example=True,
+                                      dashboard_port=port, ready=ready, stop=stop))
+    try:
+        done, _ = await asyncio.wait([task, asyncio.create_task(ready.wait())], timeout=60,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            task.result()  # it failed: raise why
+        assert ready.is_set(), "koord-queue up did not become ready in 60 s"
+        yield f"http://127.0.0.1:{port}/", state_dir / "kubeconfig"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def unit_message(kubeconfig: Path, key: str) -> str:
+    namespace, name = key.split("/")
+    return await run("kubectl", "--kubeconfig", str(kubeconfig), "get", "queueunit", name, "-n", namespace,
+                     "-o", "jsonpath={.status.message}")
+
+
+async def tab_to(page: Page, selector: str, limit: int = 60) -> int:
+    """Press Tab until the element matching ``selector`` has the focus; return how many presses."""
+    for presses in range(1, limit + 1):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("s => document.activeElement?.matches(s) ?? false", selector):
+            return presses
+    raise AssertionError(f"{selector} was not reached with {limit} presses of Tab")
+
+
+async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Path) -> None:
+    require_chromium()
+    async with koord_queue_up(tmp_path / "state") as (url, kubeconfig), chromium_page() as (page, problems):
+        kubectl = ("kubectl", "--kubeconfig", str(kubeconfig))
+        await page.goto(url)
+
+        # The seed's quota, with its GPU bar: the seed job uses 2 of max 8, min 2.
+        gpu_bar = page.locator(f'article[data-quota="{QUOTA}"] .bar[data-resource="{c.GPU}"]')
+        await expect(gpu_bar).to_have_attribute("aria-label", f"{QUOTA}, {c.GPU}: used 2, min 2, runtime share 2, max 8")
+        used_width = await gpu_bar.locator(".used").evaluate("e => e.getBoundingClientRect().width")
+        track_width = await gpu_bar.evaluate("e => e.clientWidth")
+        assert used_width / track_width == pytest.approx(2 / 8, abs=0.02)
+        await expect(page.locator(f'#recent tr[data-what="admitted"][data-unit="{EXAMPLE_UNIT}"]')).to_have_count(1)
+        await page.screenshot(path=screenshot_path("dashboard-seed.png"), full_page=True)
+
+        # A job asking 8 GPUs must wait (2 are used of max 8): it appears in the queue.
+        await run(*kubectl, "apply", "-f", "-", stdin=yaml.safe_dump(seed_job("big-training-job", 4, 10)))
+        big_row = page.locator(f'#queues tr[data-unit="{BIG_UNIT}"]')
+        await expect(big_row).to_have_count(1, timeout=WAIT)
+        await expect(big_row.locator("td").nth(0)).to_have_text("1")
+        await expect(big_row.locator("td").nth(3)).to_have_text("10")
+        await expect(big_row.locator("td.message")).to_contain_text(f"waiting for quota {QUOTA}", timeout=WAIT)
+
+        # Every bar is labelled for those who cannot see it, every button has a name, one h1.
+        bars = await page.locator(".bar").evaluate_all(
+            "bars => bars.map(b => [b.getAttribute('role'), b.getAttribute('aria-label')])")
+        assert len(bars) == 3  # the seed's quota: cpu, memory, GPU
+        assert all(role == "img" and label.startswith(f"{QUOTA}, ") and "used " in label for role, label in bars)
+        names = await page.locator("button").evaluate_all("bs => bs.map(b => b.textContent.trim())")
+        assert len(names) >= 3 and all(names)  # the dialog's Close, the queued unit, the admitted one
+        headings = await page.locator("h1, h2, h3").evaluate_all("hs => hs.map(h => h.tagName)")
+        assert headings.count("H1") == 1 and headings[0] == "H1"
+
+        # A more urgent one, also too big, goes ahead of it: the first one moves to position 2.
+        await run(*kubectl, "apply", "-f", "-", stdin=yaml.safe_dump(seed_job("urgent-training-job", 4, 100)))
+        await expect(page.locator(f'#queues tr[data-unit="{URGENT_UNIT}"] td').first).to_have_text("1", timeout=WAIT)
+        await expect(big_row.locator("td").first).to_have_text("2", timeout=WAIT)
+
+        # Reach the waiting unit with the keyboard alone and open its explanation.
+        await tab_to(page, f'#queues button.unit[data-unit="{BIG_UNIT}"]')
+        await page.keyboard.press("Enter")
+        dialog = page.locator("dialog#explain")
+        await expect(dialog).to_be_visible()
+        why = dialog.locator("#explain-why")
+        await expect(why).to_contain_text("waiting for quota", timeout=WAIT)
+        # The reason is the unit's status.message (written at most once a second: read both again until equal).
+        for _ in range(20):
+            shown, written = await why.inner_text(), await unit_message(kubeconfig, BIG_UNIT)
+            if shown == written:
+                break
+            await asyncio.sleep(0.5)
+        assert shown == written and written.startswith(f"waiting for quota {QUOTA}")
+        # The page says what `koord-queue explain` says.
+        cli = await run(str(Path(sys.executable).parent / "koord-queue"), "explain", "pytorchjob/big-training-job",
+                        "--kubeconfig", str(kubeconfig))
+        shortfall = await dialog.locator("#explain-shortfall li").all_inner_texts()
+        assert shortfall == [f"2 {c.GPU} freed in quota {QUOTA} (used 2 + asks 8 > max 8)"]
+        assert f"    {shortfall[0]}" in cli.splitlines()
+        assert f"  Why: {written}" in cli.splitlines()
+        await expect(dialog).to_contain_text("position 2, priority 10")
+        await page.screenshot(path=screenshot_path("dashboard-explain.png"))
+        await page.keyboard.press("Escape")
+        await expect(dialog).to_be_hidden()
+        assert await page.evaluate("document.activeElement?.dataset.unit") == BIG_UNIT  # focus came back
+
+        # The seed job ends: the urgent job takes all 8 GPUs, the first one moves up to position 1.
+        await run(*kubectl, "delete", "pytorchjob", "pytorch-training-job", "-n", "default")
+        await expect(page.locator(f'#recent tr[data-what="admitted"][data-unit="{URGENT_UNIT}"]')).to_have_count(
+            1, timeout=WAIT)
+        await expect(page.locator(f'#queues tr[data-unit="{URGENT_UNIT}"]')).to_have_count(0)
+        await expect(big_row.locator("td").first).to_have_text("1", timeout=WAIT)
+        await expect(gpu_bar).to_have_attribute("aria-label", f"{QUOTA}, {c.GPU}: used 8, min 2, runtime share 8, max 8",
+                                                timeout=WAIT)
+        await expect(big_row.locator("td.message")).to_contain_text("used 8 of max 8", timeout=WAIT)
+        await page.screenshot(path=screenshot_path("dashboard-moved.png"), full_page=True)
+
+        # The JSON the page draws is the controller's overview.
+        overview = json.loads(await (await page.request.get(url + "api/overview")).text())
+        queue = next(q for q in overview["queues"] if q["key"] == f"{c.SYSTEM_NAMESPACE}/{QUOTA}")
+        assert [item["unit"] for item in queue["pending"]] == [BIG_UNIT]
+        assert problems == []
+

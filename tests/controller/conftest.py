@@ -145,7 +145,7 @@ class System:
         return list(listed["items"])
 
 
-def test_config(**overrides: Any) -> ControllerConfig:
+def quick_config(**overrides: Any) -> ControllerConfig:
     """`up`'s controller, with short timings so that tests are quick."""
     base = replace(controller_config(metrics_port=0, dashboard_port=0), dashboard=False,
                    quota_status_refresh_seconds=0.3, queue_status_refresh_seconds=0.5,
@@ -162,7 +162,7 @@ async def running_system(state: Path, nodes: int = 4, gpus_per_node: int = 8,
         async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
             sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node)
             await sim.start()
-            config = config or test_config()
+            config = config or quick_config()
             manager = Manager(client, config)
             task = asyncio.create_task(manager.run())
             try:

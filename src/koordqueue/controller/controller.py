@@ -449,6 +449,8 @@ class Controller:
             return
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
             return  # a unit of that name belongs to another job: not ours to drive
+        if not self._newer(unit.key, unit.resource_version):
+            return  # we wrote a newer version than our watch has brought: act on that one when it comes
         if job.state in (JobState.SUCCEEDED, JobState.FAILED):
             await self._finish(unit, job)
             return
@@ -557,8 +559,9 @@ class Controller:
 
     async def _send_back(self, unit: UnitView, job: JobView | None, phase: c.Phase, reason: str) -> None:
         """Release the unit's quota and back it off (timeout, failed admission check)."""
-        if self.engine.unit(unit.key) is None:
-            return
+        held = self.engine.unit(unit.key)
+        if held is None or held.admitted_quota is None:
+            return  # already sent back (a second look at a stale view of the unit)
         requeue_at = self.engine.requeue(unit.key, self.clock(), reason)
         info = self.engine.unit(unit.key)
         await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0, requeue_at))

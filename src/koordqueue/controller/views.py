@@ -104,9 +104,9 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         pods = next(iter(adapter.pod_selector(obj).items()), None)
     except InvalidObject:
         pods = None
-    unit_labels = tuple(
-        (k, labels[k]) for k in (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE) if labels.get(k)
-    )
+    # The unit carries the job's labels: the quota label, preemptible, and whatever a
+    # Queue's admissionChecks[].labelSelector picks units by.
+    unit_labels = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
     return JobView(
         kind=adapter.kind,
         namespace=namespace,

@@ -1,0 +1,145 @@
+"""The unit's lifecycle beyond the happy path: admission checks, wait-for-pods-running
+timeouts with back-off, and jobs that were running before the controller started."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.api.crds import all_crds
+from koordqueue.controller.manager import Manager
+from koordqueue.kube.client import KubeClient
+from koordqueue.kube.config import load_config
+from koordqueue.localcluster.server import APIServer
+from koordqueue.localcluster.simcluster import SimCluster
+
+from .conftest import System, pytorch_job, quick_config, quota, running_system
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def queue(name: str, quota_name: str, annotations: dict[str, str] | None = None,
+          checks: list[dict[str, object]] | None = None) -> dict[str, object]:
+    spec: dict[str, object] = {"queuePolicy": "Priority", "priority": 10}
+    if checks is not None:
+        spec["admissionChecks"] = checks
+    return {"apiVersion": c.QUEUE_API_VERSION, "kind": c.QUEUE_KIND,
+            "metadata": {"name": name, "namespace": c.SYSTEM_NAMESPACE, "labels": {c.LABEL_QUOTA_NAME: quota_name},
+                         "annotations": annotations or {}},
+            "spec": spec}
+
+
+async def set_check(system: System, unit: str, name: str, state: str) -> None:
+    body = json.dumps({"status": {"admissionChecks": [{"name": name, "state": state}]}})
+    await system.akubectl("patch", "queueunit", unit, "--subresource=status", "--type", "merge", "-p", body)
+
+
+async def test_admission_checks_hold_a_unit_reserved_until_ready_and_retry_sends_it_back(system: System) -> None:
+    await system.apply(quota("team-c", 4, 8))
+    await system.apply(queue("checked", "team-c", checks=[
+        {"name": "budget", "labelSelector": {"matchLabels": {"team": "c"}}},  # only units labelled team=c
+    ]))
+    await system.apply(pytorch_job("checked-job", queue="checked", labels={"team": "c"}),
+                       pytorch_job("unchecked-job", queue="checked", labels={"team": "d"}))
+    await system.wait_phase("unchecked-job-py-qu", c.Phase.RUNNING)  # no check applies to it
+    await system.wait_phase("checked-job-py-qu", c.Phase.RESERVED)
+    unit = await system.unit("checked-job-py-qu")
+    assert [(a["name"], a["state"]) for a in unit["status"]["admissionChecks"]] == [("budget", "Pending")]
+    job = await system.get_json("pytorchjob", "checked-job")
+    assert job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE  # holds quota, does not run yet
+    used = (await system.get_json("elasticquota", "team-c"))["status"]["used"]
+    assert used[c.GPU] == "4"  # both jobs' 2 GPUs are reserved
+
+    await set_check(system, "checked-job-py-qu", "budget", "Retry")
+    await system.wait_phase("checked-job-py-qu", c.Phase.TIMEOUT_BACKOFF)
+    unit = await system.unit("checked-job-py-qu")
+    assert unit["status"]["message"] == "admission check budget said Retry; quota released"
+    assert unit["status"]["requeueState"]["count"] == 1
+    # After the back-off it is queued and reserved again, with its checks pending anew.
+    await system.wait_phase("checked-job-py-qu", c.Phase.RESERVED, timeout=15)
+    await set_check(system, "checked-job-py-qu", "budget", "Ready")
+    await system.wait_phase("checked-job-py-qu", c.Phase.RUNNING)
+
+
+async def test_pods_not_running_in_time_send_the_job_back_and_it_is_retried(tmp_path: Path) -> None:
+    config = quick_config(wait_for_pods_running_seconds=1.5)
+    async with running_system(tmp_path / "state", config=config) as system:
+        await system.apply(quota("team-w", 8, 16))
+        await system.apply(queue("patient", "team-w", annotations={c.ANNOTATION_WAIT_FOR_PODS_RUNNING: c.TRUE}))
+        # 9 GPUs per pod on 8-GPU nodes: quota lets it in, but its pods can never be placed.
+        await system.apply(pytorch_job("unplaceable", gpus_per_pod=9, workers=0, queue="patient"))
+        await system.wait_phase("unplaceable-py-qu", c.Phase.TIMEOUT_BACKOFF, timeout=20)
+        unit = await system.unit("unplaceable-py-qu")
+        assert "were not all running 1.5 s after admission" in unit["status"]["message"]
+        job = await system.get_json("pytorchjob", "unplaceable")
+        assert job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+
+        async def no_pods() -> bool:
+            return not (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=unplaceable"))["items"]
+
+        await system.wait_for(no_pods, what="its pods removed with the suspension")
+        reasons = [e["reason"] for e in await system.events("unplaceable")]
+        assert c.EventReason.TIMEOUT_BACKOFF in reasons
+
+        async def tried_again() -> bool:
+            status = (await system.unit("unplaceable-py-qu"))["status"]
+            return status.get("requeueState", {}).get("count", 0) >= 2
+
+        await system.wait_for(tried_again, timeout=20, what="a second attempt after the back-off")
+
+
+async def test_jobs_running_before_the_controller_starts_are_accounted_not_disturbed(tmp_path: Path) -> None:
+    server = APIServer(tmp_path / "state", crds=all_crds())
+    await server.start()
+    try:
+        async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
+            sim = SimCluster(client, nodes=2, gpus_per_node=8)
+            await sim.start()
+            manager: Manager | None = None
+            task = None
+            try:
+                system = System(server, client, None, sim)  # type: ignore[arg-type]
+                await system.apply(quota("team-early", 2, 8))
+                await system.apply(pytorch_job("early", gpus_per_pod=2, quota_name="team-early"))
+
+                async def running() -> bool:
+                    pods = (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=early"))["items"]
+                    return len(pods) == 2 and all(p["status"]["phase"] == "Running" for p in pods)
+
+                await system.wait_for(running, what="the job running with no queue at all")
+                pods_before = sorted(p["metadata"]["uid"] for p in
+                                     (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=early"))["items"])
+                manager = Manager(client, quick_config(webhook=False))
+                task = asyncio.create_task(manager.run())
+                system.manager = manager
+                await system.wait_phase("early-py-qu", c.Phase.RUNNING)
+
+                async def charged() -> bool:
+                    used = (await system.get_json("elasticquota", "team-early")).get("status", {}).get("used", {})
+                    return used.get(c.GPU) == "4"
+
+                await system.wait_for(charged, what="the running job charged to its quota")
+                job = await system.get_json("pytorchjob", "early")
+                assert c.ANNOTATION_SUSPEND not in job["metadata"].get("annotations", {})
+                pods_after = sorted(p["metadata"]["uid"] for p in
+                                    (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=early"))["items"])
+                assert pods_after == pods_before  # not disturbed: the same pods
+                # A job created now is queued as usual, against the quota the early one uses.
+                await system.apply(pytorch_job("later", gpus_per_pod=3, quota_name="team-early"))
+
+                async def waits() -> str | None:
+                    status = (await system.unit("later-py-qu")).get("status", {})
+                    return status.get("message") if "asks 6, used 4 of max 8" in str(status.get("message")) else None
+
+                await system.wait_for(waits, what="the later job waiting behind the adopted one")
+            finally:
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                await sim.stop()
+    finally:
+        await server.stop()

@@ -17,6 +17,7 @@ from koordqueue.localcluster.registry import ResourceType
 from koordqueue.localcluster.validation import DNS1035, LABEL, SUBDOMAIN
 
 _STATUS = frozenset({"status"})
+_CREATE = ("create",)
 _POD_FIELDS = (
     "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
     "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName",
@@ -47,7 +48,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt("", "v1", "Event", "events", short_names=("ev",), selectable_fields=_EVENT_FIELDS),
     _rt("", "v1", "ConfigMap", "configmaps", short_names=("cm",)),
     _rt("", "v1", "Secret", "secrets", selectable_fields=("type",)),
-    _rt("", "v1", "ServiceAccount", "serviceaccounts", short_names=("sa",)),
+    _rt("", "v1", "ServiceAccount", "serviceaccounts", short_names=("sa",), subresources=frozenset({"token"})),
     _rt("", "v1", "Service", "services", short_names=("svc",), categories=("all",), subresources=_STATUS),
     _rt("", "v1", "ResourceQuota", "resourcequotas", short_names=("quota",), subresources=_STATUS),
     _rt("", "v1", "LimitRange", "limitranges", short_names=("limits",)),
@@ -70,7 +71,15 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False),
     _rt("rbac.authorization.k8s.io", "v1", "Role", "roles"),
     _rt("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
+    # Requests about access, answered and never stored (create only).
+    _rt("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", False, verbs=_CREATE),
+    _rt("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, verbs=_CREATE),
+    _rt("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False, verbs=_CREATE),
+    _rt("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=_CREATE),
 )
+REVIEW_KEYS = frozenset({"authorization.k8s.io/selfsubjectaccessreviews", "authorization.k8s.io/selfsubjectrulesreviews",
+                         "authorization.k8s.io/subjectaccessreviews", "authentication.k8s.io/selfsubjectreviews"})
+SELF_REVIEW_KEYS = REVIEW_KEYS - {"authorization.k8s.io/subjectaccessreviews"}  # open to every user
 
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", SYSTEM_NAMESPACE)
 
@@ -79,6 +88,8 @@ CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 MUTATING_WEBHOOKS_KEY = "admissionregistration.k8s.io/mutatingwebhookconfigurations"
 SERVICE_KEY = "/services"
 POD_KEY = "/pods"
+SERVICE_ACCOUNT_KEY = "/serviceaccounts"
+SECRET_KEY = "/secrets"
 NAMESPACE_FINALIZER = "kubernetes"
 NAME_LABEL = "kubernetes.io/metadata.name"
 

@@ -25,6 +25,16 @@ PREFIX = "/_test"
 INJECTABLE = (409, 429, 500)
 
 
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One kind of request a user made, as RBAC sees it."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str = ""
+
+
 @dataclass
 class ErrorRule:
     code: int
@@ -52,6 +62,25 @@ class Controls:
         self._running = asyncio.Event()
         self._running.set()
         self.bookmark_interval = 5.0  # seconds between BOOKMARK events on watches that allow them
+        self._allowed: dict[str, set[Access]] = {}
+        self._denied: dict[str, set[Access]] = {}
+
+    # --- who asked for what ------------------------------------------------------------
+    def record(self, user: str, access: Access, allowed: bool) -> None:
+        (self._allowed if allowed else self._denied).setdefault(user, set()).add(access)
+
+    def requests_by(self, user: str) -> set[Access]:
+        """The (verb, group, resource, subresource) a user was allowed, e.g.
+        "system:serviceaccount:koord-queue:koord-queue-controller": to hold against its ClusterRole."""
+        return set(self._allowed.get(user, ()))
+
+    def denied_to(self, user: str) -> set[Access]:
+        """What a user asked for and was refused (403)."""
+        return set(self._denied.get(user, ()))
+
+    def clear_requests(self) -> None:
+        self._allowed.clear()
+        self._denied.clear()
 
     # --- error injection ---------------------------------------------------------------
     def inject_errors(
@@ -121,6 +150,7 @@ class Controls:
         app.router.add_post(f"{PREFIX}/resume", self._http_resume)
         app.router.add_post(f"{PREFIX}/bookmarks", self._http_bookmarks)
         app.router.add_get(f"{PREFIX}/state", self._http_state)
+        app.router.add_get(f"{PREFIX}/requests", self._http_requests)
 
     @staticmethod
     async def _body(request: web.Request) -> dict[str, Any]:
@@ -185,6 +215,19 @@ class Controls:
             "compactedResourceVersion": str(self._store.compacted_rv),
             "bookmarkInterval": self.bookmark_interval,
         })
+
+
+    async def _http_requests(self, request: web.Request) -> web.Response:
+        """`GET /_test/requests?user=NAME`: what the user was allowed and refused."""
+        user = request.query.get("user")
+        if not user:
+            raise errors.bad_request("the user query parameter is required")
+
+        def rows(accesses: set[Access]) -> list[dict[str, str]]:
+            return [{"verb": a.verb, "group": a.group, "resource": a.resource, "subresource": a.subresource}
+                    for a in sorted(accesses, key=lambda a: (a.group, a.resource, a.subresource, a.verb))]
+
+        return _json({"user": user, "allowed": rows(self.requests_by(user)), "denied": rows(self.denied_to(user))})
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

@@ -28,6 +28,7 @@ _SUBRESOURCES: dict[str, tuple[tuple[str, str, str] | None, tuple[str, ...]]] = 
     "scale": (("autoscaling", "v1", "Scale"), ("get", "patch", "update")),
     "log": (("", "v1", "Pod"), ("get",)),
     "binding": (("", "v1", "Binding"), ("create",)),
+    "token": (("authentication.k8s.io", "v1", "TokenRequest"), ("create",)),
     "eviction": (("policy", "v1", "Eviction"), ("create",)),
     "exec": (("", "v1", "PodExecOptions"), ("create", "get")),
     "attach": (("", "v1", "PodAttachOptions"), ("create", "get")),

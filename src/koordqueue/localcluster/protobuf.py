@@ -1,6 +1,7 @@
 """Decoding the protobuf bodies kubectl sends for its `create` generators.
 
-kubectl 1.32 posts `kubectl create configmap|secret|namespace|serviceaccount|priorityclass`
+kubectl 1.32 posts `kubectl create configmap|secret|namespace|serviceaccount|priorityclass|
+role|clusterrole|rolebinding|clusterrolebinding|token` and `kubectl auth can-i|whoami`
 as `application/vnd.kubernetes.protobuf` and does not fall back to JSON on 415. So the
 server reads the Kubernetes protobuf envelope (`k8s\\0` + runtime.Unknown) for these
 few kinds, with their field numbers from the Kubernetes API definitions, and turns
@@ -53,9 +54,63 @@ _MESSAGES: dict[str, dict[int, tuple[str, str]]] = {
     "LocalObjectReference": {1: ("name", "str")},
     "PriorityClass": {1: ("metadata", "msg:ObjectMeta"), 2: ("value", "int"), 3: ("globalDefault", "bool"),
                       4: ("description", "str"), 5: ("preemptionPolicy", "str")},
+    # authentication.k8s.io/v1: `kubectl create token`, `kubectl auth whoami`
+    "TokenRequest": {1: ("metadata", "msg:ObjectMeta"), 2: ("spec", "msg:TokenRequestSpec"),
+                     3: ("status", "msg:TokenRequestStatus")},
+    "TokenRequestSpec": {1: ("audiences", "rep:str"), 3: ("boundObjectRef", "msg:BoundObjectReference"),
+                         4: ("expirationSeconds", "int")},
+    "BoundObjectReference": {1: ("kind", "str"), 2: ("apiVersion", "str"), 3: ("name", "str"), 4: ("uid", "str")},
+    "TokenRequestStatus": {1: ("token", "str"), 2: ("expirationTimestamp", "time")},
+    "SelfSubjectReview": {1: ("metadata", "msg:ObjectMeta"), 2: ("status", "msg:SelfSubjectReviewStatus")},
+    "SelfSubjectReviewStatus": {1: ("userInfo", "msg:UserInfo")},
+    "UserInfo": {1: ("username", "str"), 2: ("uid", "str"), 3: ("groups", "rep:str")},
+    # authorization.k8s.io/v1: `kubectl auth can-i [--list]`
+    "SelfSubjectAccessReview": {1: ("metadata", "msg:ObjectMeta"), 2: ("spec", "msg:SelfSubjectAccessReviewSpec"),
+                                3: ("status", "msg:SubjectAccessReviewStatus")},
+    "SelfSubjectAccessReviewSpec": {1: ("resourceAttributes", "msg:ResourceAttributes"),
+                                    2: ("nonResourceAttributes", "msg:NonResourceAttributes")},
+    "SubjectAccessReview": {1: ("metadata", "msg:ObjectMeta"), 2: ("spec", "msg:SubjectAccessReviewSpec"),
+                            3: ("status", "msg:SubjectAccessReviewStatus")},
+    "SubjectAccessReviewSpec": {1: ("resourceAttributes", "msg:ResourceAttributes"),
+                                2: ("nonResourceAttributes", "msg:NonResourceAttributes"), 3: ("user", "str"),
+                                4: ("groups", "rep:str"), 6: ("uid", "str")},
+    "ResourceAttributes": {1: ("namespace", "str"), 2: ("verb", "str"), 3: ("group", "str"), 4: ("version", "str"),
+                           5: ("resource", "str"), 6: ("subresource", "str"), 7: ("name", "str")},
+    "NonResourceAttributes": {1: ("path", "str"), 2: ("verb", "str")},
+    "SubjectAccessReviewStatus": {1: ("allowed", "bool"), 2: ("reason", "str"), 3: ("evaluationError", "str"),
+                                  4: ("denied", "bool")},
+    "SelfSubjectRulesReview": {1: ("metadata", "msg:ObjectMeta"), 2: ("spec", "msg:SelfSubjectRulesReviewSpec"),
+                               3: ("status", "msg:SubjectRulesReviewStatus")},
+    "SubjectRulesReviewStatus": {1: ("resourceRules", "rep:msg:ResourceRule"),
+                                 2: ("nonResourceRules", "rep:msg:NonResourceRule"), 3: ("incomplete", "bool"),
+                                 4: ("evaluationError", "str")},
+    "ResourceRule": {1: ("verbs", "rep:str"), 2: ("apiGroups", "rep:str"), 3: ("resources", "rep:str"),
+                     4: ("resourceNames", "rep:str")},
+    "NonResourceRule": {1: ("verbs", "rep:str"), 2: ("nonResourceURLs", "rep:str")},
+    "SelfSubjectRulesReviewSpec": {1: ("namespace", "str")},
+    # rbac.authorization.k8s.io/v1: `kubectl create role|clusterrole|rolebinding|clusterrolebinding`
+    "ClusterRole": {1: ("metadata", "msg:ObjectMeta"), 2: ("rules", "rep:msg:PolicyRule"),
+                    3: ("aggregationRule", "msg:AggregationRule")},
+    "Role": {1: ("metadata", "msg:ObjectMeta"), 2: ("rules", "rep:msg:PolicyRule")},
+    "PolicyRule": {1: ("verbs", "rep:str"), 2: ("apiGroups", "rep:str"), 3: ("resources", "rep:str"),
+                   4: ("resourceNames", "rep:str"), 5: ("nonResourceURLs", "rep:str")},
+    "AggregationRule": {1: ("clusterRoleSelectors", "rep:msg:LabelSelector")},
+    "LabelSelector": {1: ("matchLabels", "map:str"), 2: ("matchExpressions", "rep:msg:LabelSelectorRequirement")},
+    "LabelSelectorRequirement": {1: ("key", "str"), 2: ("operator", "str"), 3: ("values", "rep:str")},
+    "ClusterRoleBinding": {1: ("metadata", "msg:ObjectMeta"), 2: ("subjects", "rep:msg:Subject"),
+                           3: ("roleRef", "msg:RoleRef")},
+    "RoleBinding": {1: ("metadata", "msg:ObjectMeta"), 2: ("subjects", "rep:msg:Subject"),
+                    3: ("roleRef", "msg:RoleRef")},
+    "Subject": {1: ("kind", "str"), 2: ("apiGroup", "str"), 3: ("name", "str"), 4: ("namespace", "str")},
+    "RoleRef": {1: ("apiGroup", "str"), 2: ("kind", "str"), 3: ("name", "str")},
 }
+_RBAC = "rbac.authorization.k8s.io/v1"
 KINDS = {("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Namespace"), ("v1", "ServiceAccount"),
-         ("scheduling.k8s.io/v1", "PriorityClass")}
+         ("scheduling.k8s.io/v1", "PriorityClass"),
+         ("authentication.k8s.io/v1", "TokenRequest"), ("authentication.k8s.io/v1", "SelfSubjectReview"),
+         ("authorization.k8s.io/v1", "SelfSubjectAccessReview"), ("authorization.k8s.io/v1", "SubjectAccessReview"),
+         ("authorization.k8s.io/v1", "SelfSubjectRulesReview"),
+         (_RBAC, "ClusterRole"), (_RBAC, "Role"), (_RBAC, "ClusterRoleBinding"), (_RBAC, "RoleBinding")}
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -20,7 +20,8 @@ import yaml
 from aiohttp import web
 
 from koordqueue.api.crds import all_crds
-from koordqueue.localcluster import discovery, errors, openapi, printing, protobuf
+from koordqueue.localcluster import discovery, errors, openapi, printing, protobuf, rbac
+from koordqueue.localcluster.access import review, token_request
 from koordqueue.localcluster.admission import Admission
 from koordqueue.localcluster.auth import (
     KUBECONFIG_FILE,
@@ -31,9 +32,17 @@ from koordqueue.localcluster.auth import (
     load_or_create_token,
     write_kubeconfig,
 )
-from koordqueue.localcluster.builtin import BUILTIN_TYPES, CRD_KEY, INITIAL_NAMESPACES, NAMESPACE_KEY
+from koordqueue.localcluster.builtin import (
+    BUILTIN_TYPES,
+    CRD_KEY,
+    INITIAL_NAMESPACES,
+    NAMESPACE_KEY,
+    REVIEW_KEYS,
+    SELF_REVIEW_KEYS,
+    SERVICE_ACCOUNT_KEY,
+)
 from koordqueue.localcluster.controls import PREFIX as CONTROLS_PREFIX
-from koordqueue.localcluster.controls import Controls
+from koordqueue.localcluster.controls import Access, Controls
 from koordqueue.localcluster.gc import GarbageCollector
 from koordqueue.localcluster.operations import (
     FOREGROUND,
@@ -49,6 +58,16 @@ from koordqueue.localcluster.patch import deep_copy
 from koordqueue.localcluster.registry import Registry, ResourceType
 from koordqueue.localcluster.selectors import SelectorError, parse_field_selector, parse_label_selector
 from koordqueue.localcluster.store import ADDED, DELETED, Event, Store
+from koordqueue.localcluster.tokens import (
+    ADMIN,
+    API_AUDIENCE,
+    AUTHENTICATED,
+    SA_PREFIX,
+    TokenIssuer,
+    UserInfo,
+    load_or_create_key,
+)
+from koordqueue.localcluster.tokens import service_account_user as sa_user
 from koordqueue.localcluster.watch import Watcher, WatchHub, encode_event
 
 log = logging.getLogger(__name__)
@@ -62,6 +81,7 @@ JSON = "application/json"
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 DEFAULT_WATCH_TIMEOUT = 1800.0
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's request size limit
+USER = web.RequestKey("user", UserInfo)  # who sent the request, set by the middleware
 
 
 Headers = list[tuple[str, str]]
@@ -151,9 +171,24 @@ class APIServer:
     def gc(self) -> GarbageCollector:
         return self._gc
 
+    def issue_token(self, namespace: str, name: str, expiration_seconds: int = 3600) -> str:
+        """A token for the ServiceAccount namespace/name, as `kubectl create token` would get (404 if absent)."""
+        rt = self._registry.get("", "v1", "serviceaccounts")
+        assert rt is not None
+        account = self._ops.get(rt, namespace, name)
+        answer = token_request(self._store, self._issuer, account, {"spec": {"expirationSeconds": expiration_seconds}})
+        return str(answer["status"]["token"])
+
+    def write_kubeconfig_for(self, namespace: str, name: str, path: Path, expiration_seconds: int = 3600) -> Path:
+        """A kubeconfig (mode 0600) that acts as the ServiceAccount namespace/name: what a controller
+        running under that ServiceAccount would use."""
+        write_kubeconfig(path, self.url, self.issue_token(namespace, name, expiration_seconds), self._ca_pem)
+        return path
+
     async def start(self) -> None:
         ensure_state_dir(self.state_dir)
         self._token = load_or_create_token(self.state_dir)
+        self._issuer = TokenIssuer(load_or_create_key(self.state_dir))
         server_ssl, self._ca_pem = load_or_create_certificates(self.state_dir)
         self._store = Store(self.state_dir / "state.db")
         self._registry = Registry()
@@ -166,6 +201,7 @@ class APIServer:
         self._store.listeners.append(self._hub)
         self._store.listeners.append(self._end_watches_of_removed_crds)
         self._controls = Controls(self._store, self._hub, self._seed)
+        self._authorizer = rbac.Authorizer(self._store)
         self._gc = GarbageCollector(self._ops)
         self._store.listeners.append(self._gc)
         await self._bootstrap()
@@ -209,6 +245,10 @@ class APIServer:
         for name in INITIAL_NAMESPACES:
             if self._store.get(NAMESPACE_KEY, "", name) is None:
                 await self._ops.create(ns_rt, "", {"metadata": {"name": name}})
+        for key, obj in rbac.bootstrap_objects():
+            rt = next(t for t in BUILTIN_TYPES if t.storage_key == key)
+            if self._store.get(key, "", obj["metadata"]["name"]) is None:
+                await self._ops.create(rt, "", obj)
         for manifest in self._crds if self._crds is not None else all_crds():
             manifest = deep_copy(manifest)
             current = self._store.get(CRD_KEY, "", manifest["metadata"]["name"])
@@ -240,8 +280,15 @@ class APIServer:
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            if not authorized(request.headers.get("Authorization"), self._token):
+            user = self._authenticate(request.headers.get("Authorization"))
+            if user is None:
                 raise errors.unauthorized()
+            request[USER] = self._impersonate(request, user)
+            if "tail" not in request.match_info:  # not a resource: discovery, OpenAPI, health, test controls
+                attrs = rbac.Attributes(verb=request.method.lower(), path=request.path)
+                if request.path.startswith(CONTROLS_PREFIX) and not user.is_admin or \
+                        not self._authorizer.allowed(user, attrs):
+                    raise rbac.forbidden(user, attrs)
             if self._controls.paused and not request.path.startswith(CONTROLS_PREFIX):
                 await self._controls.wait_running()
             response: web.StreamResponse = await handler(request)
@@ -348,15 +395,22 @@ class APIServer:
         if not name:
             verb = {"GET": "watch" if _bool(q.get("watch")) else "list", "POST": "create",
                     "DELETE": "deletecollection"}.get(method)
-        elif sub == "binding":
+        elif sub in ("binding", "token"):
             verb = "create" if method == "POST" else None
         elif sub:
             verb = {"GET": "get", "PUT": "update", "PATCH": "patch"}.get(method)
         else:
             verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
-        if verb is None:
+        if verb is None or (not sub and verb not in rt.verbs):
             raise errors.method_not_allowed()
+        self._authorize(request, verb, rt, ns, name, sub)
         self._controls.check(verb, rt, name)
+        if rt.storage_key in REVIEW_KEYS:
+            return _json(review(rt, await self._read_object(request), request[USER], self._authorizer), 201)
+        if sub == "token":
+            body = await self._read_object(request)
+            account = self._ops.get(rt, ns, name)
+            return _json(token_request(self._store, self._issuer, account, body), 201)
         dry_run = q.get("dryRun") == "All"
         if verb in ("list", "watch", "deletecollection"):
             accept = self._selector(rt, q)
@@ -390,6 +444,62 @@ class APIServer:
         opts = await self._delete_options(request)
         obj, _gone = self._ops.delete(rt, ns, name, opts)
         return self._respond(request, rt, obj)
+
+    def _authenticate(self, header: str | None) -> UserInfo | None:
+        """The admin, a ServiceAccount whose token is in force, or None (401)."""
+        if authorized(header, self._token):
+            return ADMIN
+        if not header or not header.startswith("Bearer "):
+            return None
+        claims = self._issuer.verify(header[len("Bearer "):].strip())
+        if claims is None or API_AUDIENCE not in claims.audiences:
+            return None
+        account = self._store.get(SERVICE_ACCOUNT_KEY, claims.namespace, claims.name)
+        if account is None or account["metadata"].get("uid") != claims.uid or \
+                account["metadata"].get("deletionTimestamp"):
+            return None
+        if claims.bound_kind:
+            bound = self._store.get(f"/{claims.bound_kind.lower()}s", claims.namespace, claims.bound_name)
+            if bound is None or bound["metadata"].get("uid") != claims.bound_uid:
+                return None
+        return sa_user(claims.namespace, claims.name, claims.uid)
+
+    def _impersonate(self, request: web.Request, user: UserInfo) -> UserInfo:
+        """`Impersonate-User` / `Impersonate-Group` (kubectl --as, --as-group): act as someone else, if
+        the caller may `impersonate` that user (or ServiceAccount) and those groups."""
+        target = request.headers.get("Impersonate-User")
+        groups = tuple(request.headers.getall("Impersonate-Group", ()))
+        if target is None:
+            if groups:
+                raise errors.bad_request("requested impersonation of groups without impersonating a user")
+            return user
+        account = target[len(SA_PREFIX):].split(":", 1) if target.startswith(SA_PREFIX) else None
+        if account is not None and len(account) == 2:
+            checks = [rbac.Attributes("impersonate", resource="serviceaccounts", namespace=account[0],
+                                      name=account[1])]
+        else:
+            checks = [rbac.Attributes("impersonate", resource="users", name=target)]
+        checks += [rbac.Attributes("impersonate", resource="groups", name=group) for group in groups]
+        for attrs in checks:
+            if not self._authorizer.allowed(user, attrs):
+                raise rbac.forbidden(user, attrs)
+        if account is not None and len(account) == 2 and not groups:
+            return sa_user(account[0], account[1])
+        return UserInfo(target, (*groups, AUTHENTICATED) if AUTHENTICATED not in groups else groups)
+
+    def _authorize(self, request: web.Request, verb: str, rt: ResourceType, ns: str, name: str, sub: str) -> None:
+        """RBAC on a resource request (403 if refused); every decision goes to the per-user log."""
+        user = request[USER]
+        if not name and verb in ("list", "watch"):  # a list of one named object is authorized by its name
+            name = _name_from_field_selector(request.query.get("fieldSelector", ""))
+        if rt.storage_key == NAMESPACE_KEY and name:
+            ns = name  # a namespace is in itself, for RoleBindings
+        attrs = rbac.Attributes(verb=verb, group=rt.group, resource=rt.plural, subresource=sub, namespace=ns,
+                                name=name)
+        allowed = rt.storage_key in SELF_REVIEW_KEYS or self._authorizer.allowed(user, attrs)
+        self._controls.record(user.username, Access(verb, rt.group, rt.plural, sub), allowed)
+        if not allowed:
+            raise rbac.forbidden(user, attrs)
 
     def _selector(self, rt: ResourceType, q: Any) -> Any:
         try:
@@ -618,6 +728,15 @@ class APIServer:
         if annotations:
             meta["annotations"] = annotations
         return encode_event("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta})
+
+
+def _name_from_field_selector(text: str) -> str:
+    """X from a field selector that is exactly `metadata.name=X` (or `==`), as kube-apiserver reads it."""
+    for op in ("==", "="):
+        key, found, value = text.partition(op)
+        if found and key.strip() == "metadata.name" and "," not in value and "!" not in key:
+            return value.strip()
+    return ""
 
 
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:

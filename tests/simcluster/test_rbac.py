@@ -1,0 +1,110 @@
+"""The simulated cluster under a ServiceAccount's RBAC: what it needs, exactly, and nothing more.
+
+It proves the server's per-identity request log end to end: every rule of the ClusterRole below is
+used by a run of the simulation, and nothing it does is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.jobs import adapter_for
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.config import load_config
+from koordqueue.localcluster.controls import Access
+from koordqueue.localcluster.server import APIServer
+from koordqueue.localcluster.simcluster import SimCluster
+from tests.simcluster.conftest import (
+    FAST_RETRY,
+    JOBS,
+    PYTORCHJOBS,
+    batch_job,
+    condition_true,
+    pods_of,
+    seed_job,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(40)
+NAMESPACE, ACCOUNT = "kube-system", "sim-cluster"
+USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
+RBAC = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False)
+RBAC_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts")
+
+# What the simulated cluster asks of the API server: (group, resource, verbs).
+NEEDS = [
+    ("", "nodes", ["create", "list", "watch"]),
+    ("", "nodes/status", ["patch"]),
+    ("", "pods", ["create", "delete", "list", "watch"]),
+    ("", "pods/binding", ["create"]),
+    ("", "pods/status", ["patch"]),
+    ("", "events", ["create", "patch"]),
+    ("kubeflow.org", "pytorchjobs", ["list", "watch"]),
+    ("kubeflow.org", "pytorchjobs/status", ["patch"]),
+    ("kubeflow.org", "tfjobs", ["list", "watch"]),
+    ("kubeflow.org", "mpijobs", ["list", "watch"]),
+    ("batch", "jobs", ["list", "watch"]),
+    ("batch", "jobs/status", ["patch"]),
+]
+
+
+def granted() -> set[Access]:
+    out = set()
+    for group, resource, verbs in NEEDS:
+        name, _, sub = resource.partition("/")
+        out |= {Access(verb, group, name, sub) for verb in verbs}
+    return out
+
+
+async def test_the_simulation_uses_every_rule_it_is_granted_and_no_other(server: APIServer, client: KubeClient,
+                                                                         tmp_path: Path) -> None:
+    await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": ACCOUNT}}, namespace=NAMESPACE)
+    await client.create(RBAC, {"metadata": {"name": ACCOUNT}, "rules": [
+        {"apiGroups": [group], "resources": [resource], "verbs": verbs} for group, resource, verbs in NEEDS]})
+    await client.create(RBAC_BINDINGS, {
+        "metadata": {"name": ACCOUNT},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ACCOUNT},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]})
+    config = load_config(str(server.write_kubeconfig_for(NAMESPACE, ACCOUNT, tmp_path / "sim.kubeconfig")))
+    pytorch = adapter_for(c.KUBEFLOW_API_VERSION, c.PYTORCH_JOB_KIND)
+    assert pytorch is not None
+
+    async with KubeClient(config, qps=0, retry=FAST_RETRY) as as_sim:
+        async with SimCluster(as_sim, nodes=2):
+            pass  # registers the nodes
+        async with SimCluster(as_sim, nodes=2):  # finds them there: brings their status up to date
+            await client.create(PYTORCHJOBS, seed_job("ranked"))
+
+            async def running() -> bool:
+                pods = await pods_of(client, c.LABEL_JOB_NAME, "ranked")
+                return len(pods) == 2 and all(p["status"]["phase"] == c.POD_RUNNING for p in pods)
+
+            await wait_for(running, "pods Running")
+            job = await client.get(PYTORCHJOBS, "ranked", namespace="default")
+            await client.patch(PYTORCHJOBS, "ranked", pytorch.suspend_patch(job), namespace="default")
+
+            async def gone() -> bool:
+                return not await pods_of(client, c.LABEL_JOB_NAME, "ranked")
+
+            await wait_for(gone, "pods deleted on suspend")
+            await client.patch(PYTORCHJOBS, "ranked", pytorch.resume_patch(job), namespace="default")
+            await wait_for(running, "pods Running again")  # the same "Created pod" events again: a patch
+            await client.create(JOBS, batch_job("batched", duration=0.1))
+
+            async def complete() -> bool:
+                return condition_true(await client.get(JOBS, "batched", namespace="default"),
+                                      c.BATCH_CONDITION_COMPLETE)
+
+            await wait_for(complete, "the batch Job Complete")
+
+            async def all_used() -> set[Access] | None:
+                used = server.controls.requests_by(USER)
+                return used if used >= granted() else None
+
+            await wait_for(all_used, "every granted rule used")
+    assert server.controls.denied_to(USER) == set()
+    assert server.controls.requests_by(USER) == granted()

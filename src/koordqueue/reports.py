@@ -93,7 +93,7 @@ def explain_text(why: Mapping[str, Any]) -> str:
 async def _status(kubeconfig: str | None) -> str:
     async with KubeClient(load_config(kubeconfig)) as client:
         snap = await take_snapshot(client)
-    view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time())
+    view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(), written_messages=True)
     text = status_text(view)
     if snap.problems:
         text += "\n\nObjects not used:\n" + "\n".join(f"  {p}" for p in snap.problems)

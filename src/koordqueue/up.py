@@ -136,7 +136,8 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
                 phase = await _wait_for_phase(client, EXAMPLE_UNIT, {c.Phase.RUNNING.value}, 15.0)
                 print(f"QueueUnit {EXAMPLE_UNIT}: {phase or 'not created yet'}", flush=True)
                 snap = await take_snapshot(client)
-                print(status_text(overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time())),
+                print(status_text(overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(),
+                                                  written_messages=True)),
                       flush=True)
             kc = server.kubeconfig_path
             print("\nTry:", flush=True)

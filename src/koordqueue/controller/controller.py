@@ -769,7 +769,7 @@ class Controller:
             for queue_key, standings in positions.items():
                 self.metrics.pending_units.labels(queue_key).set(len(standings))
                 settings = self.queue_settings.get(queue_key, QueueSettings())
-                if now - last_queue_write.get(queue_key, -1e18) < settings.refresh_seconds:
+                if now - last_queue_write.get(queue_key, -1e18) < self._refresh_seconds(queue_key, settings):
                     continue
                 depth = min(QUEUE_ITEMS_WRITTEN, settings.max_depth or QUEUE_ITEMS_WRITTEN)
                 active = [
@@ -789,6 +789,13 @@ class Controller:
                     last_queue_write[queue_key] = now  # a quota's Queue not created yet, or gone
                 except ApiError as e:
                     log.info("positions of queue %s not written: %s", queue_key, e)
+
+    def _refresh_seconds(self, queue_key: str, settings: QueueSettings) -> float:
+        """The Queue's own refresh interval annotation, else the controller's setting."""
+        obj = self.queue_informer.get(queue_key) or {}
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        given = c.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL in annotations
+        return settings.refresh_seconds if given else self.config.queue_status_refresh_seconds
 
     def _quota_object(self, name: str) -> Object | None:
         for _, obj in self.quota_informer.items():

@@ -26,9 +26,13 @@ def overview(
     now: float,
     recent: Iterable[Mapping[str, Any]] = (),
     queue_limit: int = 100,
+    written_messages: bool = False,
 ) -> Overview:
     """Quotas (flat, each naming its parent), queues with their first pending units,
-    the cluster's capacity, and the recent decisions."""
+    the cluster's capacity, and the recent decisions.
+
+    ``written_messages``: say why units wait with the message on the unit (what the
+    controller wrote), for an engine loaded from a snapshot that has not run a cycle."""
     statuses = engine.quota_status()
     quota_rows = []
     for name, status in statuses.items():
@@ -59,7 +63,7 @@ def overview(
                 "position": standing.position,
                 "priority": standing.priority,
                 "age": max(0.0, now - unit.created) if unit else None,
-                "message": standing.message,
+                "message": unit.message if written_messages and unit and unit.message else standing.message,
             })
         queue_rows.append({"key": key, "quota": standings[0].quota if standings else None,
                            "pending_count": len(standings), "pending": pending})

@@ -1,0 +1,100 @@
+"""What a person sees besides kubectl: `koord-queue status`, `koord-queue explain`,
+the Queue's positions and the Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+
+from koordqueue.api import constants as c
+
+from .conftest import System, pytorch_job, quota
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def cli(system: System, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "koordqueue.cli", *args, "--kubeconfig",
+                           str(system.server.kubeconfig_path)], capture_output=True, text=True, timeout=60)
+
+
+async def waiting_setup(system: System) -> None:
+    """team-s (max 4 GPUs, Block): one job runs with 2, a 4-GPU one waits, a 1-GPU one waits behind it."""
+    await system.apply(quota("team-s", 2, 4, policy="Block"))
+    await system.apply(pytorch_job("running", gpus_per_pod=1, priority=5, quota_name="team-s"))
+    await system.wait_phase("running-py-qu", c.Phase.RUNNING)
+    await system.apply(pytorch_job("big", gpus_per_pod=2, priority=4, quota_name="team-s"),
+                       pytorch_job("small", gpus_per_pod=1, workers=0, priority=3, quota_name="team-s"))
+
+    async def both_told() -> bool:
+        big = (await system.unit("big-py-qu")).get("status", {}).get("message", "")
+        small = (await system.unit("small-py-qu")).get("status", {}).get("message", "")
+        return "asks 4" in big and "blocked behind" in small
+
+    await system.wait_for(both_told, what="both waiting units told why")
+
+
+async def test_status_and_explain_say_why_a_job_waits_and_what_would_let_it_in(system: System) -> None:
+    await waiting_setup(system)
+    status = await asyncio.to_thread(cli, system, "status")
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    gpu_row = next(line.split() for line in lines if line.startswith("team-s"))
+    assert gpu_row[:3] == ["team-s", "-", "Block"]
+    assert next(line.split() for line in lines if "nvidia.com/gpu" in line)[-4:] == ["2", "2", "4", "4"]  # runtime: used + pending, up to max
+    assert "koord-queue/team-s (quota team-s): 2 pending" in status.stdout
+    assert "    1. default/big-py-qu  priority 4  waiting for quota team-s: nvidia.com/gpu asks 4, used 2 of max 4" \
+        in status.stdout
+    assert "    2. default/small-py-qu  priority 3  blocked behind default/big-py-qu" in status.stdout
+
+    explained = await asyncio.to_thread(cli, system, "explain", "pytorchjob/big")
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.splitlines() == [
+        "PyTorchJob/default/big (QueueUnit default/big-py-qu): Enqueued",
+        "  Why: waiting for quota team-s: nvidia.com/gpu asks 4, used 2 of max 4",
+        "  Queue: koord-queue/team-s, quota team-s, position 1, priority 4",
+        "  Asks: cpu 2, memory 2Gi, nvidia.com/gpu 4",
+        "  What would let it in:",
+        "    2 nvidia.com/gpu freed in quota team-s (used 2 + asks 4 > max 4)",
+    ]
+    small = await asyncio.to_thread(cli, system, "explain", "pytorchjob/small")
+    assert "  Ahead of it:" in small.stdout and "default/big-py-qu (priority 4)" in small.stdout
+    missing = await asyncio.to_thread(cli, system, "explain", "pytorchjob/nope")
+    assert missing.returncode == 1 and "PyTorchJob default/nope not found" in missing.stderr
+    bad = await asyncio.to_thread(cli, system, "explain", "sparkjob/x")
+    assert bad.returncode == 1 and "give KIND/NAME" in bad.stderr
+
+
+async def test_the_queue_shows_positions_and_metrics_count_what_happened(system: System) -> None:
+    await waiting_setup(system)
+
+    async def positions() -> list[tuple[str, int]] | None:
+        queue = await system.get_json("queue", "team-s", "-n", c.SYSTEM_NAMESPACE)
+        active = queue.get("status", {}).get("queueItemDetails", {}).get("active", [])
+        got = [(a["name"], a["position"]) for a in active]
+        return got if got == [("big-py-qu", 1), ("small-py-qu", 2)] else None
+
+    await system.wait_for(positions, what="the Queue's queueItemDetails")
+    url = f"http://127.0.0.1:{system.manager.metrics_port}"
+    async with aiohttp.ClientSession() as session:
+        async def scraped() -> str | None:
+            async with session.get(f"{url}/metrics") as response:
+                text = await response.text()
+            wanted = 'koord_queue_pending_units{queue="koord-queue/team-s"} 2.0'
+            return text if wanted in text else None
+
+        text = await system.wait_for(scraped, what="pending units in the metrics")
+        assert 'koord_queue_admissions_total{queue="koord-queue/team-s",quota="team-s"} 1.0' in text
+        assert 'koord_queue_quota{kind="max",quota="team-s",resource="nvidia.com/gpu"} 4.0' in text
+        assert 'koord_queue_quota{kind="used",quota="team-s",resource="nvidia.com/gpu"} 2.0' in text
+        assert 'koord_queue_admission_wait_seconds_count{queue="koord-queue/team-s"} 1.0' in text
+        assert "koord_queue_scheduling_cycle_seconds_count" in text
+        assert "koord_queue_leader 1.0" in text
+        async with session.get(f"{url}/healthz") as response:
+            assert response.status == 200
+        async with session.get(f"{url}/readyz") as response:
+            assert response.status == 200

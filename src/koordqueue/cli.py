@@ -19,13 +19,23 @@ def main() -> None:
 @main.command()
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def simulate(trace: str, as_json: bool) -> None:
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report with plots to this file.")
+@click.option("--compare", "compare_trace", type=click.Path(dir_okay=False),
+              help="With --html: another trace (say, other quota settings) shown side by side.")
+def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: str | None) -> None:
     """Replay TRACE (YAML) against the quotas and policies on a virtual clock."""
     from koordqueue.sim.command import simulate_command
+    from koordqueue.sim.htmlreport import html_report_command
     from koordqueue.sim.trace import TraceError
 
+    if compare_trace and not html_path:
+        raise click.UsageError("--compare puts two runs side by side in the HTML report: give --html FILE too")
     try:
-        simulate_command(trace, as_json)
+        if html_path:
+            html_report_command(trace, as_json, html_path, compare_trace)
+        else:
+            simulate_command(trace, as_json)
     except TraceError as err:
         click.echo(f"Error: {err}", err=True)
         raise SystemExit(2) from None
@@ -51,6 +61,12 @@ def simulate(trace: str, as_json: bool) -> None:
 @click.option("--burst", type=int, default=400, show_default=True)
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--lease-name", default="koord-queue-controller", show_default=True)
+@click.option("--lease-duration", type=float, default=10.0, show_default=True,
+              help="Seconds a Lease holds without renewal: how long a dead leader blocks the others.")
+@click.option("--renew-deadline", type=float, default=7.0, show_default=True,
+              help="The leader steps down when it could not renew for this long.")
+@click.option("--retry-period", type=float, default=2.0, show_default=True)
+@click.option("--identity", default="", help="This replica's name in the Lease (default: host, pid, random).")
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
 @click.option("--dashboard/--no-dashboard", default=False, show_default=True, help="Serve the web dashboard.")
 @click.option("--dashboard-port", type=int, default=8082, show_default=True)
@@ -84,6 +100,10 @@ def controller(**opts: Any) -> None:
         burst=opts["burst"],
         leader_election=opts["leader_elect"],
         lease_name=opts["lease_name"],
+        lease_duration=opts["lease_duration"],
+        renew_deadline=opts["renew_deadline"],
+        retry_period=opts["retry_period"],
+        identity=opts["identity"],
         metrics_port=opts["metrics_port"],
         dashboard=opts["dashboard"],
         dashboard_port=opts["dashboard_port"],

@@ -1,0 +1,194 @@
+"""What every label and annotation of the API means: the source of docs/annotations.md.
+
+Each entry names its string through ``api/constants.py``, so the table cannot spell a key
+differently from the code; ``scripts/gen_docs.py`` writes the page and a test fails when
+the page drifts, or when constants.py gains a label or annotation this list does not
+explain (or explicitly leave out, in ``NOT_DOCUMENTED``, with the reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from koordqueue.api import constants as c
+
+
+class Where(StrEnum):
+    QUOTA = "ElasticQuota"
+    QUEUE = "Queue"
+    QUOTA_OR_QUEUE = "ElasticQuota or Queue"
+    JOB = "job"
+    POD = "pod"
+    SIM_JOB = "job (embedded cluster)"
+
+
+class Origin(StrEnum):
+    KOORD_QUEUE = "Koord-Queue"
+    KOORDINATOR = "Koordinator"
+    KUBEFLOW = "training operator"
+    KUBERAY = "KubeRay"
+    KUBERNETES = "Kubernetes"
+    OURS = "ours"
+
+
+@dataclass(frozen=True)
+class Key:
+    key: str
+    label: bool  # False: an annotation
+    where: Where
+    values: str
+    meaning: str
+    origin: Origin
+    written_by: str = "you"
+
+    @property
+    def kind(self) -> str:
+        return "label" if self.label else "annotation"
+
+
+def _label(key: str, where: Where, values: str, meaning: str, origin: Origin, written_by: str = "you") -> Key:
+    return Key(key, True, where, values, meaning, origin, written_by)
+
+
+def _annotation(key: str, where: Where, values: str, meaning: str, origin: Origin,
+                written_by: str = "you") -> Key:
+    return Key(key, False, where, values, meaning, origin, written_by)
+
+
+POLICIES = " / ".join(f"`{p.value}`" for p in c.QueuePolicy)
+
+REFERENCE: tuple[Key, ...] = (
+    # --- on an ElasticQuota ---
+    _label(c.LABEL_QUEUE_POLICY, Where.QUOTA, f"{POLICIES}; default `{c.DEFAULT_QUEUE_POLICY.value}`",
+           "How the quota's queue orders and admits its jobs (see policies.md). Any other value: "
+           f"`{c.DEFAULT_QUEUE_POLICY.value}` and a Warning event.", Origin.KOORD_QUEUE),
+    _label(c.LABEL_QUOTA_PARENT, Where.QUOTA, "a quota's name; absent: a child of the root",
+           "The parent quota in the tree. Children share their parent's runtime quota.", Origin.KOORDINATOR),
+    _label(c.LABEL_QUOTA_IS_PARENT, Where.QUOTA, f'`"{c.TRUE}"`',
+           "Marks a parent quota: it holds no jobs of its own.", Origin.KOORDINATOR),
+    _label(c.LABEL_ALLOW_LENT_RESOURCE, Where.QUOTA, f'`"{c.FALSE}"` to refuse; anything else lends',
+           "Whether the quota's unused min may be lent to others. A quota that does not lend keeps its "
+           "whole min, used or not.", Origin.KOORDINATOR),
+    _annotation(c.ANNOTATION_SHARED_WEIGHT, Where.QUOTA, 'JSON resource list, e.g. `{"nvidia.com/gpu": "40"}`; '
+                "default `spec.max`",
+                "The weight of the quota when spare capacity is shared among siblings.", Origin.KOORDINATOR),
+    _annotation(c.ANNOTATION_QUOTA_NAMESPACES, Where.QUOTA, 'JSON list, e.g. `["team-a", "team-a-dev"]`',
+                "Namespaces whose jobs may use this quota, besides the quota's own namespace.",
+                Origin.KOORDINATOR),
+    _annotation(c.ANNOTATION_PRIORITY_THRESHOLD, Where.QUOTA_OR_QUEUE,
+                f"integer; default `{c.DEFAULT_PRIORITY_THRESHOLD}`",
+                "For the Intelligent policy: jobs with priority at or above it form the high band. "
+                "The Queue's value wins over the quota's.", Origin.KOORD_QUEUE),
+    # --- on a Queue ---
+    _annotation(c.ANNOTATION_WAIT_FOR_PODS_RUNNING, Where.QUEUE, f'`"{c.TRUE}"`',
+                "An admitted job whose pods are not all running within the controller's timeout "
+                "(chart: `controller.waitForPodsRunningTimeoutSeconds`) is suspended, its quota released, "
+                "and it is queued again after a backoff.", Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_ENABLE_PREEMPTION, Where.QUEUE, f'`"{c.TRUE}"`',
+                "Lets a pending job preempt lower-priority admitted jobs of the same quota.", Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL, Where.QUEUE,
+                f"Go duration, e.g. `30s`; default `{c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS:g}s`",
+                "How often `status.queueItemDetails` (pending jobs and their positions) is rewritten.",
+                Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_MAX_DEPTH, Where.QUEUE, "positive integer, or `-1` for no limit",
+                "How many pending jobs `status.queueItemDetails` lists.", Origin.KOORD_QUEUE),
+    # --- on a job ---
+    _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
+           "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),
+    _annotation(c.ANNOTATION_QUEUE, Where.JOB, "a Queue's name",
+                "The Queue the job waits in; a quota's own Queue bears the quota's name.", Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_PRIORITY, Where.JOB, 'integer, e.g. `"10"`',
+                "The job's priority in its queue; overrides the PriorityClass of its pods.", Origin.KOORD_QUEUE),
+    _label(c.LABEL_PREEMPTIBLE, Where.JOB, f'`"{c.FALSE}"`',
+           "The job is never chosen as a victim of reclaim or priority preemption.", Origin.KOORDINATOR),
+    _annotation(c.ANNOTATION_SUSPEND, Where.JOB, f'`"{c.TRUE}"` while queued',
+                "Set when the job is created (by the admission webhook) and removed when it is admitted; "
+                "kinds with a native suspend field get that set too.", Origin.KOORD_QUEUE, "koord-queue"),
+    # --- read from pods and jobs that others write ---
+    _label(c.LABEL_JOB_NAME, Where.POD, "the job's name",
+           "Which PyTorchJob/TFJob/MPIJob a pod belongs to: its running pods are counted in "
+           "the QueueUnit's `status.podState`.", Origin.KUBEFLOW, "training operator"),
+    _label(c.LABEL_REPLICA_TYPE, Where.POD, "e.g. `master`, `worker`", "The pod's role in its job.",
+           Origin.KUBEFLOW, "training operator"),
+    _label(c.LABEL_REPLICA_INDEX, Where.POD, "integer", "The pod's index within its role.", Origin.KUBEFLOW,
+           "training operator"),
+    _label(c.LABEL_JOB_ROLE, Where.POD, f"`{c.JOB_ROLE_MASTER}`", "Marks the master pod of a job.",
+           Origin.KUBEFLOW, "training operator"),
+    _label(c.LABEL_OPERATOR_NAME, Where.POD, "e.g. `pytorchjob-controller`", "The operator that made the pod.",
+           Origin.KUBEFLOW, "training operator"),
+    _annotation(c.ANNOTATION_RANK, Where.POD, "integer",
+                "The pod's rank (the seed's `RANK` environment variable reads it).", Origin.KUBEFLOW,
+                "training operator"),
+    _annotation(c.ANNOTATION_MASTER_ADDRESS, Where.POD, "host name",
+                "The master's address (the seed's `MASTER_ADDR` reads it).", Origin.KUBEFLOW, "training operator"),
+    _label(c.LABEL_BATCH_JOB_NAME, Where.POD, "the Job's name", "Which batch Job a pod belongs to.",
+           Origin.KUBERNETES, "Job controller"),
+    _label(c.LABEL_RAY_CLUSTER, Where.POD, "the RayCluster's name", "Which RayCluster (of a RayJob) a pod belongs to.",
+           Origin.KUBERAY, "KubeRay"),
+    _label(c.LABEL_RAY_ORIGINATED_FROM_CR_NAME, Where.POD, "the RayJob's name",
+           "The RayJob a RayCluster was made for.", Origin.KUBERAY, "KubeRay"),
+    _label(c.LABEL_RAY_ORIGINATED_FROM_CRD, Where.POD, "`RayJob`", "The kind a RayCluster was made for.",
+           Origin.KUBERAY, "KubeRay"),
+    _annotation(c.ANNOTATION_GANG_NAME, Where.POD, "the gang's name",
+                "Koordinator's gang: its pods are bound all together or not at all (the embedded "
+                "cluster's kubelet honours it).", Origin.KOORDINATOR, "you or the operator"),
+    _annotation(c.ANNOTATION_GANG_MIN_AVAILABLE, Where.POD, "integer",
+                "How many pods of the gang must be placeable at once.", Origin.KOORDINATOR,
+                "you or the operator"),
+    # --- the embedded control plane's simulation ---
+    _annotation(c.ANNOTATION_SIM_DURATION, Where.SIM_JOB, "seconds, e.g. `\"120\"`; absent: forever",
+                "How long the simulated pods of the job run on `koord-queue up`.", Origin.OURS),
+    _annotation(c.ANNOTATION_SIM_FAIL, Where.SIM_JOB, f'`"{c.TRUE}"`',
+                "The job's simulated pods end Failed (exit code 1) on `koord-queue up`.", Origin.OURS),
+)
+
+# Constants of constants.py that are labels or annotations but not part of what a user
+# writes or reads, and why.
+NOT_DOCUMENTED: dict[str, str] = {
+    "LABEL_HOSTNAME": "Kubernetes' well-known node label; the simulated nodes carry it",
+    "LABEL_OS": "Kubernetes' well-known node label; the simulated nodes carry it",
+    "LABEL_ARCH": "Kubernetes' well-known node label; the simulated nodes carry it",
+    "ANNOTATION_LAST_APPLIED": "kubectl's; named only so that it is not copied onto QueueUnits",
+}
+
+
+def constant_names() -> list[str]:
+    """Every LABEL_* and ANNOTATION_* constant of constants.py."""
+    return [name for name in vars(c) if name.startswith(("LABEL_", "ANNOTATION_")) and isinstance(getattr(c, name), str)]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown() -> str:
+    """docs/annotations.md."""
+    lines = [
+        "# Labels and annotations",
+        "",
+        "<!-- Generated from src/koordqueue/api/reference.py by scripts/gen_docs.py: do not edit. -->",
+        "",
+        "Every label and annotation koord-queue reads or writes, in one table. Keys, values and",
+        "defaults come from the code (`src/koordqueue/api/constants.py`), and a test fails",
+        "when this page and the code disagree. *From* says whose key it is: Koord-Queue's and",
+        "Koordinator's keys mean here what they mean there, so existing manifests work unchanged.",
+        "",
+        "| Key | Kind | On | Values | Meaning | Written by | From |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for k in REFERENCE:
+        lines.append(
+            f"| `{k.key}` | {k.kind} | {k.where.value} | {_cell(k.values)} | {_cell(k.meaning)} "
+            f"| {k.written_by} | {k.origin.value} |"
+        )
+    lines += [
+        "",
+        "Phases a QueueUnit shows in `status.phase`: "
+        + ", ".join(f"`{p.value}`" for p in c.Phase) + ".",
+        "Queue policies: " + ", ".join(f"`{p.value}`" for p in c.QueuePolicy) + ".",
+        "Admission check states: " + ", ".join(f"`{s.value}`" for s in c.AdmissionCheckState) + ".",
+        "Event reasons: " + ", ".join(f"`{r.value}`" for r in c.EventReason) + ".",
+        "",
+    ]
+    return "\n".join(lines)

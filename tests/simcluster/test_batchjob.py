@@ -9,7 +9,16 @@ from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobState
 from koordqueue.kube.client import KubeClient
 from koordqueue.localcluster.simcluster import SimCluster
-from tests.simcluster.conftest import JOBS, Object, batch_job, condition_true, conditions, pods_of, wait_for
+from tests.simcluster.conftest import (
+    EVENTS,
+    JOBS,
+    Object,
+    batch_job,
+    condition_true,
+    conditions,
+    pods_of,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(30)
 ADAPTER = adapter_for(c.BATCH_API_VERSION, c.BATCH_JOB_KIND)
@@ -122,3 +131,18 @@ async def test_failing_batch_job_retries_up_to_its_backoff_limit(client: KubeCli
     assert job["status"]["failed"] == 3  # the first try and two retries
     pods = await job_pods(client, "doomed")
     assert len(pods) == 3 and all(p["status"]["phase"] == c.POD_FAILED for p in pods)
+
+
+async def test_invalid_batch_job_is_not_run_and_says_why(client: KubeClient, cluster: SimCluster) -> None:
+    job = batch_job("typo")
+    job["spec"]["backoffLimit"] = "six"
+    await client.create(JOBS, job)
+
+    async def warned() -> list[Object] | None:
+        events = await client.list(EVENTS, namespace="default", field_selector="involvedObject.name=typo")
+        return events.items or None
+
+    [event] = await wait_for(warned, "a warning event on the Job")
+    assert event["type"] == "Warning" and event["source"]["component"] == "job-controller"
+    assert event["message"] == "the Job is not run: spec.backoffLimit must be a whole number >= 0, not 'six'"
+    assert await job_pods(client, "typo") == []

@@ -304,3 +304,20 @@ async def test_restarted_simulation_ends_pods_on_time(client: KubeClient) -> Non
             return condition_true(await get_job(client, "survivor"), c.KUBEFLOW_CONDITION_SUCCEEDED)
 
         await wait_for(succeeded, "the job Succeeded under the new simulation", timeout=6)
+
+
+async def test_invalid_job_fails_validation_and_gets_no_pods(client: KubeClient, cluster: SimCluster) -> None:
+    job = seed_job("malformed")
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
+    await client.create(PYTORCHJOBS, job)
+
+    async def failed() -> Object | None:
+        job = await get_job(client, "malformed")
+        return job if condition_true(job, c.KUBEFLOW_CONDITION_FAILED) else None
+
+    job = await wait_for(failed, "the Failed condition")
+    cond = conditions(job)[c.KUBEFLOW_CONDITION_FAILED]
+    assert cond["reason"] == "PyTorchJobFailedValidation"
+    assert "spec.pytorchReplicaSpecs.Worker: replicas" in cond["message"] and "'two'" in cond["message"]
+    assert ADAPTER.status(job) is JobState.FAILED
+    assert await job_pods(client, "malformed") == []

@@ -479,11 +479,12 @@ class SimOperator:
         now = now_rfc3339()
         try:
             suspended = kind.adapter.is_suspended(job)
-            parallelism = _count(spec.get("parallelism"), 1)
-            completions = None if spec.get("completions") is None else _count(spec.get("completions"), 1)
-            backoff_limit = _count(spec.get("backoffLimit"), 6)
-        except (InvalidObject, ValueError) as e:
+            parallelism = _count(spec, "parallelism", 1)
+            completions = None if spec.get("completions") is None else _count(spec, "completions", 1)
+            backoff_limit = _count(spec, "backoffLimit", 6)
+        except (InvalidObject, ValueError) as e:  # kube-apiserver's validation would have refused it
             log.warning("simulated Job controller: %s/%s: %s", meta["namespace"], meta["name"], e)
+            self._event(job, c.EventType.WARNING, c.KUBEFLOW_REASON_FAILED_VALIDATION, f"the Job is not run: {e}")
             return
         active = [p for p in pods if pod_phase(p) not in (c.POD_SUCCEEDED, c.POD_FAILED) and not is_deleting(p)]
         succeeded = sum(1 for p in pods if pod_phase(p) == c.POD_SUCCEEDED)
@@ -644,9 +645,10 @@ def event_source(kind: JobKind) -> str:
     return operator_name(kind) if kind.kubeflow else c.BATCH_JOB_CONTROLLER
 
 
-def _count(value: object, default: int) -> int:
+def _count(spec: Mapping[str, Any], field_name: str, default: int) -> int:
+    value = spec.get(field_name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"expected a count >= 0, got {value!r}")
+        raise ValueError(f"spec.{field_name} must be a whole number >= 0, not {value!r}")
     return value

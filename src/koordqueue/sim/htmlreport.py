@@ -186,11 +186,12 @@ def time_ticks(end: float) -> tuple[float, list[float]]:
 
 def amount_ticks(peak: float, binary: bool = False) -> tuple[float, list[float]]:
     """0 to a round top at or above ``peak`` in at most 5 steps: 1, 2 or 5 times a power of
-    ten, or a power of two when the amounts are binary (memory: ticks at 64Gi, not 50G)."""
+    ten, or a power of two of whole units when the amounts are binary (memory: ticks at
+    64Gi, not 50G)."""
     if peak <= 0:
         return 1.0, [0.0, 1.0]
     if binary:
-        step = 1.0
+        step = 1000.0  # one unit, in milli-units
         while step * 5 < peak:
             step *= 2
     else:
@@ -422,10 +423,11 @@ def render_html(runs: Sequence[Run]) -> str:
             lines = [Line(quota, color[quota], PARENT_DASH if quota in parents else dash[quota],
                           run.usage[quota][resource], _quota_note(run, quota, resource, run.usage[quota][resource]))
                      for quota in run.usage if resource in run.usage[quota]]
-            cells.append(_run_heading(run, len(runs)) + step_chart(
+            attrs = f'data-chart="usage" data-run="{index}" data-resource="{_esc(resource)}"'
+            cells.append(_run_heading(run, len(runs)) + (step_chart(
                 f"usage-{index}-{resources.index(resource)}", f"{resource} used per quota over time ({run.label})",
-                lines, end, peak, "quantity", "usage", f'data-chart="usage" data-run="{index}" '
-                f'data-resource="{_esc(resource)}"'))
+                lines, end, peak, "quantity", "usage", attrs) if lines else
+                f'<p class="muted" {attrs}>No quota of this run limits or uses {_esc(resource)}.</p>'))
         usage.append(f"<h3>{_esc(resource)}</h3>" + _runs_grid(cells))
     sections.append("".join(usage) + "</section>")
 

@@ -226,6 +226,14 @@ def test_the_lease_is_granted_in_the_release_namespace_only() -> None:
     assert one(objects, "RoleBinding")["subjects"][0]["name"] == "koord-queue"
 
 
+def test_owner_references_permission_enforcement_adds_finalizers_of_enabled_kinds_only() -> None:
+    objects = render({"rbac": {"ownerReferencesPermissionEnforcement": True},
+                      "extension": {"pytorch": {"enable": True}, "batchjob": {"enable": True}}})
+    extra = grants(one(objects, "ClusterRole")["rules"]) - BASE - WEBHOOK_CA - job_grants({"PyTorchJob", "Job"})
+    assert extra == {("kubeflow.org", "pytorchjobs/finalizers", "update", ""), ("batch", "jobs/finalizers", "update", "")}
+    kubernetes_validate.validate(one(objects, "ClusterRole"), KUBE_VERSION, strict=True)
+
+
 def test_grants_sees_a_wildcard() -> None:
     with pytest.raises(AssertionError, match="wildcard"):
         grants([{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}])

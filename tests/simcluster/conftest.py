@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,7 +53,8 @@ async def cluster(client: KubeClient) -> AsyncIterator[SimCluster]:
         yield sim
 
 
-async def wait_for(probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = 10.0) -> T:
+async def wait_for(probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = 10.0,
+                   interval: float = 0.05) -> T:
     """Poll `probe` until it returns something truthy; fail naming `what` and the last value seen."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -63,13 +65,13 @@ async def wait_for(probe: Callable[[], Awaitable[T | None]], what: str, timeout:
             return last
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(interval)
 
 
 def seed_job(name: str = "pytorch-training-job", *, duration: float | None = None, fail: bool = False,
              suspend: bool = False, gpus: int | None = None, workers: int | None = None) -> Object:
     """The seed guide's PyTorchJob, renamed and with the simulation's annotations."""
-    job: Object = yaml.safe_load(SEED_JOB.read_text())
+    job = copy.deepcopy(_seed())
     job["metadata"]["name"] = name
     annotations = job["metadata"].setdefault("annotations", {})
     if duration is not None:
@@ -85,7 +87,13 @@ def seed_job(name: str = "pytorch-training-job", *, duration: float | None = Non
         for spec in specs.values():
             resources = spec["template"]["spec"]["containers"][0]["resources"]
             resources["requests"][c.GPU] = resources["limits"][c.GPU] = str(gpus)
-    return copy.deepcopy(job)
+    return job
+
+
+@functools.cache
+def _seed() -> Object:
+    job: Object = yaml.safe_load(SEED_JOB.read_text())
+    return job
 
 
 def batch_job(name: str, *, parallelism: int = 2, completions: int | None = 2, duration: float | None = None,

@@ -56,7 +56,7 @@ async def test_hundreds_of_jobs_run_to_completion_without_overcommitting(client:
             done = sum(1 for job in jobs if condition_true(job, c.KUBEFLOW_CONDITION_SUCCEEDED))
             return done == JOBS
 
-        await wait_for(all_succeeded, f"all {JOBS} jobs Succeeded", timeout=45)
+        await wait_for(all_succeeded, f"all {JOBS} jobs Succeeded", timeout=45, interval=0.3)
     elapsed = time.monotonic() - started
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -104,7 +104,7 @@ class Gang:
     minimum: int
     seq: int  # arrival order: older gangs are tried first among equal priorities
     priority: int = 0
-    pending: dict[str, Object] = field(default_factory=dict)  # unbound pods, by key
+    pending: dict[str, tuple[Object, ResourceList]] = field(default_factory=dict)  # unbound pods and requests
     bound: set[str] = field(default_factory=set)  # pods holding room (assumed or bound), not ended
 
 
@@ -193,8 +193,9 @@ class SimKubelet:
         elif key in self._assumed and self._assumed[key][0] == uid:
             return  # bound by us a moment ago; the binding is on its way
         else:
-            new = key not in gang.pending
-            gang.pending[key] = pod
+            known = gang.pending.get(key)
+            new = known is None or known[0]["metadata"].get("uid") != uid
+            gang.pending[key] = (pod, request_of(pod) if new or known is None else known[1])
             if new:  # a pod's own status writes change nothing for placement
                 self._changed.add(self._gang_of_pod[key])
                 self._wake.set()
@@ -269,15 +270,19 @@ class SimKubelet:
         self._room_grew = False
         self._changed.clear()
         candidates.sort(key=lambda g: (-g.priority, g.seq))
+        reasons: dict[tuple[tuple[str, int], ...], str] = {}  # why a request fits nowhere, per request shape
         for gang in candidates:
             if not gang.bound and len(gang.pending) < gang.minimum:
                 continue  # the rest of the gang is not created yet
-            pods = list(gang.pending.items())
-            requests = [request_of(pod) for _, pod in pods]
+            pods = [(key, pod) for key, (pod, _) in gang.pending.items()]
+            requests = [request for _, request in gang.pending.values()]
             nodes = self.room.place_gang(requests)
             if nodes is None:
-                for (key, pod), request in zip(pods, requests, strict=True):
-                    self._mark_unschedulable(key, pod, request, len(pods))
+                for (key, _), request in zip(pods, requests, strict=True):
+                    message = reasons.get(_shape(request))
+                    if message is None:
+                        message = reasons[_shape(request)] = self.room.why_not(request)
+                    self._mark_unschedulable(key, message, len(pods))
                 continue
             for (key, pod), node, request in zip(pods, nodes, requests, strict=True):
                 uid = str(pod["metadata"].get("uid", ""))
@@ -288,8 +293,7 @@ class SimKubelet:
                 gang.bound.add(key)
                 self.queue.add(key)
 
-    def _mark_unschedulable(self, key: str, pod: Object, request: ResourceList, gang_size: int) -> None:
-        message = self.room.why_not(request)
+    def _mark_unschedulable(self, key: str, message: str, gang_size: int) -> None:
         if gang_size > 1 and "gang" not in message:
             message = f"{message} The gang of {gang_size} pods waits until all of them fit."
         if self._unschedulable.get(key) != message:
@@ -459,6 +463,10 @@ class SimKubelet:
         if self.recorder is not None:
             self.background.spawn(self.recorder.record(pod | {"kind": c.POD_KIND, "apiVersion": c.CORE_API_VERSION},
                                                        event_type, reason, message))
+
+
+def _shape(request: ResourceList) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(request.items()))
 
 
 def _binding_resource(pod_name: str) -> Resource:

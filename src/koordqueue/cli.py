@@ -78,6 +78,9 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
               help="MutatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
 @click.option("--webhook-host", "webhook_hosts", multiple=True,
               help="DNS name or IP for our own certificate (repeatable; e.g. the Service's name).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
 def controller(**opts: Any) -> None:
     """Run the controller against a Kubernetes cluster."""
     from koordqueue.controller.manager import main as run
@@ -113,7 +116,7 @@ def controller(**opts: Any) -> None:
         webhook_config_name=opts["webhook_config_name"],
         webhook_hosts=tuple(opts["webhook_hosts"]) or ("127.0.0.1",),
     )
-    run(opts["kubeconfig"], config)
+    run(opts["kubeconfig"], config, opts["log_format"], opts["log_level"])
 
 
 @main.command()

@@ -82,6 +82,15 @@ def pytorch_job(name: str, gpus_per_pod: int = 1, workers: int = 1, namespace: s
     return job
 
 
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    """kubectl 1.32, for real; its output (stdout then stderr)."""
+    result = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args],
+                            input=stdin, capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+    return result.stdout + result.stderr
+
+
 class System:
     """Handles on the running system, and the waits tests need."""
 
@@ -97,13 +106,7 @@ class System:
         return self.manager.controller
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        result = subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.server.kubeconfig_path), *args],
-            input=stdin, capture_output=True, text=True, timeout=60,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
-        return result.stdout + result.stderr
+        return kubectl(self.server.kubeconfig_path, *args, stdin=stdin, check=check)
 
     async def akubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         return await asyncio.to_thread(self.kubectl, *args, stdin=stdin, check=check)

@@ -18,6 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard
+from koordqueue.controller.logs import setup_logging
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.webhook import SuspendWebhook
 from koordqueue.kube.client import KubeClient
@@ -104,8 +105,8 @@ async def run_controller(kubeconfig: str | None, config: ControllerConfig) -> No
         await Manager(client, config).run()
 
 
-def main(kubeconfig: str | None, config: ControllerConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def main(kubeconfig: str | None, config: ControllerConfig, log_format: str = "text", log_level: str = "info") -> None:
+    setup_logging(log_format, log_level)
     try:
         asyncio.run(run_controller(kubeconfig, config))
     except KeyboardInterrupt:

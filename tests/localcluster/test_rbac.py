@@ -256,6 +256,11 @@ async def test_resource_names(api: APIClient, robot: APIClient) -> None:
     status, body, _ = await robot.get(path, params={"fieldSelector": "metadata.name=a"})
     assert status == 200 and [o["metadata"]["name"] for o in body["items"]] == ["a"]
     assert (await robot.get(path, params={"fieldSelector": "metadata.name=b"}))[0] == 403
+    assert (await robot.get(path, params={"fieldSelector": "metadata.namespace=default,metadata.name==a"}))[0] == 200
+    assert (await robot.get(path, params={"fieldSelector": "metadata.name!=b"}))[0] == 403
+    status, _, _ = await robot.get(path, params={"fieldSelector": "metadata.name=a", "watch": "true",
+                                                 "timeoutSeconds": "1"})
+    assert status == 200
     assert (await robot.post(path, configmap("a2")))[0] == 403  # create names no existing object
 
 

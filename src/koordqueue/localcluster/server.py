@@ -731,12 +731,14 @@ class APIServer:
 
 
 def _name_from_field_selector(text: str) -> str:
-    """X from a field selector that is exactly `metadata.name=X` (or `==`), as kube-apiserver reads it."""
-    for op in ("==", "="):
-        key, found, value = text.partition(op)
-        if found and key.strip() == "metadata.name" and "," not in value and "!" not in key:
-            return value.strip()
-    return ""
+    """X when the field selector requires `metadata.name=X` (kube-apiserver authorizes such a list or
+    watch as a request for the object X); "" otherwise, or if the selector does not parse (400 later)."""
+    try:
+        selector = parse_field_selector(text)
+    except SelectorError:
+        return ""
+    names = {r.value for r in selector.requirements if r.field == "metadata.name" and not r.negate}
+    return names.pop() if len(names) == 1 else ""
 
 
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:

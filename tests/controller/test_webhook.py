@@ -61,10 +61,13 @@ def test_review_suspends_new_jobs_of_queued_kinds_and_leaves_the_rest() -> None:
     assert patch_of(review(admission_review(job, "kubeflow.org", "v1", "PyTorchJob", "UPDATE"),
                            frozenset({"PyTorchJob"}))) == []
     assert patch_of(review(admission_review({"metadata": {}}, "", "v1", "ConfigMap"), frozenset({"Job"}))) == []
-    # A job we cannot read is let through: the controller suspends it and says why.
+    # A job we cannot read is suspended all the same; the controller says why later.
     broken = {"metadata": {"name": "b"}, "spec": {"runPolicy": {"suspend": "yes please"}}}
     assert patch_of(review(admission_review(broken, "kubeflow.org", "v1", "PyTorchJob"),
-                           frozenset({"PyTorchJob"}))) == []
+                           frozenset({"PyTorchJob"}))) == [
+        {"op": "add", "path": "/metadata/annotations", "value": {c.ANNOTATION_SUSPEND: c.TRUE}},
+        {"op": "replace", "path": "/spec/runPolicy/suspend", "value": True},
+    ]
     with pytest.raises(ValueError):
         review({"kind": "AdmissionReview"}, frozenset())
 

@@ -23,7 +23,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
@@ -72,8 +71,8 @@ def _without_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
 def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
     """Answer one AdmissionReview: suspend a new job of a queued kind; allow all else.
 
-    Never refuses: a job we cannot read is let through unchanged and the controller
-    suspends it and reports why at reconcile time, where a message can be shown."""
+    Never refuses: even a job we cannot read is suspended and let through, and the
+    controller reports why at reconcile time, where a message can be shown."""
     request = body.get("request") if isinstance(body, dict) else None
     if not isinstance(request, dict):
         raise ValueError("an AdmissionReview with a request is expected")
@@ -85,11 +84,7 @@ def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
     adapter = adapter_for(api_version, str(kind.get("kind", "")))
     if request.get("operation") == "CREATE" and adapter is not None and adapter.kind in job_kinds \
             and isinstance(obj, dict):
-        try:
-            patch = json_patch_for(obj, adapter.suspend_patch(obj))
-        except InvalidObject as e:
-            log.info("webhook: %s; admitted unchanged, the controller will suspend it", e)
-            patch = []
+        patch = json_patch_for(obj, adapter.suspend_patch(obj))
         if patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()

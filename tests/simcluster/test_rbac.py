@@ -108,3 +108,26 @@ async def test_the_simulation_uses_every_rule_it_is_granted_and_no_other(server:
             await wait_for(all_used, "every granted rule used")
     assert server.controls.denied_to(USER) == set()
     assert server.controls.requests_by(USER) == granted()
+
+
+async def test_kinds_it_may_not_list_are_left_alone(server: APIServer, client: KubeClient, tmp_path: Path) -> None:
+    await client.create(SERVICE_ACCOUNTS, {"metadata": {"name": ACCOUNT}}, namespace=NAMESPACE)
+    no_tf = [(g, r, v) for g, r, v in NEEDS if r not in ("tfjobs", "mpijobs")]
+    await client.create(RBAC, {"metadata": {"name": ACCOUNT}, "rules": [
+        {"apiGroups": [group], "resources": [resource], "verbs": verbs} for group, resource, verbs in no_tf]})
+    await client.create(RBAC_BINDINGS, {
+        "metadata": {"name": ACCOUNT},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ACCOUNT},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]})
+    config = load_config(str(server.write_kubeconfig_for(NAMESPACE, ACCOUNT, tmp_path / "sim.kubeconfig")))
+    async with KubeClient(config, qps=0, retry=FAST_RETRY) as as_sim, SimCluster(as_sim, nodes=1) as sim:
+        assert sorted(sim.job_informers) == [c.BATCH_JOB_KIND, c.PYTORCH_JOB_KIND]
+        await client.create(PYTORCHJOBS, seed_job("still-runs", duration=0.1))
+
+        async def succeeded() -> bool:
+            job = await client.get(PYTORCHJOBS, "still-runs", namespace="default")
+            return condition_true(job, c.KUBEFLOW_CONDITION_SUCCEEDED)
+
+        await wait_for(succeeded, "the PyTorchJob Succeeded")
+    assert server.controls.denied_to(USER) == {Access("list", "kubeflow.org", "tfjobs"),
+                                               Access("list", "kubeflow.org", "mpijobs")}

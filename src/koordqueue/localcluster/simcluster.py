@@ -21,7 +21,7 @@ from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.kube.errors import AlreadyExists, NotFound
+from koordqueue.kube.errors import AlreadyExists, Forbidden, NotFound
 from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, SimKubelet, now_rfc3339
@@ -41,7 +41,8 @@ class SimCluster:
 
     Nodes are `<node_prefix>0` .. `<node_prefix>N-1`; ones already there (a restart on
     the same state) are brought to the sizes given. Job kinds whose API is not served
-    when the cluster starts (their CRD is not installed) are left alone.
+    when the cluster starts (their CRD is not installed), or that the client may not
+    list, are left alone.
     """
 
     def __init__(
@@ -135,8 +136,12 @@ class SimCluster:
         await asyncio.gather(*(register(i) for i in range(self.node_count)))
 
     async def _served(self, resource: Resource) -> bool:
+        """Whether we can run this kind: its API is served and we may list it."""
         try:
             await self.client.list(resource, limit=1)
         except NotFound:
+            return False
+        except Forbidden as e:
+            log.warning("simulated cluster: %s; its jobs are not run", e.message)
             return False
         return True

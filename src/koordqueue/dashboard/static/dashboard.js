@@ -108,7 +108,7 @@
     }
     const queues = [...view.queues].sort((a, b) => (b.pending_count - a.pending_count) || a.key.localeCompare(b.key));
     target.replaceChildren(...queues.map((queue) => {
-      const title = `${queue.key}, quota ${queue.quota ?? "-"}: ${queue.pending_count} pending`;
+      const title = `${queue.key}${queue.quota ? `, quota ${queue.quota}` : ""}: ${queue.pending_count} pending`;
       if (!queue.pending_count) {
         return h("article", { class: "queue empty", "data-queue": queue.key }, h("h3", {}, title));
       }

@@ -14,6 +14,7 @@ from koordqueue.localcluster.simcluster import SimCluster
 from tests.simcluster.conftest import (
     EVENTS,
     NODES,
+    PODS,
     PYTORCHJOBS,
     Object,
     condition_true,
@@ -321,3 +322,24 @@ async def test_invalid_job_fails_validation_and_gets_no_pods(client: KubeClient,
     assert "spec.pytorchReplicaSpecs.Worker: replicas" in cond["message"] and "'two'" in cond["message"]
     assert ADAPTER.status(job) is JobState.FAILED
     assert await job_pods(client, "malformed") == []
+
+
+async def test_scheduling_gates_hold_a_pod_until_removed(client: KubeClient, cluster: SimCluster) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gated", "namespace": "default"},
+           "spec": {"schedulingGates": [{"name": "example.com/hold"}],
+                    "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {c.CPU: "1"}}}]}}
+    await client.create(PODS, pod)
+    await client.create(PYTORCHJOBS, seed_job("after", duration=0.1))  # created later, runs to the end first
+
+    async def after_done() -> bool:
+        return condition_true(await get_job(client, "after"), c.KUBEFLOW_CONDITION_SUCCEEDED)
+
+    await wait_for(after_done, "the later job Succeeded")
+    held = await client.get(PODS, "gated", namespace="default")
+    assert not held["spec"].get("nodeName") and held["status"]["phase"] == c.POD_PENDING
+    await client.patch(PODS, "gated", {"spec": {"schedulingGates": None}}, namespace="default")
+
+    async def running() -> bool:
+        return (await client.get(PODS, "gated", namespace="default"))["status"]["phase"] == c.POD_RUNNING
+
+    await wait_for(running, "the pod Running once its gate was removed")

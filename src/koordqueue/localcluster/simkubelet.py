@@ -7,7 +7,8 @@ takes its later pods (replacements) as they come. Pods without the annotation ar
 gang of one. Placement is first fit on the pods' requests (as `jobs/podrequest.py`
 computes them) against each node's allocatable minus the pods it holds.
 
-Everything is driven by the pod and node informers: a pod that does not fit is marked
+Pods with `spec.schedulingGates` wait until the gates are removed, as kube-scheduler
+has them. Everything is driven by the pod and node informers: a pod that does not fit is marked
 `PodScheduled=False/Unschedulable` and waits; a pod ending or going away, or a node
 appearing, wakes the scheduler, which tries the waiting gangs again. Per pod, one
 reconcile (`_sync`) binds it (the `pods/binding` subresource), marks it Running, and
@@ -192,6 +193,8 @@ class SimKubelet:
             self.queue.add(key)
         elif key in self._assumed and self._assumed[key][0] == uid:
             return  # bound by us a moment ago; the binding is on its way
+        elif (pod.get("spec") or {}).get("schedulingGates"):
+            gang.pending.pop(key, None)  # not to be scheduled until its gates are removed
         else:
             known = gang.pending.get(key)
             new = known is None or known[0]["metadata"].get("uid") != uid

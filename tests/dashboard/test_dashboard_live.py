@@ -103,11 +103,13 @@ async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Pat
 
         # The seed's quota, with its GPU bar: the seed job uses 2 of max 8, min 2.
         gpu_bar = page.locator(f'article[data-quota="{QUOTA}"] .bar[data-resource="{c.GPU}"]')
-        await expect(gpu_bar).to_have_attribute("aria-label", f"{QUOTA}, {c.GPU}: used 2, min 2, runtime share 2, max 8")
+        await expect(gpu_bar).to_have_attribute("aria-label", f"{QUOTA}, {c.GPU}: used 2, min 2, runtime share 2, max 8",
+                                                timeout=WAIT)
         used_width = await gpu_bar.locator(".used").evaluate("e => e.getBoundingClientRect().width")
         track_width = await gpu_bar.evaluate("e => e.clientWidth")
         assert used_width / track_width == pytest.approx(2 / 8, abs=0.02)
-        await expect(page.locator(f'#recent tr[data-what="admitted"][data-unit="{EXAMPLE_UNIT}"]')).to_have_count(1)
+        await expect(page.locator(f'#recent tr[data-what="admitted"][data-unit="{EXAMPLE_UNIT}"]')).to_have_count(
+            1, timeout=WAIT)
         await page.screenshot(path=screenshot_path("dashboard-seed.png"), full_page=True)
 
         # A job asking 8 GPUs must wait (2 are used of max 8): it appears in the queue.

@@ -171,6 +171,7 @@ def _esc(text: object) -> str:
 
 
 def format_seconds(seconds: float, step: float) -> str:
+    """A tick's time in the unit its axis steps in (30 min, not 1800 s)."""
     if step >= 3600:
         return f"{seconds / 3600:g} h"
     if step >= 60:
@@ -179,6 +180,7 @@ def format_seconds(seconds: float, step: float) -> str:
 
 
 def time_ticks(end: float) -> tuple[float, list[float]]:
+    """0 to a round top at or above ``end`` in at most 6 steps a clock reads (5 min, 1 h)."""
     step = next((s for s in TIME_STEPS if s * 6 >= end), TIME_STEPS[-1] * (int(end // (TIME_STEPS[-1] * 6)) + 1))
     top = max(step, -(-end // step) * step)
     return top, [i * step for i in range(int(top // step) + 1)]
@@ -356,6 +358,15 @@ def wait_chart(chart_id: str, title: str, lanes: Sequence[tuple[str, list[dict[s
 # --- the page ----------------------------------------------------------------------------
 
 
+def wait_lanes(waits: Sequence[dict[str, Any]], group: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The lanes of a wait plot: one per quota (by name), or per priority (highest first)."""
+    if group == "priority":
+        priorities = sorted({row["priority"] for row in waits}, key=lambda p: (p is None, -(p or 0)))
+        return [(f"priority {p}", [row for row in waits if row["priority"] == p]) for p in priorities]
+    quotas = sorted({row["quota"] for row in waits}, key=lambda q: (q is None, q or ""))
+    return [(q or "(no quota)", [row for row in waits if row["quota"] == q]) for q in quotas]
+
+
 def _resource_order(resource: str) -> tuple[int, str]:
     return (0 if "gpu" in resource else 1 if resource == "cpu" else 2 if resource == "memory" else 3, resource)
 
@@ -434,13 +445,8 @@ def render_html(runs: Sequence[Run]) -> str:
     longest = max([row["wait"] for run in runs for row in run.waits if row["wait"] is not None] or [0.0])
     waits = ['<section aria-labelledby="waits"><h2 id="waits">Wait to first admission</h2>'
              '<p class="muted">From submission to the first admission, per job.</p>']
-    for group, key, name in (("quota", "quota", lambda v: str(v or "(no quota)")),
-                             ("priority", "priority", lambda v: f"priority {v}")):
-        lanes_of_runs = []
-        for run in runs:
-            values = sorted({row[key] for row in run.waits}, key=lambda v: (v is None, -(v or 0)) if group == "priority"
-                            else (v is None, str(v)))
-            lanes_of_runs.append([(name(value), [row for row in run.waits if row[key] == value]) for value in values])
+    for group in ("quota", "priority"):
+        lanes_of_runs = [wait_lanes(run.waits, group) for run in runs]
         # one left margin for all runs, wide enough for the longest lane name: the axes line up
         left = max([LEFT] + [12 + CHAR_WIDTH * len(lane) for lanes in lanes_of_runs for lane, _ in lanes])
         cells = [_run_heading(run, len(runs)) + wait_chart(

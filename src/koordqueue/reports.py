@@ -59,6 +59,9 @@ def status_text(view: Overview) -> str:
             lines.append(f"  {item['position']:>3}. {item['unit']}  priority {item['priority']}  {item['message']}")
         if queue["pending_count"] > 20:
             lines.append(f"  ... and {queue['pending_count'] - 20} more")
+        for item in queue.get("backing_off", [])[:20]:
+            lines.append(f"  backing off: {item['unit']} ({item['phase']})  priority {item['priority']}  "
+                         f"{item['message']}")
     return "\n".join(lines)
 
 
@@ -93,7 +96,7 @@ def explain_text(why: Mapping[str, Any]) -> str:
 async def _status(kubeconfig: str | None) -> str:
     async with KubeClient(load_config(kubeconfig)) as client:
         snap = await take_snapshot(client)
-    view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(), written_messages=True)
+    view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(), written_messages=True, queue_quotas=snap.queue_quotas)
     text = status_text(view)
     if snap.problems:
         text += "\n\nObjects not used:\n" + "\n".join(f"  {p}" for p in snap.problems)

@@ -137,7 +137,7 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
                 print(f"QueueUnit {EXAMPLE_UNIT}: {phase or 'not created yet'}", flush=True)
                 snap = await take_snapshot(client)
                 print(status_text(overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(),
-                                                  written_messages=True)),
+                                                  written_messages=True, queue_quotas=snap.queue_quotas)),
                       flush=True)
             kc = server.kubeconfig_path
             print("\nTry:", flush=True)

@@ -59,6 +59,9 @@ async def test_admission_checks_hold_a_unit_reserved_until_ready_and_retry_sends
     unit = await system.unit("checked-job-py-qu")
     assert unit["status"]["message"] == "admission check budget said Retry; quota released"
     assert unit["status"]["requeueState"]["count"] == 1
+    row = next(q for q in system.controller.overview()["queues"] if q["key"] == "koord-queue/checked")
+    assert row["quota"] == "team-c"  # named though nobody is in line
+    assert [b["unit"] for b in row["backing_off"]] == ["default/checked-job-py-qu"]
     # After the back-off it is queued and reserved again, with its checks pending anew.
     await system.wait_phase("checked-job-py-qu", c.Phase.RESERVED, timeout=15)
     await set_check(system, "checked-job-py-qu", "budget", "Ready")

@@ -118,6 +118,7 @@ class Controller:
         self.pods = PodIndex()
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.quotas: dict[str, QuotaInfo] = {}  # parsed, for the overview's tree
+        self.queue_quotas: dict[str, str | None] = {}  # queue key -> the quota it is bound to
         self.capacity: dict[str, int] | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)  # for the dashboard
         self.jobs_queue: WorkQueue[str] = WorkQueue()
@@ -323,6 +324,7 @@ class Controller:
             return None
         self.engine.set_queue(parsed.queue)
         self.queue_settings[parsed.queue.key] = parsed.settings
+        self.queue_quotas[parsed.queue.key] = parsed.queue.quota
         return parsed.queue
 
     async def _queue_changed(self, obj: Object) -> None:
@@ -341,6 +343,7 @@ class Controller:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         self.engine.remove_queue(key)
         self.queue_settings.pop(key, None)
+        self.queue_quotas.pop(key, None)
         self.wake.set()
 
     # --- units ----------------------------------------------------------------------
@@ -699,7 +702,8 @@ class Controller:
     def overview(self) -> Overview:
         """The quota tree, the queues and the recent decisions (the dashboard's JSON)."""
         units = {key: unit for key, unit in self.unit_informer.items()}
-        return overview(self.engine, self.quotas, units, self.capacity, self.clock(), self.recent)
+        return overview(self.engine, self.quotas, units, self.capacity, self.clock(), self.recent,
+                        queue_quotas=self.queue_quotas)
 
     def explain(self, key: str) -> dict[str, Any] | None:
         unit = self.unit_informer.get(key)

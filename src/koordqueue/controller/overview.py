@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from koordqueue.controller.snapshot import SENT_BACK
 from koordqueue.controller.views import UnitView
 from koordqueue.engine import Engine
 from koordqueue.engine.model import QuotaInfo, ResourceList
@@ -27,12 +28,15 @@ def overview(
     recent: Iterable[Mapping[str, Any]] = (),
     queue_limit: int = 100,
     written_messages: bool = False,
+    queue_quotas: Mapping[str, str | None] | None = None,
 ) -> Overview:
     """Quotas (flat, each naming its parent), queues with their first pending units,
     the cluster's capacity, and the recent decisions.
 
     ``written_messages``: say why units wait with the message on the unit (what the
-    controller wrote), for an engine loaded from a snapshot that has not run a cycle."""
+    controller wrote), for an engine loaded from a snapshot that has not run a cycle.
+    ``queue_quotas``: queue key -> the quota it is bound to, so that an empty queue
+    still names its quota. Units waiting out a back-off are listed with their queue."""
     statuses = engine.quota_status()
     quota_rows = []
     for name, status in statuses.items():
@@ -52,6 +56,16 @@ def overview(
                 for r in resources
             },
         })
+    backing_off: dict[str, list[dict[str, Any]]] = {}
+    for key, unit in units.items():
+        if unit.phase in SENT_BACK:
+            standing = engine.standing(key)
+            if standing is not None and standing.queue:
+                backing_off.setdefault(standing.queue, []).append({
+                    "unit": key, "job": f"{unit.consumer_kind}/{unit.consumer_name}", "phase": unit.phase,
+                    "priority": standing.priority, "requeue_at": unit.requeue_at, "message": unit.message,
+                })
+    bindings = queue_quotas or {}
     queue_rows = []
     for key, standings in engine.queue_positions().items():
         pending = []
@@ -65,8 +79,10 @@ def overview(
                 "age": max(0.0, now - unit.created) if unit else None,
                 "message": unit.message if written_messages and unit and unit.message else standing.message,
             })
-        queue_rows.append({"key": key, "quota": standings[0].quota if standings else None,
-                           "pending_count": len(standings), "pending": pending})
+        waiting_out = sorted(backing_off.get(key, []), key=lambda b: (b["requeue_at"] or 0.0, b["unit"]))
+        queue_rows.append({"key": key, "quota": bindings.get(key) or (standings[0].quota if standings else None),
+                           "pending_count": len(standings), "pending": pending,
+                           "backing_off": waiting_out[:queue_limit]})
     return {
         "time": now,
         "capacity": dict(capacity) if capacity is not None else None,

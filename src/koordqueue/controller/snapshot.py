@@ -58,6 +58,7 @@ class Snapshot:
     engine: Engine
     quotas: dict[str, QuotaInfo] = field(default_factory=dict)
     units: dict[str, UnitView] = field(default_factory=dict)
+    queue_quotas: dict[str, str | None] = field(default_factory=dict)  # queue key -> bound quota
     capacity: ResourceList | None = None
     problems: list[str] = field(default_factory=list)  # objects that could not be read
 
@@ -86,7 +87,9 @@ async def take_snapshot(client: KubeClient) -> Snapshot:
         snap.engine.set_quota(quota)
     for obj in (await client.list_all(QUEUES)).items:
         try:
-            snap.engine.set_queue(parse_queue(obj, list(snap.quotas)).queue)
+            queue = parse_queue(obj, list(snap.quotas)).queue
+            snap.engine.set_queue(queue)
+            snap.queue_quotas[queue.key] = queue.quota
         except InvalidObject as e:
             snap.problems.append(str(e))
     now = time.time()

@@ -399,3 +399,8 @@ async def test_requests_by_user_are_logged(apiserver: APIServer, api: APIClient,
     status, body, _ = await api.get("/_test/requests", params={"user": USER})
     assert status == 200
     assert body["denied"] == [{"verb": "list", "group": "", "resource": "nodes", "subresource": ""}]
+    assert apiserver.controls.request_counts(USER) == {
+        Access("list", "", "configmaps"): 2, Access("patch", "example.com", "widgets", "status"): 1}
+    assert body["counts"] == [
+        {"verb": "list", "group": "", "resource": "configmaps", "subresource": "", "count": 2},
+        {"verb": "patch", "group": "example.com", "resource": "widgets", "subresource": "status", "count": 1}]

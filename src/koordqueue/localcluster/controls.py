@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,10 +65,17 @@ class Controls:
         self.bookmark_interval = 5.0  # seconds between BOOKMARK events on watches that allow them
         self._allowed: dict[str, set[Access]] = {}
         self._denied: dict[str, set[Access]] = {}
+        self._counts: dict[str, Counter[Access]] = {}  # allowed requests per user, for benchmarks
 
     # --- who asked for what ------------------------------------------------------------
     def record(self, user: str, access: Access, allowed: bool) -> None:
         (self._allowed if allowed else self._denied).setdefault(user, set()).add(access)
+        if allowed:
+            self._counts.setdefault(user, Counter())[access] += 1
+
+    def request_counts(self, user: str) -> dict[Access, int]:
+        """How many resource requests of each kind a user was allowed (a watch counts once)."""
+        return dict(self._counts.get(user, {}))
 
     def requests_by(self, user: str) -> set[Access]:
         """The (verb, group, resource, subresource) a user was allowed, e.g.
@@ -81,6 +89,7 @@ class Controls:
     def clear_requests(self) -> None:
         self._allowed.clear()
         self._denied.clear()
+        self._counts.clear()
 
     # --- error injection ---------------------------------------------------------------
     def inject_errors(
@@ -218,16 +227,23 @@ class Controls:
 
 
     async def _http_requests(self, request: web.Request) -> web.Response:
-        """`GET /_test/requests?user=NAME`: what the user was allowed and refused."""
+        """`GET /_test/requests?user=NAME`: what the user was allowed and refused, and how often."""
         user = request.query.get("user")
         if not user:
             raise errors.bad_request("the user query parameter is required")
 
         def rows(accesses: set[Access]) -> list[dict[str, str]]:
             return [{"verb": a.verb, "group": a.group, "resource": a.resource, "subresource": a.subresource}
-                    for a in sorted(accesses, key=lambda a: (a.group, a.resource, a.subresource, a.verb))]
+                    for a in _sorted(accesses)]
 
-        return _json({"user": user, "allowed": rows(self.requests_by(user)), "denied": rows(self.denied_to(user))})
+        counts = [{**row, "count": self._counts[user][access]}
+                  for row, access in zip(rows(self.requests_by(user)), _sorted(self.requests_by(user)), strict=True)]
+        return _json({"user": user, "allowed": rows(self.requests_by(user)), "denied": rows(self.denied_to(user)),
+                      "counts": counts})
+
+
+def _sorted(accesses: set[Access]) -> list[Access]:
+    return sorted(accesses, key=lambda a: (a.group, a.resource, a.subresource, a.verb))
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

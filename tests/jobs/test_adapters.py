@@ -202,7 +202,9 @@ def _conditions(*types: str, status: str = "True") -> dict[str, Any]:
         ("seed-pytorchjob.yaml", _conditions("Created", "Running", "Succeeded"), JobState.SUCCEEDED),
         ("tfjob.yaml", _conditions("Created", "Failed"), JobState.FAILED),
         ("mpijob.yaml", _conditions("Running"), JobState.RUNNING),
-        ("batchjob.yaml", {"active": 2}, JobState.RUNNING),
+        ("batchjob.yaml", {"active": 2, "ready": 2}, JobState.RUNNING),
+        ("batchjob.yaml", {"active": 2, "ready": 0}, JobState.PENDING),  # pods still pending
+        ("batchjob.yaml", {"active": 2}, JobState.RUNNING),  # no ready count (before Kubernetes 1.24)
         ("batchjob.yaml", {"active": 0}, JobState.PENDING),
         ("batchjob.yaml", {"succeeded": 2, **_conditions("Complete")}, JobState.SUCCEEDED),
         ("batchjob.yaml", _conditions("Failed"), JobState.FAILED),

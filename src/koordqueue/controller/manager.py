@@ -67,8 +67,12 @@ class Manager:
         return web.Response(text="ok")
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        ready = self.controller is not None and self.controller.sync_done
-        return web.Response(text="ok" if ready else "not leading", status=200 if ready else 503)
+        """Ready once this replica serves (webhook included), leading or not: a follower
+        answers the webhook too, and a rollout of two replicas must be able to finish."""
+        if not self.endpoints_ready.is_set():
+            return web.Response(text="starting", status=503)
+        leading = self.controller is not None and self.controller.sync_done
+        return web.Response(text="ok: leading" if leading else "ok: following")
 
     async def _lead(self) -> None:
         self.metrics.is_leader.set(1)

@@ -54,8 +54,10 @@ class BatchJobAdapter(JobAdapter):
             return JobState.SUCCEEDED
         if condition_true(conditions, BATCH_CONDITION_FAILED):
             return JobState.FAILED
-        active = status.get("active")
-        if isinstance(active, int) and active > 0:
+        # status.ready counts pods that run; status.active counts pending ones too, so it
+        # is used only where the API server writes no ready count (before Kubernetes 1.24).
+        running = status.get("ready") if "ready" in status else status.get("active")
+        if isinstance(running, int) and running > 0:
             return JobState.RUNNING
         return JobState.PENDING
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 
+import aiohttp
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.controller.webhook import json_patch_for, review
+from koordqueue.controller.webhook import MUTATING_WEBHOOKS, json_patch_for, review
 
 from .conftest import System, pytorch_job, quota
 
@@ -80,3 +82,53 @@ async def test_a_job_is_stored_suspended_before_any_controller_reconciles_it(sys
     assert job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
     assert job["spec"]["runPolicy"]["suspend"] is True
     assert job["metadata"]["generation"] == 1  # suspended at creation, not patched afterwards
+
+
+async def test_two_replicas_each_with_its_own_ca_are_both_trusted_by_the_configuration(system: System) -> None:
+    """The API server may call either replica: the caBundle must hold both CAs, and keep
+    holding them when each replica writes it again (they once overwrote each other)."""
+    from dataclasses import replace as with_changes
+
+    from koordqueue.controller.webhook import SuspendWebhook
+
+    config = with_changes(system.manager.config, webhook_host="127.0.0.1", webhook_port=0)
+    replicas = [SuspendWebhook(system.client, config) for _ in range(2)]
+    for replica in replicas:
+        await replica.start()
+    try:
+        for _ in range(2):
+            for replica in replicas:
+                await replica.ensure_ca_bundle()
+        current = await system.client.get(MUTATING_WEBHOOKS, config.webhook_config_name)
+        bundle = base64.b64decode(current["webhooks"][0]["clientConfig"]["caBundle"])
+        trusted = ssl.create_default_context(cadata=bundle.decode())
+        review_body = admission_review(pytorch_job("x"), "kubeflow.org", "v1", "PyTorchJob")
+        async with aiohttp.ClientSession() as session:
+            for replica in replicas:
+                async with session.post(f"https://127.0.0.1:{replica.port}/mutate", json=review_body,
+                                        ssl=trusted) as response:
+                    assert response.status == 200
+                    assert patch_of(await response.json())  # it answered, over TLS we trust
+        assert not await replicas[0].ensure_ca_bundle()  # nothing left to add: no churn
+    finally:
+        for replica in replicas:
+            await replica.stop()
+
+
+def test_the_ca_bundle_keeps_unexpired_cas_drops_expired_and_stays_small() -> None:
+    import datetime as dt
+
+    from koordqueue.controller.certs import make_serving_cert
+    from koordqueue.controller.webhook import MAX_CAS, merged_ca_bundle
+
+    now = dt.datetime.now(dt.UTC)
+    old = make_serving_cert(["a"], now - dt.timedelta(days=400))  # expired 35 days ago
+    live = [make_serving_cert(["b"], now) for _ in range(MAX_CAS + 2)]
+    bundle = merged_ca_bundle(base64.b64encode(old.ca_pem).decode(), live[0].ca_pem, now)
+    assert base64.b64decode(bundle) == live[0].ca_pem
+    for cert in live[1:]:
+        bundle = merged_ca_bundle(bundle, cert.ca_pem, now)
+    pems = base64.b64decode(bundle).decode().count("BEGIN CERTIFICATE")
+    assert pems == MAX_CAS and base64.b64decode(bundle).endswith(live[-1].ca_pem)
+    assert merged_ca_bundle(bundle, live[-1].ca_pem, now) == bundle  # ours already in: unchanged
+    assert base64.b64decode(merged_ca_bundle("not base64!", live[0].ca_pem, now)) == live[0].ca_pem

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,15 +49,19 @@ def make_serving_cert(hosts: list[str], now: dt.datetime | None = None) -> Servi
     now = now or dt.datetime.now(dt.UTC)
     not_after = now + VALIDITY
     ca_key = ec.generate_private_key(ec.SECP256R1())
+    # Every replica has a CA of its own in one caBundle: distinct names and key ids let a
+    # verifier find the right one (OpenSSL picks by name).
+    ca_name = _name(f"koord-queue-webhook-ca-{secrets.token_hex(4)}")
     ca = (
         x509.CertificateBuilder()
-        .subject_name(_name("koord-queue-webhook-ca"))
-        .issuer_name(_name("koord-queue-webhook-ca"))
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
@@ -85,6 +90,7 @@ def make_serving_cert(hosts: list[str], now: dt.datetime | None = None) -> Servi
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return ServingCert(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import datetime as dt
 import logging
 import ssl
@@ -22,13 +23,15 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
 from koordqueue.jobs import adapter_for
-from koordqueue.kube.client import KubeClient, PatchType, Resource
-from koordqueue.kube.errors import KubeError, NotFound
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.errors import Conflict, KubeError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebh
                              namespaced=False)
 MUTATE_PATH = "/mutate"
 CA_CHECK_SECONDS = 60.0
+MAX_CAS = 8  # CAs kept in a caBundle: one per replica, and some for restarts
 
 
 def json_patch_for(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "") -> list[dict[str, Any]]:
@@ -66,6 +70,21 @@ def _escape(key: str) -> str:
 
 def _without_nulls(value: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _without_nulls(v) if isinstance(v, Mapping) else v for k, v in value.items() if v is not None}
+
+
+def merged_ca_bundle(bundle_b64: str, ours: bytes, now: dt.datetime) -> str:
+    """A caBundle (base64 of PEM) holding ``ours`` and the unexpired CAs already in it,
+    the newest MAX_CAS of them: a replica restarted many times does not grow it forever."""
+    try:
+        certs = x509.load_pem_x509_certificates(base64.b64decode(bundle_b64, validate=True)) if bundle_b64 else []
+    except ValueError:
+        certs = []  # unreadable: start again from ours
+    mine = x509.load_pem_x509_certificate(ours)
+    kept = [cert for cert in certs if cert.not_valid_after_utc > now]
+    if mine not in kept:  # (where it is already, it stays: no churn between replicas)
+        kept = [*kept[-(MAX_CAS - 1):], mine]
+    pem = b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in kept)
+    return base64.b64encode(pem).decode()
 
 
 def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
@@ -157,22 +176,33 @@ class SuspendWebhook:
             await asyncio.sleep(CA_CHECK_SECONDS)
 
     async def ensure_ca_bundle(self) -> bool:
-        """Write our CA into every webhook of the configuration; True if it changed."""
-        try:
-            current = await self.client.get(MUTATING_WEBHOOKS, self.config.webhook_config_name)
-        except NotFound:
-            return False  # nothing registered (yet): the chart or `up` creates it
-        bundle = base64.b64encode(self.ca_pem).decode()
-        hooks = current.get("webhooks") or []
-        if all((h.get("clientConfig") or {}).get("caBundle") == bundle for h in hooks):
-            return False
-        ops = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
-               for i in range(len(hooks))]
-        ops.insert(0, {"op": "test", "path": "/metadata/resourceVersion",
-                       "value": current["metadata"]["resourceVersion"]})
-        await self.client.patch(MUTATING_WEBHOOKS, self.config.webhook_config_name, ops,
-                                patch_type=PatchType.JSON)
-        return True
+        """Add our CA to every webhook's caBundle of the configuration; True if it changed.
+
+        Each replica makes its own CA, and the API server may call any replica, so the
+        bundle holds all of theirs: ours is added, the others' are kept until they expire.
+        Replicas write it concurrently: each write is conditional on the version read."""
+        for _ in range(5):
+            try:
+                current = await self.client.get(MUTATING_WEBHOOKS, self.config.webhook_config_name)
+            except NotFound:
+                return False  # nothing registered (yet): the chart or `up` creates it
+            now = dt.datetime.now(dt.UTC)
+            hooks = copy.deepcopy(current.get("webhooks") or [])
+            changed = False
+            for hook in hooks:
+                client_config = hook.setdefault("clientConfig", {})
+                old = client_config.get("caBundle") or ""
+                client_config["caBundle"] = merged_ca_bundle(old, self.ca_pem, now)
+                changed |= client_config["caBundle"] != old
+            if not changed:
+                return False
+            patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "webhooks": hooks}
+            try:
+                await self.client.patch(MUTATING_WEBHOOKS, self.config.webhook_config_name, patch)
+                return True
+            except Conflict:
+                continue  # another replica wrote it meanwhile: merge into its version
+        return False
 
     async def _handle(self, request: web.Request) -> web.Response:
         try:

@@ -95,6 +95,54 @@ async def _wait_for_phase(client: KubeClient, key: str, phases: set[str], second
     return phase
 
 
+class UpError(Exception):
+    """The system could not start (a port taken, ...): said in words, not a traceback."""
+
+
+async def _started(task: asyncio.Task[None], ready: asyncio.Event, stop: asyncio.Event) -> None:
+    """Wait for the controller's endpoints, its failure, or Ctrl-C, whichever comes first."""
+    waiting = asyncio.create_task(ready.wait())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({task, waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    stopping.cancel()
+    if task.done():
+        error = task.exception() if not task.cancelled() else None
+        raise UpError(f"the controller could not start: {error}")
+    if not ready.is_set():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise UpError("stopped before the controller was up")
+
+
+async def _serve(server: APIServer, client: KubeClient, manager: Manager, config: ControllerConfig, nodes: int,
+                 gpus_per_node: int, example: bool, state_dir: Path) -> None:
+    """Register the webhook, apply the example, and tell the user where everything is."""
+    assert manager.webhook is not None
+    await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
+    print(f"koord-queue is up: API server {server.url}, {nodes} simulated nodes with "
+          f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics", flush=True)
+    if manager.dashboard is not None:
+        print(f"Dashboard: http://127.0.0.1:{manager.dashboard.port}/", flush=True)
+    if example:
+        applied = await apply_example(client)
+        print("Applied the seed guide's example: " + (", ".join(applied) or "(already there)"), flush=True)
+        phase = await _wait_for_phase(client, EXAMPLE_UNIT, {c.Phase.RUNNING.value}, 15.0)
+        print(f"QueueUnit {EXAMPLE_UNIT}: {phase or 'not created yet'}", flush=True)
+        snap = await take_snapshot(client)
+        view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(),
+                        written_messages=True, queue_quotas=snap.queue_quotas)
+        print(status_text(view), flush=True)
+    print("\nTry:")
+    print(f"  export KUBECONFIG={server.kubeconfig_path}")
+    print("  kubectl get queueunit -A")
+    print("  kubectl describe elasticquota pytorch-team-a")
+    print("  kubectl get queue -n koord-queue")
+    print("  koord-queue status")
+    print("  koord-queue explain pytorchjob/pytorch-training-job")
+    print(f"Press Ctrl-C to stop; state is kept in {state_dir}", flush=True)
+
+
 def controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfig:
     """The controller of `up`: loopback only, no leader election, webhook and dashboard on."""
     return ControllerConfig(
@@ -116,45 +164,20 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
-            sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node)
-            await sim.start()
+        async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client, \
+                SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node):
             config = controller_config(metrics_port, dashboard_port)
             manager = Manager(client, config)
             task = asyncio.create_task(manager.run())
-            await manager.endpoints_ready.wait()
-            assert manager.webhook is not None
-            await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
-            print(f"koord-queue is up: API server {server.url}, {nodes} simulated nodes with "
-                  f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics",
-                  flush=True)
-            if manager.dashboard is not None:
-                print(f"Dashboard: http://127.0.0.1:{manager.dashboard.port}/", flush=True)
-            if example:
-                applied = await apply_example(client)
-                print("Applied the seed guide's example: " + (", ".join(applied) or "(already there)"), flush=True)
-                phase = await _wait_for_phase(client, EXAMPLE_UNIT, {c.Phase.RUNNING.value}, 15.0)
-                print(f"QueueUnit {EXAMPLE_UNIT}: {phase or 'not created yet'}", flush=True)
-                snap = await take_snapshot(client)
-                print(status_text(overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(),
-                                                  written_messages=True, queue_quotas=snap.queue_quotas)),
-                      flush=True)
-            kc = server.kubeconfig_path
-            print("\nTry:", flush=True)
-            print(f"  export KUBECONFIG={kc}")
-            print("  kubectl get queueunit -A")
-            print("  kubectl describe elasticquota pytorch-team-a")
-            print("  kubectl get queue -n koord-queue")
-            print("  koord-queue status")
-            print("  koord-queue explain pytorchjob/pytorch-training-job")
-            print(f"Press Ctrl-C to stop; state is kept in {state_dir}", flush=True)
-            if ready is not None:
-                ready.set()
-            await stop.wait()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await sim.stop()
+            try:
+                await _started(task, manager.endpoints_ready, stop)
+                await _serve(server, client, manager, config, nodes, gpus_per_node, example, state_dir)
+                if ready is not None:
+                    ready.set()
+                await stop.wait()
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
     finally:
         await server.stop()
 
@@ -162,4 +185,7 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
 def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int,
          dashboard_port: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(run_up(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))
+    try:
+        asyncio.run(run_up(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))
+    except UpError as e:
+        raise SystemExit(f"koord-queue up: {e}") from None

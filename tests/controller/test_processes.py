@@ -292,3 +292,18 @@ async def test_koord_queue_up_runs_the_seed_example_and_kubectl_sees_it(tmp_path
     assert code == 0
 
 
+
+
+async def test_koord_queue_up_says_so_and_exits_when_its_dashboard_port_is_taken(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "koordqueue.cli", "up", "--state-dir", str(tmp_path / "kq"),
+            "--dashboard-port", str(port), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        async with asyncio.timeout(60):
+            out, err = await process.communicate()
+    assert process.returncode == 1
+    assert "koord-queue up: the controller could not start" in err.decode()
+    assert "address already in use" in err.decode().lower()

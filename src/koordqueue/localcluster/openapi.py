@@ -324,7 +324,7 @@ def _gvk(rt: ResourceType, kind: str) -> list[dict[str, str]]:
 
 
 def schema_for(rt: ResourceType) -> Schema:
-    """The kind's top-level schema, `$ref`s pointing into `builtin_components()`."""
+    """The kind's top-level schema, `$ref`s pointing into `builtin_components()`; shared: do not modify."""
     if rt.from_crd:
         return _crd_schema(rt)
     known = _BUILTIN.get(component_name(rt))
@@ -333,7 +333,24 @@ def schema_for(rt: ResourceType) -> Schema:
     return _kind(f"{rt.kind} (schema not described by this server).", {}) | {PRESERVE: True}
 
 
+# A CRD's top-level schema, built once per registered type (every write validates against
+# it): id(rt) -> (rt, schema); holding rt keeps its id from being reused. Read-only.
+_CRD_SCHEMAS: dict[int, tuple[ResourceType, Schema]] = {}
+_CRD_SCHEMAS_MAX = 1024
+
+
 def _crd_schema(rt: ResourceType) -> Schema:
+    cached = _CRD_SCHEMAS.get(id(rt))
+    if cached is not None and cached[0] is rt:
+        return cached[1]
+    if len(_CRD_SCHEMAS) >= _CRD_SCHEMAS_MAX:
+        _CRD_SCHEMAS.clear()
+    schema = _build_crd_schema(rt)
+    _CRD_SCHEMAS[id(rt)] = (rt, schema)
+    return schema
+
+
+def _build_crd_schema(rt: ResourceType) -> Schema:
     schema: Schema = copy.deepcopy(rt.schema) if rt.schema else {"type": "object", PRESERVE: True}
     props = schema.setdefault("properties", {})
     base = _kind("", {})["properties"]

@@ -35,6 +35,7 @@ SA_PREFIX = "system:serviceaccount:"
 MIN_EXPIRATION = 600  # kube-apiserver refuses shorter tokens
 DEFAULT_EXPIRATION = 3600
 MAX_EXPIRATION = 2**32
+VERIFIED_CACHE = 1024  # tokens whose signature was checked, kept until this many
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,7 @@ def _unb64(text: str) -> bytes:
 class TokenIssuer:
     def __init__(self, key: bytes) -> None:
         self._key = key
+        self._verified: dict[str, tuple[TokenClaims, int]] = {}
         self._kid = _b64(hashlib.sha256(key).digest()[:12])
 
     def issue(self, claims: TokenClaims, now: int | None = None) -> str:
@@ -118,6 +120,20 @@ class TokenIssuer:
 
     def verify(self, token: str, now: int | None = None) -> TokenClaims | None:
         """The claims of a token we issued that is in force now, else None."""
+        decoded = self._verified.get(token)
+        if decoded is None:
+            decoded = self._decode(token)
+            if decoded is None:
+                return None
+            if len(self._verified) >= VERIFIED_CACHE:
+                self._verified.clear()
+            self._verified[token] = decoded  # a client sends its token with every request
+        claims, not_before = decoded
+        moment = int(time.time()) if now is None else now
+        return claims if not_before <= moment < claims.expires else None
+
+    def _decode(self, token: str) -> tuple[TokenClaims, int] | None:
+        """The claims and not-before time of a token we signed, else None (times not checked)."""
         parts = token.split(".")
         if len(parts) != 3:
             return None
@@ -128,19 +144,19 @@ class TokenIssuer:
             return None
         if not hmac.compare_digest(signature, self._sign(f"{parts[0]}.{parts[1]}")) or not isinstance(payload, dict):
             return None
-        moment = int(time.time()) if now is None else now
         try:
-            if payload.get("iss") != ISSUER or not payload["nbf"] <= moment < payload["exp"]:
+            if payload.get("iss") != ISSUER:
                 return None
             inner = payload["kubernetes.io"]
             bound_kind = next((k for k in ("pod", "secret") if k in inner), "")
             bound: dict[str, Any] = inner[bound_kind] if bound_kind else {}
-            return TokenClaims(
+            claims = TokenClaims(
                 namespace=str(inner["namespace"]), name=str(inner["serviceaccount"]["name"]),
                 uid=str(inner["serviceaccount"]["uid"]), audiences=tuple(payload["aud"]), expires=int(payload["exp"]),
                 bound_kind=bound_kind.capitalize(), bound_name=str(bound.get("name", "")),
                 bound_uid=str(bound.get("uid", "")),
             )
+            return claims, int(payload["nbf"])
         except (KeyError, TypeError, AttributeError, ValueError):
             return None
 

@@ -107,8 +107,8 @@ class Controller:
         self.priority_classes: dict[str, int] = {}
         self.pc_informer = Informer(client, PRIORITY_CLASSES, project=_priority_value)
         self.node_informer = Informer(client, NODES, project=_allocatable)
-        self.quota_informer = Informer(client, QUOTAS, project=trim)
-        self.queue_informer = Informer(client, QUEUES, project=trim)
+        self.quota_informer = Informer(client, QUOTAS, project=_without_status)
+        self.queue_informer = Informer(client, QUEUES, project=_without_status)
         self.unit_informer = Informer(client, UNITS, project=unit_view)
         self.pod_informer = Informer(client, PODS, project=pod_view)
         self.job_informers: dict[str, Informer[JobView]] = {
@@ -118,6 +118,7 @@ class Controller:
         self.pods = PodIndex()
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.quotas: dict[str, QuotaInfo] = {}  # parsed, for the overview's tree
+        self.quota_namespaces: dict[str, str] = {}  # quota name -> its namespace, valid or not
         self.queue_quotas: dict[str, str | None] = {}  # queue key -> the quota it is bound to
         self.capacity: dict[str, int] | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)  # for the dashboard
@@ -149,6 +150,7 @@ class Controller:
     async def run(self) -> None:
         self._wire()
         await self._start_informers()
+        await self._settle_quotas_and_queues()
         self._load_units()
         self.sync_done = True
         self.initial_jobs = {f"{kind}/{key}" for kind, inf in self.job_informers.items() for key, _ in inf.items()}
@@ -213,10 +215,11 @@ class Controller:
         self.node_informer.on_delete(nodes_changed)
 
         self.quota_informer.on_add(self._quota_changed)
-        self.quota_informer.on_update(lambda _old, new: self._quota_changed(new))
+        # Our own status writes (used, positions) come back as updates: only other changes count.
+        self.quota_informer.on_update(lambda old, new: None if _same_spec(old, new) else self._quota_changed(new))
         self.quota_informer.on_delete(self._quota_deleted)
         self.queue_informer.on_add(self._queue_changed)
-        self.queue_informer.on_update(lambda _old, new: self._queue_changed(new))
+        self.queue_informer.on_update(lambda old, new: None if _same_spec(old, new) else self._queue_changed(new))
         self.queue_informer.on_delete(self._queue_deleted)
         self.unit_informer.on_add(self._unit_changed)
         self.unit_informer.on_update(lambda _old, new: self._unit_changed(new))
@@ -244,9 +247,24 @@ class Controller:
 
     # --- quotas and queues --------------------------------------------------------
 
+    async def _settle_quotas_and_queues(self) -> None:
+        """After the first sync: say which quotas are not used, make the Queues quotas lack and
+        feed every Queue once. While the caches fill, each quota would redo this for all the
+        others (and warn of Queues whose quota was merely not listed yet)."""
+        for name, reason in self.engine.validation_errors().items():
+            obj = self.quota_informer.get(f"{self.quota_namespaces.get(name)}/{name}")
+            if obj is not None:
+                self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
+        for quota in list(self.quotas.values()):
+            if not quota.is_parent:
+                await self._ensure_auto_queue(auto_queue_for(quota))
+        for _, obj in self.queue_informer.items():
+            await self._queue_changed(obj, settling=True)
+
     async def _quota_changed(self, obj: Object) -> None:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
+        self.quota_namespaces[name] = str(meta.get("namespace") or "")
         try:
             parsed = parse_elastic_quota(obj)
         except (InvalidObject, QuantityError) as e:
@@ -262,6 +280,8 @@ class Controller:
             self._event(obj, c.EventType.WARNING, c.EventReason.UNKNOWN_POLICY, warning)
         self.engine.set_quota(quota)
         self.quotas[quota.name] = quota
+        if not self.sync_done:
+            return  # _settle_quotas_and_queues does the rest once for all
         reason = self.engine.validation_errors().get(quota.name)
         if reason:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
@@ -274,6 +294,7 @@ class Controller:
         name = str((obj.get("metadata") or {}).get("name", ""))
         self.engine.remove_quota(name)
         self.quotas.pop(name, None)
+        self.quota_namespaces.pop(name, None)
         auto = self.queue_informer.get(f"{self.config.system_namespace}/{name}")
         if auto is not None and _is_auto_queue(auto, name):
             try:
@@ -314,9 +335,8 @@ class Controller:
             self._feed_queue(obj)
 
     def _feed_queue(self, obj: Object) -> QueueInfo | None:
-        quota_names = list(self.engine.quota_status())
         try:
-            parsed = parse_queue(obj, quota_names)
+            parsed = parse_queue(obj, list(self.quotas))
         except InvalidObject as e:
             meta = obj.get("metadata") or {}
             self.engine.remove_queue(f"{meta.get('namespace')}/{meta.get('name')}")
@@ -327,13 +347,15 @@ class Controller:
         self.queue_quotas[parsed.queue.key] = parsed.queue.quota
         return parsed.queue
 
-    async def _queue_changed(self, obj: Object) -> None:
+    async def _queue_changed(self, obj: Object, settling: bool = False) -> None:
         queue = self._feed_queue(obj)
+        if not self.sync_done and not settling:
+            return  # its quota may not be listed yet: _settle_quotas_and_queues feeds it again
         if queue is not None and queue.quota is None:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE,
                         "bound to no ElasticQuota (label quota.scheduling.koordinator.sh/name, or a quota "
                         "of the same name): jobs sent to this queue wait")
-        elif queue is not None and queue.quota not in self.engine.quota_status():
+        elif queue is not None and queue.quota not in self.quotas:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE,
                         f"bound to quota {queue.quota}, which does not exist: jobs sent to this queue wait")
         self.wake.set()
@@ -759,12 +781,11 @@ class Controller:
                 used = format_resource_list({r: quota.used.get(r, 0) for r in set(quota.max) | set(quota.used)})
                 if last_used.get(name) == used:
                     continue
-                obj = self._quota_object(name)
-                if obj is None:
+                namespace = self.quota_namespaces.get(name)
+                if namespace is None:
                     continue
                 try:
-                    await self.client.patch_status(QUOTAS, name, {"status": {"used": used}},
-                                                   namespace=obj["metadata"]["namespace"])
+                    await self.client.patch_status(QUOTAS, name, {"status": {"used": used}}, namespace=namespace)
                     last_used[name] = used
                 except ApiError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
@@ -801,11 +822,6 @@ class Controller:
         given = c.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL in annotations
         return settings.refresh_seconds if given else self.config.queue_status_refresh_seconds
 
-    def _quota_object(self, name: str) -> Object | None:
-        for _, obj in self.quota_informer.items():
-            if (obj.get("metadata") or {}).get("name") == name:
-                return obj
-        return None
 
 
 def _rv(text: str) -> int:
@@ -813,6 +829,20 @@ def _rv(text: str) -> int:
         return int(text)
     except ValueError:
         return 0
+
+
+def _without_status(obj: Object) -> Object:
+    """Quotas and Queues as cached: their status is ours, written from the engine, never read."""
+    obj = trim(obj)
+    obj.pop("status", None)
+    return obj
+
+
+def _same_spec(old: Object, new: Object) -> bool:
+    """Whether a change left spec, labels and annotations (all a quota or a Queue is read for) alone."""
+    before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    return old.get("spec") == new.get("spec") and before.get("labels") == after.get("labels") and \
+        before.get("annotations") == after.get("annotations")
 
 
 def _is_auto_queue(obj: Object, quota: str) -> bool:

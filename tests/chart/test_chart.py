@@ -248,6 +248,10 @@ def test_args_are_accepted_by_the_real_command_line(name: str) -> None:
     with controller_command.make_context("controller", list(rendered)) as ctx:
         params = ctx.params
     assert set(str(params["job_kinds"]).split(",")) == CASES[name][1]
+    # The webhook is served exactly when the chart registers it (a registered webhook
+    # nobody serves refuses every job, with failurePolicy Fail).
+    registered = "MutatingWebhookConfiguration" in kinds(case(name))
+    assert params["webhook"] is registered
 
 
 def test_bad_args_are_refused_by_the_command_line() -> None:
@@ -297,7 +301,7 @@ def test_values_reach_the_flags() -> None:
             "dashboard": {"port": 8090}, "leaderElection": {"enable": True, "leaseName": "my-lease"},
             "replicas": 3, "extraArgs": ["--webhook-host=extra.example"],
         },
-        "webhook": {"port": 9444},
+        "webhook": {"port": 9444, "servicePort": 8443},
     }
     objects = render(values)
     expected = {
@@ -313,8 +317,10 @@ def test_values_reach_the_flags() -> None:
     ports = {p["name"]: p["containerPort"] for p in container(objects)["ports"]}
     assert ports == {"metrics": 9090, "webhook": 9444, "dashboard": 8090}
     service_ports = {p["name"]: (p["port"], p["targetPort"]) for p in one(objects, "Service")["spec"]["ports"]}
-    assert service_ports == {"metrics": (9090, "metrics"), "webhook": (443, "webhook"),
+    assert service_ports == {"metrics": (9090, "metrics"), "webhook": (8443, "webhook"),
                              "dashboard": (8090, "dashboard")}
+    hook = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert hook["clientConfig"]["service"]["port"] == 8443  # the API server dials the Service's port
     probe = container(objects)["livenessProbe"]["httpGet"]
     assert probe == {"path": "/healthz", "port": "metrics"}
 
@@ -338,7 +344,7 @@ def test_defaults_match_the_command_lines_defaults() -> None:
 def test_leader_election_off() -> None:
     objects = case("no-webhook-no-leader-election")
     assert "--no-leader-elect" in args(objects) and "--leader-elect" not in args(objects)
-    assert flag(objects, "webhook-port") == ["0"]
+    assert "--no-webhook" in args(objects) and "--webhook" not in args(objects)
     assert [p["name"] for p in one(objects, "Service")["spec"]["ports"]] == ["metrics"]
 
 

@@ -647,10 +647,23 @@ class Controller:
         for admission in result.admitted:
             self.pending_messages.pop(admission.unit, None)
         self.pending_messages.update(result.messages)
-        writes = [self._admit(a.unit, a.quota, a.queue) for a in result.admitted]
-        writes += [self._preempt(p.unit, p.reason, p.requeue_at, p.quota) for p in result.preempted]
-        if writes:
-            await asyncio.gather(*writes)
+        # Victims first: the admissions of a cycle may need their room, so they are written
+        # only once every victim's unit says it holds no quota. Written together, a reader
+        # of the objects (or a controller restarted in between) would see a quota over its max.
+        if result.preempted:
+            written = await asyncio.gather(
+                *(self._preempt(p.unit, p.reason, p.requeue_at, p.quota) for p in result.preempted))
+            if not all(written):
+                for admission in result.admitted:  # decided with room a victim still holds
+                    self.engine.revert_admission(admission.unit)
+                self.wake.set()
+                return
+        # A unit admitted and then picked as a victim later in the same cycle is not admitted
+        # at all: the engine has it backing off, and its Preempted status says why.
+        victims = {p.unit for p in result.preempted}
+        admitted = [a for a in result.admitted if a.unit not in victims]
+        if admitted:
+            await asyncio.gather(*(self._admit(a.unit, a.quota, a.queue) for a in admitted))
 
     async def _admit(self, key: str, quota: str, queue: str) -> None:
         unit = self.unit_informer.get(key)
@@ -683,16 +696,20 @@ class Controller:
         self._event(_unit_ref(unit), c.EventType.NORMAL, reason, status["message"])
         self.jobs_queue.add(unit.job_key)
 
-    async def _preempt(self, key: str, reason: str, requeue_at: float, quota: str) -> None:
+    async def _preempt(self, key: str, reason: str, requeue_at: float, quota: str) -> bool:
+        """Write a victim's Preempted status; False (and the victim keeps its quota) if that failed."""
         unit = self.unit_informer.get(key)
         if unit is None:
-            return
+            return True
         info = self.engine.unit(key)
         try:
             await self._write_unit_status(
                 key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at))
         except ApiError as e:
-            log.warning("preemption of %s not written: %s", key, e)
+            log.warning("preemption of %s not written: %s; it keeps its quota", key, e)
+            if info is not None:  # its object still says it holds quota: so does the engine
+                hold(self.engine, info, unit.allocated_at or unit.created)
+            return False
         heapq.heappush(self.backoffs, (requeue_at, key))
         self._remember("preempted", key, quota, reason)
         self.metrics.preemptions.labels(quota).inc()
@@ -701,6 +718,7 @@ class Controller:
         if job is not None:
             self._event(_job_ref(job), c.EventType.WARNING, c.EventReason.PREEMPTED, reason)
         self.jobs_queue.add(unit.job_key)
+        return True
 
     async def _release_backoffs(self) -> None:
         now = self.clock()

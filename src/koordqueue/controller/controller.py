@@ -156,7 +156,8 @@ class Controller:
         self.initial_jobs = {f"{kind}/{key}" for kind, inf in self.job_informers.items() for key, _ in inf.items()}
         for item in sorted(self.initial_jobs):
             self.jobs_queue.add(item)
-        self._tasks += [asyncio.create_task(self._job_worker(), name=f"job-worker-{i}") for i in range(4)]
+        self._tasks += [asyncio.create_task(self._job_worker(), name=f"job-worker-{i}")
+                        for i in range(self.config.job_workers)]
         self._tasks.append(asyncio.create_task(self._schedule_loop(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._status_loop(), name="status"))
         self._tasks.append(asyncio.create_task(self._message_loop(), name="messages"))

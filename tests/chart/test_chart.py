@@ -184,19 +184,20 @@ def expand(group: str, resources: list[str], verbs: str, name: str = "") -> set[
 
 
 BASE = (
-    expand("scheduling.sigs.k8s.io", ["elasticquotas"], "get list watch")
+    expand("scheduling.sigs.k8s.io", ["elasticquotas"], "list watch")
     | expand("scheduling.sigs.k8s.io", ["elasticquotas/status"], "patch")
-    | expand("scheduling.x-k8s.io", ["queues", "queueunits"], "get list watch create patch delete")
+    | expand("scheduling.x-k8s.io", ["queues"], "list watch create patch delete")
+    | expand("scheduling.x-k8s.io", ["queueunits"], "list watch create patch")
     | expand("scheduling.x-k8s.io", ["queues/status", "queueunits/status"], "patch")
     | expand("", ["events"], "create patch")
-    | expand("scheduling.k8s.io", ["priorityclasses"], "get list watch")
-    | expand("", ["nodes", "pods"], "get list watch")
+    | expand("scheduling.k8s.io", ["priorityclasses"], "list watch")
+    | expand("", ["nodes", "pods"], "list watch")
 )
 WEBHOOK_CA = expand("admissionregistration.k8s.io", ["mutatingwebhookconfigurations"], "get patch", "koord-queue")
 
 
 def job_grants(job_kinds: set[str]) -> set[Grant]:
-    return set().union(*(expand(KIND_GROUP[k], [JOB_PLURALS[k]], "get list watch patch") for k in job_kinds))
+    return set().union(*(expand(KIND_GROUP[k], [JOB_PLURALS[k]], "list watch patch") for k in job_kinds))
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -106,6 +106,18 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
     assert webhook["webhooks"][0]["rules"][0]["resources"] == ["pytorchjobs", "tfjobs"]
     assert "koord-queue" in run("list", "--namespace", NAMESPACE)
 
+    # helm uninstall deletes the release's objects (and its release Secret, which helm
+    # deletes with a protobuf DeleteOptions); the CRDs stay, as helm leaves crds/ alone.
+    out = run("uninstall", RELEASE, "--namespace", NAMESPACE)
+    assert f'release "{RELEASE}" uninstalled' in out
+    assert run("list", "--namespace", NAMESPACE, "--output", "json").strip() == "[]"  # in any status
+    for kind in ("deployment", "service", "serviceaccount", "role", "rolebinding", "secret"):
+        left = bare_cluster.kubectl("get", kind, "-n", NAMESPACE, "-o", "name").stdout.split()
+        assert [n for n in left if "koord-queue" in n] == [], (kind, left)
+    for kind in ("clusterrole", "clusterrolebinding", "mutatingwebhookconfiguration"):
+        assert bare_cluster.kubectl("get", kind, "koord-queue", check=False).returncode == 1, kind
+    assert len(bare_cluster.get_json("crd")["items"]) == 3
+
 
 # --- the controller under the chart's ServiceAccount --------------------------------
 

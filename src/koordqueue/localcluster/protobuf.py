@@ -103,6 +103,13 @@ _MESSAGES: dict[str, dict[int, tuple[str, str]]] = {
                     3: ("roleRef", "msg:RoleRef")},
     "Subject": {1: ("kind", "str"), 2: ("apiGroup", "str"), 3: ("name", "str"), 4: ("namespace", "str")},
     "RoleRef": {1: ("apiGroup", "str"), 2: ("kind", "str"), 3: ("name", "str")},
+    # meta/v1 DeleteOptions: client-go's typed clients (helm's release Secrets) send it
+    # with DELETE. Field numbers as in kubectl 1.32's registered descriptor of
+    # k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto.
+    "DeleteOptions": {1: ("gracePeriodSeconds", "int"), 2: ("preconditions", "msg:Preconditions"),
+                      3: ("orphanDependents", "bool"), 4: ("propagationPolicy", "str"), 5: ("dryRun", "rep:str"),
+                      6: ("ignoreStoreReadErrorWithClusterBreakingPotential", "bool")},
+    "Preconditions": {1: ("uid", "str"), 2: ("resourceVersion", "str")},
 }
 _RBAC = "rbac.authorization.k8s.io/v1"
 KINDS = {("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Namespace"), ("v1", "ServiceAccount"),
@@ -202,3 +209,16 @@ def decode_object(body: bytes) -> dict[str, Any]:
     obj = _decode(kind, envelope.get("raw", b""))
     obj.setdefault("metadata", {})
     return {"apiVersion": api_version, "kind": kind, **obj}
+
+
+def decode_delete_options(body: bytes) -> dict[str, Any]:
+    """A protobuf DeleteOptions (the body of a DELETE) as its JSON form; ProtobufError if it is
+    not one. An empty message (no options) is `{}`."""
+    if not body.startswith(MAGIC):
+        raise ProtobufError("missing the protobuf envelope prefix")
+    envelope = _decode("Unknown", body[len(MAGIC):])
+    type_meta = envelope.get("typeMeta") or {}
+    api_version, kind = type_meta.get("apiVersion", ""), type_meta.get("kind", "")
+    if kind != "DeleteOptions" or api_version not in ("v1", "meta.k8s.io/v1"):
+        raise ProtobufError(f"expected a DeleteOptions, got {api_version or '?'} {kind or '?'}")
+    return _decode("DeleteOptions", envelope.get("raw", b""))

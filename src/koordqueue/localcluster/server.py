@@ -548,7 +548,12 @@ class APIServer:
         q = request.query
         body: Any = {}
         raw = await request.read()
-        if raw.strip():
+        if raw.strip() and request.content_type == protobuf.CONTENT_TYPE:
+            try:
+                body = protobuf.decode_delete_options(raw)
+            except protobuf.ProtobufError as e:
+                raise errors.bad_request(f"error decoding DeleteOptions: {e}") from None
+        elif raw.strip():
             try:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError as e:

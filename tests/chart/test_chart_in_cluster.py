@@ -45,9 +45,6 @@ from tests.chart.kube import KUBECTL, Cluster, embedded_cluster
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
 SEED = Path(__file__).parents[1] / "localcluster" / "data"
-# The embedded API server serves no policy/v1 (PodDisruptionBudget): leave the PDB out
-# when installing there (it is validated against the 1.32 schemas in test_chart.py).
-NO_PDB = {"controller": {"podDisruptionBudget": {"enable": False}}}
 
 
 @pytest.fixture
@@ -58,7 +55,7 @@ def bare_cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def test_kubectl_applies_the_rendered_crds_service_account_and_rbac(bare_cluster: Cluster) -> None:
-    objects = [o for o in render(NO_PDB, include_crds=True)
+    objects = [o for o in render(include_crds=True)
                if o["kind"] in {"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                                 "Role", "RoleBinding"}]
     assert len(objects) == 3 + 5
@@ -93,12 +90,13 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
         return result.stdout
 
     out = run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-              "--server-side=false", "--set", "controller.podDisruptionBudget.enable=false",
-              "--set", "extension.tf.enable=true")
+              "--server-side=false", "--set", "extension.tf.enable=true")
     assert "STATUS: deployed" in out and "Queued job kinds: PyTorchJob, TFJob." in out
     deployment = bare_cluster.get_json("deployment", "-n", NAMESPACE, "koord-queue-controllers")
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "koord-queue"
+    budget = bare_cluster.get_json("poddisruptionbudget", "-n", NAMESPACE, "koord-queue-controllers")
+    assert budget["spec"]["minAvailable"] == 1
     crds = bare_cluster.kubectl("get", "crd").stdout
     assert {"elasticquotas.scheduling.sigs.k8s.io", "queues.scheduling.x-k8s.io",
             "queueunits.scheduling.x-k8s.io"} <= {line.split()[0] for line in crds.splitlines()[1:]}
@@ -111,7 +109,7 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
     out = run("uninstall", RELEASE, "--namespace", NAMESPACE)
     assert f'release "{RELEASE}" uninstalled' in out
     assert run("list", "--namespace", NAMESPACE, "--output", "json").strip() == "[]"  # in any status
-    for kind in ("deployment", "service", "serviceaccount", "role", "rolebinding", "secret"):
+    for kind in ("deployment", "poddisruptionbudget", "service", "serviceaccount", "role", "rolebinding", "secret"):
         left = bare_cluster.kubectl("get", kind, "-n", NAMESPACE, "-o", "name").stdout.split()
         assert [n for n in left if "koord-queue" in n] == [], (kind, left)
     for kind in ("clusterrole", "clusterrolebinding", "mutatingwebhookconfiguration"):

@@ -41,9 +41,9 @@ ALLOWED_SKIPS = {
 }
 
 # Gaps of the embedded API server that a real cluster does not have, bridged here and
-# nowhere else: it speaks no server-side apply (helm 4's default) and serves no
-# policy/v1 (the chart's PodDisruptionBudget). Remove each when the server gains it.
-EMBEDDED_SERVER_GAPS = ["--server-side=false", "--set", "controller.podDisruptionBudget.enable=false"]
+# nowhere else: it speaks no server-side apply (helm 4's default). Remove each when the
+# server gains it.
+EMBEDDED_SERVER_GAPS = ["--server-side=false"]
 
 
 def bare(command: str) -> str:

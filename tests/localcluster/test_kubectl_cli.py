@@ -211,6 +211,38 @@ def test_builtin_kinds_print_like_kube_apiserver(kubectl: Kubectl) -> None:
 
 
 
+PDB = """apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web-budget}
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels: {app: web, tier: front}
+"""
+
+
+def test_pod_disruption_budget_policy_v1(kubectl: Kubectl) -> None:
+    """policy/v1 is served (the chart ships a PodDisruptionBudget): strict validation,
+    the kube-apiserver columns, the empty status a new budget gets, and the selector's
+    patchStrategy=replace."""
+    created = kubectl.out("apply", "--validate=strict", "-f", "-", stdin=PDB).strip()
+    assert created == "poddisruptionbudget.policy/web-budget created"
+    table = lines(kubectl.out("get", "pdb", "web-budget"))
+    assert table[0] == ["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"]
+    assert table[1][:4] == ["web-budget", "1", "N/A", "0"]
+    pdb = kubectl.json("get", "poddisruptionbudget.policy", "web-budget")
+    assert pdb["status"] == {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+    assert pdb["metadata"]["generation"] == 1
+    typo = kubectl.run("apply", "--validate=strict", "-f", "-", stdin=PDB.replace("minAvailable", "minAvailible"),
+                       check=False)
+    assert typo.returncode != 0 and 'unknown field "spec.minAvailible"' in typo.stderr
+    # A selector label dropped from the manifest is gone: the selector is replaced, not merged.
+    _apply(kubectl, PDB.replace(", tier: front", "").replace("minAvailable: 1", "maxUnavailable: 50%"))
+    pdb = kubectl.json("get", "pdb", "web-budget")
+    assert pdb["spec"] == {"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "web"}}}
+    assert kubectl.out("delete", "pdb", "web-budget").strip() == 'poddisruptionbudget.policy "web-budget" deleted'
+
+
 def test_describe_a_crd_object_and_a_builtin(kubectl: Kubectl) -> None:
     quota = kubectl.out("describe", "elasticquota", "pytorch-team-a")
     assert re.search(r"^Name:\s+pytorch-team-a$", quota, re.M)

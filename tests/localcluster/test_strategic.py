@@ -146,3 +146,14 @@ def test_crd_kinds_have_no_merge_keys_so_lists_are_replaced() -> None:
     job = {"spec": {"list": [{"name": "a"}, {"name": "b"}], "keep": 1}}
     assert apply_strategic_merge(job, {"spec": {"list": [{"name": "c"}]}}, rt) == {
         "spec": {"list": [{"name": "c"}], "keep": 1}}
+
+
+def test_a_pod_disruption_budgets_selector_is_replaced_whole() -> None:
+    """PodDisruptionBudgetSpec.selector has patchStrategy=replace; other maps merge."""
+    pdb_type = next(rt for rt in BUILTIN_TYPES if rt.kind == "PodDisruptionBudget")
+    original = {"metadata": {"name": "b", "labels": {"a": "1"}},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web", "tier": "front"}}}}
+    out = patched({"metadata": {"labels": {"b": "2"}}, "spec": {"selector": {"matchLabels": {"app": "web"}}}},
+                  original, pdb_type)
+    assert out["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    assert out["metadata"]["labels"] == {"a": "1", "b": "2"}

@@ -3,7 +3,9 @@
 Only the kinds this system (controller, simulated cluster, kubectl, Helm chart) touches.
 The per-kind hooks are the small part of each kind's real registry strategy that
 clients can observe: pods start `Pending`, namespaces start `Active` with their name
-label, Jobs get their selector, Secrets fold `stringData` into `data`.
+label, Jobs get their selector, Secrets fold `stringData` into `data`, a
+PodDisruptionBudget starts with an empty status (no disruption controller fills it in
+here, and its spec is not validated beyond the schema).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt("", "v1", "LimitRange", "limitranges", short_names=("limits",)),
     _rt("events.k8s.io", "v1", "Event", "events", short_names=("ev",), selectable_fields=_EVENTS_V1_FIELDS),
     _rt("coordination.k8s.io", "v1", "Lease", "leases"),
+    _rt("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", short_names=("pdb",), subresources=_STATUS),
     _rt("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, short_names=("pc",)),
     _rt("batch", "v1", "Job", "jobs", categories=("all",), subresources=_STATUS,
         selectable_fields=("status.successful",)),
@@ -158,6 +161,12 @@ def _service_create(obj: dict[str, Any]) -> None:
     obj["status"] = {"loadBalancer": {}}
 
 
+def _pdb_create(obj: dict[str, Any]) -> None:
+    """A new budget's status is the empty one (the disruption controller fills it in);
+    its counts are not omitempty, so they read 0."""
+    obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+
+
 def _priority_class_write(obj: dict[str, Any]) -> None:
     obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
 
@@ -174,6 +183,7 @@ CREATE_HOOKS: dict[str, tuple[Hook, ...]] = {
     "/secrets": (_secret_write,),
     SERVICE_KEY: (_service_create,),
     "scheduling.k8s.io/priorityclasses": (_priority_class_write,),
+    "policy/poddisruptionbudgets": (_pdb_create,),
 }
 UPDATE_HOOKS: dict[str, tuple[Hook, ...]] = {
     NAMESPACE_KEY: (_namespace_write,),

@@ -141,6 +141,10 @@ _POD_SPEC = _obj({
 }, "PodSpec is a description of a pod.", ("containers",))
 
 _CONDITIONS = _list(ANY, "type", "merge")
+_LABEL_SELECTOR = _obj({
+    "matchExpressions": _list(_obj({"key": S, "operator": S, "values": STRINGS}, required=("key", "operator"))),
+    "matchLabels": LABELS,
+}, "A label selector is a label query over a set of resources.")
 
 
 def _status(**lists: Schema) -> Schema:
@@ -167,10 +171,7 @@ _BUILTIN: dict[str, Schema] = {
                                   "OwnerReference contains enough information to let you identify an owning object.",
                                   ("apiVersion", "kind", "name", "uid")),
     META + "ListMeta": _obj({**_names("continue resourceVersion selfLink"), "remainingItemCount": INT}),
-    META + "LabelSelector": _obj({
-        "matchExpressions": _list(_obj({"key": S, "operator": S, "values": STRINGS}, required=("key", "operator"))),
-        "matchLabels": LABELS,
-    }, "A label selector is a label query over a set of resources."),
+    META + "LabelSelector": _LABEL_SELECTOR,
     QUANTITY: {"oneOf": [{"type": "string"}, {"type": "number"}],
                "description": "Quantity is a fixed-point representation of a number, e.g. 100m, 8Gi."},
     # core/v1
@@ -272,6 +273,22 @@ _BUILTIN: dict[str, Schema] = {
         **_names("acquireTime renewTime", {"type": "string", "format": "date-time"}),
         **_names("leaseDurationSeconds leaseTransitions", INT),
     })}),
+    # policy
+    "io.k8s.api.policy.v1.PodDisruptionBudget": _kind(
+        "PodDisruptionBudget is an object to define the max disruption that can be caused to a collection of pods",
+        {
+            "spec": _obj({
+                "maxUnavailable": INT_OR_STRING, "minAvailable": INT_OR_STRING,
+                # patchStrategy=replace, as in the Go type: a patched selector is replaced whole.
+                "selector": {**_LABEL_SELECTOR, "x-kubernetes-patch-strategy": "replace"},
+                "unhealthyPodEvictionPolicy": S,
+            }),
+            "status": _obj({
+                **_names("currentHealthy desiredHealthy disruptionsAllowed expectedPods observedGeneration", INT),
+                "disruptedPods": _map(TIME),
+                "conditions": _list(ANY, "type", "merge"),
+            }),
+        }),
     # rbac
     "io.k8s.api.rbac.v1.PolicyRule": _obj(
         _names("apiGroups nonResourceURLs resourceNames resources verbs", STRINGS), required=("verbs",)),

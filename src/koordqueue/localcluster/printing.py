@@ -405,6 +405,13 @@ def _job_cells(job: Obj, now: datetime) -> list[Any]:
             format_label_selector(spec.get("selector"))]
 
 
+def _pdb_cells(pdb: Obj, now: datetime) -> list[Any]:
+    spec = pdb.get("spec") or {}
+    return [str(spec["minAvailable"]) if "minAvailable" in spec else "N/A",
+            str(spec["maxUnavailable"]) if "maxUnavailable" in spec else "N/A",
+            _get(pdb, "status.disruptionsAllowed", 0), _age(pdb, now)]
+
+
 def _deployment_cells(d: Obj, now: datetime) -> list[Any]:
     spec, status = d.get("spec") or {}, d.get("status") or {}
     return [f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}", status.get("updatedReplicas", 0),
@@ -499,6 +506,9 @@ _PRINTERS: dict[tuple[str, str], Printer] = {
     ], _service_cells),
     ("coordination.k8s.io", "Lease"): _named([column("Holder"), AGE_COLUMN],
                                              lambda o, now: [_get(o, "spec.holderIdentity", ""), _age(o, now)]),
+    ("policy", "PodDisruptionBudget"): _named(
+        [column("Min Available"), column("Max Unavailable"), column("Allowed Disruptions", "integer"), AGE_COLUMN],
+        _pdb_cells),
     ("scheduling.k8s.io", "PriorityClass"): _named(
         [column("Value", "integer"), column("Global-Default", "boolean"), AGE_COLUMN, column("PreemptionPolicy")],
         lambda o, now: [o.get("value", 0), bool(o.get("globalDefault")), _age(o, now),

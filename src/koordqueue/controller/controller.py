@@ -519,9 +519,9 @@ class Controller:
         if adopt:
             await self._write_unit_status(job.unit_key, {**st.running(), "message": "adopted: it was already running"})
             return
-        # Only the phase: the engine says where the unit stands (in the message it sends for
-        # every new unit), and that text must not be overwritten by a generic one.
-        await self._write_unit_status(job.unit_key, {"phase": c.Phase.ENQUEUED.value})
+        # No status yet: the engine says where the unit stands in the message it sends for
+        # every new unit, and that message brings the phase Enqueued with it (one write, at
+        # the next flush of messages); a unit admitted before then gets its phase from that.
         self._event(ref, c.EventType.NORMAL, c.EventReason.ENQUEUED, "queued")
         if not job.suspended:
             await self._suspend(job, adapter)
@@ -695,7 +695,21 @@ class Controller:
         self.metrics.admission_wait.labels(queue).observe(max(0.0, now - unit.created))
         reason = c.EventReason.RESERVED if checks else c.EventReason.DEQUEUED
         self._event(_unit_ref(unit), c.EventType.NORMAL, reason, status["message"])
+        if not checks:
+            await self._release(unit)
         self.jobs_queue.add(unit.job_key)
+
+    async def _release(self, unit: UnitView) -> None:
+        """Let an admitted unit's job run now, rather than when our watch brings back the
+        admission we just wrote (the job reconciler does it then, if this fails)."""
+        job = self._job_of(unit)
+        if job is None or not job.suspended or job.deleting:
+            return
+        try:
+            await self.client.patch(job_resource(job.kind), job.name, adapter_of_kind(job.kind).resume_patch({}),
+                                    namespace=job.namespace)
+        except ApiError as e:
+            log.info("job %s not released yet: %s", job.key, e)
 
     async def _preempt(self, key: str, reason: str, requeue_at: float, quota: str) -> bool:
         """Write a victim's Preempted status; False (and the victim keeps its quota) if that failed."""
@@ -770,12 +784,21 @@ class Controller:
         if unit is None:  # created, but our watch has not brought it yet: try again at the next flush
             self.pending_messages.setdefault(key, message)
             return
+        first = not unit.phase  # a new unit: its first status is its phase and this message
         try:
-            await self._write_unit_status(key, {"message": message}, touch=False)
+            if first:
+                await self._write_unit_status(key, st.enqueued(message), precondition=True)
+            else:
+                await self._write_unit_status(key, {"message": message}, touch=False)
+        except Conflict:  # our view of it is stale: look again at the next flush
+            self.pending_messages.setdefault(key, message)
+            return
         except ApiError as e:
             log.info("message of %s not written: %s", key, e)
             return
         now = self.clock()
+        if _waiting_its_turn(message):
+            return  # queued, not yet tried: no scheduling has failed
         if now - self.failed_scheduling_at.get(key, -FAILED_SCHEDULING_EVERY) >= FAILED_SCHEDULING_EVERY:
             self.failed_scheduling_at[key] = now
             self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.FAILED_SCHEDULING, message)
@@ -848,6 +871,12 @@ def _rv(text: str) -> int:
         return int(text)
     except ValueError:
         return 0
+
+
+def _waiting_its_turn(message: str) -> bool:
+    """Whether the engine's message says only that a unit is queued (engine.messages.queued),
+    not why it does not fit."""
+    return message.startswith("queued in ")
 
 
 def _without_status(obj: Object) -> Object:

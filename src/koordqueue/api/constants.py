@@ -176,6 +176,11 @@ class Phase(StrEnum):
 # Phases in which a unit holds quota.
 PHASES_HOLDING_QUOTA = frozenset({Phase.RESERVED, Phase.DEQUEUED, Phase.RUNNING})
 PHASES_FINISHED = frozenset({Phase.SUCCEED, Phase.FAILED})
+# Koord-Queue's older phases, read as the phase of ours they mean (units written before a
+# switch to us): SchedReady (quota reserved, job not yet released) and SchedSucceed (pods
+# placed, job released) hold quota as Dequeued does; SchedFailed waits as Enqueued does.
+KOORD_QUEUE_OLDER_PHASES = {"SchedReady": Phase.DEQUEUED, "SchedSucceed": Phase.DEQUEUED,
+                            "SchedFailed": Phase.ENQUEUED}
 
 
 class AdmissionCheckState(StrEnum):

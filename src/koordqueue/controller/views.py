@@ -263,7 +263,7 @@ def unit_view(obj: Object) -> UnitView:
         resource_version=str(meta.get("resourceVersion", "")),
         spec=spec,
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
-        phase=str(status.get("phase") or ""),
+        phase=_phase(status.get("phase")),
         message=str(status.get("message") or ""),
         attempts=attempts if isinstance(attempts, int) else 0,
         created=parse_time(meta.get("creationTimestamp")),
@@ -278,6 +278,13 @@ def unit_view(obj: Object) -> UnitView:
         if isinstance(pod_state, dict) else None,
         admissions_running=tuple(_count(a.get("running")) for a in admissions),
     )
+
+
+def _phase(value: object) -> str:
+    """status.phase, Koord-Queue's older phases read as the ones of ours they mean."""
+    phase = str(value or "")
+    older = c.KOORD_QUEUE_OLDER_PHASES.get(phase)
+    return older.value if older is not None else phase
 
 
 def _count(value: object) -> int:

@@ -490,7 +490,7 @@ class Controller:
             await self._suspend(job, adapter)
         if may_run:
             await self._follow_running(item, unit, job)
-        if job.unit_spec is not None and _unit_spec_drifted(unit, job):
+        if job.unit_spec is not None and unit.phase not in FINISHED and _unit_spec_drifted(unit, job):
             # The controller owns the unit's spec: a hand edit (say, of its priority) is reverted.
             await self.client.patch(UNITS, unit.name, {"spec": job.unit_spec}, namespace=unit.namespace)
             self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
@@ -906,9 +906,32 @@ def _spec_changed(current: UnitInfo, new: UnitInfo) -> bool:
 
 
 def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
-    assert job.unit_spec is not None
-    return any(unit.spec.get(k) != v for k, v in job.unit_spec.items()
-               if k in ("priority", "queue", "resource", "podSet"))
+    """Whether the unit asks for something else than its job: priority, queue, total request
+    (as amounts), pod sets (name, count, minCount). How pod templates are written is not
+    compared: Koord-Queue copies whole templates where we keep only the requests, and a
+    unit it wrote is not one edited by hand."""
+    want = job.unit_spec
+    assert want is not None
+    if unit.spec.get("priority") != want.get("priority"):
+        return True
+    if "queue" in want and unit.spec.get("queue") != want["queue"]:
+        return True
+    return _amounts(unit.spec.get("resource")) != _amounts(want.get("resource")) or \
+        _pod_set_shape(unit.spec.get("podSet")) != _pod_set_shape(want.get("podSet"))
+
+
+def _amounts(resources: object) -> dict[str, int] | None:
+    try:
+        return parse_resource_list(resources or {})
+    except QuantityError:
+        return None
+
+
+def _pod_set_shape(pod_sets: object) -> list[tuple[Any, ...]] | None:
+    if not isinstance(pod_sets, list):
+        return None
+    return sorted((str(p.get("name")), p.get("count"), p.get("minCount")) if isinstance(p, dict) else ("?",)
+                  for p in pod_sets)
 
 
 def _unit_ref(unit: UnitView) -> ObjectRef:

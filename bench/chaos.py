@@ -106,6 +106,21 @@ class HistoryChecker:
         self.releases = 0
         self.suspensions = 0
 
+    def prime(self, quotas: list[dict[str, Any]], units: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+        """Start from objects that exist already (a cluster taken over): their state, no verdicts."""
+        for obj in quotas:
+            self.feed(Event(0, QUOTAS_KEY, "ADDED", obj, None))
+        for obj in units:
+            self.feed(Event(0, UNITS_KEY, "ADDED", obj, None))
+        for obj in jobs:
+            meta = obj["metadata"]
+            key = f"{meta.get('namespace', '')}/{meta['name']}"
+            self.suspended[key] = _suspended(obj)
+            unit = self.units.get(f"{key}-{c.UNIT_SUFFIX_PYTORCH}")
+            if unit is not None and unit.holding and not self.suspended[key]:
+                unit.released_in = unit.epoch
+        self.admissions = self.writes = 0
+
     # Called by the store for every write, inside the server: never raise.
     def feed(self, event: Event) -> None:
         try:
@@ -173,7 +188,8 @@ class HistoryChecker:
                          f"{ref.get('namespace') or meta.get('namespace', '')}/{ref.get('name', '')}")
             self.units[key] = unit
         phase = str((event.obj.get("status") or {}).get("phase") or "")
-        holding = event.type != DELETED and phase in HOLDING
+        older = c.KOORD_QUEUE_OLDER_PHASES.get(phase)  # a unit Koord-Queue wrote
+        holding = event.type != DELETED and (older.value if older else phase) in HOLDING
         if holding == unit.holding:
             return
         if holding:
@@ -198,9 +214,7 @@ class HistoryChecker:
         if event.type == DELETED:
             self.suspended.pop(key, None)
             return
-        annotations = meta.get("annotations") or {}
-        run_policy = (event.obj.get("spec") or {}).get("runPolicy") or {}
-        suspended = annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE or run_policy.get("suspend") is True
+        suspended = _suspended(event.obj)
         was = self.suspended.get(key, True)
         self.suspended[key] = suspended
         if was and not suspended:
@@ -222,6 +236,12 @@ class HistoryChecker:
         return {name: dict(used) for name, used in self.used.items()}
 
 
+def _suspended(job: dict[str, Any]) -> bool:
+    annotations = job["metadata"].get("annotations") or {}
+    run_policy = (job.get("spec") or {}).get("runPolicy") or {}
+    return annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE or run_policy.get("suspend") is True
+
+
 # --- the workload ------------------------------------------------------------------------
 
 
@@ -239,6 +259,9 @@ class ChaosConfig:
     drop_watches_every: tuple[float, float] = (2.0, 5.0)
     compact_every: tuple[float, float] = (5.0, 12.0)
     tail_runtime: float = 12.0  # the long jobs that are running when status.used is compared
+    # Leader election of the controller (duration, renew deadline, retry period): the
+    # defaults of the chart; a replacement leads once the killed one's lease runs out.
+    lease: tuple[float, float, float] = (10.0, 7.0, 2.0)
     timeout: float = 1800.0
     state_dir: Path | None = None
     verbose: bool = True
@@ -347,9 +370,10 @@ def _free_port() -> int:
 class Controller:
     """`koord-queue controller` in a process of its own; each start is a new replica identity."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, log: Path, lease: tuple[float, float, float]) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
+        self.lease = lease
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -357,7 +381,8 @@ class Controller:
         self.starts += 1
         args = [sys.executable, "-m", "koordqueue.cli", "controller", "--kubeconfig", str(self.kubeconfig),
                 "--identity", f"chaos-{self.starts}", "--metrics-port", str(_free_port()),
-                "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5",
+                "--lease-duration", str(self.lease[0]), "--renew-deadline", str(self.lease[1]),
+                "--retry-period", str(self.lease[2]),
                 "--protect-seconds", "0", "--backoff-base", "1", "--backoff-cap", "4", "--log-format", "json"]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
@@ -438,7 +463,7 @@ class ChaosRun:
         server.store.listeners.append(self.checker.feed)
         server.store.listeners.append(self._track_phases)
         self._count_requests(server)
-        controller = Controller(server.kubeconfig_path, state / "controller.log")
+        controller = Controller(server.kubeconfig_path, state / "controller.log", config.lease)
         try:
             async with KubeClient(load_config(str(server.kubeconfig_path)), qps=2000, burst=4000) as client:
                 nodes = config.parents * config.gpus_per_parent // 8
@@ -498,8 +523,12 @@ class ChaosRun:
                 await asyncio.sleep(rng.uniform(0.2, 2.0))
                 controller.start()
             await creating
+            last_said = time.monotonic()
             while self.succeeded(units) < len(jobs):
                 self._check_deadline(deadline, units, "every job to end")
+                if time.monotonic() - last_said > 30:
+                    last_said = time.monotonic()
+                    self._say(f"{self.succeeded(units)}/{len(jobs)} done")
                 if not controller.alive():
                     self.problems.append("the controller process died on its own")
                     controller.start()
@@ -642,6 +671,8 @@ def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -
     parser.add_argument("--submit-per-second", type=float, default=25.0)
     parser.add_argument("--runtime", type=float, nargs=2, default=(0.5, 4.0), metavar=("MIN", "MAX"))
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--lease", type=float, nargs=3, default=(10.0, 7.0, 2.0),
+                        metavar=("DURATION", "RENEW", "RETRY"), help="the controller's leader election timings")
     parser.add_argument("--state-dir", type=Path, default=None, help="keep the state (and controller.log) here")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
     args = parser.parse_args(argv)
@@ -649,7 +680,8 @@ def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -
     logging.basicConfig(level=logging.ERROR)
     config = ChaosConfig(jobs=args.jobs, quotas=args.quotas, parents=args.parents, kills=args.kills,
                          error_rate=args.error_rate, seed=args.seed, submit_per_second=args.submit_per_second,
-                         runtime=tuple(args.runtime), timeout=args.timeout, state_dir=args.state_dir)
+                         runtime=tuple(args.runtime), timeout=args.timeout, state_dir=args.state_dir,
+                         lease=tuple(args.lease))
     result = run_chaos(config)
     report(result.figures())
     if args.json:

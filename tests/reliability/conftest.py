@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import ModuleType
+
+from koordqueue.api.crds import all_crds
+from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.manager import Manager
+from koordqueue.kube.client import KubeClient
+from koordqueue.kube.config import load_config
+from koordqueue.localcluster.server import APIServer
+from koordqueue.localcluster.simcluster import SimCluster
 
 ROOT = Path(__file__).parents[2]
 
@@ -21,3 +32,40 @@ def load_chaos() -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# --- a cluster whose store is seeded before our controller starts ------------------------
+
+
+
+@asynccontextmanager
+async def bare_cluster(state: Path, nodes: int = 4, gpus_per_node: int = 8) -> AsyncIterator[
+        tuple[APIServer, KubeClient, SimCluster]]:
+    """The API server and the simulated cluster (not started: `await sim.start()`), no
+    controller: seed what you need first."""
+    server = APIServer(state, crds=all_crds())
+    await server.start()
+    try:
+        async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
+            sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node)
+            try:
+                yield server, client, sim
+            finally:
+                await sim.stop()
+    finally:
+        await server.stop()
+
+
+@asynccontextmanager
+async def controller_running(client: KubeClient, config: ControllerConfig) -> AsyncIterator[Manager]:
+    """Our controller (in this process) on a cluster that already has objects; waits for its sync."""
+    manager = Manager(client, config)
+    task = asyncio.create_task(manager.run())
+    try:
+        async with asyncio.timeout(20):
+            while manager.controller is None or not manager.controller.sync_done:
+                await asyncio.sleep(0.05)
+        yield manager
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -25,7 +25,7 @@ async def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     chaos = load_chaos()
     config = chaos.ChaosConfig(jobs=300, quotas=20, parents=4, kills=3, seed=SEED, runtime=(0.3, 2.0),
                                submit_per_second=25.0, tail_runtime=6.0, timeout=200.0,
-                               state_dir=tmp_path, verbose=False)
+                               state_dir=tmp_path, verbose=False, lease=(3.0, 2.0, 0.5))
     report = await chaos.ChaosRun(config).run()
     figures = report.figures()
     print(figures)

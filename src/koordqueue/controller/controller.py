@@ -119,6 +119,7 @@ class Controller:
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.quotas: dict[str, QuotaInfo] = {}  # parsed, for the overview's tree
         self.quota_namespaces: dict[str, str] = {}  # quota name -> its namespace, valid or not
+        self.refused_twins: set[str] = set()  # namespace/name of quotas refused for a name taken
         self.queue_quotas: dict[str, str | None] = {}  # queue key -> the quota it is bound to
         self.capacity: dict[str, int] | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)  # for the dashboard
@@ -265,6 +266,11 @@ class Controller:
     async def _quota_changed(self, obj: Object) -> None:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
+        in_use = self._quota_in_use(name)
+        for twin in self._quota_twins(name):  # each told once why it is not used
+            self._refuse_twin(twin, in_use)
+        if in_use is not None and (in_use.get("metadata") or {}).get("namespace") != meta.get("namespace"):
+            return  # another namespace's quota has this name: this one is refused
         self.quota_namespaces[name] = str(meta.get("namespace") or "")
         try:
             parsed = parse_elastic_quota(obj)
@@ -291,8 +297,39 @@ class Controller:
         self._refeed_queues()
         self.wake.set()
 
+    def _quota_in_use(self, name: str) -> Object | None:
+        """The ElasticQuota used under ``name``. Quota names are cluster-wide (Koordinator's
+        webhook keeps them so); of quotas that share one in different namespaces the oldest
+        is used and the others are refused, or one tenant could take another's quota (its
+        max, its min, the namespaces bound to it) by naming a quota of its own alike."""
+        same = [obj for _, obj in self.quota_informer.items() if (obj.get("metadata") or {}).get("name") == name]
+        return min(same, key=_age, default=None)
+
+    def _quota_twins(self, name: str) -> list[Object]:
+        """The quotas named ``name`` that are not used (see ``_quota_in_use``)."""
+        in_use = self._quota_in_use(name)
+        return [obj for _, obj in self.quota_informer.items()
+                if (obj.get("metadata") or {}).get("name") == name and obj is not in_use]
+
+    def _refuse_twin(self, twin: Object, in_use: Object | None) -> None:
+        meta = twin.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if in_use is None or key in self.refused_twins:
+            return
+        self.refused_twins.add(key)
+        self._event(twin, c.EventType.WARNING, c.EventReason.INVALID_QUOTA,
+                    f"quota not used: the name {meta.get('name')} is taken by the ElasticQuota in namespace "
+                    f"{(in_use.get('metadata') or {}).get('namespace')} (quota names are cluster-wide)")
+
     async def _quota_deleted(self, obj: Object) -> None:
-        name = str((obj.get("metadata") or {}).get("name", ""))
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        self.refused_twins.discard(f"{meta.get('namespace')}/{name}")
+        remaining = self._quota_in_use(name)
+        if remaining is not None:  # one of a pair with the same name: the other one is used now
+            self.refused_twins.discard(f"{(remaining.get('metadata') or {}).get('namespace')}/{name}")
+            await self._quota_changed(remaining)
+            return
         self.engine.remove_quota(name)
         self.quotas.pop(name, None)
         self.quota_namespaces.pop(name, None)
@@ -891,6 +928,12 @@ def _same_spec(old: Object, new: Object) -> bool:
     before, after = old.get("metadata") or {}, new.get("metadata") or {}
     return old.get("spec") == new.get("spec") and before.get("labels") == after.get("labels") and \
         before.get("annotations") == after.get("annotations")
+
+
+def _age(obj: Object) -> tuple[str, str]:
+    """Oldest first (creationTimestamp is RFC 3339 in UTC: text order is time order), then by namespace."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or "")
 
 
 def _is_auto_queue(obj: Object, quota: str) -> bool:

@@ -80,8 +80,8 @@ def test_kubectl_applies_the_rendered_crds_service_account_and_rbac(bare_cluster
 
 
 def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
-    """`helm install` as the README has it (plus --server-side=false: the embedded server
-    speaks no server-side apply), then what a user checks with kubectl."""
+    """`helm install` as the README has it (helm 4 applies server-side), what a user then
+    checks with kubectl, `helm upgrade` with changed values, and `helm uninstall`."""
     env = bare_cluster.env()
 
     def run(*args: str) -> str:
@@ -90,7 +90,7 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
         return result.stdout
 
     out = run("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-              "--server-side=false", "--set", "extension.tf.enable=true")
+              "--set", "extension.tf.enable=true", "--set-json", 'controller.podAnnotations={"team": "ml"}')
     assert "STATUS: deployed" in out and "Queued job kinds: PyTorchJob, TFJob." in out
     deployment = bare_cluster.get_json("deployment", "-n", NAMESPACE, "koord-queue-controllers")
     assert deployment["spec"]["replicas"] == 2
@@ -103,6 +103,21 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
     webhook = bare_cluster.get_json("mutatingwebhookconfiguration", "koord-queue")
     assert webhook["webhooks"][0]["rules"][0]["resources"] == ["pytorchjobs", "tfjobs"]
     assert "koord-queue" in run("list", "--namespace", NAMESPACE)
+    applied = bare_cluster.get_json("deployment", "-n", NAMESPACE, "koord-queue-controllers", "--show-managed-fields")
+    assert [(e["manager"], e["operation"]) for e in applied["metadata"]["managedFields"]] == [("helm", "Apply")]
+
+    # An upgrade without TFJobs and without the pod annotation: what the chart no longer
+    # renders is gone (fields helm applied before and applies no more), the rest stays.
+    assert "annotations" in deployment["spec"]["template"]["metadata"]
+    out = run("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reset-values")
+    assert "STATUS: deployed" in out and "REVISION: 2" in out
+    deployment = bare_cluster.get_json("deployment", "-n", NAMESPACE, "koord-queue-controllers")
+    assert "annotations" not in deployment["spec"]["template"]["metadata"]
+    assert "--job-kinds=PyTorchJob" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    webhook = bare_cluster.get_json("mutatingwebhookconfiguration", "koord-queue")
+    assert webhook["webhooks"][0]["rules"][0]["resources"] == ["pytorchjobs"]
+    role = bare_cluster.get_json("clusterrole", "koord-queue")
+    assert "tfjobs" not in json.dumps(role["rules"]) and "pytorchjobs" in json.dumps(role["rules"])
 
     # helm uninstall deletes the release's objects (and its release Secret, which helm
     # deletes with a protobuf DeleteOptions); the CRDs stay, as helm leaves crds/ alone.

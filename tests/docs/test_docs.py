@@ -40,27 +40,17 @@ ALLOWED_SKIPS = {
     "docker build -t koord-queue:0.1.0 .": "no Docker engine where the tests run",
 }
 
-# Gaps of the embedded API server that a real cluster does not have, bridged here and
-# nowhere else: it speaks no server-side apply (helm 4's default). Remove each when the
-# server gains it.
-EMBEDDED_SERVER_GAPS = ["--server-side=false"]
-
 
 def bare(command: str) -> str:
     """A one-line command without its trailing comment."""
     return re.sub(r"\s+#.*$", "", command.strip()) if "\n" not in command else command
 
 
-def _helm_wrapper(bin_dir: Path) -> None:
-    """`helm` on PATH: the fetched helm, with EMBEDDED_SERVER_GAPS added to install/upgrade."""
+def _helm_on_path(bin_dir: Path) -> None:
+    """`helm` on PATH: the fetched helm itself, given every argument as the reader types it
+    (the embedded API server serves what helm 4 asks for, server-side apply included)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    gaps = " ".join(EMBEDDED_SERVER_GAPS)
-    (bin_dir / "helm").write_text(
-        "#!/bin/bash\n"
-        f'case "$1" in install|upgrade) exec {helm()} "$@" {gaps} ;; esac\n'
-        f'exec {helm()} "$@"\n'
-    )
-    (bin_dir / "helm").chmod(0o755)
+    (bin_dir / "helm").symlink_to(helm())
 
 
 def _sandbox(tmp: Path) -> tuple[Path, dict[str, str]]:
@@ -71,7 +61,7 @@ def _sandbox(tmp: Path) -> tuple[Path, dict[str, str]]:
     home = tmp / "home"
     home.mkdir()
     bin_dir = tmp / "bin"
-    _helm_wrapper(bin_dir)
+    _helm_on_path(bin_dir)
     path = [str(bin_dir), str(Path(sys.executable).parent)]
     if KUBECTL:
         path.append(str(Path(KUBECTL).parent))

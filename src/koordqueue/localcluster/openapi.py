@@ -144,7 +144,7 @@ _CONDITIONS = _list(ANY, "type", "merge")
 _LABEL_SELECTOR = _obj({
     "matchExpressions": _list(_obj({"key": S, "operator": S, "values": STRINGS}, required=("key", "operator"))),
     "matchLabels": LABELS,
-}, "A label selector is a label query over a set of resources.")
+}, "A label selector is a label query over a set of resources.") | {"x-kubernetes-map-type": "atomic"}
 
 
 def _status(**lists: Schema) -> Schema:
@@ -432,7 +432,8 @@ def _paths(rt: ResourceType) -> dict[str, Schema]:
         f"{collection}/{{name}}": {
             "get": _op(rt, "get", "read", None, []),
             "put": _op(rt, "put", "replace", "object", _WRITE_PARAMS),
-            "patch": _op(rt, "patch", "patch", None, _WRITE_PARAMS + _params("force"), patch_types),
+            "patch": _op(rt, "patch", "patch", None, _WRITE_PARAMS + _params("force"),
+                         (*patch_types, "application/apply-patch+yaml")),
             "delete": _op(rt, "delete", "delete", None, _params("dryRun", "gracePeriodSeconds", "propagationPolicy")),
             "parameters": ns + name,
         },

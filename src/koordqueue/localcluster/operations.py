@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from koordqueue.localcluster import apply as ssa
 from koordqueue.localcluster import builtin, crd, errors
 from koordqueue.localcluster.builtin import CRD_KEY, NAMESPACE_KEY
 from koordqueue.localcluster.patch import (
@@ -51,6 +52,7 @@ _SYSTEM_META = ("uid", "creationTimestamp", "namespace", "name", "generation", "
                 "deletionGracePeriodSeconds")
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
+ManagedFields = list[dict[str, Any]]  # metadata.managedFields, as server-side apply writes them
 # (operation, resource type, subresource, object, old object) -> object after mutating admission
 Admit = Callable[[str, ResourceType, str, dict[str, Any], dict[str, Any] | None], Awaitable[dict[str, Any]]]
 
@@ -165,6 +167,7 @@ class Operations:
     # --- create --------------------------------------------------------------------
     async def create(
         self, rt: ResourceType, namespace: str, body: Any, dry_run: bool = False, subresource: str = "",
+        managed_fields: ManagedFields | None = None,
     ) -> dict[str, Any]:
         obj = self._check_body(rt, body)
         meta = obj["metadata"]
@@ -189,6 +192,8 @@ class Operations:
         self._check_namespace_writable(rt, namespace, name)
         for attr in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"):
             meta.pop(attr, None)
+        if managed_fields is not None:  # server-side apply's
+            meta["managedFields"] = managed_fields
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
         if rt.from_crd or "spec" in obj:  # kinds without a spec (ConfigMap, Secret) have no generation
@@ -338,8 +343,46 @@ class Operations:
             raise errors.bad_request("the name of the object cannot be changed by a patch")
         return await self._write_update(rt, old, new, subresource, dry_run)
 
+    async def apply(
+        self, rt: ResourceType, namespace: str, name: str, body: Any, manager: str, dry_run: bool = False,
+        check: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply of the configuration `body` by field manager `manager` (see apply.py);
+        (the object, whether it was created). `check` sees the object before it is written."""
+        if not isinstance(body, dict) or not body.get("apiVersion") or not body.get("kind"):
+            raise errors.bad_request("apply configuration must be an object with apiVersion and kind")
+        config = self._check_body(rt, deep_copy(body))
+        meta = config["metadata"]
+        if meta.get("name", name) != name:
+            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the "
+                                     f"URL ({name})")
+        if rt.namespaced and meta.get("namespace") and meta["namespace"] != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request")
+        meta.pop("managedFields", None)
+        fields = ssa.field_set(config, rt)
+        now = now_rfc3339()
+        current = self.store.get(rt.storage_key, namespace if rt.namespaced else "", name)
+        if current is None:
+            new = ssa.merge({}, config, rt)
+            new["metadata"]["name"] = name
+            if check is not None:
+                check(new)
+            managed = ssa.managed_fields({}, manager, fields, rt.api_version, now)
+            return await self.create(rt, namespace, new, dry_run, managed_fields=managed), True
+        mine, others = ssa.applied_by(current["metadata"], manager)
+        new = deep_copy(current)
+        if mine:
+            ssa.remove_unapplied(new, mine, fields, ssa.union(others))
+        new = ssa.merge(new, config, rt)
+        if check is not None:
+            check(new)
+        managed = ssa.managed_fields(current["metadata"], manager, fields, rt.api_version, now)
+        return await self._write_update(rt, current, new, "", dry_run, managed), False
+
     async def _write_update(
         self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str, dry_run: bool,
+        managed_fields: ManagedFields | None = None,
     ) -> dict[str, Any]:
         name = old["metadata"]["name"]
         rv = new["metadata"].get("resourceVersion")
@@ -359,7 +402,13 @@ class Operations:
                     meta[attr] = old_meta[attr]
                 else:
                     meta.pop(attr, None)
-            meta.pop("managedFields", None)
+            # Set by server-side apply only; other writes keep what is there.
+            if managed_fields is not None:
+                meta["managedFields"] = managed_fields
+            elif "managedFields" in old_meta:
+                meta["managedFields"] = deep_copy(old_meta["managedFields"])
+            else:
+                meta.pop("managedFields", None)
             if rt.has_status:
                 if "status" in old:
                     result["status"] = deep_copy(old["status"])

@@ -45,6 +45,7 @@ from koordqueue.localcluster.controls import PREFIX as CONTROLS_PREFIX
 from koordqueue.localcluster.controls import Access, Controls
 from koordqueue.localcluster.gc import GarbageCollector
 from koordqueue.localcluster.operations import (
+    APPLY_PATCH,
     FOREGROUND,
     ORPHAN,
     PATCH_TYPES,
@@ -438,6 +439,8 @@ class APIServer:
             patch_type = request.content_type
             if patch_type not in PATCH_TYPES:
                 raise errors.unsupported_media_type(patch_type, PATCH_TYPES)
+            if patch_type == APPLY_PATCH:
+                return await self._apply(request, rt, ns, name, sub, dry_run)
             obj = await self._ops.patch(rt, ns, name, patch_type, await request.read(), sub, dry_run,
                                         check=lambda o: self._validate_fields(request, rt, o, warnings))
             return self._respond(request, rt, obj, 200, warnings)
@@ -543,6 +546,29 @@ class APIServer:
             raise errors.bad_request(openapi.strict_error_message(rt, unknown))
         warnings.extend(openapi.warning_texts(unknown))
         return obj
+
+    async def _apply(self, request: web.Request, rt: ResourceType, ns: str, name: str, sub: str,
+                     dry_run: bool) -> web.Response:
+        """Server-side apply (apply.py): creates the object or merges the configuration in."""
+        if sub:
+            raise errors.APIError(415, "UnsupportedMediaType", "this server does not serve server-side apply "
+                                  f"to the {sub} subresource; send a merge or JSON patch")
+        manager = request.query.get("fieldManager", "")
+        if not manager:
+            raise errors.unprocessable('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                                       "is required for apply patch")
+        if request.query.get("force", "false") not in ("true", "false"):
+            raise errors.bad_request(f"invalid force: {request.query['force']!r}")
+        try:
+            config = yaml.safe_load(await request.read())
+        except yaml.YAMLError as e:
+            raise errors.bad_request(f"error decoding YAML: {e}") from None
+        warnings: list[str] = []
+        if self._store.get(rt.storage_key, ns if rt.namespaced else "", name) is None:
+            self._authorize(request, "create", rt, ns, name, "")  # an apply that creates needs create too
+        obj, created = await self._ops.apply(rt, ns, name, config, manager, dry_run,
+                                             check=lambda o: self._validate_fields(request, rt, o, warnings))
+        return self._respond(request, rt, obj, 201 if created else 200, warnings)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:
         q = request.query

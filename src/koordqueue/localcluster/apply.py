@@ -1,0 +1,263 @@
+"""Server-side apply, a minimal subset: what `helm install` (helm 4's default) and
+`kubectl apply --server-side` need.
+
+A PATCH of type `application/apply-patch+yaml` with a `fieldManager` sends an apply
+configuration: the fields that manager wants set. The server:
+
+- creates the object from it when there is none (authorized as `create` too);
+- otherwise merges it into the live object: maps recursively, lists of list-type `map`
+  item by item (by their keys), of list-type `set` as a union, every other list and
+  atomic maps (`x-kubernetes-map-type: atomic`, patch strategy `replace`) whole;
+- removes the fields that manager applied last time and no longer applies, unless
+  another applier applies them too (so `helm upgrade` of a chart that dropped a field
+  drops it);
+- records each applier's fields in `metadata.managedFields` (operation Apply,
+  FieldsV1, in kube-apiserver's notation), kept through other writes.
+
+Left out, on purpose: conflict detection between managers (`force` is accepted and
+has nothing to override: an apply always wins), `Update` entries for the other write
+verbs (so fields set by a PUT or PATCH never take ownership away from an applier), and
+apply to subresources (415). A `null` in the configuration means "not applied".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from koordqueue.localcluster import openapi
+from koordqueue.localcluster.patch import deep_copy
+from koordqueue.localcluster.registry import ResourceType
+
+Schema = dict[str, Any] | None
+FieldSet = dict[str, Any]  # FieldsV1: {"f:spec": {"f:replicas": {}}, ...}
+APPLY = "Apply"
+_TOP_LEVEL_SKIPPED = ("apiVersion", "kind")
+_META_SKIPPED = ("managedFields", "resourceVersion", "uid", "creationTimestamp", "generation", "selfLink",
+                 "deletionTimestamp", "deletionGracePeriodSeconds")
+
+
+# --- the schema's merge metadata --------------------------------------------------------
+
+def _child(schema: Schema, key: str) -> Schema:
+    schema = openapi.resolve(schema)
+    if schema is None:
+        return None
+    props = schema.get("properties") or {}
+    if key in props:
+        return openapi.resolve(props[key])
+    extra = schema.get("additionalProperties")
+    return openapi.resolve(extra) if isinstance(extra, dict) else None
+
+
+def _items(schema: Schema) -> Schema:
+    schema = openapi.resolve(schema)
+    return openapi.resolve(schema.get("items")) if schema else None
+
+
+def _list_type(schema: Schema) -> tuple[str, list[str]]:
+    """("map", keys), ("set", []) or ("atomic", []) for a list field."""
+    schema = openapi.resolve(schema) or {}
+    kind = schema.get("x-kubernetes-list-type")
+    keys = list(schema.get("x-kubernetes-list-map-keys") or ())
+    if not keys and schema.get("x-kubernetes-patch-merge-key"):
+        keys = [schema["x-kubernetes-patch-merge-key"]]
+        kind = kind or "map"
+    if kind == "map" and keys:
+        return "map", keys
+    return ("set", []) if kind == "set" else ("atomic", [])
+
+
+def _atomic_map(schema: Schema) -> bool:
+    """A map set whole (a LabelSelector): `x-kubernetes-map-type: atomic` or patch strategy replace."""
+    schema = openapi.resolve(schema) or {}
+    return schema.get("x-kubernetes-map-type") == "atomic" or \
+        "replace" in str(schema.get("x-kubernetes-patch-strategy", "")).split(",")
+
+
+def _granular_map(schema: Schema) -> bool:
+    """A map of arbitrary keys (labels, data), as opposed to a struct of known fields."""
+    schema = openapi.resolve(schema) or {}
+    return not schema.get("properties")
+
+
+def _item_key(item: Any, keys: list[str]) -> str:
+    values = {k: item.get(k) for k in keys if isinstance(item, dict) and k in item}
+    return "k:" + json.dumps(values, separators=(",", ":"), sort_keys=True)
+
+
+def _value_key(item: Any) -> str:
+    return "v:" + json.dumps(item, separators=(",", ":"), sort_keys=True)
+
+
+# --- field sets ---------------------------------------------------------------------------
+
+def field_set(config: dict[str, Any], rt: ResourceType) -> FieldSet:
+    """The FieldsV1 of the fields an apply configuration sets (a kind with a status
+    subresource takes no status from it)."""
+    fields = _fields_of_map(config, openapi.schema_for(rt), top=True)
+    if rt.has_status:
+        fields.pop("f:status", None)
+    return fields
+
+
+def _fields_of_map(value: dict[str, Any], schema: Schema, top: bool = False) -> FieldSet:
+    out: FieldSet = {}
+    for key, item in value.items():
+        if item is None or top and key in _TOP_LEVEL_SKIPPED:
+            continue
+        if top and key == "metadata" and isinstance(item, dict):
+            item = {k: v for k, v in item.items() if k not in _META_SKIPPED and k not in ("name", "namespace")}
+            out["f:metadata"] = _fields_of_map(item, _child(schema, key))
+            if not out["f:metadata"]:
+                del out["f:metadata"]
+            continue
+        out[f"f:{key}"] = _fields_of(item, _child(schema, key))
+    return out
+
+
+def _fields_of(value: Any, schema: Schema) -> FieldSet:
+    if isinstance(value, dict) and value and not _atomic_map(schema):
+        inner = _fields_of_map(value, schema)
+        return {".": {}, **inner} if _granular_map(schema) else inner
+    if isinstance(value, list) and value:
+        kind, keys = _list_type(schema)
+        if kind == "map":
+            items = _items(schema)
+            return {_item_key(i, keys): {".": {}, **(_fields_of_map(i, items) if isinstance(i, dict) else {})}
+                    for i in value}
+        if kind == "set":
+            return {_value_key(i): {} for i in value}
+    return {}
+
+
+# --- removing what a manager stopped applying -----------------------------------------------
+
+def _find(node: Any, key: str) -> tuple[Any, Any]:
+    """(container, index or field name) of `key` in `node`, or (None, None)."""
+    if key.startswith("f:") and isinstance(node, dict):
+        name = key[2:]
+        return (node, name) if name in node else (None, None)
+    if key.startswith(("k:", "v:")) and isinstance(node, list):
+        for index, item in enumerate(node):
+            if key.startswith("k:"):
+                wanted = json.loads(key[2:])
+                if isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items()):
+                    return node, index
+            elif _value_key(item) == key:
+                return node, index
+    return None, None
+
+
+def remove_unapplied(live: dict[str, Any], old: FieldSet, new: FieldSet, others: FieldSet) -> None:
+    """Delete from `live` what `old` has and `new` has not, except what `others` own."""
+    removals: list[tuple[Any, Any]] = []
+    for key, sub in old.items():
+        if key == ".":
+            continue
+        container, where = _find(live, key)
+        if container is None:
+            continue
+        if key in new:
+            if sub:
+                remove_unapplied(container[where], sub, new[key], others.get(key, {}))
+        elif key in others:
+            if sub:
+                remove_unapplied(container[where], sub, {}, others[key])
+        else:
+            removals.append((container, where))
+    for container, where in sorted(removals, key=lambda r: r[1] if isinstance(r[1], int) else 0, reverse=True):
+        del container[where]
+
+
+def union(sets: list[FieldSet]) -> FieldSet:
+    out: FieldSet = {}
+    for one in sets:
+        for key, sub in one.items():
+            out[key] = union([out.get(key, {}), sub])
+    return out
+
+
+# --- merging the configuration in ---------------------------------------------------------------
+
+def merge(live: dict[str, Any], config: dict[str, Any], rt: ResourceType) -> dict[str, Any]:
+    """`live` with `config` applied over it (both left untouched)."""
+    return _merge_map(deep_copy(live), config, openapi.schema_for(rt))
+
+
+def _merge_map(live: dict[str, Any], config: dict[str, Any], schema: Schema) -> dict[str, Any]:
+    for key, value in config.items():
+        if value is None:
+            continue
+        live[key] = _merge_value(live.get(key), value, _child(schema, key))
+    return live
+
+
+def _merge_value(current: Any, value: Any, schema: Schema) -> Any:
+    if isinstance(value, dict) and isinstance(current, dict) and not _atomic_map(schema):
+        return _merge_map(current, value, schema)
+    if isinstance(value, list) and isinstance(current, list):
+        kind, keys = _list_type(schema)
+        if kind == "map":
+            items = _items(schema)
+            out = list(current)
+            for item in value:
+                key = _item_key(item, keys)
+                found = next((i for i, old in enumerate(out) if _item_key(old, keys) == key), None)
+                if found is None:
+                    out.append(_without_nulls(item))
+                else:
+                    out[found] = _merge_value(out[found], item, items)
+            return out
+        if kind == "set":
+            return list(current) + [_without_nulls(i) for i in value if i not in current]
+    return _without_nulls(value)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+# --- managedFields ------------------------------------------------------------------------------
+
+def applied_by(meta: dict[str, Any], manager: str) -> tuple[FieldSet | None, list[FieldSet]]:
+    """(the fields `manager` applied last, the fields every other applier applies)."""
+    mine: FieldSet | None = None
+    others: list[FieldSet] = []
+    for entry in meta.get("managedFields") or ():
+        if not isinstance(entry, dict) or entry.get("operation") != APPLY or entry.get("subresource"):
+            continue
+        fields: FieldSet = entry["fieldsV1"] if isinstance(entry.get("fieldsV1"), dict) else {}
+        if entry.get("manager") == manager:
+            mine = fields
+        else:
+            others.append(fields)
+    return mine, others
+
+
+def managed_fields(meta: dict[str, Any], manager: str, fields: FieldSet, api_version: str,
+                   now: str) -> list[dict[str, Any]]:
+    """`meta`'s managedFields with `manager`'s Apply entry set to `fields` (its time kept when
+    its fields did not change, so a repeated apply changes nothing)."""
+    out: list[dict[str, Any]] = []
+    replaced = False
+    for entry in meta.get("managedFields") or ():
+        if isinstance(entry, dict) and entry.get("manager") == manager and entry.get("operation") == APPLY \
+                and not entry.get("subresource"):
+            same = entry.get("fieldsV1") == fields and entry.get("apiVersion") == api_version
+            out.append(entry if same else _entry(manager, fields, api_version, now))
+            replaced = True
+        else:
+            out.append(entry)
+    if not replaced:
+        out.append(_entry(manager, fields, api_version, now))
+    return out
+
+
+def _entry(manager: str, fields: FieldSet, api_version: str, now: str) -> dict[str, Any]:
+    return {"manager": manager, "operation": APPLY, "apiVersion": api_version, "time": now,
+            "fieldsType": "FieldsV1", "fieldsV1": fields}

@@ -75,6 +75,10 @@ MESSAGE_FLUSH_SECONDS = 1.0  # a waiting unit's message is written at most this 
 FAILED_SCHEDULING_EVERY = 60.0  # seconds between FailedScheduling events of one unit
 QUEUE_ITEMS_WRITTEN = 200  # pending units listed in a Queue's status
 EVENT_WRITERS = 8
+# Events waiting to be written; past this many, new ones are dropped (and counted), as
+# client-go's event broadcaster does: events are advice, and 100k new jobs must not
+# become 100k tasks in memory nor hold the API server back from the writes that matter.
+EVENT_BACKLOG = 10_000
 RECENT_DECISIONS = 50
 
 
@@ -134,10 +138,11 @@ class Controller:
         self.sync_done = False
         self.initial_jobs: set[str] = set()
         self.write_limit = asyncio.Semaphore(self.config.write_concurrency)
-        self.event_limit = asyncio.Semaphore(EVENT_WRITERS)
+        self.event_queue: asyncio.Queue[tuple[ObjectRef | Object, c.EventType, c.EventReason, str]] = \
+            asyncio.Queue(EVENT_BACKLOG)
+        self.events_dropped = 0
         self.cycles = 0
         self._tasks: list[asyncio.Task[Any]] = []
-        self._background: set[asyncio.Task[Any]] = set()
         self._stopped = asyncio.Event()
 
     # --- projections --------------------------------------------------------------
@@ -150,6 +155,8 @@ class Controller:
 
     async def run(self) -> None:
         self._wire()
+        self._tasks += [asyncio.create_task(self._event_writer(), name=f"event-writer-{i}")
+                        for i in range(EVENT_WRITERS)]
         await self._start_informers()
         await self._settle_quotas_and_queues()
         self._load_units()
@@ -173,7 +180,7 @@ class Controller:
 
     async def _shutdown(self) -> None:
         self.jobs_queue.shutdown()
-        tasks = [*self._tasks, *self._background]
+        tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -234,18 +241,20 @@ class Controller:
             inf.on_update(lambda _o, j, k=kind: self.jobs_queue.add(f"{k}/{j.key}"))
             inf.on_delete(self._job_deleted)
 
-    def _spawn(self, coro: Any) -> None:
-        """Run a write nobody waits for (events), keeping a reference until it ends."""
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     def _event(self, ref: ObjectRef | Object, event_type: c.EventType, reason: c.EventReason, message: str) -> None:
-        async def write() -> None:
-            async with self.event_limit:
-                await self.events.record(ref, event_type, reason, message)
+        """Queue an Event for the event writers; nobody waits for it."""
+        try:
+            self.event_queue.put_nowait((ref, event_type, reason, message))
+        except asyncio.QueueFull:
+            self.events_dropped += 1
+            if self.events_dropped % 1000 == 1:
+                log.warning("%d events dropped so far: more than %d waiting to be written", self.events_dropped,
+                            EVENT_BACKLOG)
 
-        self._spawn(write())
+    async def _event_writer(self) -> None:
+        while True:
+            ref, event_type, reason, message = await self.event_queue.get()
+            await self.events.record(ref, event_type, reason, message)
 
     # --- quotas and queues --------------------------------------------------------
 

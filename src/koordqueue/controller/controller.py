@@ -538,9 +538,17 @@ class Controller:
             await self._follow_running(item, unit, job)
         if job.unit_spec is not None and unit.phase not in FINISHED and _unit_spec_drifted(unit, job):
             # The controller owns the unit's spec: a hand edit (say, of its priority) is reverted.
-            await self.client.patch(UNITS, unit.name, {"spec": job.unit_spec}, namespace=unit.namespace)
+            spec = job.unit_spec if "queue" in job.unit_spec else {**job.unit_spec, "queue": None}
+            await self.client.patch(UNITS, unit.name, {"spec": spec}, namespace=unit.namespace)
             self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         "spec edited by hand; restored from the job (edit the job instead)")
+        labels = _unit_labels_drifted(unit, job)
+        if labels and job.unit_spec is not None and unit.phase not in FINISHED:
+            # So are the labels the engine reads: the unit's quota is the one its job names.
+            await self.client.patch(UNITS, unit.name, {"metadata": {"labels": labels}}, namespace=unit.namespace)
+            said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
+            self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
+                        f"labels set from the job: {said} (edit the job instead)")
 
     async def _create_unit(self, item: str, job: JobView, adapter: JobAdapter) -> None:
         if job.invalid or job.unit_spec is None:
@@ -968,8 +976,23 @@ def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
         return True
     if "queue" in want and unit.spec.get("queue") != want["queue"]:
         return True
+    if "queue" not in want and unit.spec.get("queue") not in (None, "", job_label(job, c.LABEL_QUOTA_NAME)):
+        return True  # a queue given by hand (Koord-Queue writes the one of the job's quota: no change)
     return _amounts(unit.spec.get("resource")) != _amounts(want.get("resource")) or \
         _pod_set_shape(unit.spec.get("podSet")) != _pod_set_shape(want.get("podSet"))
+
+
+UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labels the engine reads
+
+
+def job_label(job: JobView, name: str) -> str | None:
+    return dict(job.unit_labels).get(name)
+
+
+def _unit_labels_drifted(unit: UnitView, job: JobView) -> dict[str, str | None]:
+    """The owned labels on which the unit and its job differ, as a merge patch to the job's values."""
+    return {name: job_label(job, name) for name in UNIT_LABELS_OWNED
+            if unit.label(name) != job_label(job, name)}
 
 
 def _amounts(resources: object) -> dict[str, int] | None:

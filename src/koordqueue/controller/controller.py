@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import QueueSettings, parse_elastic_quota, parse_queue
@@ -109,6 +111,8 @@ class Controller:
         )
         self.events = EventRecorder(client, "koord-queue")
         self.priority_classes: dict[str, int] = {}
+        self.pc_version = 0
+        self.job_fingerprints: dict[str, int] = {}  # job item -> what its view was made from
         self.pc_informer = Informer(client, PRIORITY_CLASSES, project=_priority_value)
         self.node_informer = Informer(client, NODES, project=_allocatable)
         self.quota_informer = Informer(client, QUOTAS, project=_without_status)
@@ -148,8 +152,24 @@ class Controller:
     # --- projections --------------------------------------------------------------
 
     def _project_job(self, obj: Object) -> JobView:
+        """The job's view; when only its suspension or status changed (our resume, the operator's
+        conditions), the last view with those refreshed: reading pod templates again costs
+        50 times more."""
         kind = str(obj.get("kind") or "")
-        return job_view(obj, adapter_of_kind(kind), self.priority_classes)
+        adapter = adapter_of_kind(kind)
+        meta = obj.get("metadata") or {}
+        item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        fingerprint = _job_fingerprint(obj, self.pc_version)
+        informer = self.job_informers.get(kind)
+        old = informer.get(item.partition("/")[2]) if informer is not None else None
+        if old is not None and old.invalid is None and self.job_fingerprints.get(item) == fingerprint:
+            try:
+                return replace(old, suspended=adapter.is_suspended(obj), state=adapter.status(obj),
+                               deleting=bool(meta.get("deletionTimestamp")))
+            except InvalidObject:
+                pass
+        self.job_fingerprints[item] = fingerprint
+        return job_view(obj, adapter, self.priority_classes)
 
     # --- running ------------------------------------------------------------------
 
@@ -202,6 +222,7 @@ class Controller:
 
     def _wire(self) -> None:
         def pcs_changed(*_: Any) -> None:
+            self.pc_version += 1  # jobs' priorities may change: their next views are made afresh
             self.priority_classes.clear()
             self.priority_classes.update({k: v for k, v in self.pc_informer.items() if v is not None})
 
@@ -489,6 +510,7 @@ class Controller:
     # --- jobs -----------------------------------------------------------------------
 
     def _job_deleted(self, job: JobView) -> None:
+        self.job_fingerprints.pop(f"{job.kind}/{job.key}", None)
         self.engine.remove_unit(job.unit_key)
         self.wake.set()
 
@@ -925,6 +947,24 @@ def _rv(text: str) -> int:
         return int(text)
     except ValueError:
         return 0
+
+
+def _job_fingerprint(obj: Object, pc_version: int) -> int:
+    """A hash of what a job's unit is made from: all but its suspension and status."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and ("suspend" in spec or isinstance(spec.get("runPolicy"), dict)):
+        spec = {k: v for k, v in spec.items() if k != "suspend"}
+        if isinstance(spec.get("runPolicy"), dict):
+            spec["runPolicy"] = {k: v for k, v in spec["runPolicy"].items() if k != "suspend"}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and c.ANNOTATION_SUSPEND in annotations:
+        annotations = {k: v for k, v in annotations.items() if k != c.ANNOTATION_SUSPEND}
+    try:
+        return hash(orjson.dumps([meta.get("uid"), meta.get("creationTimestamp"), meta.get("labels"), annotations,
+                                  spec, pc_version], option=orjson.OPT_SORT_KEYS))
+    except TypeError:
+        return id(obj)  # not JSON as we know it: never equal to another
 
 
 def _waiting_its_turn(message: str) -> bool:

@@ -77,6 +77,9 @@ def _check_qualified_key(key: str, field: str) -> list[Cause]:
     return causes
 
 
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024  # bytes of keys and values, as kube-apiserver counts them
+
+
 def check_metadata(meta: dict[str, Any]) -> list[Cause]:
     """Labels, annotations, finalizers and ownerReferences of an object being written."""
     causes: list[Cause] = []
@@ -102,10 +105,15 @@ def check_metadata(meta: dict[str, Any]) -> list[Cause]:
                 "character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is "
                 "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
             ))
+    size = 0
     for key, value in (meta.get("annotations") or {}).items():
         causes += _check_qualified_key(key, "metadata.annotations")
         if not isinstance(value, str):
             causes.append(("metadata.annotations", f"Invalid value: {value!r}: must be a string"))
+        else:
+            size += len(key.encode()) + len(value.encode())
+    if size > TOTAL_ANNOTATION_SIZE_LIMIT:
+        causes.append(("metadata.annotations", f"Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"))
     for i, fin in enumerate(meta.get("finalizers") or []):
         if not isinstance(fin, str) or not fin:
             causes.append((f"metadata.finalizers[{i}]", "Required value: finalizer must be a non-empty string"))

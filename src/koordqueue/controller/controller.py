@@ -402,7 +402,9 @@ class Controller:
         for _, obj in self.queue_informer.items():
             self._feed_queue(obj)
 
-    def _feed_queue(self, obj: Object) -> QueueInfo | None:
+    def _feed_queue(self, obj: Object, warn: bool = False) -> QueueInfo | None:
+        """Parse a Queue into the engine; ``warn``: say which of its settings were not usable
+        (unknown policy, bad annotations: the Queue works with the fallback each names)."""
         try:
             parsed = parse_queue(obj, list(self.quotas))
         except InvalidObject as e:
@@ -410,13 +412,15 @@ class Controller:
             self.engine.remove_queue(f"{meta.get('namespace')}/{meta.get('name')}")
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE, str(e))
             return None
+        for warning in parsed.warnings if warn else ():
+            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE, warning)
         self.engine.set_queue(parsed.queue)
         self.queue_settings[parsed.queue.key] = parsed.settings
         self.queue_quotas[parsed.queue.key] = parsed.queue.quota
         return parsed.queue
 
     async def _queue_changed(self, obj: Object, settling: bool = False) -> None:
-        queue = self._feed_queue(obj)
+        queue = self._feed_queue(obj, warn=self.sync_done or settling)
         if not self.sync_done and not settling:
             return  # its quota may not be listed yet: _settle_quotas_and_queues feeds it again
         if queue is not None and queue.quota is None:

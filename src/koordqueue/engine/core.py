@@ -41,9 +41,10 @@ from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
 
 MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most this often
-# Units right behind a blocking head are told who blocks them; further back they keep
-# the (unchanging) text they got when they were queued, so that a head admitted in a
-# long Block queue rewrites a few messages, not thousands.
+# Units right behind a unit that waits are told why they wait (who blocks them, or the
+# same limit for the same request); further back they keep the text they got when they
+# were queued, so that a cycle rewrites a few messages per queue, not thousands. The
+# views (``standing``, ``queue_positions``) work out every unit's reason when asked.
 BLOCKED_WINDOW = 20
 DEFAULT_CONFIG = EngineConfig()  # frozen, so one instance serves as the default
 
@@ -99,6 +100,11 @@ class _Scan:
     admitted: bool = False
     restart: bool = False
     done: bool = False
+    borrows: bool = False  # its next unit would borrow: it waits for the turns of those that do not
+
+
+_Turn = tuple[int, bool, float, str, int]
+"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version)."""
 
 
 def _entry(unit: UnitInfo) -> Entry:
@@ -141,7 +147,8 @@ class Engine:
         self._changed: dict[str, str] = {}
         self._rebuild_needed = True
         self._now = -math.inf
-        self._heap: list[tuple[int, float, str, int]] | None = None  # during a cycle
+        self._heap: list[_Turn] | None = None  # during a cycle
+        self._admitted_now: set[str] = set()  # units admitted in this cycle: never its victims
         self._scans: dict[str, _Scan] = {}
 
     # --- inputs -------------------------------------------------------------------
@@ -233,8 +240,9 @@ class Engine:
         return result
 
     def _run_cycle(self, now: float, result: CycleResult) -> None:
-        heap: list[tuple[int, float, str, int]] = []
+        heap: list[_Turn] = []
         self._heap = heap
+        self._admitted_now = set()
         self._scans = {}
         stale = sorted(self._stale)
         self._stale = set()
@@ -244,7 +252,7 @@ class Engine:
                 self._push(state)
         try:
             while heap:
-                _, share, key, version = heapq.heappop(heap)
+                _, _, share, key, version = heapq.heappop(heap)
                 state = self._qs[key]
                 if version != state.version:
                     continue
@@ -256,11 +264,14 @@ class Engine:
         finally:
             self._heap = None
             self._scans = {}
+            self._admitted_now = set()
 
     def _push(self, state: _Queue) -> None:
         assert self._heap is not None
         state.version += 1
-        heapq.heappush(self._heap, (-state.info.priority, _share(state.leaf), state.key, state.version))
+        scan = self._scans.get(state.key)
+        borrows = scan is not None and scan.borrows
+        heapq.heappush(self._heap, (-state.info.priority, borrows, _share(state.leaf), state.key, state.version))
 
     def _step(self, state: _Queue, now: float, result: CycleResult) -> bool:
         """Go on scanning ``state`` until one unit is admitted (True) or none can be."""
@@ -274,6 +285,11 @@ class Engine:
             record = self._units[entry[4]]
             info = record.info
             misfit = first_misfit(leaf, info.request, info.priority)
+            if misfit is None and not scan.borrows and borrowing(leaf, info.request):
+                # As in Kueue: admissions within runtime shares come first in a cycle, so
+                # that a borrower does not take what another quota is about to claim.
+                scan.borrows = True
+                return True
             heapq.heappop(heads)
             if misfit is None or self._preempt_for(record, state, misfit, now, result):
                 self._admit(record, state, now, result)
@@ -287,16 +303,19 @@ class Engine:
             if state.stops_at(info.priority):
                 state.blocker = record.key
                 heads.clear()
-                for behind in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
-                    other = self._units[behind[4]]
-                    self._say(other, self._live_message(other))
+                behind = list(islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1))
+            else:
+                behind = state.pending.followers(shape, BLOCKED_WINDOW)
+            for follower in behind:
+                other = self._units[follower[4]]
+                self._say(other, self._live_message(other) if state.blocker else record.message)
         self._finish_scan(state, scan)
         return False
 
     def _start_scan(self, state: _Queue, rounds: int) -> _Scan:
         old: dict[QuotaNode, ResourceList] = {}
         for node, hold in state.holds:
-            node.holds.remove(hold)
+            node.remove_hold(hold)
             total = old.setdefault(node, {})
             for name, amount in hold.amounts.items():
                 total[name] = total.get(name, 0) + amount
@@ -324,15 +343,20 @@ class Engine:
         """Say why the unit waits, wait for room where it lacks it, and hold what is free."""
         leaf = state.leaf
         self._say(record, messages.waiting(leaf, misfit))
-        misfit.node.waiters.add(state.key)
+        need = misfit.node.waiters.setdefault(state.key, {})
+        if misfit.asked < need.get(misfit.resource, math.inf):
+            need[misfit.resource] = misfit.asked
         node = misfit.node
         if misfit.never or node is leaf:
             return  # its own quota's limit: others' units are no competition (Priority skips it)
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
             return  # nobody else uses that node: holding keeps nothing from anyone
+        # Hold up to the node where it lacks room, not above: room above that node is of
+        # no use to it until that node has room, and holding it would only keep others
+        # (who can use it now) waiting, perhaps for one another.
         info = record.info
         child = leaf
-        for upper in leaf.path[1:]:
+        for upper in leaf.path[1 : leaf.path.index(node) + 1]:
             amounts: ResourceList = {}
             for name, amount in info.request.items():
                 room = headroom(upper, child, name)
@@ -340,7 +364,7 @@ class Engine:
                     amounts[name] = min(amount, room)
             if amounts:
                 hold = Hold(record.key, leaf, info.priority, amounts)
-                upper.holds.append(hold)
+                upper.add_hold(hold)
                 state.holds.append((upper, hold))
             child = upper
 
@@ -378,6 +402,8 @@ class Engine:
                     if admitted_at + protect > now:
                         free_at = min(free_at, admitted_at + protect)
                         break
+                    if key in self._admitted_now:
+                        continue
                     victim = self._units[key].info
                     candidates.append(
                         Candidate(key, other, victim.request, victim.priority, admitted_at, chain)
@@ -385,7 +411,7 @@ class Engine:
         if state.info.preemption:
             for admitted_at, key in self._victims.get(leaf, ()):
                 victim = self._units[key].info
-                if victim.priority >= info.priority:
+                if victim.priority >= info.priority or key in self._admitted_now:
                     continue
                 if admitted_at + protect > now:
                     free_at = min(free_at, admitted_at + protect)
@@ -437,6 +463,7 @@ class Engine:
         record.queue = None
         record.node = state.leaf
         self._charge(record, 1)
+        self._admitted_now.add(record.key)
         record.message = ""
         self._changed.pop(record.key, None)
         result.admitted.append(Admission(record.key, state.leaf.name, state.key))
@@ -542,17 +569,22 @@ class Engine:
             self._touch(state)  # its own units may stop borrowing, and pass holds
 
     def _wake_node(self, node: QuotaNode, exclude: str | None = None) -> None:
-        if not node.waiters:
-            return
+        """Scan again the queues waiting at ``node`` that might fit in its room now."""
         waiters = node.waiters
-        node.waiters = set()
-        for key in waiters:
-            if key == exclude:
-                node.waiters.add(key)
-                continue
-            state = self._qs.get(key)
+        if not waiters:
+            return
+        limit, used = node.limit, node.used
+        still: dict[str, ResourceList] = {}
+        for key, need in waiters.items():
+            room = key != exclude and any(
+                amount <= limit.get(name, amount) - used.get(name, 0) for name, amount in need.items()
+            )
+            state = self._qs.get(key) if room else None
             if state is not None:
                 self._touch(state)
+            elif not room:
+                still[key] = need
+        node.waiters = still
 
     def _touch(self, state: _Queue) -> None:
         """Something that may change the queue's decisions happened: scan it (again)."""
@@ -707,6 +739,7 @@ class Engine:
         for key in sorted(self._qs):
             state = self._qs[key]
             rows = []
+            reasons: dict[tuple[Shape, int], str] = {}
             for position, entry in enumerate(state.pending.ordered(), start=1):
                 record = self._units[entry[4]]
                 rows.append(
@@ -716,7 +749,7 @@ class Engine:
                         state.leaf.name,
                         position,
                         record.info.priority,
-                        self._live_message(record),
+                        self._live_message(record, reasons),
                     )
                 )
             out[key] = rows
@@ -748,19 +781,30 @@ class Engine:
             key, state.key if state else None, quota, position, info.priority, self._live_message(record)
         )
 
-    def _live_message(self, record: _Unit) -> str:
-        """The stored message, or who blocks it when an earlier unit stopped its queue."""
+    def _live_message(self, record: _Unit, reasons: dict[tuple[Shape, int], str] | None = None) -> str:
+        """Why a queued unit waits now: who blocks it, else the limit its request runs
+        into (worked out now, so that units the last cycle did not get to have a reason
+        too), else the text it was last told. ``reasons`` caches the limit's text per
+        request and priority, for many units of one queue."""
         state = record.queue
-        if record.state is not _State.QUEUED or state is None or state.blocker is None:
+        if record.state is not _State.QUEUED or state is None:
             return record.message
-        blocker = self._units.get(state.blocker)
+        blocker = self._units.get(state.blocker) if state.blocker is not None else None
         if (
-            blocker is None
-            or blocker is record
-            or blocker.state is not _State.QUEUED
-            or blocker.entry > record.entry
+            blocker is not None
+            and blocker is not record
+            and blocker.state is _State.QUEUED
+            and blocker.entry < record.entry
         ):
-            return record.message
-        if state.info.policy == QueuePolicy.INTELLIGENT and record.info.priority < state.threshold:
-            return messages.band_blocked(blocker.key, state.key, state.threshold)
-        return messages.blocked(blocker.key, state.key, str(state.info.policy))
+            if state.info.policy == QueuePolicy.INTELLIGENT and record.info.priority < state.threshold:
+                return messages.band_blocked(blocker.key, state.key, state.threshold)
+            return messages.blocked(blocker.key, state.key, str(state.info.policy))
+        info = record.info
+        key = (record.shape, info.priority)
+        text = reasons.get(key) if reasons is not None else None
+        if text is None:
+            misfit = first_misfit(state.leaf, info.request, info.priority)
+            text = "" if misfit is None else messages.waiting(state.leaf, misfit)
+            if reasons is not None:
+                reasons[key] = text
+        return text or record.message

@@ -50,26 +50,18 @@ def borrowing(leaf: QuotaNode, request: ResourceList) -> bool:
     )
 
 
-def holds_against(hold: Hold, leaf: QuotaNode, priority: int, borrows: bool) -> bool:
-    """Whether a unit of ``leaf`` with ``priority`` must leave ``hold`` alone.
-
-    Within its own quota a hold keeps lower-priority units away; from other quotas it
-    keeps away only units that would borrow: a quota within its runtime share is never
-    kept from it.
-    """
-    if hold.leaf is leaf:
-        return priority < hold.priority
-    return borrows
-
-
 def first_misfit(
     leaf: QuotaNode,
     request: ResourceList,
     priority: int,
     released: Released | None = None,
-    ignore_holds: bool = False,
 ) -> Misfit | None:
-    """The first limit ``request`` runs into on ``leaf``'s path, or None if it fits."""
+    """The first limit ``request`` runs into on ``leaf``'s path, or None if it fits.
+
+    Capacity held for a waiting unit keeps away, within its own quota, units of lower
+    priority; from other quotas, only units that would borrow: a quota within its
+    runtime share is never kept from it.
+    """
     borrows: bool | None = None
     child: QuotaNode | None = None
     for node in leaf.path:
@@ -78,7 +70,7 @@ def first_misfit(
             used_map = node.used
             freed = released.get(node) if released else None
             reserve_map = node.lent_reserve
-            holds = node.holds if not ignore_holds else None
+            held_map = node.held
             for name, asked in request.items():
                 cap = limit.get(name)
                 if cap is None:
@@ -94,21 +86,35 @@ def first_misfit(
                 free = cap - used - reserve
                 if asked > free:
                     return Misfit(node, name, asked, used, cap, reserve)
-                if holds:
-                    held = 0
+                held = held_map.get(name, 0) if held_map else 0
+                if held:
+                    own_held = against = 0
                     first: Hold | None = None
-                    for hold in holds:
+                    for hold in node.holds.get(leaf, ()):
                         amount = hold.amounts.get(name, 0)
-                        if not amount:
-                            continue
+                        own_held += amount
+                        if amount and priority < hold.priority:
+                            against += amount
+                            first = first or hold
+                    if held > own_held:
                         if borrows is None:
                             borrows = borrowing(leaf, request)
-                        if holds_against(hold, leaf, priority, borrows):
-                            held += amount
-                            first = first or hold
-                    if asked > free - held:
-                        return Misfit(node, name, asked, used, cap, reserve, held, first)
+                        if borrows:
+                            against += held - own_held
+                    if asked > free - against:
+                        first = first or _other_hold(node, leaf, name)
+                        return Misfit(node, name, asked, used, cap, reserve, against, first)
         child = node
+    return None
+
+
+def _other_hold(node: QuotaNode, leaf: QuotaNode, name: str) -> Hold | None:
+    """The first hold of ``name`` at ``node`` for a unit of another quota than ``leaf``."""
+    for holder, holds in node.holds.items():
+        if holder is not leaf:
+            for hold in holds:
+                if hold.amounts.get(name, 0):
+                    return hold
     return None
 
 
@@ -121,8 +127,7 @@ def headroom(node: QuotaNode, child: QuotaNode | None, name: str) -> int | None:
     reserve = 0
     if child is not None and node.lent_reserve:
         reserve = node.lent_reserve.get(name, 0) - child.own_reserve(name)
-    held = sum(hold.amounts.get(name, 0) for hold in node.holds)
-    return cap - node.used.get(name, 0) - reserve - held
+    return cap - node.used.get(name, 0) - reserve - node.held.get(name, 0)
 
 
 def _reserve_change(node: QuotaNode, path_child: QuotaNode, name: str, released: Released) -> int:

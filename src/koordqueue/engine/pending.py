@@ -72,6 +72,10 @@ class PendingQueue:
         stream = self._streams.get(shape)
         return stream[0] if stream else None
 
+    def followers(self, shape: Shape, count: int) -> list[Entry]:
+        """Up to ``count`` units right behind the first of a stream."""
+        return self._streams.get(shape, [])[1 : count + 1]
+
     def ordered(self) -> Iterator[Entry]:
         """Every pending unit in admission order."""
         return heapq.merge(*self._streams.values())

@@ -48,6 +48,7 @@ class QuotaNode:
         "lent_reserve",
         "groups",
         "holds",
+        "held",
         "waiters",
         "partial",
     )
@@ -70,11 +71,20 @@ class QuotaNode:
         self.lent_reserve: ResourceList = {}  # unused min of children that do not lend
         # resource -> (children that limit it, in name order; their mins; their weights).
         self.groups: dict[str, tuple[list[QuotaNode], list[int], list[int]]] = {}
-        self.holds: list[Hold] = []  # free capacity held here for waiting units
-        self.waiters: set[str] = set()  # queues to scan again when room appears here
-        # Its parent limits a resource it does not: the parent's demand then follows
-        # this node's usage and requests, not only its (capped) demand.
-        self.partial = parent is not None and any(name not in self.limit for name in parent.limit)
+        # Free capacity held here for waiting units, by the quota of the unit it is held for.
+        self.holds: dict[QuotaNode, list[Hold]] = {}
+        self.held: ResourceList = {}  # the sum of all those holds
+        # Queues to scan again when room appears here, with the least they asked of each
+        # resource that did not fit: less room than that cannot let any of them in.
+        self.waiters: dict[str, ResourceList] = {}
+        # An ancestor (not the root) limits a resource that this node, or a node between
+        # them, does not: that ancestor's demand then follows this node's usage and
+        # requests, not only its (capped) demand, so every change must go up.
+        self.partial: bool = (
+            parent is not None
+            and not parent.is_root
+            and (parent.partial or any(name not in self.limit for name in parent.limit))
+        )
 
     @property
     def is_root(self) -> bool:
@@ -87,6 +97,21 @@ class QuotaNode:
         floor = self.min.get(resource, 0)
         used = self.used.get(resource, 0)
         return floor - used if used < floor else 0
+
+    def add_hold(self, hold: Hold) -> None:
+        self.holds.setdefault(hold.leaf, []).append(hold)
+        held = self.held
+        for name, amount in hold.amounts.items():
+            held[name] = held.get(name, 0) + amount
+
+    def remove_hold(self, hold: Hold) -> None:
+        same = self.holds[hold.leaf]
+        same.remove(hold)
+        if not same:
+            del self.holds[hold.leaf]
+        held = self.held
+        for name, amount in hold.amounts.items():
+            held[name] -= amount
 
     def __repr__(self) -> str:
         return f"QuotaNode({self.name or '<cluster>'})"
@@ -111,6 +136,10 @@ class QuotaTree:
                     parent.children.append(node)
                     self.nodes[node.name] = node
                     following.append(node)
+                    for name in node.min:  # nothing used yet: all of its min is kept
+                        reserve = node.own_reserve(name)
+                        if reserve:
+                            parent.lent_reserve[name] = parent.lent_reserve.get(name, 0) + reserve
             level = following
         self._leaves: dict[QuotaNode, list[QuotaNode]] = {self.root: []}
         for node in (self.root, *self.nodes.values()):

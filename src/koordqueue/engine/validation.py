@@ -79,12 +79,10 @@ def _mark_parent_problems(quotas: Mapping[str, QuotaInfo], reasons: dict[str, st
             reasons[quota.name] = (
                 f'its parent quota {quota.parent} is not marked as a parent (label is-parent: "true")'
             )
-    for quota in sorted(quotas.values(), key=lambda q: q.name):
+    for quota in quotas.values():
         cycle = _cycle_from(quota, quotas)
         if cycle is not None:
-            text = " -> ".join([*cycle, cycle[0]])
-            for name in cycle:
-                reasons[name] = f"its parents form a cycle: {text}"
+            reasons[quota.name] = f"its parents form a cycle: {' -> '.join([*cycle, cycle[0]])}"
 
 
 def _cycle_from(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo]) -> list[str] | None:

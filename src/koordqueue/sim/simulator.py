@@ -43,6 +43,9 @@ from .usage import UsageBook
 T = TypeVar("T")
 
 TIME_QUANTUM = 1e-6  # times are rounded to this, so that 0.1 + 0.2 meets 0.3
+# Cycles run at one instant while the engine says it has work left for that instant;
+# beyond this, the engine is deemed stuck: the simulator says so and moves on.
+MAX_CYCLES_PER_INSTANT = 100
 
 
 class Step(IntEnum):
@@ -148,14 +151,15 @@ class Simulator:
         until = self.trace.until
         wakeup: float | None = None
         last = 0.0
+        cycles_here = 0  # cycles run at the current instant
         while True:
             moment = self.heap[0][0] if self.heap else None
-            if wakeup is not None:
-                wake = _at(wakeup)  # rounded first: a wakeup within a quantum of now is now
-                if wake > self.now and (moment is None or wake < moment):
-                    moment = wake
+            wake = self._wake_time(wakeup, cycles_here)
+            if wake is not None and (moment is None or wake < moment):
+                moment = wake
             if moment is None or (until is not None and moment > until):
                 break
+            cycles_here = cycles_here + 1 if moment == self.now else 1
             self.now = last = moment
             while self.heap and self.heap[0][0] <= moment:
                 _, step, _, payload = heapq.heappop(self.heap)
@@ -165,6 +169,24 @@ class Simulator:
         self.now = end
         self.usage.close(end)
         return self._result(end)
+
+    def _wake_time(self, wakeup: float | None, cycles_here: int) -> float | None:
+        """When to run the next cycle for the engine's own sake (None: not needed).
+
+        Work left for now is done now; a time within a quantum after now is the next
+        quantum, never now, or the engine would be asked again before its time came.
+        """
+        if wakeup is None:
+            return None
+        if wakeup > self.now:
+            return max(_at(wakeup), _at(self.now + TIME_QUANTUM))
+        if cycles_here < MAX_CYCLES_PER_INSTANT:
+            return self.now
+        self.warnings.append(
+            f"the engine still had work at t={self.now:g} s after {MAX_CYCLES_PER_INSTANT} cycles; "
+            "it waits for the next event"
+        )
+        return None
 
     def _push(self, when: float, step: Step, payload: Any) -> None:
         self.seq += 1

@@ -1,0 +1,242 @@
+"""Queue policies and the order of admission (SEMANTICS.md section 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from koordqueue.api.constants import QueuePolicy
+from koordqueue.engine.model import UnitInfo
+
+from .builders import engine_with, keys, parent, queue_of, quota, unit, used
+
+BLOCK, PRIORITY, INTELLIGENT = QueuePolicy.BLOCK, QueuePolicy.PRIORITY, QueuePolicy.INTELLIGENT
+
+
+def busy_team(policy: QueuePolicy, threshold: int | None = None, queue_threshold: int | None = None):  # type: ignore[no-untyped-def]
+    """A quota of 8 GPUs with 4 of them in use."""
+    team = quota("team", 0, 8, policy=policy, threshold=threshold)
+    engine = engine_with(team)
+    if queue_threshold is not None:
+        engine.set_queue(queue_of(team, priority_threshold=queue_threshold))
+    engine.set_unit(unit("running", 4, "team"))
+    engine.schedule(0.0)
+    return engine
+
+
+# (name, GPUs, priority) in creation order; the running unit holds 4 of 8 GPUs.
+BIG_THEN_SMALL = [("big", 6, 5), ("small", 2, 1)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "units", "admitted", "told"),
+    [
+        pytest.param(PRIORITY, BIG_THEN_SMALL, ["small"], {"big": "asks 6, used 4 of max 8"}, id="priority-passes-over"),
+        pytest.param(BLOCK, BIG_THEN_SMALL, [], {"small": "blocked behind default/big (Block policy of queue "
+                                                          "koord-queue/team)"}, id="block-stops"),
+        pytest.param(BLOCK, [("small", 2, 5), ("big", 6, 1)], ["small"], {}, id="block-admits-heads-that-fit"),
+        pytest.param(INTELLIGENT, BIG_THEN_SMALL, [], {"small": "while high-priority default/big"},
+                     id="intelligent-high-band-blocks-low-band"),
+        pytest.param(INTELLIGENT, [("big", 6, 5), ("high-small", 2, 4)], [],
+                     {"high-small": "blocked behind default/big"}, id="intelligent-high-band-is-block"),
+        pytest.param(INTELLIGENT, [("big", 6, 3), ("small", 2, 1)], ["small"], {},
+                     id="intelligent-low-band-is-priority"),
+    ],
+)
+def test_policies(policy, units, admitted, told) -> None:
+    engine = busy_team(policy)
+    for i, (name, gpus, priority) in enumerate(units):
+        engine.set_unit(unit(name, gpus, "team", priority=priority, created=1 + i))
+    result = engine.schedule(1.0)
+    assert keys(result.admitted) == [f"default/{name}" for name in admitted]
+    for name, text in told.items():
+        assert text in result.messages[f"default/{name}"]
+
+
+@pytest.mark.parametrize("policy", [BLOCK, INTELLIGENT])
+def test_a_blocked_queue_goes_on_when_something_changes(policy: QueuePolicy) -> None:
+    engine = busy_team(policy)
+    engine.set_unit(unit("big", 6, "team", priority=5, created=1))
+    engine.set_unit(unit("small", 2, "team", priority=1, created=2))
+    assert engine.schedule(1.0).admitted == []
+    engine.remove_unit("default/running")  # a unit ends
+    assert keys(engine.schedule(2.0).admitted) == ["default/big", "default/small"]
+
+
+def test_a_blocked_queue_goes_on_when_its_quota_grows() -> None:
+    engine = busy_team(BLOCK)
+    engine.set_unit(unit("big", 6, "team", priority=5, created=1))
+    engine.set_unit(unit("small", 2, "team", priority=1, created=2))
+    assert engine.schedule(1.0).admitted == []
+    engine.set_quota(quota("team", 0, 12, policy=BLOCK))
+    assert keys(engine.schedule(2.0).admitted) == ["default/big", "default/small"]
+
+
+@pytest.mark.parametrize(
+    ("quota_threshold", "queue_threshold", "big_priority", "blocks"),
+    [
+        pytest.param(None, None, 4, True, id="default-4-at-threshold"),
+        pytest.param(None, None, 3, False, id="default-4-below"),
+        pytest.param(10, None, 5, False, id="quota-annotation"),
+        pytest.param(10, 5, 5, True, id="queue-annotation-wins"),
+        pytest.param(2, 10, 5, False, id="queue-annotation-wins-upward"),
+    ],
+)
+def test_intelligent_threshold(quota_threshold, queue_threshold, big_priority, blocks) -> None:
+    engine = busy_team(INTELLIGENT, threshold=quota_threshold, queue_threshold=queue_threshold)
+    engine.set_unit(unit("big", 6, "team", priority=big_priority, created=1))
+    engine.set_unit(unit("small", 2, "team", priority=1, created=2))
+    admitted = keys(engine.schedule(1.0).admitted)
+    assert admitted == ([] if blocks else ["default/small"])
+
+
+def test_order_in_a_queue_is_priority_then_creation_then_namespace_and_name() -> None:
+    team = quota("team", 0, 100, namespaces=("other",))
+    engine = engine_with(team)
+    units = [
+        unit("late-high", 1, "team", priority=9, created=50),
+        unit("b", 1, "team", priority=1, created=10),
+        unit("a", 1, "team", priority=1, created=10),
+        unit("a", 1, "team", priority=1, created=10, ns="other"),
+        unit("early-low", 1, "team", priority=1, created=5),
+        unit("lowest", 1, "team", priority=0, created=0),
+    ]
+    for u in units:
+        engine.set_unit(u)
+    positions = [s.unit for s in engine.queue_positions()["koord-queue/team"]]
+    expected = ["default/late-high", "default/early-low", "default/a", "default/b", "other/a", "default/lowest"]
+    assert positions == expected
+    assert keys(engine.schedule(100.0).admitted) == expected
+    standing = [engine.standing(k) for k in expected]
+    assert all(s is not None and s.position is None for s in standing)
+
+
+def test_queue_positions_are_one_based_and_follow_admissions() -> None:
+    engine = engine_with(quota("team", 0, 2))
+    for i in range(4):
+        engine.set_unit(unit(f"u{i}", 1, "team", created=i))
+    assert [s.position for s in engine.queue_positions()["koord-queue/team"]] == [1, 2, 3, 4]
+    engine.schedule(0.0)
+    rows = engine.queue_positions()["koord-queue/team"]
+    assert [(s.unit, s.position) for s in rows] == [("default/u2", 1), ("default/u3", 2)]
+    assert "asks 1, used 2 of max 2" in rows[0].message
+
+
+def test_many_admissions_from_every_queue_in_one_cycle() -> None:
+    engine = engine_with(*(quota(name, 0, 8) for name in "abc"))
+    for name in "abc":
+        for i in range(4):
+            engine.set_unit(unit(f"{name}{i}", 2, name, created=i))
+    result = engine.schedule(0.0)
+    assert len(result.admitted) == 12
+    assert used(engine) == {"a": 8, "b": 8, "c": 8}
+
+
+def shared_pool(priority_a: int = 1000, priority_b: int = 1000, a_running: int = 0):  # type: ignore[no-untyped-def]
+    """Quotas a and b share a pool of 4 GPUs; neither has a min, both may use all of it."""
+    a, b = quota("a", 0, 4, "pool"), quota("b", 0, 4, "pool")
+    engine = engine_with(parent("pool", 0, 4), a, b)
+    engine.set_queue(queue_of(a, priority=priority_a))
+    engine.set_queue(queue_of(b, priority=priority_b))
+    for i in range(a_running):
+        engine.set_unit(unit(f"a-running{i}", 1, "a", created=-1))
+    engine.schedule(0.0)
+    for name in "ab":
+        for i in range(4):
+            engine.set_unit(unit(f"{name}{i}", 1, name, created=i))
+    return engine
+
+
+@pytest.mark.parametrize(
+    ("priority_a", "priority_b", "a_running", "expected"),
+    [
+        pytest.param(1000, 2000, 0, {"a": 0, "b": 4}, id="higher-queue-priority-first"),
+        pytest.param(3000, 2000, 0, {"a": 4, "b": 0}, id="higher-queue-priority-first-either-way"),
+        pytest.param(1000, 1000, 0, {"a": 2, "b": 2}, id="equal-priority-fair-share"),
+        pytest.param(1000, 1000, 2, {"a": 2, "b": 2}, id="fair-share-counts-what-is-running"),
+    ],
+)
+def test_order_across_queues(priority_a, priority_b, a_running, expected) -> None:
+    engine = shared_pool(priority_a, priority_b, a_running)
+    engine.schedule(1.0)
+    got = used(engine)
+    assert {"a": got["a"], "b": got["b"]} == expected
+
+
+def test_fair_share_alternates_between_equal_queues() -> None:
+    engine = shared_pool()
+    order = keys(engine.schedule(1.0).admitted)
+    assert order == ["default/a0", "default/b0", "default/a1", "default/b1"]
+
+
+def test_a_unit_changed_while_queued_takes_its_new_place() -> None:
+    engine = engine_with(quota("team", 0, 1))
+    engine.set_unit(unit("first", 1, "team", created=0))
+    engine.set_unit(unit("second", 1, "team", created=1))
+    engine.set_unit(unit("second", 1, "team", priority=5, created=1))  # its priority was raised
+    assert keys(engine.schedule(0.0).admitted) == ["default/second"]
+
+
+def test_a_unit_asking_nothing_is_admitted() -> None:
+    engine = engine_with(quota("team", 0, 0))
+    engine.set_unit(UnitInfo("default", "empty", 0, 0.0, {}, quota_name="team"))
+    assert keys(engine.schedule(0.0).admitted) == ["default/empty"]
+
+
+class TestHolds:
+    """Free room is held for a unit that waits for more of it, so that smaller units do
+    not starve it; but only against those it should go before."""
+
+    def pool(self):  # type: ignore[no-untyped-def]
+        """A pool of 8 GPUs, 4 of them used by quota b; quotas a and b have no min."""
+        engine = engine_with(parent("pool", 0, 8), quota("a", 0, 8, "pool"), quota("b", 0, 8, "pool"),
+                             quota("c", 4, 8))
+        engine.set_unit(unit("b-run", 4, "b"))
+        engine.schedule(0.0)
+        return engine
+
+    def test_borrowers_of_other_quotas_are_kept_away(self) -> None:
+        engine = self.pool()
+        engine.set_unit(unit("a-big", 6, "a", created=1))
+        engine.set_unit(unit("b-small", 2, "b", created=2))
+        result = engine.schedule(1.0)
+        assert result.admitted == []
+        assert "is held for default/a-big" in result.messages["default/b-small"]
+        engine.remove_unit("default/b-run")
+        assert keys(engine.schedule(2.0).admitted) == ["default/a-big", "default/b-small"]
+
+    def test_lower_priority_units_of_its_own_quota_are_kept_away(self) -> None:
+        engine = self.pool()
+        engine.set_unit(unit("a-big", 6, "a", priority=5, created=1))
+        engine.set_unit(unit("a-small", 2, "a", priority=1, created=2))
+        result = engine.schedule(1.0)
+        assert result.admitted == []
+        assert "is held for default/a-big (priority 5)" in result.messages["default/a-small"]
+
+    def test_a_quota_within_its_share_is_not_kept_away(self) -> None:
+        engine = engine_with(parent("pool", 8, 8), quota("a", 0, 8, "pool"), quota("b", 4, 8, "pool"))
+        engine.set_unit(unit("a-run", 4, "a"))
+        engine.schedule(0.0)
+        engine.set_unit(unit("a-big", 6, "a", created=1))
+        engine.set_unit(unit("b-own", 2, "b", created=2))
+        assert keys(engine.schedule(1.0).admitted) == ["default/b-own"]
+
+    def test_room_above_where_a_unit_lacks_room_is_not_held(self) -> None:
+        """a-big waits for its parent p0 to have room; the cluster's free room is of no use
+        to it meanwhile, so the quotas under p1 may use it (they once waited for each
+        other's holds there, and nothing ran)."""
+        engine = engine_with(
+            parent("p0", 0, 4), quota("a", 0, 8, "p0"), quota("a2", 0, 8, "p0"),
+            parent("p1", 0, 8), quota("b1", 0, 8, "p1"), quota("b2", 0, 8, "p1"),
+            capacity=12,
+        )
+        engine.set_unit(unit("a-run", 2, "a"))
+        engine.set_unit(unit("a2-run", 2, "a2"))
+        engine.schedule(0.0)
+        engine.set_unit(unit("a-big", 4, "a", created=1))
+        result = engine.schedule(1.0)
+        assert result.messages["default/a-big"] == (
+            "waiting for quota a: nvidia.com/gpu asks 4; its parent quota p0 has used 4 of max 4"
+        )
+        engine.set_unit(unit("b1-job", 6, "b1", created=2))
+        engine.set_unit(unit("b2-job", 6, "b2", created=3))
+        assert keys(engine.schedule(2.0).admitted) == ["default/b1-job"]

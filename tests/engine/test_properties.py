@@ -1,0 +1,442 @@
+"""Properties of the engine over random quota trees and random job streams (hypothesis).
+
+Every example builds a valid quota tree of 2 or 3 levels over several resources
+(lending or not, weights or none), gives each leaf a Queue (policy, Queue priority,
+priority preemption on or off), then plays a stream of steps (arrivals, completions,
+send-backs, time passing) and checks after every cycle what must always hold. Usage
+is recomputed from the admissions the engine reported, not read from the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, event, given, settings, target
+from hypothesis import strategies as st
+
+from koordqueue.api.constants import QueuePolicy
+from koordqueue.engine import Engine
+from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, ResourceList, UnitInfo
+from koordqueue.engine.tree import QuotaTree
+from koordqueue.engine.validation import validate_quotas
+from koordqueue.engine.waterfill import water_fill
+
+from .builders import CPU, GPU, MEM, G, queue_of
+
+RESOURCES = (GPU, CPU, MEM)
+MAX_CYCLES_AT_ONCE = 10  # cycles at one instant before the engine must have settled
+PROPERTY_SETTINGS = settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+
+@dataclass
+class World:
+    """A random tree, the leaves' Queues and the engine's settings."""
+
+    resources: tuple[str, ...]
+    quotas: list[QuotaInfo]
+    queues: dict[str, QueueInfo]  # leaf name -> its Queue
+    capacity: ResourceList | None
+    config: EngineConfig
+
+    @property
+    def leaves(self) -> list[QuotaInfo]:
+        return [q for q in self.quotas if not q.is_parent]
+
+    def by_name(self, name: str) -> QuotaInfo:
+        return next(q for q in self.quotas if q.name == name)
+
+    def path(self, name: str) -> list[QuotaInfo]:
+        out = [self.by_name(name)]
+        while out[-1].parent is not None:
+            out.append(self.by_name(out[-1].parent))
+        return out
+
+
+def amounts(draw: st.DrawFn, resources: tuple[str, ...], low: ResourceList, high: int) -> ResourceList:
+    return {r: draw(st.integers(low.get(r, 0), max(low.get(r, 0), high))) * G for r in resources}
+
+
+@st.composite
+def worlds(draw: st.DrawFn, name_every_resource: bool = False, protect: bool = True) -> World:
+    resources = tuple(draw(st.lists(st.sampled_from(RESOURCES), min_size=2, max_size=3, unique=True)))
+    quotas: list[QuotaInfo] = []
+
+    def make(name: str, parent: str | None, depth: int, budget: ResourceList) -> ResourceList:
+        """Add a quota whose min fits ``budget`` (what is left of its parent's min)."""
+        named = resources if name_every_resource else tuple(
+            draw(st.lists(st.sampled_from(resources), min_size=1, max_size=len(resources), unique=True))
+        )
+        minimum = {r: draw(st.integers(0, budget.get(r, 0) // G)) * G for r in named if r in budget or parent is None}
+        if parent is None:
+            minimum = {r: draw(st.integers(0, 12)) * G for r in named}
+        maximum = {r: minimum.get(r, 0) + draw(st.integers(1, 12)) * G for r in named}
+        is_parent = depth < 3 and draw(st.booleans()) if depth > 1 else draw(st.booleans())
+        weight = draw(st.none() | st.fixed_dictionaries({r: st.integers(0, 4).map(lambda w: w * G) for r in named}))
+        quotas.append(
+            QuotaInfo(
+                name=name,
+                namespace="default",
+                min=minimum,
+                max=maximum,
+                parent=parent,
+                is_parent=is_parent,
+                shared_weight=weight,
+                allow_lent=draw(st.booleans()),
+                policy=draw(st.sampled_from(list(QueuePolicy))),
+                priority_threshold=draw(st.none() | st.integers(1, 5)),
+            )
+        )
+        if is_parent:
+            left = dict(minimum)
+            for i in range(draw(st.integers(1, 3))):
+                taken = make(f"{name}-{i}", name, depth + 1, left)
+                for r, amount in taken.items():
+                    left[r] = left.get(r, 0) - amount
+        return minimum
+
+    for i in range(draw(st.integers(1, 3))):
+        make(f"q{i}", None, 1, {})
+    assert not validate_quotas({q.name: q for q in quotas}), "the generator makes valid trees"
+    roots = [q for q in quotas if q.parent is None]
+    capacity = None
+    if draw(st.booleans()):
+        # At least the roots' mins, so that every min can be honoured.
+        capacity = {r: sum(q.min.get(r, 0) for q in roots) + draw(st.integers(0, 20)) * G for r in resources}
+    queues = {
+        q.name: queue_of(q, priority=draw(st.integers(0, 2)), preemption=draw(st.booleans()))
+        for q in quotas
+        if not q.is_parent
+    }
+    config = EngineConfig(
+        protect_seconds=draw(st.sampled_from((0.0, 0.0, 10.0, 60.0))) if protect else 0.0,
+        reclaim=draw(st.sampled_from((True, True, False))) if protect else True,
+        cluster_capacity=capacity,
+    )
+    return World(resources, quotas, queues, capacity, config)
+
+
+# A step: ("arrive", leaf index, request in whole units per resource, priority,
+# preemptible, how many such units), ("finish", which admitted unit), ("send-back",
+# which admitted unit), ("wait", seconds).
+arrival = st.tuples(
+    st.just("arrive"),
+    st.integers(0, 20),
+    st.lists(st.integers(0, 4), min_size=3, max_size=3),
+    st.integers(0, 6),
+    st.booleans(),
+    st.integers(1, 4),
+)
+steps = st.lists(
+    st.one_of(
+        arrival,
+        arrival,
+        st.tuples(st.just("finish"), st.integers(0, 50)),
+        st.tuples(st.just("send-back"), st.integers(0, 50)),
+        st.tuples(st.just("wait"), st.sampled_from((0.0, 1.0, 5.0, 30.0, 70.0))),
+    ),
+    min_size=4,
+    max_size=30,
+)
+
+
+@dataclass
+class Run:
+    """A world played step by step, with what the engine decided."""
+
+    world: World
+    engine: Engine = field(init=False)
+    units: dict[str, UnitInfo] = field(default_factory=dict)
+    leaf_of: dict[str, str] = field(default_factory=dict)  # unit key -> its quota
+    admitted: dict[str, str] = field(default_factory=dict)  # unit key -> quota holding it
+    log: list[object] = field(default_factory=list)
+    now: float = 0.0
+    serial: int = 0
+
+    def __post_init__(self) -> None:
+        self.engine = Engine(self.world.config)
+        for q in self.world.quotas:
+            self.engine.set_quota(q)
+        for q in self.world.queues.values():
+            self.engine.set_queue(q)
+
+    def play(self, step: tuple, checks: list) -> None:  # type: ignore[type-arg]
+        kind = step[0]
+        if kind == "arrive":
+            leaves = self.world.leaves
+            leaf = leaves[step[1] % len(leaves)]
+            request = {r: step[2][i] * G for i, r in enumerate(self.world.resources) if step[2][i]}
+            for _ in range(step[5]):
+                self.serial += 1
+                info = UnitInfo("default", f"u{self.serial}", step[3], self.now, request,
+                                quota_name=leaf.name, preemptible=step[4])
+                self.units[info.key] = info
+                self.leaf_of[info.key] = leaf.name
+                self.engine.set_unit(info)
+        elif kind in ("finish", "send-back") and self.admitted:
+            key = sorted(self.admitted)[step[1] % len(self.admitted)]
+            del self.admitted[key]
+            if kind == "finish":
+                del self.units[key]
+                self.engine.remove_unit(key)
+            else:
+                self.engine.requeue(key, self.now, "pods did not start")
+        elif kind == "wait":
+            self.now += step[1]
+        for _ in range(MAX_CYCLES_AT_ONCE):
+            result = self.cycle(checks)
+            if result.next_wakeup is None or result.next_wakeup > self.now:
+                return
+            event("work left for the same instant")
+        raise AssertionError(f"still work to do at t={self.now} after {MAX_CYCLES_AT_ONCE} cycles")
+
+    def cycle(self, checks: list) -> CycleResult:  # type: ignore[type-arg]
+        before = {key: self.engine.standing(key) for key in self.units if key not in self.admitted}
+        result = self.engine.schedule(self.now)
+        both = {a.unit for a in result.admitted} & {p.unit for p in result.preempted}
+        assert not both, f"admitted and preempted in the same cycle: {both}"
+        for p in result.preempted:
+            assert self.admitted.pop(p.unit) == p.quota
+        for a in result.admitted:
+            assert a.unit not in self.admitted
+            assert a.quota == self.leaf_of[a.unit]
+            self.admitted[a.unit] = a.quota
+        self.log.append((self.now, [(a.unit, a.quota) for a in result.admitted],
+                         [(p.unit, p.reason, p.requeue_at) for p in result.preempted],
+                         sorted(result.messages.items()), result.next_wakeup))
+        for check in checks:
+            check(self, result, before)
+        return result
+
+    def quiesce(self, checks: list) -> None:  # type: ignore[type-arg]
+        """Let time pass until only a change of inputs could change anything."""
+        for _ in range(200):
+            result = self.cycle(checks)
+            if result.next_wakeup is None:
+                return
+            self.now = max(self.now, result.next_wakeup)
+        raise AssertionError("the engine keeps asking to be woken up")
+
+    def usage(self) -> dict[str, ResourceList]:
+        """Admitted requests per quota, its subtree included, from the admissions alone."""
+        out: dict[str, ResourceList] = {q.name: {} for q in self.world.quotas}
+        for key, leaf in self.admitted.items():
+            for q in self.world.path(leaf):
+                for r, amount in self.units[key].request.items():
+                    out[q.name][r] = out[q.name].get(r, 0) + amount
+        return out
+
+
+def check_limits(run: Run, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]
+    """No quota above its max; the cluster total never exceeded; mins of quotas that do
+    not lend kept out of their siblings' reach."""
+    usage = run.usage()
+    world = run.world
+    for q in world.quotas:
+        for r, cap in q.max.items():
+            assert usage[q.name].get(r, 0) <= cap, f"{q.name} uses {usage[q.name].get(r, 0)} of {r}, max {cap}"
+    groups: dict[str | None, list[QuotaInfo]] = {}
+    for q in world.quotas:
+        groups.setdefault(q.parent, []).append(q)
+    for parent_name, kids in groups.items():
+        limit = world.capacity if parent_name is None else world.by_name(parent_name).max
+        if limit is None:
+            continue
+        for r, cap in limit.items():
+            taken = sum(
+                max(usage[k.name].get(r, 0), 0 if k.allow_lent else k.min.get(r, 0)) for k in kids
+            )
+            assert taken <= cap, f"children of {parent_name or 'the cluster'} take {taken} of {r}, limit {cap}"
+    engine_used = {name: status.used for name, status in run.engine.quota_status().items()}
+    assert engine_used == {name: {r: v for r, v in u.items() if v} for name, u in usage.items()}
+
+
+def check_runtime(run: Run, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]
+    """Runtimes within demand and max, never more than the parent's share; and the
+    engine's incremental figures equal a computation from scratch."""
+    world = run.world
+    status = run.engine.quota_status()
+    for q in world.quotas:
+        s = status[q.name]
+        for r, share in s.runtime.items():
+            assert share <= s.demand.get(r, 0), f"{q.name}: runtime {share} of {r} above demand {s.demand}"
+            assert share <= q.max[r]
+        kids = [k for k in world.quotas if k.parent == q.name]
+        for r, total in s.runtime.items():
+            assert sum(status[k.name].runtime.get(r, 0) for k in kids) <= total
+    if world.capacity is not None:
+        for r, total in world.capacity.items():
+            assert sum(status[q.name].runtime.get(r, 0) for q in world.quotas if q.parent is None) <= total
+    fresh = QuotaTree(world.quotas, world.capacity)
+    for key, info in run.units.items():
+        node = fresh.nodes[run.leaf_of[key]]
+        if key in run.admitted:
+            fresh.charge(node, info.request, 1)
+        else:
+            fresh.add_pending(node, info.request, 1)
+    fresh.refresh()
+    for name, node in fresh.nodes.items():
+        assert (status[name].demand, status[name].runtime) == (node.demand, node.runtime), name
+
+
+def _order(info: UnitInfo) -> tuple[int, float, str, str]:
+    return (-info.priority, info.created, info.namespace, info.name)
+
+
+def check_policies(run: Run, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]
+    """Block: nothing behind a waiting unit of the queue is admitted. Intelligent: no
+    low-band unit while a high-band one waits, and Block within the high band."""
+    engine = run.engine
+    waiting: dict[str, list[UnitInfo]] = {}
+    for key, info in run.units.items():
+        standing = engine.standing(key)
+        if key not in run.admitted and standing is not None and standing.position is not None:
+            assert standing.queue is not None
+            waiting.setdefault(standing.queue, []).append(info)
+    for admission in result.admitted:
+        queue = next(q for q in run.world.queues.values() if q.key == admission.queue)
+        if queue.policy is QueuePolicy.PRIORITY:
+            continue
+        info = run.units[admission.unit]
+        threshold = queue.priority_threshold or run.world.by_name(queue.quota or "").priority_threshold or 4
+        for other in waiting.get(admission.queue, []):
+            if queue.policy is QueuePolicy.BLOCK:
+                assert _order(other) > _order(info), f"{info.key} admitted while {other.key} waits ahead (Block)"
+            elif other.priority >= threshold:
+                assert info.priority >= threshold, f"low-band {info.key} admitted while {other.key} waits"
+                assert _order(other) > _order(info), f"{info.key} admitted while {other.key} waits ahead"
+
+
+def check_messages(run: Run, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]
+    """Every unit left waiting has a reason in words."""
+    for key in run.units:
+        if key not in run.admitted:
+            standing = run.engine.standing(key)
+            assert standing is not None and standing.message, key
+
+
+ALL_CHECKS = [check_limits, check_runtime, check_policies, check_messages]
+
+
+@PROPERTY_SETTINGS
+@given(world=worlds(), stream=steps)
+def test_limits_runtime_and_policies_hold_after_every_cycle(world: World, stream: list) -> None:  # type: ignore[type-arg]
+    run = Run(world)
+    for step in stream:
+        run.play(step, ALL_CHECKS)
+    run.quiesce(ALL_CHECKS)
+    target(float(sum(len(preempted) for _, _, preempted, _, _ in run.log)), label="preemptions")
+    for _, admitted, preempted, messages, _ in run.log:
+        event(f"admissions in a cycle: {min(len(admitted), 3)}+")
+        if preempted:
+            event("preemption")
+        if any("blocked" in text or "while high-priority" in text for _, text in messages):
+            event("a queue blocked")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=worlds(), stream=steps)
+def test_the_same_inputs_give_the_same_decisions(world: World, stream: list) -> None:  # type: ignore[type-arg]
+    logs = []
+    for _ in range(2):
+        run = Run(world)
+        for step in stream:
+            run.play(step, [])
+        run.quiesce([])
+        logs.append(run.log)
+    assert logs[0] == logs[1]
+
+
+@settings(PROPERTY_SETTINGS, max_examples=150)
+@given(world=worlds(name_every_resource=True, protect=False), stream=steps)
+def test_min_is_honoured_after_reclaim(world: World, stream: list) -> None:  # type: ignore[type-arg]
+    """With nobody protected, a quota whose whole demand is within its min gets it all,
+    taking back by reclaim what others borrowed."""
+    run = Run(world)
+    for step in stream:
+        if step[0] == "arrive":
+            step = (*step[:4], True, step[5])  # every unit may be preempted
+        run.play(step, ALL_CHECKS)  # checked here too: this test preempts much more
+    run.quiesce(ALL_CHECKS)
+    preemptions = sum(len(preempted) for _, _, preempted, _, _ in run.log)
+    target(float(preemptions), label="preemptions")
+    if preemptions:
+        event("preemption")
+    usage = run.usage()
+    within_min = 0
+    for leaf in world.leaves:
+        pending = [k for k in run.units if run.leaf_of[k] == leaf.name and k not in run.admitted]
+        demand = dict(usage[leaf.name])
+        for key in pending:
+            for r, amount in run.units[key].request.items():
+                demand[r] = demand.get(r, 0) + amount
+        within = all(amount <= leaf.min.get(r, 0) for r, amount in demand.items())
+        if within and any(demand.values()):
+            within_min += 1
+            event("a quota asks no more than its min")
+        if pending and within:
+            messages = {k: run.engine.standing(k).message for k in pending}  # type: ignore[union-attr]
+            raise AssertionError(f"{leaf.name} asks {demand}, within its min {leaf.min}, yet waits: {messages}")
+    target(float(within_min * min(preemptions, 1)), label="quotas within their min after a preemption")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    total=st.none() | st.integers(0, 60),
+    children=st.lists(
+        st.tuples(st.integers(0, 15), st.integers(0, 30), st.integers(0, 5)), min_size=1, max_size=6
+    ),
+    whole=st.booleans(),
+)
+def test_water_fill_shares(total: int | None, children: list[tuple[int, int, int]], whole: bool) -> None:
+    """Shares never exceed demand or the total; guarantees first; nothing left idle that
+    a weighted child wants; whole units stay whole."""
+    scale = G if whole else 7  # 7: amounts that are not whole units
+    mins = [m * scale for m, _, _ in children]
+    demands = [d * scale for _, d, _ in children]
+    weights = [w * G for _, _, w in children]
+    limit = None if total is None else total * scale
+    shares = water_fill(limit, mins, demands, weights)
+    guaranteed = [min(d, m) for d, m in zip(demands, mins, strict=True)]
+    assert all(0 <= s <= d for s, d in zip(shares, demands, strict=True))
+    if limit is None or sum(demands) <= limit:
+        assert shares == demands
+        return
+    assert sum(shares) <= limit
+    if sum(guaranteed) <= limit:
+        assert all(s >= g for s, g in zip(shares, guaranteed, strict=True))
+        if any(w > 0 and s < d for s, d, w in zip(shares, demands, weights, strict=True)):
+            assert sum(shares) == limit, "capacity left idle while a weighted child wants more"
+        # Beyond their guarantees, a child kept below its demand got, per unit of
+        # weight, no less than any other child (give or take one unit of rounding).
+        extra = [s - g for s, g in zip(shares, guaranteed, strict=True)]
+        step = G if whole else 1
+        short = [i for i, (s, d, w) in enumerate(zip(shares, demands, weights, strict=True)) if w and s < d]
+        for i in short:
+            for j, w in enumerate(weights):
+                if w and j != i:
+                    assert extra[j] * weights[i] <= (extra[i] + step) * w + step * weights[i], (i, j, shares)
+        assert all(extra[i] == 0 for i, w in enumerate(weights) if w == 0)
+    else:
+        assert sum(shares) == limit
+    if whole and limit is not None:
+        assert all(s % G == 0 for s in shares)
+
+
+def test_property_worlds_are_varied() -> None:
+    """The generator reaches 3 levels, non-lending quotas and all three policies."""
+    seen: set[str] = set()
+
+    @settings(max_examples=100, deadline=None, database=None)
+    @given(world=worlds())
+    def look(world: World) -> None:
+        depth = max(len(world.path(q.name)) for q in world.quotas)
+        seen.add(f"depth{depth}")
+        seen.update(str(q.policy) for q in world.leaves)
+        seen.update("no-lend" for q in world.quotas if not q.allow_lent)
+        seen.update("capacity" for _ in [world.capacity] if world.capacity is not None)
+
+    look()
+    assert {"depth3", "Block", "Intelligent", "Priority", "no-lend", "capacity"} <= seen
+

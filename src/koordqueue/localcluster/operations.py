@@ -389,7 +389,8 @@ class Operations:
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(rt, name, errors.STALE_OBJECT)
         if subresource == "status":
-            result = deep_copy(old)
+            # All but metadata (written below) and status shared with the stored object, which is never mutated.
+            result = {**old, "metadata": {**old["metadata"]}}
             if "status" in new:
                 result["status"] = new["status"]
             else:

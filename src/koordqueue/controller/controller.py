@@ -447,11 +447,27 @@ class Controller:
         now = self.clock()
         for _, unit in self.unit_informer.items():
             self.unit_rv[unit.key] = unit.resource_version
+            orphan = self._orphan_reason(unit)
+            if orphan is not None:
+                self.engine.set_unit(replace(unit.unit_info(), invalid=orphan))
+                continue
             requeue_at = load_unit(self.engine, unit, now)
             if requeue_at is not None:
                 heapq.heappush(self.backoffs, (requeue_at, unit.key))
             if unit.phase not in FINISHED:
                 self.written_messages[unit.key] = unit.message
+
+    def _orphan_reason(self, unit: UnitView) -> str | None:
+        """Why a unit stands for no job we queue (made by hand, or for a kind we do not watch):
+        such a unit waits and is never admitted nor accounted as holding quota, or anyone who
+        may create a QueueUnit could hold quota (or jump the queue) with no job at all."""
+        informer = self.job_informers.get(unit.consumer_kind)
+        job = f"{unit.consumer_kind or 'consumer'} {unit.namespace}/{unit.consumer_name or '(unnamed)'}"
+        if informer is None:
+            return f"this QueueUnit stands for no job this controller queues ({job})"
+        if informer.get(f"{unit.namespace}/{unit.consumer_name}") is None:
+            return f"this QueueUnit stands for no job: {job} does not exist"
+        return None
 
     def _newer(self, key: str, rv: str) -> bool:
         mine = self.unit_rv.get(key)
@@ -464,19 +480,24 @@ class Controller:
         if not self.sync_done:
             return
         current = self.engine.unit(unit.key)
+        orphan = self._orphan_reason(unit)
         if unit.phase in FINISHED:
             if current is not None:
                 self.engine.remove_unit(unit.key)
                 self.wake.set()
         elif current is None:
             info = unit.unit_info()
-            if unit.phase in HOLDING:
+            if orphan is not None:
+                info.invalid = orphan
+                self.engine.set_unit(info)
+            elif unit.phase in HOLDING:
                 hold(self.engine, info, unit.allocated_at or unit.created)
             else:
                 self.engine.set_unit(info)
             self.wake.set()
         else:
             info = unit.unit_info()
+            info.invalid = orphan or info.invalid
             if _spec_changed(current, info):
                 # The engine owns admission state while we run; the object only its spec.
                 info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
@@ -547,6 +568,9 @@ class Controller:
             return
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
             return  # a unit of that name belongs to another job: not ours to drive
+        held = self.engine.unit(unit.key)
+        if held is not None and held.invalid is not None and held.invalid.startswith("this QueueUnit stands for"):
+            await self._unit_changed(unit)  # made before its job: it stands for one now
         if not self._newer(unit.key, unit.resource_version):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
         if job.state in (JobState.SUCCEEDED, JobState.FAILED):

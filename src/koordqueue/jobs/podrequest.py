@@ -57,7 +57,20 @@ def _container_request(container: Mapping[str, Any], where: str) -> ResourceList
     resources = section(container, "resources", where)
     limits = _resources(resources.get("limits"), f"{where}: resources.limits")
     requests = _resources(resources.get("requests"), f"{where}: resources.requests")
+    for part, amounts in (("limits", limits), ("requests", requests)):
+        for name, amount in amounts.items():
+            if _extended(name) and amount % 1000:
+                raise InvalidObject(
+                    f"{where}: resources.{part}: {name}: {amount / 1000:g} is not a whole number "
+                    "(extended resources such as GPUs are counted in whole units)")
     return {**limits, **requests}
+
+
+def _extended(name: str) -> bool:
+    """An extended resource (``nvidia.com/gpu``): a domain of its own, not kubernetes.io's.
+    The API server refuses pods asking for a fraction of one, so such a job could never run."""
+    domain, slash, _ = name.partition("/")
+    return bool(slash) and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
 def _resources(value: object, where: str) -> ResourceList:

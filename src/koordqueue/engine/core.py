@@ -404,19 +404,22 @@ class Engine:
                         break
                     if key in self._admitted_now:
                         continue
-                    victim = self._units[key].info
+                    victim = self._units[key]
                     candidates.append(
-                        Candidate(key, other, victim.request, victim.priority, admitted_at, chain)
+                        Candidate(key, other, victim.info.request, victim.info.priority, admitted_at,
+                                  victim.entry, chain)
                     )
         if state.info.preemption:
             for admitted_at, key in self._victims.get(leaf, ()):
-                victim = self._units[key].info
-                if victim.priority >= info.priority or key in self._admitted_now:
+                victim = self._units[key]
+                if victim.info.priority >= info.priority or key in self._admitted_now:
                     continue
                 if admitted_at + protect > now:
                     free_at = min(free_at, admitted_at + protect)
                     continue
-                candidates.append(Candidate(key, leaf, victim.request, victim.priority, admitted_at))
+                candidates.append(
+                    Candidate(key, leaf, victim.info.request, victim.info.priority, admitted_at, victim.entry)
+                )
         chosen = choose_victims(leaf, info.request, info.priority, candidates, names) if candidates else None
         if chosen is None:
             if free_at < math.inf:

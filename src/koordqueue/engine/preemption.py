@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from koordqueue.engine.fit import Released, first_misfit
 from koordqueue.engine.model import ResourceList
+from koordqueue.engine.pending import Entry
 from koordqueue.engine.tree import QuotaNode
 
 
@@ -24,12 +25,13 @@ class Candidate:
     request: ResourceList
     priority: int
     admitted_at: float
+    entry: Entry  # its place in its queue: of units admitted at once, the later went in last
     # Reclaim: the victim's quota and its ancestors below the node it shares with the
     # preemptor; each must stay above its runtime share. Empty for priority preemption.
     chain: tuple[QuotaNode, ...] = ()
 
-    def order(self) -> tuple[bool, int, float, str]:
-        return (not self.chain, self.priority, -self.admitted_at, self.key)
+    def order(self) -> tuple[bool, int, float]:
+        return (not self.chain, self.priority, -self.admitted_at)
 
 
 def binding(leaf: QuotaNode, request: ResourceList) -> tuple[QuotaNode | None, frozenset[str]]:
@@ -62,7 +64,11 @@ def choose_victims(
     """The victims that make room for ``request`` on ``leaf``, or None if none can."""
     released: Released = {}
     chosen: list[Candidate] = []
-    for candidate in sorted(candidates, key=Candidate.order):
+    # Most recently admitted first; among units admitted at the same time, the one
+    # admitted last (later in its queue's order): a stable sort on the queue order, reversed.
+    ordered = sorted(candidates, key=lambda c: c.entry, reverse=True)
+    ordered.sort(key=Candidate.order)
+    for candidate in ordered:
         if candidate.chain and not _still_borrowing(candidate, released, resources):
             continue
         _add(released, candidate, 1)

@@ -1,0 +1,226 @@
+"""The simulator's own behaviour: nodes and gangs, trace events, the end of a run, bad
+entries, and the loop that asks the engine at the right moments."""
+
+from __future__ import annotations
+
+from koordqueue.api.constants import Phase
+from koordqueue.engine.model import EngineConfig
+from koordqueue.sim.report import render_json, result_json
+
+from .builders import GPU, by_name, elastic_quota, job, pytorch_job, run
+
+TEAM = elastic_quota("team", {GPU: "0"}, {GPU: "8"})
+
+
+def gpus(n: int) -> dict[str, str]:
+    return {GPU: str(n)}
+
+
+def test_without_nodes_admission_is_the_start() -> None:
+    result = run({"objects": [TEAM], "jobs": [
+        job(0, pytorch_job("first", "team", gpus(4), workers=1), runtime=100),
+        job(5, pytorch_job("second", "team", gpus(4)), runtime=10),
+    ]})
+    jobs = by_name(result)
+    assert (jobs["first"].admitted, jobs["first"].finished) == (0.0, 100.0)
+    assert (jobs["second"].submitted, jobs["second"].admitted, jobs["second"].finished) == (5.0, 100.0, 110.0)
+    assert result.end == 110.0
+
+
+class TestNodes:
+    NODES = [{"name": "gpu", "count": 2, "allocatable": {GPU: "4", "cpu": "32"}}]
+
+    def test_an_admitted_job_starts_when_all_its_pods_fit(self) -> None:
+        result = run({"nodes": self.NODES, "objects": [TEAM], "jobs": [
+            job(0, pytorch_job("a", "team", gpus(3)), runtime=100),
+            job(0, pytorch_job("b", "team", gpus(3)), runtime=200),
+            job(1, pytorch_job("c", "team", gpus(2)), runtime=10),  # 1 GPU free on each node
+        ]})
+        c = by_name(result)["c"]
+        assert c.admitted == 1.0  # the quota and the cluster total have room
+        assert c.finished == 110.0  # but it starts when a leaves node 0, at 100
+
+    def test_a_gang_is_placed_whole_or_not_at_all(self) -> None:
+        nodes = [{"name": "big", "count": 1, "allocatable": {GPU: "4"}},
+                 {"name": "small", "count": 1, "allocatable": {GPU: "2"}}]
+        result = run({"nodes": nodes, "objects": [TEAM], "until": 50, "jobs": [
+            job(0, pytorch_job("gang", "team", gpus(3), workers=1), runtime=10),  # 3 + 3 on 4 + 2
+        ]})
+        gang = by_name(result)["gang"]
+        assert gang.phase is Phase.DEQUEUED and gang.finished is None
+        assert gang.message == "admitted, but its 2 pods do not fit on the 2 node(s) all at once, even empty (first-fit)"
+
+    def test_a_pod_too_big_for_any_node_says_so(self) -> None:
+        result = run({"nodes": self.NODES, "objects": [elastic_quota("team", {GPU: "0"}, {GPU: "8"})],
+                      "until": 10, "jobs": [job(0, pytorch_job("huge", "team", gpus(6)), runtime=10)]})
+        assert by_name(result)["huge"].message == (
+            "admitted, but a pod asking {'nvidia.com/gpu': '6'} fits on none of the 2 node(s), even empty: "
+            "it can never start"
+        )
+
+    def test_the_cluster_total_is_the_nodes_allocatable(self) -> None:
+        result = run({"nodes": self.NODES, "objects": [elastic_quota("team", {GPU: "0"}, {GPU: "100"})],
+                      "jobs": [job(0, pytorch_job(f"j{i}", "team", gpus(2)), runtime=10) for i in range(5)]})
+        assert result.capacity == {GPU: 8000, "cpu": 64000}
+        assert sorted(r.admitted for r in result.jobs) == [0.0, 0.0, 0.0, 0.0, 10.0]
+
+
+class TestEvents:
+    def test_a_bigger_max_lets_waiting_jobs_in_at_once(self) -> None:
+        result = run({"objects": [TEAM], "jobs": [
+            job(0, pytorch_job("a", "team", gpus(8)), runtime=100),
+            job(0, pytorch_job("b", "team", gpus(8)), runtime=100),
+        ], "events": [{"at": 30, "apply": elastic_quota("team", {GPU: "0"}, {GPU: "16"})}]})
+        assert by_name(result)["b"].admitted == 30.0
+
+    def test_deleting_a_running_job_frees_its_quota(self) -> None:
+        result = run({"objects": [TEAM], "jobs": [
+            job(0, pytorch_job("a", "team", gpus(8))),  # runs forever
+            job(0, pytorch_job("b", "team", gpus(8)), runtime=10),
+        ], "events": [{"at": 40, "delete": {"kind": "PyTorchJob", "namespace": "team", "name": "a"}}]})
+        jobs = by_name(result)
+        assert jobs["a"].deleted == 40.0 and jobs["a"].message == "deleted at 40 s while Running"
+        assert (jobs["b"].admitted, jobs["b"].finished) == (40.0, 50.0)
+
+    def test_a_job_applied_by_an_event_runs_for_its_runtime(self) -> None:
+        result = run({"objects": [TEAM], "events": [
+            {"at": 5, "apply": pytorch_job("late", "team", gpus(1)), "runtime": 7},
+        ]})
+        assert (by_name(result)["late"].submitted, by_name(result)["late"].finished) == (5.0, 12.0)
+
+    def test_raising_a_waiting_jobs_priority_moves_it_ahead(self) -> None:
+        result = run({"objects": [TEAM], "jobs": [
+            job(0, pytorch_job("running", "team", gpus(8)), runtime=100),
+            job(1, pytorch_job("first", "team", gpus(8), priority=1), runtime=10),
+            job(2, pytorch_job("second", "team", gpus(8), priority=1), runtime=10),
+        ], "events": [{"at": 50, "apply": pytorch_job("second", "team", gpus(8), priority=9)}]})
+        jobs = by_name(result)
+        assert jobs["second"].priority == 9
+        assert (jobs["second"].admitted, jobs["first"].admitted) == (100.0, 110.0)
+        assert jobs["second"].submitted == 2.0  # an update, not a new job
+
+    def test_deleting_a_quota_leaves_its_jobs_waiting_with_the_reason(self) -> None:
+        result = run({"objects": [TEAM], "until": 100, "jobs": [
+            job(0, pytorch_job("a", "team", gpus(8)), runtime=50),
+            job(0, pytorch_job("b", "team", gpus(8)), runtime=50),
+        ], "events": [{"at": 10, "delete": {"kind": "ElasticQuota", "name": "team"}}]})
+        b = by_name(result)["b"]
+        assert b.admitted is None
+        assert b.message == (
+            "no quota for namespace team: name one with the label quota.scheduling.koordinator.sh/name "
+            "or a queue with the annotation scheduling.x-k8s.io/queue"
+        )
+
+
+def test_jobs_running_at_the_end_stay_running() -> None:
+    result = run({"objects": [TEAM], "until": 60, "jobs": [
+        job(0, pytorch_job("long", "team", gpus(4)), runtime=100),
+        job(0, pytorch_job("forever", "team", gpus(4))),
+        job(70, pytorch_job("too-late", "team", gpus(1)), runtime=1),
+    ]})
+    jobs = by_name(result)
+    assert result.end == 60.0
+    assert jobs["long"].phase is Phase.RUNNING and jobs["forever"].phase is Phase.RUNNING
+    assert "too-late" not in jobs  # never submitted
+    assert result_json(result)["end"] == 60.0
+
+
+def test_a_preempted_job_starts_again_from_zero() -> None:
+    pool = elastic_quota("pool", {GPU: "8"}, {GPU: "8"}, is_parent=True)
+    a = elastic_quota("a", {GPU: "4"}, {GPU: "8"}, parent="pool")
+    b = elastic_quota("b", {GPU: "4"}, {GPU: "8"}, parent="pool")
+    result = run({"objects": [pool, a, b], "jobs": [
+        job(0, pytorch_job("b-1", "b", gpus(4)), runtime=100),
+        job(0, pytorch_job("b-2", "b", gpus(4)), runtime=100),
+        job(70, pytorch_job("a-1", "a", gpus(4)), runtime=100),
+    ]})
+    jobs = by_name(result)
+    victim = jobs["b-2"]
+    assert jobs["a-1"].admitted == 70.0
+    assert victim.preemptions == 1 and victim.attempts == 2
+    assert victim.admitted == 0.0  # the first admission
+    # Back in when b-1 ends at 100 (b is then within its share), it runs its 100 s again
+    # (it had run 70 s when it was preempted).
+    assert victim.finished == 100.0 + 100.0
+    assert result.usage.quotas["pool"].peak == {GPU: 8000}
+
+
+def test_a_wakeup_within_a_time_quantum_is_kept() -> None:
+    """A protect time shorter than the clock's quantum: the reclaim happens one quantum
+    later (the simulator once spun on such a wakeup, then ignored it)."""
+    pool = elastic_quota("pool", {GPU: "8"}, {GPU: "8"}, is_parent=True)
+    a = elastic_quota("a", {GPU: "4"}, {GPU: "8"}, parent="pool")
+    b = elastic_quota("b", {GPU: "4"}, {GPU: "8"}, parent="pool")
+    b_first = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue",
+               "metadata": {"name": "b", "namespace": "koord-queue"}, "spec": {"priority": 2000}}
+    result = run({"objects": [pool, a, b, b_first], "jobs": [
+        job(0, pytorch_job("b-1", "b", gpus(8)), runtime=100),
+        job(0, pytorch_job("a-1", "a", gpus(4)), runtime=100),
+    ]}, EngineConfig(protect_seconds=4e-7))
+    jobs = by_name(result)
+    assert jobs["b-1"].preemptions == 1
+    assert jobs["a-1"].admitted == 1e-6
+
+
+class TestWakeTime:
+    """When the simulator runs the engine's next cycle, from what the engine asked."""
+
+    def simulator(self):  # type: ignore[no-untyped-def]
+        from koordqueue.sim.simulator import Simulator
+        from koordqueue.sim.trace import Trace
+
+        sim = Simulator(Trace())
+        sim.now = 10.0
+        return sim
+
+    def test_nothing_asked(self) -> None:
+        assert self.simulator()._wake_time(None, 1) is None
+
+    def test_a_later_time(self) -> None:
+        assert self.simulator()._wake_time(12.5, 1) == 12.5
+
+    def test_within_a_quantum_is_the_next_quantum(self) -> None:
+        assert self.simulator()._wake_time(10.0000004, 1) == 10.000001
+
+    def test_work_left_now_is_done_now_but_not_forever(self) -> None:
+        from koordqueue.sim.simulator import MAX_CYCLES_PER_INSTANT
+
+        sim = self.simulator()
+        assert sim._wake_time(10.0, 1) == 10.0
+        assert sim._wake_time(10.0, MAX_CYCLES_PER_INSTANT) is None
+        assert sim.warnings == [
+            f"the engine still had work at t=10 s after {MAX_CYCLES_PER_INSTANT} cycles; it waits for the next event"
+        ]
+
+
+def test_a_trace_with_unknown_keys_warns_and_runs() -> None:
+    result = run({"objects": [TEAM], "queues": [], "jobs": [job(0, pytorch_job("a", "team", gpus(1)), runtime=1)]})
+    assert result.warnings == ["unknown top-level key 'queues' ignored (known: nodes, objects, jobs, events, until)"]
+    assert by_name(result)["a"].finished == 1.0
+
+
+def test_bad_times_are_reported_on_the_entry() -> None:
+    result = run({"objects": [TEAM], "jobs": [
+        job(-5, pytorch_job("before-time", "team", gpus(1)), runtime=1),
+        {"at": 0, "runtime": "long", "manifest": pytorch_job("odd-runtime", "team", gpus(1))},
+    ], "until": "tomorrow"})
+    messages = {record.name: record.message for record in result.jobs}
+    assert messages["before-time"] == "not submitted: jobs[0].at must be a number of seconds >= 0, got -5"
+    assert messages["odd-runtime"] == "not submitted: jobs[1].runtime must be a number of seconds >= 0, got 'long'"
+    assert "until must be a number of seconds >= 0, got 'tomorrow'; simulating until nothing more happens" in (
+        result.warnings
+    )
+
+
+def test_the_same_job_twice_is_one_job() -> None:
+    result = run({"objects": [TEAM], "jobs": [
+        job(0, pytorch_job("twice", "team", gpus(1)), runtime=10),
+        job(20, pytorch_job("twice", "team", gpus(1)), runtime=10),
+    ]})
+    assert [r.name for r in result.jobs] == ["twice"]
+    assert result.warnings == ["jobs[1]: PyTorchJob team/twice already finished; applying it again changes nothing"]
+
+
+def test_json_is_a_pure_function_of_the_result() -> None:
+    document = {"objects": [TEAM], "jobs": [job(i, pytorch_job(f"j{i}", "team", gpus(3)), runtime=7) for i in range(6)]}
+    assert render_json(run(document)) == render_json(run(document))

@@ -582,7 +582,11 @@ class Controller:
         may_run = held is not None and held.admitted_quota is not None and unit.phase in RUNNABLE
         if may_run and job.suspended:
             await self.client.patch(job_resource(kind), job.name, adapter.resume_patch({}), namespace=job.namespace)
-        elif not may_run and not job.suspended and unit.phase not in FINISHED:
+        elif not may_run and not job.suspended and unit.phase not in FINISHED and not (
+                unit.phase in HOLDING and (held is None or held.admitted_quota is None)):
+            # (A unit whose object still holds quota that the engine has taken back is being
+            # preempted or sent back: its job is suspended once that status is written, never
+            # before, or a write that fails would leave a job stopped and released again for nothing.)
             await self._suspend(job, adapter)
         if may_run:
             await self._follow_running(item, unit, job)
@@ -694,7 +698,12 @@ class Controller:
             return  # already sent back (a second look at a stale view of the unit)
         requeue_at = self.engine.requeue(unit.key, self.clock(), reason)
         info = self.engine.unit(unit.key)
-        await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0, requeue_at))
+        try:
+            await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
+                                                                  requeue_at))
+        except ApiError:
+            hold(self.engine, held, unit.allocated_at or unit.created)  # its object still holds quota
+            raise
         heapq.heappush(self.backoffs, (requeue_at, unit.key))
         self._remember("sent back", unit.key, info.admitted_quota if info else None, reason)
         self.metrics.requeues.labels(phase.value).inc()
@@ -870,7 +879,19 @@ class Controller:
 
     # --- why units wait: written at most once a second each ----------------------------
 
+    async def _debug_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            sem = self.write_limit
+            st_ = self.engine.quota_status()
+            used = {n: q.used.get("cpu", 0) // 1000 for n, q in st_.items() if n.startswith("parent")}
+            log.warning("DEBUG jobsq=%d proc=%d writewait=%d msgs=%d evq=%d cycles=%d units=%d used=%s",
+                        len(self.jobs_queue), len(self.jobs_queue._processing), len(sem._waiters or ()),
+                        len(self.pending_messages), self.event_queue.qsize(), self.cycles,
+                        len(self.engine._units), used)
+
     async def _message_loop(self) -> None:
+        asyncio.get_running_loop().create_task(self._debug_loop())
         while True:
             await asyncio.sleep(MESSAGE_FLUSH_SECONDS)
             batch, self.pending_messages = self.pending_messages, {}

@@ -78,7 +78,7 @@ class EventRecorder:
             key = (ref, event_type, reason, message)
             written = self._written.get(key)
             if written is None:
-                written = _Written(name=f"{ref.name}.{time.time_ns():x}", namespace=ref.namespace or "default")
+                written = _Written(name=_event_name(ref.name), namespace=ref.namespace or "default")
                 self._written[key] = written
                 while len(self._written) > self.cache_size:
                     self._written.popitem(last=False)
@@ -102,7 +102,7 @@ class EventRecorder:
                 written.count += 1
                 return
             except NotFound:  # expired (events live an hour) or deleted: start over
-                written.name = f"{ref.name}.{time.time_ns():x}"
+                written.name = _event_name(ref.name)
         try:
             await self.client.create(EVENTS, self._event(written, ref, event_type, reason, message, now))
         except AlreadyExists as e:
@@ -138,3 +138,10 @@ class EventRecorder:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _event_name(involved: str) -> str:
+    """``<object name>.<time in hex>``, as client-go names events, cut to the 253 characters
+    a name may have: the Event of an object with a long name is refused otherwise."""
+    suffix = f".{time.time_ns():x}"
+    return involved[: 253 - len(suffix)].rstrip("-.") + suffix

@@ -30,6 +30,8 @@ from koordqueue.jobs.podrequest import pod_request
 Job = Mapping[str, Any]
 """A job object as it comes from the API server or YAML."""
 
+MAX_NAME_LENGTH = 253  # an object name (DNS subdomain), as the API server allows
+
 
 class JobState(StrEnum):
     PENDING = "pending"
@@ -97,8 +99,13 @@ class JobAdapter(ABC):
         return read_meta(job, self.kind)
 
     def unit_name(self, job: Job) -> str:
-        name = self.meta(job).name
-        return f"{name}-{self.unit_suffix}" if self.unit_suffix else name
+        meta = self.meta(job)
+        name = f"{meta.name}-{self.unit_suffix}" if self.unit_suffix else meta.name
+        if len(name) > MAX_NAME_LENGTH:
+            raise InvalidObject(
+                f"{meta.describe()}: its QueueUnit's name would be {len(name)} characters, more than "
+                f"{MAX_NAME_LENGTH}: name the job with at most {MAX_NAME_LENGTH - len(name) + len(meta.name)}")
+        return name
 
     def pod_sets(self, job: Job) -> list[PodSet]:
         where = self.meta(job).describe()

@@ -177,3 +177,67 @@ async def test_shutdown_drops_items_already_queued() -> None:
     q.shutdown()
     with pytest.raises(ShutDown):
         await q.get()
+
+
+async def test_urgent_items_go_first_and_a_waiting_item_moves_ahead_once() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    for item in "abcd":
+        q.add(item)
+    q.add("e", urgent=True)
+    q.add("c", urgent=True)  # already waiting: moves ahead, not queued twice
+    assert len(q) == 5
+    got = [await q.get() for _ in range(5)]
+    assert got == ["e", "c", "a", "b", "d"]
+    assert len(q) == 0
+    for item in got:
+        q.done(item)
+    assert len(q) == 0
+    q.add("x")
+    assert await q.get() == "x"  # the stale copy of c was skipped, nothing else is left
+
+
+async def test_an_urgent_add_while_processing_is_requeued_urgently_after_done() -> None:
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    item = await q.get()
+    q.add("b")
+    q.add("a", urgent=True)
+    assert len(q) == 1  # a is not handed out twice at once
+    q.done(item)
+    assert len(q) == 2
+    assert [await q.get(), await q.get()] == ["a", "b"]
+
+
+async def test_urgent_and_plain_adds_never_share_an_item_between_workers() -> None:
+    q: WorkQueue[int] = WorkQueue()
+    in_progress: set[int] = set()
+    overlaps: list[int] = []
+    handled: list[int] = []
+
+    async def worker() -> None:
+        while True:
+            try:
+                k = await q.get()
+            except ShutDown:
+                return
+            if k in in_progress:
+                overlaps.append(k)
+            in_progress.add(k)
+            await asyncio.sleep(random.random() * 0.002)
+            in_progress.discard(k)
+            handled.append(k)
+            q.done(k)
+
+    rng = random.Random(11)
+    workers = [asyncio.create_task(worker()) for _ in range(6)]
+    for _ in range(500):
+        q.add(rng.randrange(8), urgent=rng.random() < 0.4)
+        if rng.random() < 0.3:
+            await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        while len(q) or in_progress:
+            await asyncio.sleep(0.005)
+    q.shutdown()
+    await asyncio.gather(*workers)
+    assert overlaps == []
+    assert len(q) == 0

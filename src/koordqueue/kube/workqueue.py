@@ -6,7 +6,10 @@ Handlers enqueue keys, workers reconcile them. The rules that make this safe:
   `done`, never handed to a second worker at the same time;
 - `add_after` keeps only the earliest pending delay per item;
 - `add_rate_limited` delays by the item's own exponential backoff (reset by `forget`),
-  and by an overall token bucket so that a mass failure does not retry in a storm.
+  and by an overall token bucket so that a mass failure does not retry in a storm;
+- `add(item, urgent=True)` puts it ahead of the items that are not urgent (an item
+  already waiting moves ahead): a job that ended frees quota, and must not wait behind
+  thousands of new jobs.
 
 One deliberate difference from client-go: after `shutdown`, `get` raises `ShutDown` at
 once instead of draining what is queued, because a controller that lost leadership
@@ -42,6 +45,9 @@ class WorkQueue(Generic[T]):
         self.max_delay = max_delay
         self._bucket = TokenBucket(qps, burst)
         self._queue: deque[T] = deque()
+        self._urgent: deque[T] = deque()  # served first; either line may hold stale copies, skipped
+        self._urgent_items: set[T] = set()  # items in the urgent line
+        self._urgent_after_done: set[T] = set()  # added urgently while being processed
         self._dirty: set[T] = set()  # queued (or to be queued again after processing)
         self._processing: set[T] = set()
         self._failures: dict[T, int] = {}
@@ -49,13 +55,30 @@ class WorkQueue(Generic[T]):
         self._nonempty = asyncio.Event()
         self._shutting_down = False
 
-    def add(self, item: T) -> None:
-        if self._shutting_down or item in self._dirty:
+    def add(self, item: T, urgent: bool = False) -> None:
+        if self._shutting_down:
+            return
+        if item in self._dirty:
+            if urgent:
+                if item in self._processing:
+                    self._urgent_after_done.add(item)
+                elif item not in self._urgent_items:
+                    self._push_urgent(item)  # its copy in the other line is skipped when reached
             return
         self._dirty.add(item)
         if item in self._processing:
+            if urgent:
+                self._urgent_after_done.add(item)
             return  # `done` will queue it again
-        self._queue.append(item)
+        if urgent:
+            self._push_urgent(item)
+        else:
+            self._queue.append(item)
+            self._nonempty.set()
+
+    def _push_urgent(self, item: T) -> None:
+        self._urgent.append(item)
+        self._urgent_items.add(item)
         self._nonempty.set()
 
     def add_after(self, item: T, delay: float) -> None:
@@ -88,24 +111,37 @@ class WorkQueue(Generic[T]):
         return self._failures.get(item, 0)
 
     async def get(self) -> T:
-        """The next item; the caller must call `done(item)` when finished with it."""
-        while not self._queue:
+        """The next item (urgent ones first); the caller must call `done(item)` when finished with it."""
+        while True:
+            while not self._queue and not self._urgent:
+                if self._shutting_down:
+                    raise ShutDown
+                self._nonempty.clear()
+                await self._nonempty.wait()
             if self._shutting_down:
                 raise ShutDown
-            self._nonempty.clear()
-            await self._nonempty.wait()
-        if self._shutting_down:
-            raise ShutDown
-        item = self._queue.popleft()
+            if self._urgent:
+                item = self._urgent.popleft()
+                self._urgent_items.discard(item)
+            else:
+                item = self._queue.popleft()
+            if item in self._dirty and item not in self._processing:
+                break
+            # else: a copy left in one line when the item moved ahead, handed out since
         self._processing.add(item)
         self._dirty.discard(item)
         return item
 
     def done(self, item: T) -> None:
         self._processing.discard(item)
+        urgent = item in self._urgent_after_done
+        self._urgent_after_done.discard(item)
         if item in self._dirty and not self._shutting_down:
-            self._queue.append(item)
-            self._nonempty.set()
+            if urgent:
+                self._push_urgent(item)
+            else:
+                self._queue.append(item)
+                self._nonempty.set()
 
     def shutdown(self) -> None:
         self._shutting_down = True
@@ -120,7 +156,7 @@ class WorkQueue(Generic[T]):
 
     def __len__(self) -> int:
         """Items waiting to be handed out (not those in progress or delayed)."""
-        return len(self._queue)
+        return len(self._dirty) - sum(1 for item in self._processing if item in self._dirty)
 
     def _fire(self, item: T) -> None:
         self._waiting.pop(item, None)

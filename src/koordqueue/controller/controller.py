@@ -82,6 +82,7 @@ EVENT_WRITERS = 8
 # become 100k tasks in memory nor hold the API server back from the writes that matter.
 EVENT_BACKLOG = 10_000
 RECENT_DECISIONS = 50
+BACKOFF_RECHECK_SECONDS = 0.5  # a unit out of back-off whose job is not suspended yet looks again after
 
 
 def job_resource(kind: str) -> Resource:
@@ -853,6 +854,18 @@ class Controller:
         while self.backoffs and self.backoffs[0][0] <= now:
             _, key = heapq.heappop(self.backoffs)
             unit = self.unit_informer.get(key)
+            job = self._job_of(unit) if unit is not None else None
+            if unit is not None and unit.phase in SENT_BACK and job is not None and not job.suspended and \
+                    job.state not in (JobState.SUCCEEDED, JobState.FAILED):
+                # Its job still runs from before (its suspension is not written yet): admitted
+                # again now, it would run twice over without a suspension between. Wait for that.
+                held = self.engine.unit(key)
+                if held is not None and held.admitted_quota is None:
+                    held.requeue_at = now + BACKOFF_RECHECK_SECONDS
+                    self.engine.set_unit(held)
+                heapq.heappush(self.backoffs, (now + BACKOFF_RECHECK_SECONDS, key))
+                self.jobs_queue.add(unit.job_key)
+                continue
             if unit is not None and unit.phase in SENT_BACK:
                 try:
                     await self._write_unit_status(key, st.enqueued("back in the queue after a back-off"))

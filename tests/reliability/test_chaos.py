@@ -34,7 +34,7 @@ async def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert report.faults["sigkill"] == 3 and report.restarts == 3, figures
     for kind in ("500", "429", "409", "watch drops", "compactions"):
         assert report.faults[kind] > 0, f"no {kind} injected\n{figures}"
-    assert 0.02 < sum(report.faults[k] for k in ("500", "429", "409")) / report.requests < 0.08, figures
+    assert 0.03 < sum(report.faults[k] for k in ("500", "429", "409")) / report.requests < 0.07, figures
     assert report.jobs == 320 and report.releases >= 320, figures
     assert report.suspensions > 0, "no preemption happened: the run did not exercise it\n" + figures
     assert max(report.peak_gpus[f"org-{p}"] for p in range(4)) == 24, figures  # parents filled up to max

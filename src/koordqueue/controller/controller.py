@@ -892,19 +892,7 @@ class Controller:
 
     # --- why units wait: written at most once a second each ----------------------------
 
-    async def _debug_loop(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            sem = self.write_limit
-            st_ = self.engine.quota_status()
-            used = {n: q.used.get("cpu", 0) // 1000 for n, q in st_.items() if n.startswith("parent")}
-            log.warning("DEBUG jobsq=%d proc=%d writewait=%d msgs=%d evq=%d cycles=%d units=%d used=%s",
-                        len(self.jobs_queue), len(self.jobs_queue._processing), len(sem._waiters or ()),
-                        len(self.pending_messages), self.event_queue.qsize(), self.cycles,
-                        len(self.engine._units), used)
-
     async def _message_loop(self) -> None:
-        asyncio.get_running_loop().create_task(self._debug_loop())
         while True:
             await asyncio.sleep(MESSAGE_FLUSH_SECONDS)
             batch, self.pending_messages = self.pending_messages, {}

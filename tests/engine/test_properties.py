@@ -308,12 +308,22 @@ def check_policies(run: Run, result: CycleResult, before: dict) -> None:  # type
                 assert _order(other) > _order(info), f"{info.key} admitted while {other.key} waits ahead"
 
 
+WAITING_TEXTS = ("waiting for quota ", "waiting for cluster capacity: ", "can never fit quota ", "blocked behind ",
+                 "waiting while high-priority ")
+
+
 def check_messages(run: Run, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]
-    """Every unit left waiting has a reason in words."""
+    """Every unit left waiting has a reason in words; once the engine has settled, a
+    queued unit's reason is a limit it runs into or a unit that blocks it (a unit that
+    fits and is not admitted would be capacity left idle)."""
+    settled = result.next_wakeup is None or result.next_wakeup > run.now
     for key in run.units:
-        if key not in run.admitted:
-            standing = run.engine.standing(key)
-            assert standing is not None and standing.message, key
+        if key in run.admitted:
+            continue
+        standing = run.engine.standing(key)
+        assert standing is not None and standing.message, key
+        if settled and standing.position is not None:
+            assert standing.message.startswith(WAITING_TEXTS), f"{key} waits: {standing.message}"
 
 
 ALL_CHECKS = [check_limits, check_runtime, check_policies, check_messages]

@@ -95,8 +95,8 @@ def traces(draw: st.DrawFn) -> dict[str, Any]:
         room = room_alone(leaf)
         workers = draw(st.integers(0, 2))
         pods = workers + 1
-        pod = {r: draw(st.integers(min(1, room[r] // pods), max(0, min(room[r] // pods, biggest_node[r], 3))))
-               for r in RESOURCES}
+        most = {r: max(0, min(room[r] // pods, biggest_node[r], 3)) for r in RESOURCES}
+        pod = {r: draw(st.integers(min(1, most[r]), most[r])) for r in RESOURCES}
         if any(pod[r] * pods > room[r] for r in RESOURCES):
             continue
         if groups and NodePool(groups).place([parse_resource_list(pod)] * pods) is None:

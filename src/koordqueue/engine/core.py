@@ -5,8 +5,9 @@ at the next cycle (rare), a change of a unit is applied at once in O(log n). A c
 only looks at *stale* queues: those whose pending units changed, or that wait on a
 node of the quota tree where room appeared, or whose runtime share moved, or whose
 time (back-off, protection of victims) came. Within a cycle queues take turns by
-Queue priority, then fair share (the quota furthest below its runtime share first),
-one admission per turn, so many units of every queue are admitted per cycle.
+Queue priority, then admissions within the quota's runtime share before those that
+borrow, then fair share (the quota furthest below its runtime share first), one
+admission per turn, so many units of every queue are admitted per cycle.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ from koordqueue.engine.validation import validate_quotas
 
 MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most this often
 # Units right behind a unit that waits are told why they wait (who blocks them, or the
-# same limit for the same request); further back they keep the text they got when they
-# were queued, so that a cycle rewrites a few messages per queue, not thousands. The
-# views (``standing``, ``queue_positions``) work out every unit's reason when asked.
+# same limit for the same request) when that changes, not when only the amounts in it
+# do; further back they keep the text they got when they were queued, so that a cycle
+# rewrites a few messages per queue, not thousands. The views (``standing``,
+# ``queue_positions``) work out every unit's reason, with today's amounts, when asked.
 BLOCKED_WINDOW = 20
 DEFAULT_CONFIG = EngineConfig()  # frozen, so one instance serves as the default
 
@@ -66,6 +68,7 @@ class _Unit:
     queue: _Queue | None = None  # resolved queue (queued, back-off)
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
     message: str = ""
+    reason: tuple[tuple[object, ...], str] | None = None  # its last misfit and its text, not to format it again
 
 
 @dataclass(slots=True, eq=False)
@@ -76,6 +79,7 @@ class _Queue:
     pending: PendingQueue = field(default_factory=PendingQueue)
     holds: list[tuple[QuotaNode, Hold]] = field(default_factory=list)
     blocker: str | None = None  # the unit its last scan stopped at (Block, Intelligent)
+    told_blocker: str | None = None  # the blocker the units behind it were last told about
     version: int = 0  # of its entry in the cycle's heap
 
     @property
@@ -139,6 +143,7 @@ class Engine:
         self._qs: dict[str, _Queue] = {}
         self._leaf_queues: dict[QuotaNode, list[_Queue]] = {}
         self._victims: dict[QuotaNode, list[tuple[float, str]]] = {}  # preemptible, by admission time
+        self._borrowers: set[QuotaNode] = set()  # quotas using more than their runtime share
         self._used_by_name: dict[str, ResourceList] = {}
         self._backoff: list[tuple[float, str]] = []
         self._retry: list[tuple[float, str]] = []
@@ -149,6 +154,8 @@ class Engine:
         self._now = -math.inf
         self._heap: list[_Turn] | None = None  # during a cycle
         self._admitted_now: set[str] = set()  # units admitted in this cycle: never its victims
+        # Within a cycle, until some usage changes: (leaf, top, resources) -> what may be reclaimed.
+        self._reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
         self._scans: dict[str, _Scan] = {}
 
     # --- inputs -------------------------------------------------------------------
@@ -265,6 +272,7 @@ class Engine:
             self._heap = None
             self._scans = {}
             self._admitted_now = set()
+            self._reclaim_cache = {}
 
     def _push(self, state: _Queue) -> None:
         assert self._heap is not None
@@ -299,16 +307,18 @@ class Engine:
                 scan.admitted = True
                 return True
             # Same request, same or lower priority: the rest of this stream waits too.
-            self._note_misfit(record, state, misfit)
+            told = self._note_misfit(record, state, misfit)
             if state.stops_at(info.priority):
-                state.blocker = record.key
+                told = told or state.told_blocker != record.key
+                state.blocker = state.told_blocker = record.key
                 heads.clear()
-                behind = list(islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1))
-            else:
-                behind = state.pending.followers(shape, BLOCKED_WINDOW)
-            for follower in behind:
-                other = self._units[follower[4]]
-                self._say(other, self._live_message(other) if state.blocker else record.message)
+                if told:
+                    for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
+                        other = self._units[follower[4]]
+                        self._say(other, self._live_message(other))
+            elif told:
+                for follower in state.pending.followers(shape, BLOCKED_WINDOW):
+                    self._say(self._units[follower[4]], record.message)
         self._finish_scan(state, scan)
         return False
 
@@ -339,18 +349,27 @@ class Engine:
             if any(now_held.get(name, 0) < amount for name, amount in amounts.items()):
                 self._wake_node(node, exclude=state.key)
 
-    def _note_misfit(self, record: _Unit, state: _Queue, misfit: Misfit) -> None:
-        """Say why the unit waits, wait for room where it lacks it, and hold what is free."""
+    def _note_misfit(self, record: _Unit, state: _Queue, misfit: Misfit) -> bool:
+        """Say why the unit waits, wait for room where it lacks it, and hold what is free.
+        Return whether it now waits for another limit (not only other amounts): the
+        units behind it are told then, not each time an amount in the text moves."""
         leaf = state.leaf
-        self._say(record, messages.waiting(leaf, misfit))
+        hold = misfit.hold
+        key = (misfit.node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve,
+               hold.holder if hold else None, hold.priority if hold else None)
+        reason = record.reason
+        told = reason is None or reason[0][:2] != key[:2] or reason[0][4:] != key[4:]
+        if reason is None or reason[0] != key:
+            reason = record.reason = (key, messages.waiting(leaf, misfit))
+        self._say(record, reason[1])
         need = misfit.node.waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
         node = misfit.node
         if misfit.never or node is leaf:
-            return  # its own quota's limit: others' units are no competition (Priority skips it)
+            return told  # its own quota's limit: others' units are no competition (Priority skips it)
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
-            return  # nobody else uses that node: holding keeps nothing from anyone
+            return told  # nobody else uses that node: holding keeps nothing from anyone
         # Hold up to the node where it lacks room, not above: room above that node is of
         # no use to it until that node has room, and holding it would only keep others
         # (who can use it now) waiting, perhaps for one another.
@@ -367,6 +386,7 @@ class Engine:
                 upper.add_hold(hold)
                 state.holds.append((upper, hold))
             child = upper
+        return told
 
     def _preempt_for(
         self, record: _Unit, state: _Queue, misfit: Misfit, now: float, result: CycleResult
@@ -376,39 +396,21 @@ class Engine:
             return False
         leaf = state.leaf
         info = record.info
+        reclaim = self._config.reclaim and not borrowing(leaf, info.request)
+        if not reclaim and not state.info.preemption:
+            return False
         top, names = binding(leaf, info.request)
         if top is None:
             return False
-        reclaim = (
-            self._config.reclaim
-            and top is not leaf
-            and all(name in leaf.runtime for name in names)
-            and not borrowing(leaf, info.request)
-        )
+        reclaim = reclaim and top is not leaf and all(name in leaf.runtime for name in names)
         if not reclaim and not state.info.preemption:
             return False
         protect = self._config.protect_seconds
         candidates: list[Candidate] = []
         free_at = math.inf  # when a protected candidate stops being protected
         if reclaim:
-            on_path = set(leaf.path)
-            for other in self._tree.leaves_under(top):
-                if other is leaf or not self._victims.get(other):
-                    continue
-                if not any(other.used.get(n, 0) > other.runtime.get(n, math.inf) for n in names):
-                    continue
-                chain = tuple(n for n in other.path if n not in on_path)
-                for admitted_at, key in self._victims[other]:
-                    if admitted_at + protect > now:
-                        free_at = min(free_at, admitted_at + protect)
-                        break
-                    if key in self._admitted_now:
-                        continue
-                    victim = self._units[key]
-                    candidates.append(
-                        Candidate(key, other, victim.info.request, victim.info.priority, admitted_at,
-                                  victim.entry, chain)
-                    )
+            found, free_at = self._reclaim_candidates(leaf, top, names, now)
+            candidates += found
         if state.info.preemption:
             for admitted_at, key in self._victims.get(leaf, ()):
                 victim = self._units[key]
@@ -432,6 +434,45 @@ class Engine:
                 Preemption(candidate.key, candidate.node.name, record.key, reason, requeue_at)
             )
         return True
+
+    def _reclaim_candidates(
+        self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str], now: float
+    ) -> tuple[list[Candidate], float]:
+        """Units under ``top`` of quotas above their runtime share in ``names`` that may be
+        taken back for a unit of ``leaf``, and when the first protected one stops being
+        protected. Kept for the rest of the cycle until some usage changes: the heads of
+        a queue that do not fit ask the same question again and again."""
+        key = (leaf, top, names)
+        known = self._reclaim_cache.get(key)
+        if known is not None:
+            return known
+        protect = self._config.protect_seconds
+        candidates: list[Candidate] = []
+        free_at = math.inf
+        on_path = set(leaf.path)
+        for other in self._borrowers:
+            victims = self._victims.get(other)
+            if not victims or other is leaf or other.children or top not in other.path:
+                continue
+            if victims[0][0] + protect > now:
+                free_at = min(free_at, victims[0][0] + protect)
+                continue
+            if not any(other.used.get(n, 0) > other.runtime.get(n, math.inf) for n in names):
+                continue
+            chain = tuple(n for n in other.path if n not in on_path)
+            for admitted_at, unit_key in victims:
+                if admitted_at + protect > now:
+                    free_at = min(free_at, admitted_at + protect)
+                    break
+                if unit_key in self._admitted_now:
+                    continue
+                victim = self._units[unit_key]
+                candidates.append(
+                    Candidate(unit_key, other, victim.info.request, victim.info.priority, admitted_at,
+                              victim.entry, chain)
+                )
+        self._reclaim_cache[key] = (candidates, free_at)
+        return candidates, free_at
 
     def _preemption_reason(
         self, candidate: Candidate, preemptor: _Unit, leaf: QuotaNode, names: frozenset[str]
@@ -549,6 +590,9 @@ class Engine:
         assert node is not None
         info = record.info
         room = self._tree.charge(node, info.request, sign)
+        self._check_borrowing(node)
+        if self._reclaim_cache:
+            self._reclaim_cache = {}
         name = info.admitted_quota
         assert name is not None
         used = self._used_by_name.setdefault(name, {})
@@ -616,8 +660,17 @@ class Engine:
         if self._rebuild_needed:
             self._rebuild()
         for node in self._tree.refresh():
+            self._check_borrowing(node)
             for state in self._leaf_queues.get(node, ()):
                 self._touch(state)
+
+    def _check_borrowing(self, node: QuotaNode) -> None:
+        """Keep ``_borrowers`` (the reclaim candidates) up to date for ``node``."""
+        used = node.used
+        if any(used.get(name, 0) > share for name, share in node.runtime.items()):
+            self._borrowers.add(node)
+        else:
+            self._borrowers.discard(node)
 
     def _rebuild(self) -> None:
         """Derive everything from the inputs again (after quotas or queues changed)."""
@@ -630,6 +683,7 @@ class Engine:
         self._qs = {}
         self._leaf_queues = {}
         self._victims = {}
+        self._borrowers = set()
         self._used_by_name = {}
         self._backoff = []
         self._retry = []

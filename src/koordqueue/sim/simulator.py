@@ -424,7 +424,7 @@ class Simulator:
                 standing = self._call(self.engine.standing, record.unit_key)
                 if standing is not None:
                     record.quota, record.queue = standing.quota, standing.queue
-                    record.message = record.message or standing.message
+                    record.message = standing.message or record.message
         statuses = self._call(self.engine.quota_status)
         runtime = {name: dict(statuses[name].runtime) if name in statuses else {} for name in self.quotas}
         return SimResult(

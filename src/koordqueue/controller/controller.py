@@ -259,8 +259,8 @@ class Controller:
         self.pod_informer.on_update(lambda old, new: self._pod_changed(new, old))
         self.pod_informer.on_delete(self._pod_deleted)
         for kind, inf in self.job_informers.items():
-            inf.on_add(lambda j, k=kind: self.jobs_queue.add(f"{k}/{j.key}"))
-            inf.on_update(lambda _o, j, k=kind: self.jobs_queue.add(f"{k}/{j.key}"))
+            inf.on_add(lambda j, k=kind: self._enqueue_job(f"{k}/{j.key}", j))
+            inf.on_update(lambda _o, j, k=kind: self._enqueue_job(f"{k}/{j.key}", j))
             inf.on_delete(self._job_deleted)
 
     def _event(self, ref: ObjectRef | Object, event_type: c.EventType, reason: c.EventReason, message: str) -> None:
@@ -506,7 +506,7 @@ class Controller:
                 info.attempts = current.attempts
                 self.engine.set_unit(info)
                 self.wake.set()
-        self.jobs_queue.add(unit.job_key)
+        self._enqueue_job(unit.job_key, self._job_of(unit))
 
     async def _unit_deleted(self, unit: UnitView) -> None:
         self.engine.remove_unit(unit.key)
@@ -534,6 +534,11 @@ class Controller:
                 self.jobs_queue.add(f"{kind}/{job.key}")
 
     # --- jobs -----------------------------------------------------------------------
+
+    def _enqueue_job(self, item: str, job: JobView | None) -> None:
+        """A job that ended goes ahead of the others: reconciling it releases its quota, and
+        it must not wait behind thousands of new jobs to be given units."""
+        self.jobs_queue.add(item, urgent=job is not None and job.state in (JobState.SUCCEEDED, JobState.FAILED))
 
     def _job_deleted(self, job: JobView) -> None:
         self.job_fingerprints.pop(f"{job.kind}/{job.key}", None)

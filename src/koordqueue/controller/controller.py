@@ -74,6 +74,7 @@ PODS = Resource("", "v1", "pods")
 RUNNABLE = {c.Phase.DEQUEUED.value, c.Phase.RUNNING.value}
 BATCH_SECONDS = 0.01  # after a wake, let a burst of events land in one cycle
 MESSAGE_FLUSH_SECONDS = 1.0  # a waiting unit's message is written at most this often
+MESSAGE_WRITERS = 8  # messages written at once: they must not hold back admissions and releases
 FAILED_SCHEDULING_EVERY = 60.0  # seconds between FailedScheduling events of one unit
 QUEUE_ITEMS_WRITTEN = 200  # pending units listed in a Queue's status
 EVENT_WRITERS = 8
@@ -143,6 +144,7 @@ class Controller:
         self.sync_done = False
         self.initial_jobs: set[str] = set()
         self.write_limit = asyncio.Semaphore(self.config.write_concurrency)
+        self.message_limit = asyncio.Semaphore(MESSAGE_WRITERS)
         self.event_queue: asyncio.Queue[tuple[ObjectRef | Object, c.EventType, c.EventReason, str]] = \
             asyncio.Queue(EVENT_BACKLOG)
         self.events_dropped = 0
@@ -722,12 +724,19 @@ class Controller:
     # --- writing status ---------------------------------------------------------------
 
     async def _write_unit_status(self, key: str, status: Object, *, precondition: bool = False,
-                                 touch: bool = True) -> None:
-        """One status patch; writes of one unit go one at a time, each on the latest version."""
+                                 touch: bool = True, limit: asyncio.Semaphore | None = None,
+                                 still: Callable[[], bool] | None = None) -> bool:
+        """One status patch; writes of one unit go one at a time, each on the latest version.
+        ``limit``: how many such writes may be in flight (messages have a line of their own); a
+        place in that line is had before the unit's lock, so that a write waiting for its turn
+        never holds back another write of the same unit. ``still``: checked once the lock is
+        held; the write is skipped (False) when it says the status is no longer to be written."""
         ns, _, name = key.partition("/")
         if touch:
             status = {**status, "lastUpdateTime": rfc3339(self.clock())}
-        async with self.unit_locks.hold(key), self.write_limit:
+        async with limit or self.write_limit, self.unit_locks.hold(key):
+            if still is not None and not still():
+                return False
             patch: Object = {"status": status}
             if precondition and key in self.unit_rv:
                 patch["metadata"] = {"resourceVersion": self.unit_rv[key]}
@@ -739,6 +748,7 @@ class Controller:
         if "message" in status:
             self.written_messages[key] = status["message"]
             self.pending_messages.pop(key, None)
+        return True
 
     # --- scheduling ------------------------------------------------------------------
 
@@ -916,11 +926,20 @@ class Controller:
             self.pending_messages.setdefault(key, message)
             return
         first = not unit.phase  # a new unit: its first status is its phase and this message
+
+        def still_waiting() -> bool:  # not admitted while this write waited for its turn
+            held = self.engine.unit(key)
+            return held is not None and held.admitted_quota is None and self.written_messages.get(key) != message
+
         try:
             if first:
-                await self._write_unit_status(key, st.enqueued(message), precondition=True)
+                written = await self._write_unit_status(key, st.enqueued(message), precondition=True,
+                                                        limit=self.message_limit, still=still_waiting)
             else:
-                await self._write_unit_status(key, {"message": message}, touch=False)
+                written = await self._write_unit_status(key, {"message": message}, touch=False,
+                                                        limit=self.message_limit, still=still_waiting)
+            if not written:
+                return
         except Conflict:  # our view of it is stale: look again at the next flush
             self.pending_messages.setdefault(key, message)
             return

@@ -89,7 +89,13 @@ class EventRecorder:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.warning("event %s/%s on %r not recorded: %s", event_type, reason, obj, e)
+            if isinstance(obj, ObjectRef):
+                what = f"{obj.kind} {obj.namespace}/{obj.name}"
+            else:  # name the object, never dump it: a job's whole spec would flood the log
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                meta = meta if isinstance(meta, dict) else {}
+                what = f"{obj.get('kind') if isinstance(obj, dict) else '?'} {meta.get('namespace')}/{meta.get('name')}"
+            log.warning("event %s/%s on %s not recorded: %s", event_type, reason, what, e)
 
     async def _write(self, written: _Written, ref: ObjectRef, event_type: str, reason: str, message: str) -> None:
         now = _now()

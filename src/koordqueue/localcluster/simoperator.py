@@ -623,9 +623,15 @@ class SimOperator:
         if new == old:
             return
         meta = job["metadata"]
+        # On the version it was computed from, as the real operators update status: from a
+        # stale view, a merge patch would replace the conditions list and drop newer ones (a
+        # job suspended just after it succeeded lost its Succeeded condition). A conflict is
+        # retried with the job as it is now.
+        patch: Object = {"status": merge_patch(old, new)}
+        if meta.get("resourceVersion"):
+            patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
         try:
-            await self.client.patch_status(kind.resource, meta["name"], {"status": merge_patch(old, new)},
-                                           namespace=meta["namespace"])
+            await self.client.patch_status(kind.resource, meta["name"], patch, namespace=meta["namespace"])
         except NotFound:
             pass
 

@@ -579,6 +579,11 @@ class Controller:
         held = self.engine.unit(unit.key)
         if held is not None and held.invalid is not None and held.invalid.startswith("this QueueUnit stands for"):
             await self._unit_changed(unit)  # made before its job: it stands for one now
+        if job.state in (JobState.SUCCEEDED, JobState.FAILED) and held is not None:
+            # The job ended: its unit is finished whatever our view of it says (a view older than
+            # our last write, a Running say, would wait for our watch to bring that write first).
+            await self._finish(unit, job)
+            return
         if not self._newer(unit.key, unit.resource_version):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
         if job.state in (JobState.SUCCEEDED, JobState.FAILED):

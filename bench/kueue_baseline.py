@@ -234,7 +234,9 @@ class World:
             await self.client.patch_status(
                 JOBS, record.name, {"status": {"conditions": [_condition("Running", "True", "PyTorchJobRunning")]}},
                 namespace=NS)
-            await asyncio.sleep(record.kind.runtime)
+            # It runs from the moment it was released (as its pods would), not from our write.
+            assert record.released is not None
+            await asyncio.sleep(max(0.0, record.released + record.kind.runtime - time.monotonic()))
             await self.client.patch_status(
                 JOBS, record.name, {"status": {"conditions": [
                     _condition("Running", "False", "PyTorchJobSucceeded"),
@@ -327,6 +329,7 @@ def figures(world: World, end: float) -> dict[str, Any]:
         "generator_late_p99_seconds": percentile(world.lateness, 0.99) if world.lateness else 0.0,
         "runner_write_errors": world.write_errors[:10],
         "hops_mean_seconds": hops(records),
+        "hops_mean_seconds_by_class": {k.name: hops([r for r in records if r.kind is k]) for k in kueue_sim.CLASSES},
         "timeline": world.timeline,
     }
 

@@ -122,9 +122,11 @@ class Process:
 class ServerProcess(Process):
     """`python -m koordqueue.localcluster --state-dir DIR`: it prints its kubeconfig's path."""
 
-    def __init__(self, state_dir: Path) -> None:
-        super().__init__([sys.executable, "-m", "koordqueue.localcluster", "--state-dir", str(state_dir)],
-                         state_dir.parent / "apiserver.log")
+    def __init__(self, state_dir: Path, port: int | None = None) -> None:
+        # A fixed port: a restarted server is found where the kubeconfigs say.
+        self.port = port or free_port()
+        super().__init__([sys.executable, "-m", "koordqueue.localcluster", "--state-dir", str(state_dir),
+                          "--port", str(self.port)], state_dir.parent / "apiserver.log")
         self.state_dir = state_dir
         self.kubeconfig = state_dir / "kubeconfig"
 
@@ -156,7 +158,7 @@ class ControllerProcess(Process):
             return await response.text()
 
     async def wait_ready(self, timeout: float = 120.0) -> float:
-        """Until /readyz says the controller has synced; returns the seconds it took."""
+        """Until /readyz says the controller leads with its caches synced; returns the seconds it took."""
         started = time.monotonic()
         async with aiohttp.ClientSession() as session:
             while time.monotonic() - started < timeout:
@@ -165,8 +167,8 @@ class ControllerProcess(Process):
                 try:
                     async with session.get(f"http://127.0.0.1:{self.metrics_port}/readyz",
                                            timeout=aiohttp.ClientTimeout(total=2)) as response:
-                        if response.status == 200:
-                            return time.monotonic() - started
+                        if response.status == 200 and "leading" in await response.text():
+                            return time.monotonic() - started  # synced and leading (not just serving)
                 except (aiohttp.ClientError, TimeoutError):
                     pass
                 await asyncio.sleep(0.05)

@@ -94,6 +94,21 @@ async def test_limit_and_continue(api: APIClient) -> None:
     assert seen == [f"cm{i}" for i in range(7)]
 
 
+async def test_later_pages_show_objects_as_they_were_when_the_list_began(api: APIClient) -> None:
+    for i in range(5):
+        await api.post(CMS, configmap(f"cm{i}"))
+    _, first, _ = await api.get(CMS, params={"limit": "2"})
+    before = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in (await api.get(CMS))[1]["items"]}
+    await api.patch(f"{CMS}/cm3", {"data": {"changed": "yes"}}, content_type="application/merge-patch+json")
+    await api.delete(f"{CMS}/cm4")
+    await api.post(CMS, configmap("cm2a"))  # sorts after the first page: not in that snapshot
+    _, rest, _ = await api.get(CMS, params={"limit": "10", "continue": first["metadata"]["continue"]})
+    assert [i["metadata"]["name"] for i in rest["items"]] == ["cm2", "cm3", "cm4"]
+    assert {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in rest["items"]} == \
+        {k: before[k] for k in ("cm2", "cm3", "cm4")}
+    assert "changed" not in (rest["items"][1].get("data") or {})
+
+
 async def test_limit_with_selector_counts_matches(api: APIClient) -> None:
     for i in range(6):
         await api.post(CMS, configmap(f"cm{i}", labels={"odd": str(i % 2)}))

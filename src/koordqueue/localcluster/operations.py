@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import heapq
 import random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -109,43 +110,50 @@ class Operations:
         self, rt: ResourceType, namespace: str | None, accept: Callable[[dict[str, Any]], bool] | None,
         limit: int = 0, continue_token: str = "",
     ) -> Page:
-        items = self.store.items(rt.storage_key, namespace)
+        """One page of objects as they were at the list's resourceVersion: a continued list
+        starts after the last name of the page before (by bisection in the store's sorted
+        names, so that each page of a long list costs its own size, not the whole list's),
+        with the objects changed since taken back to how they were then."""
+        key = rt.storage_key
+        names = self.store.sorted_names(key, namespace)
         list_rv = self.store.rv
+        start: tuple[str, str] | None = None
         if continue_token:
             list_rv, start = self._decode_continue(continue_token)
-            if list_rv < self.store.rv:
-                items = self._as_of(rt.storage_key, namespace, items, list_rv)
-            keys = [(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in items]
-            items = items[bisect.bisect_right(keys, start):]
-        if accept is not None:
-            matched = []
-            for obj in items:
-                if accept(obj):
-                    matched.append(obj)
-                    if limit and len(matched) > limit:
-                        break
-        else:
-            matched = items[:limit + 1] if limit else items
+        then = self._as_of(key, namespace, list_rv) if list_rv < self.store.rv else {}
+        first = bisect.bisect_right(names, start) if start is not None else 0
+        gone = sorted(k for k, obj in then.items()  # deleted since: not among the names any more
+                      if obj is not None and (start is None or k > start) and self.store.get(key, *k) is None)
+        matched: list[dict[str, Any]] = []
+        for where in heapq.merge((names[i] for i in range(first, len(names))), gone):
+            obj = then[where] if where in then else self.store.get(key, *where)
+            if obj is None or (accept is not None and not accept(obj)):
+                continue
+            matched.append(obj)
+            if limit and len(matched) > limit:
+                break
         if limit and len(matched) > limit:
             page = matched[:limit]
             last = page[-1]["metadata"]
             token = self._encode_continue(list_rv, (last.get("namespace", ""), last["name"]))
-            remaining = len(items) - limit if accept is None else None
+            remaining = None
+            if accept is None:
+                added_since = sum(1 for k, obj in then.items() if obj is None and (start is None or k > start)
+                                  and self.store.get(key, *k) is not None)
+                remaining = len(names) - first + len(gone) - added_since - limit
             return Page(page, str(list_rv), token, remaining)
         return Page(matched, str(list_rv), "", None)
 
-    def _as_of(self, key: str, namespace: str | None, items: list[dict[str, Any]], rv: int) -> list[dict[str, Any]]:
-        """The objects as they were at `rv`: today's, with the later history undone (a consistent page)."""
-        state = {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in items}
-        for event in reversed(self.store.events_since(rv)):
+    def _as_of(self, key: str, namespace: str | None, rv: int) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """What changed since `rv`, undone: (namespace, name) -> the object as it was then, or
+        None where it did not exist yet."""
+        then: dict[tuple[str, str], dict[str, Any] | None] = {}
+        for event in reversed(self.store.events_since(rv)):  # newest first: the oldest change wins
             if event.key != key or (namespace is not None and event.namespace != namespace):
                 continue
             where = (event.namespace, event.obj["metadata"]["name"])
-            if event.type == ADDED:
-                state.pop(where, None)
-            elif event.old is not None:
-                state[where] = event.old
-        return [state[k] for k in sorted(state)]
+            then[where] = None if event.type == ADDED else event.old
+        return then
 
     def _encode_continue(self, rv: int, start: tuple[str, str]) -> str:
         raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(start)})

@@ -66,6 +66,9 @@ class Store:
         self._uids: dict[str, tuple[str, str, str]] = {}
         self._pending: dict[tuple[str, str, str], bytes | None] = {}
         self._flush_timer: asyncio.TimerHandle | None = None
+        # (storage key, namespace or None for all) -> its objects' (namespace, name), sorted;
+        # made when asked for, dropped when a name comes or goes there (updates keep it).
+        self._sorted: dict[tuple[str, str | None], list[tuple[str, str]]] = {}
         self.history: list[Event] = []
         self.history_limit = history_limit
         self.listeners: list[Callable[[Event], None]] = []
@@ -89,10 +92,24 @@ class Store:
     def items(self, key: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Objects of one resource (in one namespace, or all), sorted by (namespace, name)."""
         by_ns = self._objects.get(key, {})
-        if namespace is not None:
-            objs = by_ns.get(namespace, {})
-            return [objs[n] for n in sorted(objs)]
-        return [by_ns[ns][n] for ns in sorted(by_ns) for n in sorted(by_ns[ns])]
+        return [by_ns[ns][name] for ns, name in self.sorted_names(key, namespace)]
+
+    def sorted_names(self, key: str, namespace: str | None = None) -> list[tuple[str, str]]:
+        """(namespace, name) of one resource's objects (in one namespace, or all), sorted; shared:
+        do not modify. Kept between calls, so that each page of a long list does not sort again."""
+        cached = self._sorted.get((key, namespace))
+        if cached is None:
+            by_ns = self._objects.get(key, {})
+            if namespace is not None:
+                cached = [(namespace, n) for n in sorted(by_ns.get(namespace, ()))]
+            else:
+                cached = [(ns, n) for ns in sorted(by_ns) for n in sorted(by_ns[ns])]
+            self._sorted[(key, namespace)] = cached
+        return cached
+
+    def _names_changed(self, key: str, namespace: str) -> None:
+        self._sorted.pop((key, namespace), None)
+        self._sorted.pop((key, None), None)
 
     def namespace_has_objects(self, namespace: str) -> Iterator[str]:
         """Storage keys with at least one object in `namespace`."""
@@ -121,7 +138,10 @@ class Store:
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self.rv)
         ns, name = object_key(obj)
-        self._objects.setdefault(key, {}).setdefault(ns, {})[name] = obj
+        objs = self._objects.setdefault(key, {}).setdefault(ns, {})
+        if name not in objs:
+            self._names_changed(key, ns)
+        objs[name] = obj
         self._uids[meta["uid"]] = (key, ns, name)
         self._persist(key, ns, name, orjson.dumps(obj))
         self._record(Event(self.rv, key, MODIFIED if old is not None else ADDED, obj, old))
@@ -132,6 +152,7 @@ class Store:
         ns, name = object_key(obj)
         by_ns = self._objects.get(key, {})
         by_ns.get(ns, {}).pop(name, None)
+        self._names_changed(key, ns)
         if not by_ns.get(ns, True):
             del by_ns[ns]
         self._uids.pop(obj["metadata"]["uid"], None)

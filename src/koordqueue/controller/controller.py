@@ -986,8 +986,12 @@ class Controller:
                     last_used[name] = used
                 except ApiError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
-            positions = self.engine.queue_positions()
             now = self.clock()
+            due = [key for key, settings in self.queue_settings.items()
+                   if now - last_queue_write.get(key, -1e18) >= self._refresh_seconds(key, settings)]
+            if not due:
+                continue  # every queue's positions are fresh: not worth ordering every pending unit again
+            positions = self.engine.queue_positions()  # 0.3 s with 100k pending units: only when some are due
             for queue_key, standings in positions.items():
                 self.metrics.pending_units.labels(queue_key).set(len(standings))
                 settings = self.queue_settings.get(queue_key, QueueSettings())
@@ -1000,6 +1004,7 @@ class Controller:
                     for s in standings[:depth]
                 ]
                 if last_positions.get(queue_key) == active:
+                    last_queue_write[queue_key] = now  # looked at: fresh until its next refresh
                     continue
                 ns, _, name = queue_key.partition("/")
                 try:

@@ -1,0 +1,65 @@
+"""The benchmarks in small, as CI smoke tests: each runs end to end (real processes), its
+output is complete, and the invariants hold (no quota over its max, every job finished,
+every admission seen). Speed is not checked here: the figures are for bench/, by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).parents[2] / "bench"
+pytestmark = pytest.mark.timeout(180)
+
+
+def run(script: str, *args: str, timeout: float = 150) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, str(BENCH / script), *args, "--json"], capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"{script} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    figures: dict[str, Any] = json.loads(done.stdout)
+    return figures
+
+
+def number(value: Any) -> bool:
+    return isinstance(value, int | float) and not math.isnan(value)
+
+
+def test_kueue_baseline_in_small_runs_every_job_within_the_quotas() -> None:
+    f = run("kueue_baseline.py", "--divisor", "50")
+    assert f["jobs"] == 30 * (7 + 2 + 1) and f["unfinished"] == 0
+    assert f["quotas_over_max"] == [] and f["released_more_than_once"] == []
+    assert max(f["peak_used_cpu"].values()) <= 120
+    assert f["runner_write_errors"] == []
+    for key in ("wall_seconds", "mean_usage_percent", "work_share_percent"):
+        assert number(f[key]) and f[key] > 0, key
+    for name in ("small", "medium", "large"):
+        wait = f["classes"][name]
+        assert wait["jobs"] > 0 and number(wait["mean_wait"]) and number(wait["p90_wait"]), name
+    controller = f["controller"]
+    assert controller["cpu_seconds"] > 0 and controller["peak_rss"] > 0 and controller["cycles"] > 0
+    # Counted by the server under the controller's own identity: every job got a unit and was released.
+    requests = controller["api_requests_by_kind"]
+    assert requests["create queueunits"] == f["jobs"] and requests["patch pytorchjobs"] >= f["jobs"]
+    assert controller["api_requests"] == sum(requests.values())
+    assert f["apiserver"]["cpu_seconds"] > 0 and f["bench_process"]["cpu_seconds"] > 0
+    sim = f["simulator"]
+    assert sim["jobs"] == f["jobs"] and sim["unfinished"] == 0 and sim["quotas_over_max"] == []
+
+
+def test_scale_in_small_admits_one_wave_within_the_quotas_and_a_restart_writes_no_unit() -> None:
+    f = run("scale.py", "--jobs", "2000", "--timeout", "60")
+    assert f["quotas"] == 1000 and f["leaves"] == 900
+    assert "PRELOADED" not in f and "SQLite" in f["preloaded"]  # the output says the jobs were preloaded
+    wave = f["wave"]
+    assert wave["admitted"] == wave["expected"] == 2000 and wave["quotas_over_max"] == []
+    assert wave["cycles"] > 0 and number(wave["cycle_p50_ms"]) and number(wave["cycle_p99_ms"])
+    for start in ("first_start", "restart"):
+        assert number(f[start]["ready_seconds"]) and f[start]["rss_when_ready"] > 0
+    # A restart finds every unit as it left it: it rewrites none.
+    assert not any("queueunits" in kind for kind in f["restart"]["writes_while_syncing"])
+    assert f["controller"]["peak_rss"] > 0

@@ -13,7 +13,9 @@ import asyncio
 import base64
 import contextlib
 import logging
+import shutil
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -138,9 +140,19 @@ async def _serve(server: APIServer, client: KubeClient, manager: Manager, config
     print("  kubectl get queueunit -A")
     print("  kubectl describe elasticquota pytorch-team-a")
     print("  kubectl get queue -n koord-queue")
-    print("  koord-queue status")
-    print("  koord-queue explain pytorchjob/pytorch-training-job")
+    command = _command()
+    print(f"  {command} status")
+    print(f"  {command} explain pytorchjob/pytorch-training-job")
     print(f"Press Ctrl-C to stop; state is kept in {state_dir}", flush=True)
+
+
+def _command() -> str:
+    """How to call koord-queue from this shell: by name when it is on the PATH, else the
+    script beside this Python (the virtualenv `make` made is not activated)."""
+    if shutil.which("koord-queue"):
+        return "koord-queue"
+    beside = Path(sys.executable).parent / "koord-queue"
+    return str(beside) if beside.exists() else f"{sys.executable} -m koordqueue.cli"
 
 
 def controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfig:

@@ -65,6 +65,7 @@ from koordqueue.kube.client import KubeClient, PatchType, Resource
 from koordqueue.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
 from koordqueue.kube.events import EventRecorder, ObjectRef
 from koordqueue.kube.informer import Informer, trim
+from koordqueue.kube.ratelimit import TokenBucket
 from koordqueue.kube.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,14 @@ MESSAGE_WRITERS = 8  # messages written at once: they must not hold back admissi
 FAILED_SCHEDULING_EVERY = 60.0  # seconds between FailedScheduling events of one unit
 QUEUE_ITEMS_WRITTEN = 200  # pending units listed in a Queue's status
 EVENT_WRITERS = 8
-# Events waiting to be written; past this many, new ones are dropped (and counted), as
-# client-go's event broadcaster does: events are advice, and 100k new jobs must not
-# become 100k tasks in memory nor hold the API server back from the writes that matter.
-EVENT_BACKLOG = 10_000
+# Events are advice: written at most EVENTS_PER_SECOND (bursts of EVENT_BURST), and past
+# EVENT_BACKLOG waiting, new ones are dropped (and counted), as client-go's broadcaster
+# drops them: a storm of 100k new jobs must neither become 100k tasks in memory nor take
+# the API server's time from the writes that admit and release (under Kueue's baseline,
+# events were a third of the controller's requests and saturated the machine with them).
+EVENT_BACKLOG = 1_000
+EVENTS_PER_SECOND = 100.0
+EVENT_BURST = 500
 RECENT_DECISIONS = 50
 BACKOFF_RECHECK_SECONDS = 0.5  # a unit out of back-off whose job is not suspended yet looks again after
 
@@ -148,6 +153,7 @@ class Controller:
         self.event_queue: asyncio.Queue[tuple[ObjectRef | Object, c.EventType, c.EventReason, str]] = \
             asyncio.Queue(EVENT_BACKLOG)
         self.events_dropped = 0
+        self.event_bucket = TokenBucket(EVENTS_PER_SECOND, EVENT_BURST)
         self.cycles = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
@@ -278,6 +284,7 @@ class Controller:
     async def _event_writer(self) -> None:
         while True:
             ref, event_type, reason, message = await self.event_queue.get()
+            await self.event_bucket.acquire()
             await self.events.record(ref, event_type, reason, message)
 
     # --- quotas and queues --------------------------------------------------------

@@ -150,6 +150,9 @@ class Controller:
         self.initial_jobs: set[str] = set()
         self.write_limit = asyncio.Semaphore(self.config.write_concurrency)
         self.message_limit = asyncio.Semaphore(MESSAGE_WRITERS)
+        # Releases have a line of their own: they free quota for the admissions waiting in
+        # write_limit's line, so they must not wait behind them (job workers bound them).
+        self.release_limit = asyncio.Semaphore(self.config.job_workers)
         self.event_queue: asyncio.Queue[tuple[ObjectRef | Object, c.EventType, c.EventReason, str]] = \
             asyncio.Queue(EVENT_BACKLOG)
         self.events_dropped = 0
@@ -661,7 +664,7 @@ class Controller:
         if unit.phase in FINISHED:
             return
         succeeded = job.state is JobState.SUCCEEDED
-        await self._write_unit_status(unit.key, st.finished(succeeded))
+        await self._write_unit_status(unit.key, st.finished(succeeded), limit=self.release_limit)
         held = self.engine.unit(unit.key)
         self._remember("finished", unit.key, held.admitted_quota if held else None, f"the job {job.state.value}")
         self.engine.remove_unit(unit.key)

@@ -88,6 +88,9 @@ EVENT_BACKLOG = 1_000
 EVENTS_PER_SECOND = 100.0
 EVENT_BURST = 500
 RECENT_DECISIONS = 50
+# A job we resumed whose view still says suspended: our watch has not brought the resume
+# back yet. It is resumed again only after this long (someone suspended it since).
+RESUME_AGAIN_AFTER_SECONDS = 5.0
 BACKOFF_RECHECK_SECONDS = 0.5  # a unit out of back-off whose job is not suspended yet looks again after
 
 
@@ -120,6 +123,7 @@ class Controller:
         self.priority_classes: dict[str, int] = {}
         self.pc_version = 0
         self.job_fingerprints: dict[str, int] = {}  # job item -> what its view was made from
+        self.resumed_at: dict[str, float] = {}  # job item -> when we resumed it, until its view shows it
         self.pc_informer = Informer(client, PRIORITY_CLASSES, project=_priority_value)
         self.node_informer = Informer(client, NODES, project=_allocatable)
         self.quota_informer = Informer(client, QUOTAS, project=_without_status)
@@ -554,6 +558,7 @@ class Controller:
 
     def _job_deleted(self, job: JobView) -> None:
         self.job_fingerprints.pop(f"{job.kind}/{job.key}", None)
+        self.resumed_at.pop(f"{job.kind}/{job.key}", None)
         self.engine.remove_unit(job.unit_key)
         self.wake.set()
 
@@ -603,8 +608,10 @@ class Controller:
             await self._check_admission(unit, job)
         held = self.engine.unit(unit.key)
         may_run = held is not None and held.admitted_quota is not None and unit.phase in RUNNABLE
+        if not job.suspended:
+            self.resumed_at.pop(item, None)
         if may_run and job.suspended:
-            await self.client.patch(job_resource(kind), job.name, adapter.resume_patch({}), namespace=job.namespace)
+            await self._resume(job)
         elif not may_run and not job.suspended and unit.phase not in FINISHED and not (
                 unit.phase in HOLDING and (held is None or held.admitted_quota is None)):
             # (A unit whose object still holds quota that the engine has taken back is being
@@ -658,7 +665,22 @@ class Controller:
             await self._suspend(job, adapter)
 
     async def _suspend(self, job: JobView, adapter: JobAdapter) -> None:
+        self.resumed_at.pop(f"{job.kind}/{job.key}", None)
         await self.client.patch(job_resource(job.kind), job.name, adapter.suspend_patch({}), namespace=job.namespace)
+
+    async def _resume(self, job: JobView) -> None:
+        """Resume a job, once: the admission and the reconciler of its unit's admission may both
+        find it suspended before our watch brings the first resume back."""
+        item = f"{job.kind}/{job.key}"
+        if self.clock() - self.resumed_at.get(item, -RESUME_AGAIN_AFTER_SECONDS) < RESUME_AGAIN_AFTER_SECONDS:
+            return
+        self.resumed_at[item] = self.clock()
+        try:
+            await self.client.patch(job_resource(job.kind), job.name, adapter_of_kind(job.kind).resume_patch({}),
+                                    namespace=job.namespace)
+        except ApiError:
+            self.resumed_at.pop(item, None)
+            raise
 
     async def _finish(self, unit: UnitView, job: JobView) -> None:
         if unit.phase in FINISHED:
@@ -850,8 +872,7 @@ class Controller:
         if job is None or not job.suspended or job.deleting:
             return
         try:
-            await self.client.patch(job_resource(job.kind), job.name, adapter_of_kind(job.kind).resume_patch({}),
-                                    namespace=job.namespace)
+            await self._resume(job)
         except ApiError as e:
             log.info("job %s not released yet: %s", job.key, e)
 

@@ -200,7 +200,7 @@ class Controller:
         self.initial_jobs = {f"{kind}/{key}" for kind, inf in self.job_informers.items() for key, _ in inf.items()}
         for item in sorted(self.initial_jobs):
             self.jobs_queue.add(item)
-        self._tasks += [asyncio.create_task(self._job_worker(), name=f"job-worker-{i}")
+        self._tasks += [asyncio.create_task(self.jobs_queue.serve(self._reconcile_job, "job"), name=f"job-worker-{i}")
                         for i in range(self.config.job_workers)]
         self._tasks.append(asyncio.create_task(self._schedule_loop(), name="scheduler"))
         self._tasks.append(asyncio.create_task(self._status_loop(), name="status"))
@@ -561,21 +561,6 @@ class Controller:
         self.resumed_at.pop(f"{job.kind}/{job.key}", None)
         self.engine.remove_unit(job.unit_key)
         self.wake.set()
-
-    async def _job_worker(self) -> None:
-        while True:
-            item = await self.jobs_queue.get()
-            try:
-                await self._reconcile_job(item)
-                self.jobs_queue.forget(item)
-            except ApiError as e:
-                log.info("job %s: %s; will retry", item, e)
-                self.jobs_queue.add_rate_limited(item)
-            except Exception:
-                log.exception("job %s: reconcile failed", item)
-                self.jobs_queue.add_rate_limited(item)
-            finally:
-                self.jobs_queue.done(item)
 
     async def _reconcile_job(self, item: str) -> None:
         kind, _, key = item.partition("/")

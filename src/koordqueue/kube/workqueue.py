@@ -19,11 +19,15 @@ must stop writing, not finish the backlog.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from koordqueue.kube.errors import KubeError
 from koordqueue.kube.ratelimit import TokenBucket, exponential_backoff
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=Hashable)
 
@@ -131,6 +135,27 @@ class WorkQueue(Generic[T]):
         self._processing.add(item)
         self._dirty.discard(item)
         return item
+
+    async def serve(self, handle: Callable[[T], Awaitable[None]], what: str) -> None:
+        """A worker: handle items until shut down; a success forgets the item's failures,
+        a failure (an API error logged briefly, anything else with its traceback) requeues
+        it with backoff. Run several as tasks for concurrency (never one item twice)."""
+        while True:
+            try:
+                item = await self.get()
+            except ShutDown:
+                return
+            try:
+                await handle(item)
+                self.forget(item)
+            except KubeError as e:
+                log.info("%s %s: %s; retrying", what, item, e)
+                self.add_rate_limited(item)
+            except Exception:
+                log.exception("%s %s failed", what, item)
+                self.add_rate_limited(item)
+            finally:
+                self.done(item)
 
     def done(self, item: T) -> None:
         self._processing.discard(item)

@@ -39,22 +39,6 @@ _META_SKIPPED = ("managedFields", "resourceVersion", "uid", "creationTimestamp",
 
 # --- the schema's merge metadata --------------------------------------------------------
 
-def _child(schema: Schema, key: str) -> Schema:
-    schema = openapi.resolve(schema)
-    if schema is None:
-        return None
-    props = schema.get("properties") or {}
-    if key in props:
-        return openapi.resolve(props[key])
-    extra = schema.get("additionalProperties")
-    return openapi.resolve(extra) if isinstance(extra, dict) else None
-
-
-def _items(schema: Schema) -> Schema:
-    schema = openapi.resolve(schema)
-    return openapi.resolve(schema.get("items")) if schema else None
-
-
 def _list_type(schema: Schema) -> tuple[str, list[str]]:
     """("map", keys), ("set", []) or ("atomic", []) for a list field."""
     schema = openapi.resolve(schema) or {}
@@ -108,11 +92,11 @@ def _fields_of_map(value: dict[str, Any], schema: Schema, top: bool = False) -> 
             continue
         if top and key == "metadata" and isinstance(item, dict):
             item = {k: v for k, v in item.items() if k not in _META_SKIPPED and k not in ("name", "namespace")}
-            out["f:metadata"] = _fields_of_map(item, _child(schema, key))
+            out["f:metadata"] = _fields_of_map(item, openapi.child_schema(schema, key))
             if not out["f:metadata"]:
                 del out["f:metadata"]
             continue
-        out[f"f:{key}"] = _fields_of(item, _child(schema, key))
+        out[f"f:{key}"] = _fields_of(item, openapi.child_schema(schema, key))
     return out
 
 
@@ -123,7 +107,7 @@ def _fields_of(value: Any, schema: Schema) -> FieldSet:
     if isinstance(value, list) and value:
         kind, keys = _list_type(schema)
         if kind == "map":
-            items = _items(schema)
+            items = openapi.item_schema(schema)
             return {_item_key(i, keys): {".": {}, **(_fields_of_map(i, items) if isinstance(i, dict) else {})}
                     for i in value}
         if kind == "set":
@@ -189,7 +173,7 @@ def _merge_map(live: dict[str, Any], config: dict[str, Any], schema: Schema) -> 
     for key, value in config.items():
         if value is None:
             continue
-        live[key] = _merge_value(live.get(key), value, _child(schema, key))
+        live[key] = _merge_value(live.get(key), value, openapi.child_schema(schema, key))
     return live
 
 
@@ -199,7 +183,7 @@ def _merge_value(current: Any, value: Any, schema: Schema) -> Any:
     if isinstance(value, list) and isinstance(current, list):
         kind, keys = _list_type(schema)
         if kind == "map":
-            items = _items(schema)
+            items = openapi.item_schema(schema)
             out = list(current)
             for item in value:
                 key = _item_key(item, keys)

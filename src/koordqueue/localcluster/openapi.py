@@ -384,6 +384,24 @@ def resolve(schema: Schema | None) -> Schema | None:
     return schema
 
 
+def child_schema(schema: Schema | None, key: str) -> Schema | None:
+    """The schema of field ``key`` of an object schema (a property, or additionalProperties)."""
+    schema = resolve(schema)
+    if schema is None:
+        return None
+    props = schema.get("properties") or {}
+    if key in props:
+        return resolve(props[key])
+    extra = schema.get("additionalProperties")
+    return resolve(extra) if isinstance(extra, dict) else None
+
+
+def item_schema(schema: Schema | None) -> Schema | None:
+    """The schema of a list schema's items."""
+    schema = resolve(schema)
+    return resolve(schema.get("items")) if schema else None
+
+
 # --- documents ----------------------------------------------------------------------------
 
 

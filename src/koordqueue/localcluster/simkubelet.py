@@ -33,10 +33,10 @@ from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.kube.errors import Conflict, KubeError, NotFound
+from koordqueue.kube.errors import Conflict, NotFound
 from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
-from koordqueue.kube.workqueue import ShutDown, WorkQueue
+from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simnodes import NodeRoom, ready_allocatable
 
@@ -153,7 +153,8 @@ class SimKubelet:
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._schedule_loop(), name="simkubelet-scheduler")]
-        self._tasks += [asyncio.create_task(self._worker(), name=f"simkubelet-{i}") for i in range(self.workers)]
+        self._tasks += [asyncio.create_task(self.queue.serve(self._sync, "simulated kubelet"), name=f"simkubelet-{i}")
+                        for i in range(self.workers)]
 
     async def stop(self) -> None:
         self.queue.shutdown()
@@ -304,24 +305,6 @@ class SimKubelet:
             self.queue.add(key)
 
     # --- per-pod reconcile ------------------------------------------------------------
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                key = await self.queue.get()
-            except ShutDown:
-                return
-            try:
-                await self._sync(key)
-                self.queue.forget(key)
-            except KubeError as e:
-                log.info("simulated kubelet: %s: %s; retrying", key, e)
-                self.queue.add_rate_limited(key)
-            except Exception:
-                log.exception("simulated kubelet: %s failed", key)
-                self.queue.add_rate_limited(key)
-            finally:
-                self.queue.done(key)
 
     async def _sync(self, key: str) -> None:
         pod = self.pods.get(key)

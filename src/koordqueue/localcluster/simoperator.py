@@ -34,10 +34,10 @@ from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobAdapter, Role
 from koordqueue.jobs.kubeflow import KubeflowAdapter
 from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.kube.errors import AlreadyExists, KubeError, NotFound
+from koordqueue.kube.errors import AlreadyExists, NotFound
 from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
-from koordqueue.kube.workqueue import ShutDown, WorkQueue
+from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, now_rfc3339
 
@@ -189,7 +189,8 @@ class SimOperator:
             informer.on_delete(functools.partial(self._on_job_gone, kind))
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._worker(), name=f"simoperator-{i}") for i in range(self.workers)]
+        self._tasks = [asyncio.create_task(self.queue.serve(self.sync, "simulated operator"), name=f"simoperator-{i}")
+                       for i in range(self.workers)]
 
     async def stop(self) -> None:
         self.queue.shutdown()
@@ -250,24 +251,6 @@ class SimOperator:
         self._expected.pop((kind, key_of(job)), None)  # its pods go with it (garbage collector)
 
     # --- reconcile --------------------------------------------------------------------
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                item = await self.queue.get()
-            except ShutDown:
-                return
-            try:
-                await self.sync(item)
-                self.queue.forget(item)
-            except KubeError as e:
-                log.info("simulated operator: %s %s: %s; retrying", *item, e)
-                self.queue.add_rate_limited(item)
-            except Exception:
-                log.exception("simulated operator: %s %s failed", *item)
-                self.queue.add_rate_limited(item)
-            finally:
-                self.queue.done(item)
 
     async def sync(self, item: Item) -> None:
         kind_name, key = item

@@ -36,22 +36,6 @@ def apply_strategic_merge(original: dict[str, Any], patch: dict[str, Any], rt: R
     return _merge_map(deep_copy(original), deep_copy(patch), openapi.schema_for(rt))
 
 
-def _child(schema: Schema, key: str) -> Schema:
-    schema = openapi.resolve(schema)
-    if schema is None:
-        return None
-    props = schema.get("properties") or {}
-    if key in props:
-        return openapi.resolve(props[key])
-    extra = schema.get("additionalProperties")
-    return openapi.resolve(extra) if isinstance(extra, dict) else None
-
-
-def _items(schema: Schema) -> Schema:
-    schema = openapi.resolve(schema)
-    return openapi.resolve(schema.get("items")) if schema else None
-
-
 def _strategy(schema: Schema) -> tuple[set[str], str]:
     """(strategies, merge key) of a field, e.g. ({"merge", "retainKeys"}, "name")."""
     if not schema:
@@ -96,13 +80,13 @@ def _merge_into(original: dict[str, Any], patch: dict[str, Any], schema: Schema)
                 original[key] = _drop_nulls(value)
             continue
         current = original[key]
-        field = _child(schema, key)
+        field = openapi.child_schema(schema, key)
         strategies, merge_key = _strategy(field)
         if isinstance(current, dict) and isinstance(value, dict):
             original[key] = value if "replace" in strategies else _merge_map(current, value, field)
         elif isinstance(current, list) and isinstance(value, list):
             if "merge" in strategies:
-                original[key] = _merge_list(current, value, _items(field), merge_key, delete_list)
+                original[key] = _merge_list(current, value, openapi.item_schema(field), merge_key, delete_list)
             elif not delete_list:
                 original[key] = value
         elif not delete_list:
@@ -130,7 +114,7 @@ def _apply_element_orders(original: dict[str, Any], patch: dict[str, Any], schem
         key = directive.removeprefix(SET_ORDER)
         if not isinstance(order, list):
             raise PatchFormatError(f"invalid patch: {directive} must be a list")
-        field = _child(schema, key)
+        field = openapi.child_schema(schema, key)
         strategies, merge_key = _strategy(field)
         found = original.get(key)
         current: list[Any] = found if isinstance(found, list) else []
@@ -143,7 +127,7 @@ def _apply_element_orders(original: dict[str, Any], patch: dict[str, Any], schem
         if not current and not changes:
             continue
         if current and changes and "merge" in strategies:
-            merged = _merge_list(current, changes, _items(field), merge_key, False)
+            merged = _merge_list(current, changes, openapi.item_schema(field), merge_key, False)
         else:
             merged = changes or list(current)
         ordered = [item for item in merged if _index(order, item, merge_key) >= 0]

@@ -37,8 +37,6 @@ import logging
 import os
 import random
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +49,11 @@ from typing import Any
 import aiohttp
 import yaml
 
-import koordqueue
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+
+import koordqueue  # noqa: E402
 from koordqueue.api import constants as c
 from koordqueue.api.crds import all_crds
 from koordqueue.api.quantity import QuantityError, parse_resource_list
@@ -362,33 +364,25 @@ def workload(config: ChaosConfig, rng: random.Random, quotas: list[str]) -> list
 # --- the controller as a process ---------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Controller:
+class Controller(harness.Process):
     """`koord-queue controller` in a process of its own; each start is a new replica identity."""
 
     def __init__(self, kubeconfig: Path, log: Path, lease: tuple[float, float, float]) -> None:
+        super().__init__([], log)
         self.kubeconfig = kubeconfig
-        self.log = log
         self.lease = lease
-        self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.metrics_port = 0
 
     def start(self) -> None:
         self.starts += 1
-        self.metrics_port = _free_port()
-        args = [sys.executable, "-m", "koordqueue.cli", "controller", "--kubeconfig", str(self.kubeconfig),
-                "--identity", f"chaos-{self.starts}", "--metrics-port", str(self.metrics_port),
-                "--lease-duration", str(self.lease[0]), "--renew-deadline", str(self.lease[1]),
-                "--retry-period", str(self.lease[2]),
-                "--protect-seconds", "0", "--backoff-base", "1", "--backoff-cap", "4", "--log-format", "json"]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        self.metrics_port = harness.free_port()
+        self.args = [sys.executable, "-m", "koordqueue.cli", "controller", "--kubeconfig", str(self.kubeconfig),
+                     "--identity", f"chaos-{self.starts}", "--metrics-port", str(self.metrics_port),
+                     "--lease-duration", str(self.lease[0]), "--renew-deadline", str(self.lease[1]),
+                     "--retry-period", str(self.lease[2]),
+                     "--protect-seconds", "0", "--backoff-base", "1", "--backoff-cap", "4", "--log-format", "json"]
+        super().start()
 
     async def leading(self, session: aiohttp.ClientSession) -> bool:
         """Whether this replica leads (its metrics say so): a kill before that would hit a
@@ -401,21 +395,7 @@ class Controller:
             return False
 
     def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        self.stop(signal.SIGKILL)
 
 
 # --- the run -----------------------------------------------------------------------------

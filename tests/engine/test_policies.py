@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from koordqueue.api.constants import QueuePolicy
+from koordqueue.engine import core
 from koordqueue.engine.model import UnitInfo
 
-from .builders import engine_with, keys, parent, queue_of, quota, unit, used
+from .builders import engine_with, keys, parent, queue_of, quota, settle, unit, used
 
 BLOCK, PRIORITY, INTELLIGENT = QueuePolicy.BLOCK, QueuePolicy.PRIORITY, QueuePolicy.INTELLIGENT
 
@@ -240,3 +241,34 @@ class TestHolds:
         engine.set_unit(unit("b1-job", 6, "b1", created=2))
         engine.set_unit(unit("b2-job", 6, "b2", created=3))
         assert keys(engine.schedule(2.0).admitted) == ["default/b1-job"]
+
+
+def test_queues_woken_for_room_that_others_took_are_not_scanned_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A release wakes every queue waiting for that room; once the first takes it, the
+    others' scans would end where their last ones did, so they are not made again (with
+    thousands of queues waiting on the cluster this was most of a cycle), and they are
+    woken again by the next room."""
+    # team-00 is guaranteed the cluster's 8 GPUs: its unit goes first when they free up.
+    teams = [quota(f"team-{i:02d}", 8 if i == 0 else 0, 8) for i in range(40)]
+    engine = engine_with(*teams, capacity=8)
+    engine.set_unit(unit("running", 8, "team-00"))
+    assert settle(engine, 0.0) == ["default/running"]
+    for i, team in enumerate(teams):
+        engine.set_unit(unit(f"wants-{i:02d}", 8, team.name, created=1.0 + i))
+    assert settle(engine, 1.0) == []
+    checks = 0
+    real = core.first_misfit
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal checks
+        checks += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core, "first_misfit", counted)
+    engine.remove_unit("default/running")
+    first = settle(engine, 2.0)
+    assert first == ["default/wants-00"] and checks <= 3, (first, checks)  # 40 queues woken
+    engine.remove_unit("default/wants-00")
+    assert settle(engine, 3.0) == ["default/wants-01"]  # the others were woken by the next room
+    waiting = [s for rows in engine.queue_positions().values() for s in rows]
+    assert len(waiting) == 38 and all("waiting for cluster capacity" in s.message for s in waiting)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import Engine
+from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, ResourceList, UnitInfo
 from koordqueue.engine.tree import QuotaTree
 from koordqueue.engine.validation import validate_quotas
@@ -324,6 +325,12 @@ def check_messages(run: Run, result: CycleResult, before: dict) -> None:  # type
         assert standing is not None and standing.message, key
         if settled and standing.position is not None:
             assert standing.message.startswith(WAITING_TEXTS), f"{key} waits: {standing.message}"
+            if not standing.message.startswith(("blocked behind ", "waiting while high-priority ")):
+                # Not held back by its queue's policy: it must not fit (else the engine
+                # left capacity idle, e.g. by not waking its queue when room appeared).
+                info = run.units[key]
+                leaf = run.engine._tree.nodes[run.leaf_of[key]]
+                assert first_misfit(leaf, info.request, info.priority) is not None, f"{key} fits but waits"
 
 
 ALL_CHECKS = [check_limits, check_runtime, check_policies, check_messages]

@@ -81,6 +81,11 @@ class _Queue:
     blocker: str | None = None  # the unit its last scan stopped at (Block, Intelligent)
     told_blocker: str | None = None  # the blocker the units behind it were last told about
     version: int = 0  # of its entry in the cycle's heap
+    # Since its last scan, only room at nodes it waits on woke it (these, with the least
+    # it asked there); nothing else that could change its decisions happened.
+    woken: list[tuple[QuotaNode, ResourceList, bool]] = field(default_factory=list)
+    rescan: bool = True  # something other than room woke it: scan it in any case
+    reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
 
     @property
     def key(self) -> str:
@@ -285,6 +290,13 @@ class Engine:
         """Go on scanning ``state`` until one unit is admitted (True) or none can be."""
         scan = self._scans.get(state.key)
         if scan is None or scan.restart:
+            if not state.rescan and not self._room_left(state):
+                # Woken by room at a node it waits on, which others took before its turn:
+                # its scan would end where the last one did.
+                if scan is not None:
+                    scan.restart = False
+                    scan.done = True
+                return False
             scan = self._start_scan(state, 1 if scan is None else scan.rounds + 1)
         heads = scan.heads
         leaf = state.leaf
@@ -331,12 +343,19 @@ class Engine:
                 total[name] = total.get(name, 0) + amount
         state.holds = []
         state.blocker = None
+        state.rescan = False
+        state.reclaims = False
+        state.woken = []
         scan = _Scan(state.pending.heads(), old, rounds)
         self._scans[state.key] = scan
         return scan
 
     def _finish_scan(self, state: _Queue, scan: _Scan) -> None:
         scan.done = True
+        if state.reclaims or state.info.preemption:
+            # Whether its units may take capacity from others depends on more than room
+            # (who borrows, whose protection ends): such a queue is scanned whenever woken.
+            state.rescan = True
         if scan.admitted or not scan.old_holds:
             return
         new: dict[QuotaNode, ResourceList] = {}
@@ -362,7 +381,11 @@ class Engine:
         if reason is None or reason[0] != key:
             reason = record.reason = (key, messages.waiting(leaf, misfit))
         self._say(record, reason[1])
-        need = misfit.node.waiters.setdefault(state.key, {})
+        # Held room keeps away units of other quotas only while they borrow (fit.py);
+        # whether this one borrows changes only with its own quota, which scans it again.
+        by_hold = misfit.hold is not None and borrowing(leaf, record.info.request)
+        waiters = misfit.node.hold_waiters if by_hold else misfit.node.waiters
+        need = waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
         node = misfit.node
@@ -405,6 +428,7 @@ class Engine:
         reclaim = reclaim and top is not leaf and all(name in leaf.runtime for name in names)
         if not reclaim and not state.info.preemption:
             return False
+        state.reclaims = state.reclaims or reclaim
         protect = self._config.protect_seconds
         candidates: list[Candidate] = []
         free_at = math.inf  # when a protected candidate stops being protected
@@ -617,28 +641,63 @@ class Engine:
 
     def _wake_node(self, node: QuotaNode, exclude: str | None = None) -> None:
         """Scan again the queues waiting at ``node`` that might fit in its room now."""
-        waiters = node.waiters
-        if not waiters:
-            return
-        limit, used = node.limit, node.used
-        still: dict[str, ResourceList] = {}
-        for key, need in waiters.items():
-            room = key != exclude and any(
-                amount <= limit.get(name, amount) - used.get(name, 0) for name, amount in need.items()
-            )
-            state = self._qs.get(key) if room else None
-            if state is not None:
-                self._touch(state)
-            elif not room:
-                still[key] = need
-        node.waiters = still
+        for by_hold in (False, True):
+            waiters = node.hold_waiters if by_hold else node.waiters
+            if not waiters:
+                continue
+            still: dict[str, ResourceList] = {}
+            for key, need in waiters.items():
+                state = self._qs.get(key) if key != exclude else None
+                if state is None:
+                    if key == exclude:
+                        still[key] = need
+                elif self._has_room(node, need, by_hold, state.leaf):
+                    state.woken.append((node, need, by_hold))
+                    self._touch(state, rescan=False)
+                else:
+                    still[key] = need
+            if by_hold:
+                node.hold_waiters = still
+            else:
+                node.waiters = still
 
-    def _touch(self, state: _Queue) -> None:
-        """Something that may change the queue's decisions happened: scan it (again)."""
+    @staticmethod
+    def _has_room(node: QuotaNode, need: ResourceList, by_hold: bool, leaf: QuotaNode) -> bool:
+        """Whether ``node`` has room for the least ask of some resource in ``need``; for
+        units that found its room held, room not held for units of other quotas."""
+        limit, used, held = node.limit, node.used, node.held
+        own = node.holds.get(leaf, ()) if by_hold else ()
+        for name, amount in need.items():
+            room = limit.get(name, amount) - used.get(name, 0)
+            if by_hold:
+                room -= held.get(name, 0) - sum(hold.amounts.get(name, 0) for hold in own)
+            if amount <= room:
+                return True
+        return False
+
+    def _room_left(self, state: _Queue) -> bool:
+        """Whether a node that woke ``state`` still has the room it was woken for; if
+        none has, the queue waits at those nodes again."""
+        woken = state.woken
+        if any(self._has_room(node, need, by_hold, state.leaf) for node, need, by_hold in woken):
+            return True
+        for node, need, by_hold in woken:
+            waiting = (node.hold_waiters if by_hold else node.waiters).setdefault(state.key, {})
+            for name, amount in need.items():
+                if amount < waiting.get(name, math.inf):
+                    waiting[name] = amount
+        state.woken = []
+        return False
+
+    def _touch(self, state: _Queue, rescan: bool = True) -> None:
+        """Something that may change the queue's decisions happened: scan it (again).
+        ``rescan`` False: only room at a node it waits on (see ``_room_left``)."""
         if self._heap is None:
+            state.rescan = state.rescan or rescan
             self._stale.add(state.key)
             return
         scan = self._scans.get(state.key)
+        state.rescan = state.rescan or rescan or (scan is not None and not scan.done)
         if scan is None:
             self._push(state)
         elif not scan.done:

@@ -50,6 +50,7 @@ class QuotaNode:
         "holds",
         "held",
         "waiters",
+        "hold_waiters",
         "partial",
     )
 
@@ -77,6 +78,9 @@ class QuotaNode:
         # Queues to scan again when room appears here, with the least they asked of each
         # resource that did not fit: less room than that cannot let any of them in.
         self.waiters: dict[str, ResourceList] = {}
+        # The same for units that found the room here held for others: for them, room is
+        # what is not held for units of other quotas.
+        self.hold_waiters: dict[str, ResourceList] = {}
         # An ancestor (not the root) limits a resource that this node, or a node between
         # them, does not: that ancestor's demand then follows this node's usage and
         # requests, not only its (capped) demand, so every change must go up.

@@ -6,8 +6,8 @@ to first admission per quota and per priority, and the queue length over time. W
 ``--compare`` two traces (say, two quota settings) stand side by side on shared axes.
 
 The job records keep the first admission and the end of each job, not every spell
-of holding quota a preempted job had; so the run is watched (``WatchedSimulator``)
-for each admission and release, which is exactly what the simulator's own usage book
+of holding quota a preempted job had; so the simulator is asked to keep every
+admission and release (``keep_holdings``), which is exactly what its own usage book
 is charged with. Every plotted series carries its numbers (``data-points``,
 ``data-wait``) and the page embeds them as JSON, so they can be checked against
 ``--json``.
@@ -26,7 +26,7 @@ from typing import Any
 from koordqueue.api.quantity import format_quantity
 
 from .report import percentile, render_json, render_summary
-from .simulator import JobRecord, SimResult, Simulator
+from .simulator import Holding, JobRecord, SimResult, Simulator
 from .trace import load_trace
 
 ASSETS = Path(__file__).resolve().parent
@@ -43,35 +43,6 @@ TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 108
 Points = list[list[float]]  # [[time, value], ...], a step function: value holds until the next time
 
 
-@dataclass(slots=True)
-class Holding:
-    """One change in what a job holds: admitted (+1) or released (-1), and whether it waits again."""
-
-    time: float
-    record: JobRecord
-    quotas: list[str]
-    sign: int
-    requeued: bool = False
-
-
-class WatchedSimulator(Simulator):
-    """The simulator, noting every admission and release as it happens (nothing else changes)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.holdings: list[Holding] = []
-
-    def _admitted(self, record: JobRecord, quota: str, queue: str) -> None:
-        super()._admitted(record, quota, queue)
-        self.holdings.append(Holding(self.now, record, list(record.charged), 1))
-
-    def _release(self, record: JobRecord) -> None:
-        charged = list(record.charged)
-        super()._release(record)
-        if charged:
-            self.holdings.append(Holding(self.now, record, charged, -1, requeued=record.live))
-
-
 @dataclass
 class Run:
     """One simulated trace and the series drawn from it."""
@@ -84,11 +55,12 @@ class Run:
 
 
 def simulate_run(path: str) -> Run:
-    simulator = WatchedSimulator(load_trace(path))
+    simulator = Simulator(load_trace(path), keep_holdings=True)
     result = simulator.run()
+    holdings = simulator.holdings or []
     run = Run(Path(path).name, result)
-    run.usage = usage_series(simulator.holdings, result)
-    run.queue_length = queue_length_series(simulator.holdings, result)
+    run.usage = usage_series(holdings, result)
+    run.queue_length = queue_length_series(holdings, result)
     run.waits = wait_rows(result.jobs)
     return run
 

@@ -91,6 +91,18 @@ class JobRecord:
 
 
 @dataclass(slots=True)
+class Holding:
+    """One change in what a job holds: admitted (+1) or released (-1), and whether it
+    waits again (the job records keep only the first admission and the end)."""
+
+    time: float
+    record: JobRecord
+    quotas: list[str]
+    sign: int
+    requeued: bool = False
+
+
+@dataclass(slots=True)
 class SimResult:
     jobs: list[JobRecord]
     quotas: dict[str, QuotaInfo]  # the quotas that exist at the end
@@ -110,7 +122,11 @@ class Simulator:
     """One run of one trace. ``capacity`` overrides the nodes' total (benchmarks)."""
 
     def __init__(
-        self, trace: Trace, config: EngineConfig | None = None, capacity: ResourceList | None = None
+        self,
+        trace: Trace,
+        config: EngineConfig | None = None,
+        capacity: ResourceList | None = None,
+        keep_holdings: bool = False,
     ) -> None:
         self.trace = trace
         self.engine = Engine(config or EngineConfig())
@@ -129,6 +145,8 @@ class Simulator:
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.now = 0.0
+        # Every admission and release, in order, when asked for (the HTML report).
+        self.holdings: list[Holding] | None = [] if keep_holdings else None
 
     # --- engine calls, timed ---------------------------------------------------------
     def _call(self, method: Callable[..., T], *args: Any) -> T:
@@ -292,6 +310,8 @@ class Simulator:
         record.phase, record.message = Phase.DEQUEUED, None
         record.charged = self.usage.chain(quota, self.quotas)
         self.usage.charge(record.charged, record.request, self.now, 1)
+        if self.holdings is not None:
+            self.holdings.append(Holding(self.now, record, list(record.charged), 1))
         if self.nodes is None:
             self._start(record)
         else:
@@ -321,6 +341,8 @@ class Simulator:
         """Give back what an admitted job holds: its quota charge and its room on nodes."""
         if record.charged:
             self.usage.charge(record.charged, record.request, self.now, -1)
+            if self.holdings is not None:
+                self.holdings.append(Holding(self.now, record, record.charged, -1, requeued=record.live))
             record.charged = []
         if record in self.waiting_for_nodes:
             self.waiting_for_nodes.remove(record)

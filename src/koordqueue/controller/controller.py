@@ -75,7 +75,11 @@ PODS = Resource("", "v1", "pods")
 RUNNABLE = {c.Phase.DEQUEUED.value, c.Phase.RUNNING.value}
 BATCH_SECONDS = 0.01  # after a wake, let a burst of events land in one cycle
 MESSAGE_FLUSH_SECONDS = 1.0  # a waiting unit's message is written at most this often
-MESSAGE_WRITERS = 8  # messages written at once: they must not hold back admissions and releases
+# ... and, once it says why the unit does not fit, rewritten at most this often: under load
+# a unit's reason moves with every admission and release (used amounts, a unit holding the
+# free room, then none), each a write; `koord-queue explain` and the dashboard say it live.
+MESSAGE_REFRESH_SECONDS = 10.0
+MESSAGE_WRITERS = 8  # messages and Running written at once: they must not hold back admissions and releases
 FAILED_SCHEDULING_EVERY = 60.0  # seconds between FailedScheduling events of one unit
 QUEUE_ITEMS_WRITTEN = 200  # pending units listed in a Queue's status
 EVENT_WRITERS = 8
@@ -148,15 +152,20 @@ class Controller:
         self.unit_locks = KeyedLock()  # one status write per unit at a time
         self.written_messages: dict[str, str] = {}
         self.pending_messages: dict[str, str] = {}  # waiting units' new messages, not yet written
+        self.message_written_at: dict[str, float] = {}  # when each waiting unit's message was written
+        self.running_writes: dict[str, asyncio.Task[None]] = {}  # unit key -> its Running write, in line
         self.failed_scheduling_at: dict[str, float] = {}
         self.backoffs: list[tuple[float, str]] = []  # (requeue_at, unit key): back to Enqueued
         self.sync_done = False
         self.initial_jobs: set[str] = set()
         self.write_limit = asyncio.Semaphore(self.config.write_concurrency)
         self.message_limit = asyncio.Semaphore(MESSAGE_WRITERS)
-        # Releases have a line of their own: they free quota for the admissions waiting in
-        # write_limit's line, so they must not wait behind them (job workers bound them).
-        self.release_limit = asyncio.Semaphore(self.config.job_workers)
+        # The job reconcilers' unit writes (Running, podState, releases) have a line of their
+        # own: a release frees quota for the admissions waiting in write_limit's line, and a
+        # Running write waiting there would hold back its job's release behind it (the same
+        # worker reconciles the job when it ends), so neither waits behind admissions (job
+        # workers bound this line).
+        self.job_line = asyncio.Semaphore(self.config.job_workers)
         self.event_queue: asyncio.Queue[tuple[ObjectRef | Object, c.EventType, c.EventReason, str]] = \
             asyncio.Queue(EVENT_BACKLOG)
         self.events_dropped = 0
@@ -216,7 +225,7 @@ class Controller:
 
     async def _shutdown(self) -> None:
         self.jobs_queue.shutdown()
-        tasks = list(self._tasks)
+        tasks = [*self._tasks, *self.running_writes.values()]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -526,7 +535,8 @@ class Controller:
 
     async def _unit_deleted(self, unit: UnitView) -> None:
         self.engine.remove_unit(unit.key)
-        for cache in (self.unit_rv, self.written_messages, self.pending_messages, self.failed_scheduling_at):
+        for cache in (self.unit_rv, self.written_messages, self.pending_messages, self.failed_scheduling_at,
+                      self.message_written_at):
             cache.pop(unit.key, None)
         self.jobs_queue.add(unit.job_key)
         self.wake.set()
@@ -671,10 +681,11 @@ class Controller:
         if unit.phase in FINISHED:
             return
         succeeded = job.state is JobState.SUCCEEDED
-        await self._write_unit_status(unit.key, st.finished(succeeded), limit=self.release_limit)
+        await self._write_unit_status(unit.key, st.finished(succeeded), limit=self.job_line)
         held = self.engine.unit(unit.key)
         self._remember("finished", unit.key, held.admitted_quota if held else None, f"the job {job.state.value}")
         self.engine.remove_unit(unit.key)
+        self.message_written_at.pop(unit.key, None)
         self.wake.set()
         reason = c.EventReason.SUCCEED if succeeded else c.EventReason.FAILED
         self._event(_unit_ref(unit), c.EventType.NORMAL if succeeded else c.EventType.WARNING, reason,
@@ -697,10 +708,10 @@ class Controller:
         pods = self._pod_count(job)
         change = st.pod_state(unit, pods)
         if job.state is JobState.RUNNING and unit.phase == c.Phase.DEQUEUED.value:
-            await self._write_unit_status(unit.key, {**st.running(), **(change or {})})
+            self._mark_running(item, unit.key, {**st.running(), **(change or {})})
             return
         if change is not None and (pods.running or pods.pending or unit.pod_state):
-            await self._write_unit_status(unit.key, change, touch=False)
+            await self._write_unit_status(unit.key, change, touch=False, limit=self.job_line)
         if unit.phase != c.Phase.DEQUEUED.value:
             return
         held = self.engine.unit(unit.key)
@@ -715,6 +726,38 @@ class Controller:
         await self._send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
                               f"its pods were not all running {self.config.wait_for_pods_running_seconds:g} s "
                               f"after admission (running {pods.running}, pending {pods.pending}); quota released")
+
+    def _mark_running(self, item: str, key: str, status: Object) -> None:
+        """Write Running in the background, in the line of the messages: it only informs, so
+        admissions and releases never wait behind it, nor does the job's worker (a job that
+        ends meanwhile is released at once). Not written if the unit is no longer Dequeued as
+        we last wrote it, nor for a job that ended meanwhile: its unit goes to Succeed next."""
+        if key in self.running_writes:
+            return
+
+        def still() -> bool:
+            held, view = self.engine.unit(key), self.unit_informer.get(key)
+            return held is not None and held.admitted_quota is not None and view is not None and \
+                view.phase == c.Phase.DEQUEUED.value and self._newer(key, view.resource_version) and \
+                not self._job_ended(item)
+
+        async def write() -> None:
+            try:
+                await self._write_unit_status(key, status, limit=self.message_limit, still=still)
+            except ApiError as e:
+                log.info("Running of %s not written: %s", key, e)
+                self.jobs_queue.add_rate_limited(item)
+            finally:
+                self.running_writes.pop(key, None)
+
+        self.running_writes[key] = asyncio.create_task(write(), name=f"running-{key}")
+
+    def _job_ended(self, item: str) -> bool:
+        """Whether our latest view of the job says it succeeded or failed."""
+        kind, _, key = item.partition("/")
+        informer = self.job_informers.get(kind)
+        job = informer.get(key) if informer is not None else None
+        return job is not None and job.state in (JobState.SUCCEEDED, JobState.FAILED)
 
     def _pod_count(self, job: JobView) -> Any:
         label = job.pods[0] if job.pods else c.LABEL_JOB_NAME
@@ -937,7 +980,13 @@ class Controller:
                 await asyncio.gather(*writes)
 
     async def _tell(self, key: str, message: str) -> None:
-        if self.written_messages.get(key) == message:
+        last = self.written_messages.get(key)
+        if last == message:
+            return
+        if last is not None and not _waiting_its_turn(last) and \
+                self.clock() - self.message_written_at.get(key, -MESSAGE_REFRESH_SECONDS) < MESSAGE_REFRESH_SECONDS:
+            # It has been told why it waits: told again when that is old enough.
+            self.pending_messages.setdefault(key, message)
             return
         unit = self.unit_informer.get(key)
         held = self.engine.unit(key)
@@ -961,6 +1010,7 @@ class Controller:
                                                         limit=self.message_limit, still=still_waiting)
             if not written:
                 return
+            self.message_written_at[key] = self.clock()
         except Conflict:  # our view of it is stale: look again at the next flush
             self.pending_messages.setdefault(key, message)
             return

@@ -120,6 +120,10 @@ class GarbageCollector:
             if ns is not None and ns["metadata"].get("deletionTimestamp"):
                 self._work.put_nowait(("namespace", event.namespace))
             return
+        meta = event.obj["metadata"]
+        if event.old is not None and not meta.get("deletionTimestamp") and \
+                meta.get("ownerReferences") == event.old["metadata"].get("ownerReferences"):
+            return  # the same owners, not being deleted: nothing to index or to consider again
         self._index(event.key, event.obj, event.old)
         self._consider(event.obj)
 

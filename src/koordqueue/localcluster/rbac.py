@@ -16,7 +16,7 @@ Not done: the escalation check (a user may grant rules it does not hold).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,28 +71,46 @@ def bootstrap_objects() -> list[tuple[str, dict[str, Any]]]:
     return [(CLUSTER_ROLES, role), (CLUSTER_ROLE_BINDINGS, binding)]
 
 
+MAX_DECISIONS = 10_000  # cached decisions (users x verbs x resources x namespaces)
+
+
 class Authorizer:
     """Reads roles and bindings from the store; the rules per user are cached until one of them changes."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._cache: dict[tuple[str, tuple[str, ...]], tuple[list[Rule], dict[str, list[Rule]]]] = {}
+        # Decisions on resource requests, by user and all but the object's name: kept only
+        # while no rule of that user names objects (resourceNames), so the name cannot matter.
+        self._decisions: dict[tuple[str, tuple[str, ...], str, str, str, str, str], bool] = {}
         store.listeners.append(self._on_change)
 
     def _on_change(self, event: Event) -> None:
         if event.key in RBAC_KEYS:
             self._cache.clear()
+            self._decisions.clear()
 
     def allowed(self, user: UserInfo, attrs: Attributes) -> bool:
         if user.is_admin:
             return True
         if not attrs.is_resource and any(attrs.path == p or attrs.path.startswith(p + "/") for p in OPEN_PATHS):
             return True
+        key = (user.username, user.groups, attrs.verb, attrs.group, attrs.resource, attrs.subresource,
+               attrs.namespace) if attrs.is_resource else None
+        if key is not None:
+            decided = self._decisions.get(key)
+            if decided is not None:
+                return decided
         cluster_rules, namespaced_rules = self._rules_of(user)
-        rules: Iterable[Rule] = cluster_rules
+        rules: list[Rule] = cluster_rules
         if attrs.namespace:
             rules = [*cluster_rules, *namespaced_rules.get(attrs.namespace, [])]
-        return any(rule_allows(rule, attrs) for rule in rules)
+        allowed = any(rule_allows(rule, attrs) for rule in rules)
+        if key is not None and not any(rule.get("resourceNames") for rule in rules):
+            if len(self._decisions) >= MAX_DECISIONS:
+                self._decisions.clear()
+            self._decisions[key] = allowed
+        return allowed
 
     def rules_in(self, user: UserInfo, namespace: str) -> list[Rule]:
         """Every rule that applies to `user` in `namespace` (for SelfSubjectRulesReview)."""

@@ -24,7 +24,10 @@ from koordqueue.localcluster import errors
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 HISTORY_LIMIT = 50_000
-FLUSH_SECONDS = 0.02  # a write reaches SQLite at most this long after it is made (close() flushes at once)
+# A write reaches SQLite at most this long after it is made (close() flushes at once); an
+# object written several times meanwhile (a QueueUnit admitted, running and done within
+# a second) is serialized and stored once.
+FLUSH_SECONDS = 0.1
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -64,7 +67,7 @@ class Store:
         self._db.executescript(_SCHEMA)
         self._objects: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         self._uids: dict[str, tuple[str, str, str]] = {}
-        self._pending: dict[tuple[str, str, str], bytes | None] = {}
+        self._pending: dict[tuple[str, str, str], dict[str, Any] | None] = {}  # None: deleted
         self._flush_timer: asyncio.TimerHandle | None = None
         # (storage key, namespace or None for all) -> its objects' (namespace, name), sorted;
         # made when asked for, dropped when a name comes or goes there (updates keep it).
@@ -143,7 +146,7 @@ class Store:
             self._names_changed(key, ns)
         objs[name] = obj
         self._uids[meta["uid"]] = (key, ns, name)
-        self._persist(key, ns, name, orjson.dumps(obj))
+        self._persist(key, ns, name, obj)
         self._record(Event(self.rv, key, MODIFIED if old is not None else ADDED, obj, old))
         return obj
 
@@ -183,8 +186,8 @@ class Store:
         return self.history[start:]
 
     # --- persistence ---------------------------------------------------------------
-    def _persist(self, key: str, ns: str, name: str, data: bytes | None) -> None:
-        self._pending[(key, ns, name)] = data
+    def _persist(self, key: str, ns: str, name: str, obj: dict[str, Any] | None) -> None:
+        self._pending[(key, ns, name)] = obj  # stored objects are never changed: serialized at the flush
         if self._flush_timer is None:
             try:
                 self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self.flush)
@@ -198,7 +201,7 @@ class Store:
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
-        upserts = [(k, ns, n, d) for (k, ns, n), d in pending.items() if d is not None]
+        upserts = [(k, ns, n, orjson.dumps(d)) for (k, ns, n), d in pending.items() if d is not None]
         deletes = [(k, ns, n) for (k, ns, n), d in pending.items() if d is None]
         db = self._db
         db.execute("BEGIN")

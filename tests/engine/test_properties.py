@@ -18,7 +18,7 @@ from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import Engine
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, ResourceList, UnitInfo
-from koordqueue.engine.tree import QuotaTree
+from koordqueue.engine.tree import QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
 from koordqueue.engine.waterfill import water_fill
 
@@ -279,6 +279,29 @@ def check_runtime(run: Run, result: CycleResult, before: dict) -> None:  # type:
     fresh.refresh()
     for name, node in fresh.nodes.items():
         assert (status[name].demand, status[name].runtime) == (node.demand, node.runtime), name
+        assert node.demand == demand_by_definition(node), name
+
+
+def demand_by_definition(node: QuotaNode) -> ResourceList:
+    """Per resource the quota limits: used plus pending (a parent: its children's
+    demands, or the usage and requests of a child that does not limit it), capped at
+    max; raised to min when it does not lend. Worked out from scratch, as the tree keeps
+    it as things change."""
+    demand: ResourceList = {}
+    for name, cap in node.limit.items():
+        if node.children:
+            total = sum(
+                demand_by_definition(child)[name] if name in child.limit
+                else child.used.get(name, 0) + child.pending.get(name, 0)
+                for child in node.children
+            )
+        else:
+            total = node.used.get(name, 0) + node.pending.get(name, 0)
+        demand[name] = min(total, cap)
+    if not node.lends:
+        for name, floor in node.min.items():
+            demand[name] = max(demand.get(name, 0), floor)
+    return demand
 
 
 def _order(info: UnitInfo) -> tuple[int, float, str, str]:

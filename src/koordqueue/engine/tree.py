@@ -2,14 +2,17 @@
 
 The root stands for the cluster (its limit is the cluster capacity, or nothing when no
 nodes are known). Usage is kept per node for the whole subtree, so that an admission
-checks each ancestor in O(1). Demand and runtime quota are cached and recomputed only
-where something changed: a change of a leaf's usage or pending requests walks up to
-the root, and only the sibling groups whose inputs moved are filled again, top-down.
+checks each ancestor in O(1). Demand is kept up to date as usage and requests change,
+as Koordinator keeps each quota's request: a change walks up the path and stops where
+a capped demand no longer moves. Runtime quota is split again only for the sibling
+groups whose inputs moved (all of them after a rebuild), top-down, at ``refresh``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import compress
+from operator import ne
 
 from koordqueue.engine.model import QuotaInfo, ResourceList
 from koordqueue.engine.waterfill import water_fill
@@ -28,6 +31,18 @@ class Hold:
     amounts: ResourceList
 
 
+@dataclass(slots=True, eq=False)
+class Group:
+    """The children of a node that limit one resource, in name order, with their mins
+    and weights, their demands (kept current as they change) and the shares they got."""
+
+    kids: list[QuotaNode]
+    mins: list[int]
+    weights: list[int]
+    demands: list[int] = field(default_factory=list)
+    shares: list[int | None] = field(default_factory=list)
+
+
 class QuotaNode:
     """One usable quota (or the root), with its cached figures."""
 
@@ -43,10 +58,12 @@ class QuotaNode:
         "lends",
         "used",
         "pending",
+        "want",
         "demand",
         "runtime",
         "lent_reserve",
         "groups",
+        "place",
         "holds",
         "held",
         "waiters",
@@ -67,11 +84,14 @@ class QuotaNode:
         self.lends = info.allow_lent if info is not None else True
         self.used: ResourceList = {}  # admitted requests of the whole subtree
         self.pending: ResourceList = {}  # requests of the pending units of the subtree
-        self.demand: ResourceList = {}  # per resource of ``limit``
+        # Per resource it limits: used + pending (a leaf), else what its children want
+        # (their demand, or the usage and requests of a child that does not limit it).
+        self.want: ResourceList = {}
+        self.demand: ResourceList = {}  # per resource of ``limit``: want, capped at max
         self.runtime: ResourceList = {}  # per resource of ``limit``
         self.lent_reserve: ResourceList = {}  # unused min of children that do not lend
-        # resource -> (children that limit it, in name order; their mins; their weights).
-        self.groups: dict[str, tuple[list[QuotaNode], list[int], list[int]]] = {}
+        self.groups: dict[str, Group] = {}  # by resource
+        self.place: dict[str, int] = {}  # resource -> its index in its parent's group of it
         # Free capacity held here for waiting units, by the quota of the unit it is held for.
         self.holds: dict[QuotaNode, list[Hold]] = {}
         self.held: ResourceList = {}  # the sum of all those holds
@@ -83,7 +103,7 @@ class QuotaNode:
         self.hold_waiters: dict[str, ResourceList] = {}
         # An ancestor (not the root) limits a resource that this node, or a node between
         # them, does not: that ancestor's demand then follows this node's usage and
-        # requests, not only its (capped) demand, so every change must go up.
+        # requests as they are, not only its capped demand, so every change goes up.
         self.partial: bool = (
             parent is not None
             and not parent.is_root
@@ -93,6 +113,17 @@ class QuotaNode:
     @property
     def is_root(self) -> bool:
         return self.parent is None
+
+    def demand_for(self, resource: str, want: int) -> int:
+        """``want`` capped at max; raised to min when the quota does not lend, since it
+        keeps its min whatever it uses."""
+        cap = self.limit[resource]
+        demand = want if want < cap else cap
+        if not self.lends:
+            floor = self.min.get(resource, 0)
+            if demand < floor:
+                return floor
+        return demand
 
     def own_reserve(self, resource: str) -> int:
         """The part of this node's min that it keeps from others (0 when it lends)."""
@@ -152,7 +183,12 @@ class QuotaTree:
                 for upper in node.path:
                     self._leaves.setdefault(upper, []).append(node)
         self._order = [self.root, *self.nodes.values()]  # parents before children
-        self._dirty: set[QuotaNode] = set()
+        for node in reversed(self._order):  # nothing used or asked for yet
+            if not node.is_root:
+                _start_demand(node)
+            for name, group in node.groups.items():
+                group.demands = [kid.demand[name] for kid in group.kids]
+                group.shares = [None] * len(group.kids)
         self._refill: set[QuotaNode] = set()
         self._full = True
         self.set_capacity(capacity)
@@ -189,8 +225,7 @@ class QuotaTree:
                         room = room or delta < 0
                 else:
                     used[name] = used.get(name, 0) + sign * amount
-        if not node.is_root:
-            self._dirty.add(node)
+        self._spread(node, request, sign)
         return room
 
     def add_pending(self, node: QuotaNode, request: ResourceList, sign: int) -> None:
@@ -199,60 +234,67 @@ class QuotaTree:
             pending = current.pending
             for name, amount in request.items():
                 pending[name] = pending.get(name, 0) + sign * amount
-        if not node.is_root:
-            self._dirty.add(node)
+        self._spread(node, request, sign)
+
+    def _spread(self, node: QuotaNode, request: ResourceList, sign: int) -> None:
+        """Carry a change of ``node``'s usage or requests into the demands on its path,
+        marking the parents whose children's demand moved for a refill."""
+        raw = {name: sign * amount for name, amount in request.items() if amount}
+        incoming = raw  # what the change adds to this node's want
+        current = node
+        while (incoming or current.partial) and current.parent is not None:
+            limit, want, demand = current.limit, current.want, current.demand
+            outgoing: ResourceList = {}
+            moved = False
+            parent = current.parent
+            for name, delta in incoming.items():
+                if name not in limit:
+                    continue
+                total = want.get(name, 0) + delta
+                want[name] = total
+                new = current.demand_for(name, total)
+                old = demand.get(name, 0)
+                if new != old:
+                    demand[name] = new
+                    parent.groups[name].demands[current.place[name]] = new
+                    outgoing[name] = new - old
+                    moved = True
+            for name, delta in raw.items():
+                if name not in limit:  # its parent counts its usage and requests as they are
+                    outgoing[name] = delta
+            if moved:
+                self._refill.add(parent)
+            incoming = outgoing
+            current = parent
 
     # --- demand and runtime ---------------------------------------------------------
     def refresh(self) -> set[QuotaNode]:
-        """Bring demand and runtime up to date; return the nodes whose runtime changed."""
+        """Split runtime quota again where demand or a share moved; return the nodes
+        whose runtime changed (every node after a rebuild)."""
         if self._full:
-            return self._refresh_all()
-        if not self._dirty and not self._refill:
+            self._full = False
+            self._refill = set()
+            changed: set[QuotaNode] = set()
+            for node in self._order:
+                if node.children:
+                    changed.update(_fill(node))
+            return changed
+        if not self._refill:
             return set()
         by_depth: dict[int, set[QuotaNode]] = {}
-        for node in self._dirty:
+        for node in self._refill:
             by_depth.setdefault(node.depth, set()).add(node)
-        self._dirty = set()
-        refill = self._refill
         self._refill = set()
-        for depth in range(max(by_depth, default=0), 0, -1):
-            for node in by_depth.get(depth, ()):
-                demand = _demand_of(node)
-                if demand != node.demand or node.partial:
-                    node.demand = demand
-                    parent = node.parent
-                    assert parent is not None
-                    refill.add(parent)
-                    if not parent.is_root:
-                        by_depth.setdefault(depth - 1, set()).add(parent)
-        changed: set[QuotaNode] = set()
-        fill_by_depth: dict[int, set[QuotaNode]] = {}
-        for node in refill:
-            fill_by_depth.setdefault(node.depth, set()).add(node)
+        changed = set()
         depth = 0
-        while fill_by_depth:
-            parents = fill_by_depth.pop(depth, set())
+        while by_depth:
+            parents = by_depth.pop(depth, set())
             depth += 1
             for parent in parents:
                 for child in _fill(parent):
                     changed.add(child)
                     if child.children:
-                        fill_by_depth.setdefault(child.depth, set()).add(child)
-        return changed
-
-    def _refresh_all(self) -> set[QuotaNode]:
-        """Every demand bottom-up, then every sibling group top-down (after a rebuild)."""
-        self._full = False
-        self._dirty = set()
-        self._refill = set()
-        order = self._order
-        for node in reversed(order):
-            if not node.is_root:
-                node.demand = _demand_of(node)
-        changed: set[QuotaNode] = set()
-        for node in order:
-            if node.children:
-                changed.update(_fill(node))
+                        by_depth.setdefault(child.depth, set()).add(child)
         return changed
 
 
@@ -261,50 +303,38 @@ def _build_groups(node: QuotaNode) -> None:
     for resource in resources:
         kids = [child for child in node.children if resource in child.limit]
         weights = []
-        for child in kids:
+        for index, child in enumerate(kids):
             assert child.info is not None
             shared = child.info.shared_weight if child.info.shared_weight is not None else child.info.max
             weights.append(shared.get(resource, 0))
-        node.groups[resource] = (kids, [k.min.get(resource, 0) for k in kids], weights)
+            child.place[resource] = index
+        node.groups[resource] = Group(kids, [k.min.get(resource, 0) for k in kids], weights)
 
 
-def _demand_of(node: QuotaNode) -> ResourceList:
-    """Per resource the quota limits: used plus pending (a parent: its children's
-    demands), capped at max; raised to min when the quota does not lend, since it keeps
-    its min whatever it uses."""
-    demand: ResourceList = {}
-    if node.children:
-        for name, cap in node.limit.items():
-            total = 0
-            for child in node.children:
-                if name in child.limit:
-                    total += child.demand.get(name, 0)
-                else:  # a child that does not limit it wants all it uses and asks for
-                    total += child.used.get(name, 0) + child.pending.get(name, 0)
-            demand[name] = total if total < cap else cap
-    else:
-        used = node.used
-        pending = node.pending
-        for name, cap in node.limit.items():
-            total = used.get(name, 0) + pending.get(name, 0)
-            demand[name] = total if total < cap else cap
-    if not node.lends:
+def _start_demand(node: QuotaNode) -> None:
+    """Demand with nothing used or asked for below ``node`` (its children's done): the
+    mins of quotas that do not lend."""
+    want: ResourceList = {}
+    for name in node.limit:
+        want[name] = sum(child.demand.get(name, 0) for child in node.children if name in child.limit)
+    node.want = want
+    node.demand = {name: node.demand_for(name, total) for name, total in want.items()}
+    if not node.lends:  # a min of a resource it does not limit: kept all the same
         for name, floor in node.min.items():
-            if demand.get(name, 0) < floor:
-                demand[name] = floor
-    return demand
+            node.demand.setdefault(name, floor)
 
 
 def _fill(parent: QuotaNode) -> list[QuotaNode]:
     """Split the parent's runtime among its children; return those whose share moved."""
     changed: list[QuotaNode] = []
     parent_runtime = parent.runtime
-    for resource, (kids, mins, weights) in parent.groups.items():
-        total = parent_runtime.get(resource)
-        demands = [kid.demand.get(resource, 0) for kid in kids]
-        for kid, share in zip(kids, water_fill(total, mins, demands, weights), strict=True):
-            if kid.runtime.get(resource) != share:
-                kid.runtime[resource] = share
-                if not changed or changed[-1] is not kid:
-                    changed.append(kid)
+    for resource, group in parent.groups.items():
+        shares = water_fill(parent_runtime.get(resource), group.mins, group.demands, group.weights)
+        before = group.shares
+        if shares == before:
+            continue
+        group.shares = shares  # type: ignore[assignment]  # ints are ints or None
+        for kid, share in compress(zip(group.kids, shares, strict=True), map(ne, shares, before)):
+            kid.runtime[resource] = share
+            changed.append(kid)
     return changed

@@ -274,11 +274,14 @@ class QuotaTree:
         if self._full:
             self._full = False
             self._refill = set()
-            changed: set[QuotaNode] = set()
             for node in self._order:
-                if node.children:
-                    changed.update(_fill(node))
-            return changed
+                runtime = node.runtime
+                for resource, group in node.groups.items():
+                    shares = water_fill(runtime.get(resource), group.mins, group.demands, group.weights)
+                    group.shares = shares  # type: ignore[assignment]  # ints are ints or None
+                    for kid, share in zip(group.kids, shares, strict=True):
+                        kid.runtime[resource] = share
+            return set(self.nodes.values())
         if not self._refill:
             return set()
         by_depth: dict[int, set[QuotaNode]] = {}

@@ -15,6 +15,7 @@ hands out whole GPUs and no unit is lost or made up.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from math import gcd
 
 WHOLE = 1000  # milli-units in one unit
 
@@ -38,13 +39,13 @@ def water_fill(
         return out if rest == 0 else _proportional(total, out)
     active = [i for i, w in enumerate(weights) if w > 0 and demands[i] > out[i]]
     while active:
-        weight_sum = sum(weights[i] for i in active)
+        weight_sum = sum([weights[i] for i in active])
         # A child whose want, per unit of weight, is below the current level is
         # satisfied in full; the level only rises as children drop out, so every child
         # found here would also be satisfied at the final level.
         full = [i for i in active if (demands[i] - out[i]) * weight_sum <= rest * weights[i]]
         if not full:
-            _split(rest, active, out, weights, demands)
+            _split(rest, active, out, weights, demands, weight_sum)
             return out
         for i in full:
             rest -= demands[i] - out[i]
@@ -59,17 +60,21 @@ def _split(
     out: list[int],
     weights: Sequence[int],
     demands: Sequence[int],
+    weight_sum: int,
 ) -> None:
-    """Share ``rest`` among ``active`` by weight; none of them reaches its demand."""
-    step = WHOLE if rest % WHOLE == 0 and all((demands[i] - out[i]) % WHOLE == 0 for i in active) else 1
+    """Share ``rest`` among ``active`` (whose weights sum to ``weight_sum``) by weight;
+    none of them reaches its demand."""
+    whole = rest % WHOLE == 0 and gcd(*[demands[i] - out[i] for i in active]) % WHOLE == 0
+    step = WHOLE if whole else 1
     units = rest // step
-    weight_sum = sum(weights[i] for i in active)
-    floors = [units * weights[i] // weight_sum for i in active]
+    scaled = [units * weights[i] for i in active]
+    floors = [amount // weight_sum for amount in scaled]
     leftover = units - sum(floors)
     if leftover:
-        # Largest remainder first; the sort is stable, so ties keep the children's order.
-        remainders = [floors[k] * weight_sum - units * weights[i] for k, i in enumerate(active)]
-        for k in sorted(range(len(active)), key=remainders.__getitem__)[:leftover]:
+        # Largest remainder first; the sort is stable (reversed too), so ties keep the
+        # children's order.
+        remainders = [amount % weight_sum for amount in scaled]
+        for k in sorted(range(len(active)), key=remainders.__getitem__, reverse=True)[:leftover]:
             floors[k] += 1
     for k, i in enumerate(active):
         out[i] += floors[k] * step
@@ -79,5 +84,5 @@ def _proportional(total: int, guaranteed: list[int]) -> list[int]:
     """``total`` split in proportion to ``guaranteed`` (the parent has less than the mins)."""
     active = [i for i, g in enumerate(guaranteed) if g > 0]
     out = [0] * len(guaranteed)
-    _split(total, active, out, guaranteed, guaranteed)
+    _split(total, active, out, guaranteed, guaranteed, sum([guaranteed[i] for i in active]))
     return out

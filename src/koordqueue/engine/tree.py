@@ -182,8 +182,9 @@ class QuotaTree:
             if not node.children and not node.is_root:
                 for upper in node.path:
                     self._leaves.setdefault(upper, []).append(node)
-        self._order = [self.root, *self.nodes.values()]  # parents before children
-        for node in reversed(self._order):  # nothing used or asked for yet
+        order = [self.root, *self.nodes.values()]  # parents before children
+        self._parents = [node for node in order if node.groups]
+        for node in reversed(order):  # nothing used or asked for yet
             if not node.is_root:
                 _start_demand(node)
             for name, group in node.groups.items():
@@ -274,7 +275,7 @@ class QuotaTree:
         if self._full:
             self._full = False
             self._refill = set()
-            for node in self._order:
+            for node in self._parents:
                 runtime = node.runtime
                 for resource, group in node.groups.items():
                     shares = water_fill(runtime.get(resource), group.mins, group.demands, group.weights)

@@ -51,8 +51,12 @@ async def test_admission_checks_hold_a_unit_reserved_until_ready_and_retry_sends
     assert [(a["name"], a["state"]) for a in unit["status"]["admissionChecks"]] == [("budget", "Pending")]
     job = await system.get_json("pytorchjob", "checked-job")
     assert job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE  # holds quota, does not run yet
-    used = (await system.get_json("elasticquota", "team-c"))["status"]["used"]
-    assert used[c.GPU] == "4"  # both jobs' 2 GPUs are reserved
+
+    async def reserved_in_status() -> bool:  # status.used is written every quota_status_refresh_seconds
+        used = ((await system.get_json("elasticquota", "team-c")).get("status") or {}).get("used") or {}
+        return used.get(c.GPU) == "4"
+
+    await system.wait_for(reserved_in_status, what="both jobs' 2 GPUs reserved in the quota's status.used")
 
     await set_check(system, "checked-job-py-qu", "budget", "Retry")
     await system.wait_phase("checked-job-py-qu", c.Phase.TIMEOUT_BACKOFF)

@@ -153,6 +153,8 @@ class Controller:
         self.written_messages: dict[str, str] = {}
         self.pending_messages: dict[str, str] = {}  # waiting units' new messages, not yet written
         self.message_written_at: dict[str, float] = {}  # when each waiting unit's message was written
+        self.deferred_messages: dict[str, str] = {}  # messages kept until their unit may be told again
+        self.messages_due: list[tuple[float, str]] = []  # (when, unit key) of the deferred messages
         self.running_writes: dict[str, asyncio.Task[None]] = {}  # unit key -> its Running write, in line
         self.failed_scheduling_at: dict[str, float] = {}
         self.backoffs: list[tuple[float, str]] = []  # (requeue_at, unit key): back to Enqueued
@@ -536,7 +538,7 @@ class Controller:
     async def _unit_deleted(self, unit: UnitView) -> None:
         self.engine.remove_unit(unit.key)
         for cache in (self.unit_rv, self.written_messages, self.pending_messages, self.failed_scheduling_at,
-                      self.message_written_at):
+                      self.message_written_at, self.deferred_messages):
             cache.pop(unit.key, None)
         self.jobs_queue.add(unit.job_key)
         self.wake.set()
@@ -686,6 +688,7 @@ class Controller:
         self._remember("finished", unit.key, held.admitted_quota if held else None, f"the job {job.state.value}")
         self.engine.remove_unit(unit.key)
         self.message_written_at.pop(unit.key, None)
+        self.deferred_messages.pop(unit.key, None)
         self.wake.set()
         reason = c.EventReason.SUCCEED if succeeded else c.EventReason.FAILED
         self._event(_unit_ref(unit), c.EventType.NORMAL if succeeded else c.EventType.WARNING, reason,
@@ -975,18 +978,35 @@ class Controller:
         while True:
             await asyncio.sleep(MESSAGE_FLUSH_SECONDS)
             batch, self.pending_messages = self.pending_messages, {}
-            writes = [self._tell(key, message) for key, message in batch.items()]
+            now = self.clock()
+            while self.messages_due and self.messages_due[0][0] <= now:
+                _, key = heapq.heappop(self.messages_due)
+                message = self.deferred_messages.pop(key, None)
+                if message is not None:
+                    batch.setdefault(key, message)  # unless a newer one came meanwhile
+            writes = [self._tell(key, message) for key, message in batch.items() if not self._defer(key, message, now)]
             if writes:
                 await asyncio.gather(*writes)
 
-    async def _tell(self, key: str, message: str) -> None:
+    def _defer(self, key: str, message: str, now: float) -> bool:
+        """Whether the message is not to be written now: it is written already, or the unit was
+        told why it waits less than MESSAGE_REFRESH_SECONDS ago (then kept until that is over)."""
         last = self.written_messages.get(key)
         if last == message:
-            return
-        if last is not None and not _waiting_its_turn(last) and \
-                self.clock() - self.message_written_at.get(key, -MESSAGE_REFRESH_SECONDS) < MESSAGE_REFRESH_SECONDS:
-            # It has been told why it waits: told again when that is old enough.
-            self.pending_messages.setdefault(key, message)
+            self.deferred_messages.pop(key, None)
+            return True
+        if last is None or _waiting_its_turn(last):
+            return False
+        due = self.message_written_at.get(key, -MESSAGE_REFRESH_SECONDS) + MESSAGE_REFRESH_SECONDS
+        if now >= due:
+            return False
+        if key not in self.deferred_messages:
+            heapq.heappush(self.messages_due, (due, key))
+        self.deferred_messages[key] = message
+        return True
+
+    async def _tell(self, key: str, message: str) -> None:
+        if self.written_messages.get(key) == message:
             return
         unit = self.unit_informer.get(key)
         held = self.engine.unit(key)

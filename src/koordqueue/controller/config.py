@@ -29,7 +29,7 @@ class ControllerConfig:
     burst: int = 400
     write_concurrency: int = 32  # API writes in flight at once from one cycle
     # Jobs reconciled at once (each waits on its writes; one job is never reconciled twice at once).
-    job_workers: int = 64
+    job_workers: int = 16
     # Leader election.
     leader_election: bool = True
     lease_name: str = "koord-queue-controller"

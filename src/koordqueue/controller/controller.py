@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 PODS = Resource("", "v1", "pods")
 RUNNABLE = {c.Phase.DEQUEUED.value, c.Phase.RUNNING.value}
-BATCH_SECONDS = 0.01  # after a wake, let a burst of events land in one cycle
+BATCH_SECONDS = 0.002  # after a wake, let a burst of events land in one cycle
 MESSAGE_FLUSH_SECONDS = 1.0  # a waiting unit's message is written at most this often
 # ... and, once it says why the unit does not fit, rewritten at most this often: under load
 # a unit's reason moves with every admission and release (used amounts, a unit holding the

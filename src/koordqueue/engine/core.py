@@ -587,6 +587,7 @@ class Engine:
             bulk.setdefault(state.key, []).append((record.entry, record.shape))
         else:
             state.pending.add(record.entry, record.shape)
+            state.told_blocker = None  # whoever waits behind the blocker, this one too, is told at the next scan
             self._touch(state)
         if previous is not _State.QUEUED or not record.message:
             self._say(record, messages.queued(state.key, leaf.name, state.info.policy))
@@ -788,6 +789,7 @@ class Engine:
             assert state is not None
             record.state = _State.QUEUED
             state.pending.add(record.entry, record.shape)
+            state.told_blocker = None  # whoever waits behind the blocker, this one too, is told at the next scan
             self._touch(state)
             assert record.node is not None
             self._say(record, messages.queued(state.key, record.node.name, state.info.policy))

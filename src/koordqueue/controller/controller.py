@@ -187,8 +187,7 @@ class Controller:
         meta = obj.get("metadata") or {}
         item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         fingerprint = _job_fingerprint(obj, self.pc_version)
-        informer = self.job_informers.get(kind)
-        old = informer.get(item.partition("/")[2]) if informer is not None else None
+        old = self._job_view(item)
         if old is not None and old.invalid is None and self.job_fingerprints.get(item) == fingerprint:
             try:
                 return replace(old, suspended=adapter.is_suspended(obj), state=adapter.status(obj),
@@ -566,7 +565,7 @@ class Controller:
     def _enqueue_job(self, item: str, job: JobView | None) -> None:
         """A job that ended goes ahead of the others: reconciling it releases its quota, and
         it must not wait behind thousands of new jobs to be given units."""
-        self.jobs_queue.add(item, urgent=job is not None and job.state in (JobState.SUCCEEDED, JobState.FAILED))
+        self.jobs_queue.add(item, urgent=job is not None and job.state.ended)
 
     def _job_deleted(self, job: JobView) -> None:
         self.job_fingerprints.pop(f"{job.kind}/{job.key}", None)
@@ -575,15 +574,14 @@ class Controller:
         self.wake.set()
 
     async def _reconcile_job(self, item: str) -> None:
-        kind, _, key = item.partition("/")
-        informer = self.job_informers.get(kind)
-        job = informer.get(key) if informer is not None else None
+        kind = item.partition("/")[0]
+        job = self._job_view(item)
         if job is None or job.deleting:
             return
         adapter = adapter_of_kind(kind)
         unit = self.unit_informer.get(job.unit_key)
         if unit is None:
-            if job.state not in (JobState.SUCCEEDED, JobState.FAILED):
+            if not job.state.ended:
                 await self._create_unit(item, job, adapter)
             return
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
@@ -591,16 +589,13 @@ class Controller:
         held = self.engine.unit(unit.key)
         if held is not None and held.invalid is not None and held.invalid.startswith("this QueueUnit stands for"):
             await self._unit_changed(unit)  # made before its job: it stands for one now
-        if job.state in (JobState.SUCCEEDED, JobState.FAILED) and held is not None:
+        if job.state.ended and (held is not None or self._newer(unit.key, unit.resource_version)):
             # The job ended: its unit is finished whatever our view of it says (a view older than
             # our last write, a Running say, would wait for our watch to bring that write first).
             await self._finish(unit, job)
             return
         if not self._newer(unit.key, unit.resource_version):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
-        if job.state in (JobState.SUCCEEDED, JobState.FAILED):
-            await self._finish(unit, job)
-            return
         if unit.phase == c.Phase.RESERVED.value:
             await self._check_admission(unit, job)
         held = self.engine.unit(unit.key)
@@ -757,10 +752,14 @@ class Controller:
 
     def _job_ended(self, item: str) -> bool:
         """Whether our latest view of the job says it succeeded or failed."""
+        job = self._job_view(item)
+        return job is not None and job.state.ended
+
+    def _job_view(self, item: str) -> JobView | None:
+        """Our view of the job ``kind/namespace/name``, if we have one."""
         kind, _, key = item.partition("/")
         informer = self.job_informers.get(kind)
-        job = informer.get(key) if informer is not None else None
-        return job is not None and job.state in (JobState.SUCCEEDED, JobState.FAILED)
+        return informer.get(key) if informer is not None else None
 
     def _pod_count(self, job: JobView) -> Any:
         label = job.pods[0] if job.pods else c.LABEL_JOB_NAME
@@ -938,7 +937,7 @@ class Controller:
             unit = self.unit_informer.get(key)
             job = self._job_of(unit) if unit is not None else None
             if unit is not None and unit.phase in SENT_BACK and job is not None and not job.suspended and \
-                    job.state not in (JobState.SUCCEEDED, JobState.FAILED):
+                    not job.state.ended:
                 # Its job still runs from before (its suspension is not written yet): admitted
                 # again now, it would run twice over without a suspension between. Wait for that.
                 held = self.engine.unit(key)

@@ -39,6 +39,10 @@ class JobState(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
 
+    @property
+    def ended(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED)
+
 
 @dataclass(frozen=True, slots=True)
 class Role:

@@ -9,18 +9,22 @@ is recomputed from the admissions the engine reported, not read from the engine.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
+from math import gcd
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import strategies as st
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import Engine
+from koordqueue.engine import tree as tree_module
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, ResourceList, UnitInfo
 from koordqueue.engine.tree import QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
-from koordqueue.engine.waterfill import water_fill
+from koordqueue.engine.waterfill import Level, fill_level, water_fill
 
 from .builders import CPU, GPU, MEM, G, queue_of
 
@@ -480,3 +484,89 @@ def test_property_worlds_are_varied() -> None:
     look()
     assert {"depth3", "Block", "Intelligent", "Priority", "no-lend", "capacity"} <= seen
 
+
+
+_GROUP = st.tuples(
+    st.none() | st.integers(-2, 60),  # the parent's total, in steps (None: unbounded)
+    st.lists(st.tuples(st.integers(0, 15), st.integers(0, 30), st.integers(0, 5)), min_size=1, max_size=7),
+    st.sampled_from([G, 7, 16 * 1024**3 * 1000, 2**58]),  # whole units, odd milli-units, memory, huge
+    st.sampled_from([G, 1, 3 * G, 2**60]),  # the weights' scale
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(groups=st.lists(_GROUP, min_size=1, max_size=40), data=st.data())
+def test_fill_level_is_water_fill_of_each(groups: list, data: st.DataObject) -> None:  # type: ignore[type-arg]
+    """The vectorised pass gives every group the shares the loop gives, to the milli-unit:
+    contended or not, whole or not, short of the mins, with figures too big for 64-bit
+    products (which it leaves to the loop), over all groups or some in any order."""
+    totals, columns, expected = [], [], []
+    for total, children, scale, weight_scale in groups:
+        mins = [m * scale for m, _, _ in children]
+        demands = [d * scale for _, d, _ in children]
+        weights = [w * weight_scale for _, _, w in children]
+        totals.append(None if total is None else total * scale)
+        columns.append((mins, weights, demands))
+        expected.append(water_fill(totals[-1], mins, demands, weights))
+    level = Level(columns)
+    chosen = data.draw(st.none() | st.lists(st.integers(0, len(groups) - 1), unique=True, min_size=1))
+    order = range(len(groups)) if chosen is None else chosen
+    flat, exact = fill_level(level, [totals[i] for i in order], chosen)
+    start = 0
+    for i, done in zip(order, exact, strict=True):
+        mins, weights, demands = columns[i]
+        shares = flat[start:start + len(mins)]
+        start += len(shares)
+        total = totals[i]
+        common = gcd(*weights) or 1
+        big = sum(demands) * (sum(weights) // common + 1) >= 2**62 or (total or 0) >= 2**62
+        short = total is not None and sum(demands) > total and sum(map(min, demands, mins)) > total
+        assert done == (not big and not short), (i, groups[i])  # the loop gets those, and only those
+        if done:
+            assert shares == expected[i], (i, groups[i])
+        else:
+            event("a group left to the loop")
+    assert start == len(flat)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_tree_splits_alike_by_columns_and_by_loop(seed: int) -> None:
+    """A tree wide enough for columns (40 middle quotas, 3 resources: 120 groups at a
+    depth) ends every refresh with the runtimes of a tree that only loops, through
+    random changes of usage and requests, few or many at a time."""
+    rng = random.Random(seed)
+    infos = []
+    for t in range(2):
+        infos.append(QuotaInfo(f"t{t}", "default", {"cpu": 40 * G, GPU: 20 * G, MEM: 80 * G},
+                               {"cpu": 120 * G, GPU: 60 * G, MEM: 240 * G}, is_parent=True))
+        for m in range(20):
+            low = {"cpu": rng.randint(0, 3) * G, GPU: rng.randint(0, 2) * G, MEM: rng.randint(0, 4) * G}
+            infos.append(QuotaInfo(f"t{t}-m{m}", "default", low, {k: v * 3 + G for k, v in low.items()},
+                                   parent=f"t{t}", is_parent=True, allow_lent=rng.random() > 0.2,
+                                   shared_weight={k: rng.randint(0, 3) * G for k in low}))
+            for leaf in range(3):
+                infos.append(QuotaInfo(f"t{t}-m{m}-l{leaf}", "default", {"cpu": G, GPU: 0, MEM: G},
+                                       {"cpu": 4 * G, GPU: 2 * G, MEM: 4 * G}, parent=f"t{t}-m{m}",
+                                       allow_lent=rng.random() > 0.2))
+    capacity = {"cpu": rng.randint(60, 300) * G, GPU: rng.randint(10, 150) * G, MEM: rng.randint(60, 600) * G}
+    by_columns = QuotaTree(infos, capacity)
+    with patch.object(tree_module, "LEVEL_GROUPS", 10**9):
+        by_loop = QuotaTree(infos, capacity)  # keeps no columns, so it always loops
+    assert by_columns._levels and not by_loop._levels
+    leaves = [i.name for i in infos if i.name.count("-") == 2]
+    for _ in range(6):
+        for _ in range(rng.choice((1, 5, 60))):
+            name = rng.choice(leaves)
+            request = {"cpu": rng.randint(0, 4) * G + rng.choice((0, 1, 500)), GPU: rng.randint(0, 2) * G,
+                       MEM: rng.randint(0, 4) * G}
+            admitted = rng.random() < 0.5
+            for tree in (by_columns, by_loop):
+                if admitted:
+                    tree.charge(tree.nodes[name], request, 1)
+                else:
+                    tree.add_pending(tree.nodes[name], request, 1)
+        changed = by_columns.refresh()
+        assert {n.name for n in changed} == {n.name for n in by_loop.refresh()}
+        for name, node in by_columns.nodes.items():
+            assert node.runtime == by_loop.nodes[name].runtime, name

@@ -10,14 +10,19 @@ groups whose inputs moved (all of them after a rebuild), top-down, at ``refresh`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
 from operator import ne
 
+import numpy as np
+
 from koordqueue.engine.model import QuotaInfo, ResourceList
-from koordqueue.engine.waterfill import water_fill
+from koordqueue.engine.waterfill import Level, fill_level, water_fill
 
 ROOT = ""  # the name of the root node (the cluster)
+# From this many sibling groups to split at one depth, one vectorised water-fill over
+# columns the depth keeps is quicker than the loop over them.
+LEVEL_GROUPS = 32
 
 
 @dataclass(slots=True, eq=False)
@@ -34,13 +39,20 @@ class Hold:
 @dataclass(slots=True, eq=False)
 class Group:
     """The children of a node that limit one resource, in name order, with their mins
-    and weights, their demands (kept current as they change) and the shares they got."""
+    and weights, their demands (kept current as they change) and the shares they got;
+    where their depth keeps columns, their demands there too, from ``start``."""
 
+    parent: QuotaNode
+    resource: str
     kids: list[QuotaNode]
     mins: list[int]
     weights: list[int]
-    demands: list[int] = field(default_factory=list)
-    shares: list[int | None] = field(default_factory=list)
+    demands: list[int]
+    shares: list[int | None]
+    inner: bool  # some kids have children
+    column: np.ndarray | None = None
+    start: int = 0  # its first kid's place in the column
+    index: int = 0  # its place among the groups of the column
 
 
 class QuotaNode:
@@ -177,21 +189,33 @@ class QuotaTree:
                             parent.lent_reserve[name] = parent.lent_reserve.get(name, 0) + reserve
             level = following
         self._leaves: dict[QuotaNode, list[QuotaNode]] = {self.root: []}
-        for node in (self.root, *self.nodes.values()):
+        order = [self.root, *self.nodes.values()]  # parents before children
+        for node in reversed(order):  # nothing used or asked for yet
+            if not node.is_root:
+                _start_demand(node)
+        for node in order:
             _build_groups(node)
             if not node.children and not node.is_root:
                 for upper in node.path:
                     self._leaves.setdefault(upper, []).append(node)
-        order = [self.root, *self.nodes.values()]  # parents before children
-        self._parents = [node for node in order if node.groups]
-        for node in reversed(order):  # nothing used or asked for yet
-            if not node.is_root:
-                _start_demand(node)
-            for name, group in node.groups.items():
-                group.demands = [kid.demand[name] for kid in group.kids]
-                group.shares = [None] * len(group.kids)
-        self._refill: set[QuotaNode] = set()
-        self._full = True
+        by_depth: dict[int, list[Group]] = {}
+        for node in order:
+            by_depth.setdefault(node.depth, []).extend(node.groups.values())
+        self._levels: dict[int, tuple[Level, list[Group]]] = {}
+        for depth, groups in by_depth.items():
+            if len(groups) >= LEVEL_GROUPS:
+                try:
+                    columns = Level([(g.mins, g.weights, g.demands) for g in groups])
+                except OverflowError:  # a figure past 64 bits: the loop splits this depth
+                    continue
+                self._levels[depth] = (columns, groups)
+                start = 0
+                for index, group in enumerate(groups):
+                    group.column, group.start, group.index = columns.demands, start, index
+                    start += len(group.kids)
+        # Every group is split at the first refresh (their shares are not known yet).
+        self._refill: set[QuotaNode] = {node for node in order if node.groups}
+        self._fresh = True
         self.set_capacity(capacity)
 
     def leaves_under(self, node: QuotaNode) -> list[QuotaNode]:
@@ -257,7 +281,14 @@ class QuotaTree:
                 old = demand.get(name, 0)
                 if new != old:
                     demand[name] = new
-                    parent.groups[name].demands[current.place[name]] = new
+                    group = parent.groups[name]
+                    index = current.place[name]
+                    group.demands[index] = new
+                    if group.column is not None:
+                        try:
+                            group.column[group.start + index] = new
+                        except OverflowError:  # past 64 bits: the loop splits this depth from now on
+                            self._drop_level(current.depth - 1)
                     outgoing[name] = new - old
                     moved = True
             for name, delta in raw.items():
@@ -268,38 +299,36 @@ class QuotaTree:
             incoming = outgoing
             current = parent
 
+    def _drop_level(self, depth: int) -> None:
+        for group in self._levels.pop(depth)[1]:
+            group.column = None
+
     # --- demand and runtime ---------------------------------------------------------
     def refresh(self) -> set[QuotaNode]:
-        """Split runtime quota again where demand or a share moved; return the nodes
-        whose runtime changed (every node after a rebuild)."""
-        if self._full:
-            self._full = False
-            self._refill = set()
-            for node in self._parents:
-                runtime = node.runtime
-                for resource, group in node.groups.items():
-                    shares = water_fill(runtime.get(resource), group.mins, group.demands, group.weights)
-                    group.shares = shares  # type: ignore[assignment]  # ints are ints or None
-                    for kid, share in zip(group.kids, shares, strict=True):
-                        kid.runtime[resource] = share
-            return set(self.nodes.values())
-        if not self._refill:
-            return set()
+        """Split runtime quota again where demand or a share moved, level by level from
+        the top; return the nodes whose runtime changed (every node the first time)."""
         by_depth: dict[int, set[QuotaNode]] = {}
         for node in self._refill:
             by_depth.setdefault(node.depth, set()).add(node)
         self._refill = set()
-        changed = set()
+        moved: list[QuotaNode] = []
         depth = 0
         while by_depth:
             parents = by_depth.pop(depth, set())
             depth += 1
-            for parent in parents:
-                for child in _fill(parent):
-                    changed.add(child)
-                    if child.children:
-                        by_depth.setdefault(child.depth, set()).add(child)
-        return changed
+            below = by_depth.setdefault(depth, set())
+            groups = [group for parent in parents for group in parent.groups.values()]
+            columns = self._levels.get(depth - 1)
+            if columns is not None and len(groups) >= LEVEL_GROUPS:
+                _fill_level(columns[0], groups if len(groups) < len(columns[1]) else columns[1], moved, below)
+            else:
+                _fill(groups, moved, below)
+            if not below:
+                del by_depth[depth]
+        if self._fresh:
+            self._fresh = False
+            return set(self.nodes.values())
+        return set(moved)
 
 
 def _build_groups(node: QuotaNode) -> None:
@@ -312,7 +341,9 @@ def _build_groups(node: QuotaNode) -> None:
             shared = child.info.shared_weight if child.info.shared_weight is not None else child.info.max
             weights.append(shared.get(resource, 0))
             child.place[resource] = index
-        node.groups[resource] = Group(kids, [k.min.get(resource, 0) for k in kids], weights)
+        node.groups[resource] = Group(node, resource, kids, [k.min.get(resource, 0) for k in kids], weights,
+                                      [k.demand[resource] for k in kids], [None] * len(kids),
+                                      any(k.children for k in kids))
 
 
 def _start_demand(node: QuotaNode) -> None:
@@ -328,17 +359,46 @@ def _start_demand(node: QuotaNode) -> None:
             node.demand.setdefault(name, floor)
 
 
-def _fill(parent: QuotaNode) -> list[QuotaNode]:
-    """Split the parent's runtime among its children; return those whose share moved."""
-    changed: list[QuotaNode] = []
-    parent_runtime = parent.runtime
-    for resource, group in parent.groups.items():
-        shares = water_fill(parent_runtime.get(resource), group.mins, group.demands, group.weights)
-        before = group.shares
-        if shares == before:
-            continue
-        group.shares = shares  # type: ignore[assignment]  # ints are ints or None
+def _fill(groups: list[Group], moved: list[QuotaNode], below: set[QuotaNode]) -> None:
+    """Split each group's parent's runtime among its children, one by one."""
+    for group in groups:
+        _share(group, water_fill(group.parent.runtime.get(group.resource), group.mins, group.demands, group.weights),
+               moved, below)
+
+
+def _fill_level(columns: Level, groups: list[Group], moved: list[QuotaNode], below: set[QuotaNode]) -> None:
+    """Split many groups of one depth at once, from its columns (those whose figures do
+    not fit 64 bits one by one); ``groups`` are all of them, in order, or some."""
+    totals = [group.parent.runtime.get(group.resource) for group in groups]
+    whole = len(groups) == len(columns.starts)
+    flat, exact = fill_level(columns, totals, None if whole else [group.index for group in groups])
+    start = 0
+    for group, done in zip(groups, exact, strict=True):
+        end = start + len(group.kids)
+        if done:
+            shares = flat[start:end]
+        else:
+            shares = water_fill(group.parent.runtime.get(group.resource), group.mins, group.demands, group.weights)
+        start = end
+        _share(group, shares, moved, below)
+
+
+def _share(group: Group, shares: list[int], moved: list[QuotaNode], below: set[QuotaNode]) -> None:
+    """Give the group's children their new shares; add those whose share moved to
+    ``moved``, and those of them with children of their own to ``below``."""
+    before = group.shares
+    if shares == before:
+        return
+    group.shares = shares  # type: ignore[assignment]  # ints are ints or None
+    resource = group.resource
+    start = len(moved)
+    if before[0] is None:  # the first split: every share is new
+        for kid, share in zip(group.kids, shares, strict=True):
+            kid.runtime[resource] = share
+        moved.extend(group.kids)
+    else:
         for kid, share in compress(zip(group.kids, shares, strict=True), map(ne, shares, before)):
             kid.runtime[resource] = share
-            changed.append(kid)
-    return changed
+            moved.append(kid)
+    if group.inner:
+        below.update(kid for kid in moved[start:] if kid.children)

@@ -10,14 +10,22 @@ proportional part is split with largest-remainder rounding (ties go to the earli
 child, and callers list children in name order, so ties are by name) in whole units
 whenever everything being split is a whole number of units, so that a 100-GPU parent
 hands out whole GPUs and no unit is lost or made up.
+
+Many sibling groups at once (a refresh of a whole tree splits thousands) go through one
+vectorised pass of the same rule in 64-bit integers (numpy), for every group whose
+products stay below 2**62; the loop does the others.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from math import gcd
 
+import numpy as np
+
 WHOLE = 1000  # milli-units in one unit
+_EXACT = 1 << 62  # every product of a group in a batch stays below this
 
 
 def water_fill(
@@ -86,3 +94,94 @@ def _proportional(total: int, guaranteed: list[int]) -> list[int]:
     out = [0] * len(guaranteed)
     _split(total, active, out, guaranteed, guaranteed, sum([guaranteed[i] for i in active]))
     return out
+
+
+class Level:
+    """Many sibling groups end to end, as 64-bit columns for the vectorised pass: each
+    child is an element, each group a segment. Mins and weights are fixed; the owner
+    keeps ``demands`` current. Raises OverflowError for a figure past 64 bits."""
+
+    __slots__ = ("starts", "segment", "mins", "weights", "weight_bound", "demands")
+
+    def __init__(self, groups: Sequence[tuple[list[int], list[int], list[int]]]) -> None:
+        """``groups``: (mins, weights, demands) of each, none of them empty."""
+        sizes = np.array([len(mins) for mins, _, _ in groups], dtype=np.int64)
+        count = int(sizes.sum())
+        self.starts = np.zeros(len(groups), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=self.starts[1:])
+        self.segment = np.repeat(np.arange(len(groups)), sizes)
+        self.mins = np.fromiter(chain.from_iterable(g[0] for g in groups), np.int64, count)
+        self.demands = np.fromiter(chain.from_iterable(g[2] for g in groups), np.int64, count)
+        weights = np.fromiter(chain.from_iterable(g[1] for g in groups), np.int64, count)
+        common = np.gcd.reduceat(weights, self.starts)
+        weights //= np.where(common > 0, common, 1)[self.segment]  # the same split, smaller products
+        self.weights = weights
+        self.weight_bound = np.add.reduceat(weights.astype(np.float64), self.starts) + 1
+
+
+def fill_level(level: Level, totals: Sequence[int | None], chosen: Sequence[int] | None = None
+               ) -> tuple[list[int], list[bool]]:
+    """``water_fill`` of the ``chosen`` groups of ``level`` (all by default), in that
+    order, each under its total, to the unit. Returns the shares end to end, and for
+    each group whether they are exact: not when its products could pass 64 bits or its
+    total falls short of its mins (the loop does those)."""
+    if chosen is None:
+        starts, segment = level.starts, level.segment
+        demand, mins, weight, weight_bound = level.demands, level.mins, level.weights, level.weight_bound
+    else:
+        picked = np.array(chosen, dtype=np.int64)
+        sizes = np.diff(np.append(level.starts, len(level.demands)))[picked]
+        starts = np.zeros(len(picked), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        segment = np.repeat(np.arange(len(picked)), sizes)
+        # Each picked element's place in the level's columns.
+        where = np.repeat(level.starts[picked] - starts, sizes) + np.arange(len(segment))
+        demand, mins, weight = level.demands[where], level.mins[where], level.weights[where]
+        weight_bound = level.weight_bound[picked]
+    bounded = np.array([t is not None for t in totals], dtype=bool)
+    # The bounds in floats first, so that they cannot overflow themselves.
+    bound = np.add.reduceat(demand.astype(np.float64), starts) * weight_bound
+    limits = np.array([0 if t is None else t for t in totals], dtype=np.float64)
+    exact = (bound < _EXACT) & (limits < _EXACT)
+    if not exact.all():  # such groups' figures are left out of the sums below
+        demand = np.where(exact[segment], demand, 0)
+    total = np.array([t if t is not None and t < _EXACT else 0 for t in totals], dtype=np.int64)
+    contended = bounded & (np.add.reduceat(demand, starts) > total)
+    floor = np.minimum(demand, mins)
+    extra = demand - floor  # what each wants beyond its min
+    rest = total - np.add.reduceat(floor, starts)
+    wanting = (weight > 0) & (extra > 0) & contended[segment]
+    weight = np.where(wanting, weight, 0)
+    weight_sum = np.add.reduceat(weight, starts)
+    full = np.zeros(len(demand), dtype=bool)
+    while True:
+        # Children whose want per unit of weight is within the level get all of it;
+        # the level only rises as they drop out (see water_fill).
+        sated = wanting & (extra * weight_sum[segment] <= rest[segment] * weight)
+        if not sated.any():
+            break
+        rest -= np.add.reduceat(np.where(sated, extra, 0), starts)
+        weight_sum -= np.add.reduceat(np.where(sated, weight, 0), starts)
+        full |= sated
+        wanting &= ~sated
+        weight[sated] = 0
+    # The rest by weight among those still wanting, in whole units where all is whole.
+    whole = (rest % WHOLE == 0) & (np.gcd.reduceat(np.where(wanting, extra, 0), starts) % WHOLE == 0)
+    step = np.where(whole, WHOLE, 1)
+    sharing = (weight_sum > 0) & (rest > 0)
+    units = np.where(sharing, rest // step, 0)
+    divisor = np.where(sharing, weight_sum, 1)[segment]
+    scaled = units[segment] * weight
+    got = scaled // divisor
+    leftover = units - np.add.reduceat(got, starts)
+    if leftover.any():
+        # Largest remainder first within each group; the sort is stable, so ties keep
+        # the children's order.
+        remainder = scaled - got * divisor
+        candidates = np.flatnonzero(remainder)
+        order = candidates[np.lexsort((-remainder[candidates], segment[candidates]))]
+        first = np.searchsorted(segment[order], np.arange(len(starts)))
+        rank = np.arange(len(order)) - first[segment[order]]
+        got[order[rank < leftover[segment[order]]]] += 1
+    shares = np.where(contended[segment], floor + np.where(full, extra, got * step[segment]), demand)
+    return shares.tolist(), (exact & ~(contended & (rest < 0))).tolist()

@@ -128,6 +128,12 @@ class Controller:
         self.pc_version = 0
         self.job_fingerprints: dict[str, int] = {}  # job item -> what its view was made from
         self.resumed_at: dict[str, float] = {}  # job item -> when we resumed it, until its view shows it
+        # Job item -> a token, for each job whose unit we sent back (preempted, timed out) and
+        # whose suspension we have not written since: it may still run from before, whatever
+        # our views say (they may not show the send-back yet, nor our own resume of the job).
+        # Its unit is not admitted again before that suspension is written.
+        self.suspension_owed: dict[str, int] = {}
+        self.suspensions_owed = 0  # tokens handed out
         self.pc_informer = Informer(client, PRIORITY_CLASSES, project=_priority_value)
         self.node_informer = Informer(client, NODES, project=_allocatable)
         self.quota_informer = Informer(client, QUOTAS, project=_without_status)
@@ -481,6 +487,9 @@ class Controller:
             requeue_at = load_unit(self.engine, unit, now)
             if requeue_at is not None:
                 heapq.heappush(self.backoffs, (requeue_at, unit.key))
+            job = self._job_of(unit)
+            if unit.phase in SENT_BACK and job is not None and not job.suspended and not job.state.ended:
+                self._owe_suspension(unit.job_key)  # the last controller stopped before suspending it
             if unit.phase not in FINISHED:
                 self.written_messages[unit.key] = unit.message
 
@@ -570,6 +579,7 @@ class Controller:
     def _job_deleted(self, job: JobView) -> None:
         self.job_fingerprints.pop(f"{job.kind}/{job.key}", None)
         self.resumed_at.pop(f"{job.kind}/{job.key}", None)
+        self.suspension_owed.pop(f"{job.kind}/{job.key}", None)
         self.engine.remove_unit(job.unit_key)
         self.wake.set()
 
@@ -594,6 +604,12 @@ class Controller:
             # our last write, a Running say, would wait for our watch to bring that write first).
             await self._finish(unit, job)
             return
+        if item in self.suspension_owed:
+            # We sent its unit back: its job stops now. Not from our views: the one of the unit
+            # may not show the send-back yet (and we would wait for it below), the one of the job
+            # may not show our resume yet (and take it for a job suspended already).
+            await self._suspend(job, adapter)
+            return  # the rest when our watch brings that suspension back
         if not self._newer(unit.key, unit.resource_version):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
         if unit.phase == c.Phase.RESERVED.value:
@@ -657,8 +673,17 @@ class Controller:
             await self._suspend(job, adapter)
 
     async def _suspend(self, job: JobView, adapter: JobAdapter) -> None:
-        self.resumed_at.pop(f"{job.kind}/{job.key}", None)
+        item = f"{job.kind}/{job.key}"
+        self.resumed_at.pop(item, None)
+        owed = self.suspension_owed.get(item)
         await self.client.patch(job_resource(job.kind), job.name, adapter.suspend_patch({}), namespace=job.namespace)
+        if owed is not None and self.suspension_owed.get(item) == owed:  # not owed anew while we wrote
+            del self.suspension_owed[item]
+
+    def _owe_suspension(self, item: str) -> None:
+        """The job's unit was sent back: its job is to be suspended before it is admitted again."""
+        self.suspensions_owed += 1
+        self.suspension_owed[item] = self.suspensions_owed
 
     async def _resume(self, job: JobView) -> None:
         """Resume a job, once: the admission and the reconciler of its unit's admission may both
@@ -679,6 +704,7 @@ class Controller:
             return
         succeeded = job.state is JobState.SUCCEEDED
         await self._write_unit_status(unit.key, st.finished(succeeded), limit=self.job_line)
+        self.suspension_owed.pop(unit.job_key, None)  # it runs no more
         held = self.engine.unit(unit.key)
         self._remember("finished", unit.key, held.admitted_quota if held else None, f"the job {job.state.value}")
         self.engine.remove_unit(unit.key)
@@ -779,6 +805,7 @@ class Controller:
         except ApiError:
             hold(self.engine, held, unit.allocated_at or unit.created)  # its object still holds quota
             raise
+        self._owe_suspension(unit.job_key)
         heapq.heappush(self.backoffs, (requeue_at, unit.key))
         self._remember("sent back", unit.key, info.admitted_quota if info else None, reason)
         self.metrics.requeues.labels(phase.value).inc()
@@ -868,6 +895,13 @@ class Controller:
         if unit is None or info is None:
             self.engine.revert_admission(key)
             return
+        if unit.job_key in self.suspension_owed:
+            # Sent back, and its job not suspended since: admitted now, it would run on from
+            # before. (The back-off's end is looked at before each cycle; the engine may still
+            # let it go first, when that look took a while.)
+            self.engine.revert_admission(key)
+            self._look_again(key, unit)
+            return
         now = self.clock()
         settings = self.queue_settings.get(queue)
         labels = dict(unit.labels)
@@ -920,6 +954,7 @@ class Controller:
             if info is not None:  # its object still says it holds quota: so does the engine
                 hold(self.engine, info, unit.allocated_at or unit.created)
             return False
+        self._owe_suspension(unit.job_key)
         heapq.heappush(self.backoffs, (requeue_at, key))
         self._remember("preempted", key, quota, reason)
         self.metrics.preemptions.labels(quota).inc()
@@ -936,22 +971,28 @@ class Controller:
             _, key = heapq.heappop(self.backoffs)
             unit = self.unit_informer.get(key)
             job = self._job_of(unit) if unit is not None else None
-            if unit is not None and unit.phase in SENT_BACK and job is not None and not job.suspended and \
-                    not job.state.ended:
+            if unit is not None and job is not None and not job.state.ended and (
+                    unit.job_key in self.suspension_owed or (unit.phase in SENT_BACK and not job.suspended)):
                 # Its job still runs from before (its suspension is not written yet): admitted
                 # again now, it would run twice over without a suspension between. Wait for that.
-                held = self.engine.unit(key)
-                if held is not None and held.admitted_quota is None:
-                    held.requeue_at = now + BACKOFF_RECHECK_SECONDS
-                    self.engine.set_unit(held)
-                heapq.heappush(self.backoffs, (now + BACKOFF_RECHECK_SECONDS, key))
-                self.jobs_queue.add(unit.job_key)
+                # (What we owe is known even when our views of the unit and the job lag.)
+                self._look_again(key, unit, now)
                 continue
             if unit is not None and unit.phase in SENT_BACK:
                 try:
                     await self._write_unit_status(key, st.enqueued("back in the queue after a back-off"))
                 except ApiError as e:
                     log.info("unit %s not requeued yet: %s", key, e)
+
+    def _look_again(self, key: str, unit: UnitView, now: float | None = None) -> None:
+        """Keep a unit out of the queue a little longer, its job's suspension asked for again."""
+        now = self.clock() if now is None else now
+        held = self.engine.unit(key)
+        if held is not None and held.admitted_quota is None:
+            held.requeue_at = now + BACKOFF_RECHECK_SECONDS
+            self.engine.set_unit(held)
+        heapq.heappush(self.backoffs, (now + BACKOFF_RECHECK_SECONDS, key))
+        self.jobs_queue.add(unit.job_key)
 
     def _job_of(self, unit: UnitView) -> JobView | None:
         informer = self.job_informers.get(unit.consumer_kind)

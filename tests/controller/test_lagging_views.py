@@ -1,0 +1,129 @@
+"""A preempted job is suspended before its unit is admitted again, however far behind the
+controller's watches are: its views of the unit and of the job may not show its own last
+writes yet (a dropped watch resuming, a relist after 410 Gone), and the job it stopped
+must not be taken for one already stopped, nor the unit for one still running.
+
+The API server's writes are checked as bench/chaos.py checks them (a unit is admitted
+only while its job is suspended: between two releases of a job there is a suspension);
+these are the two stories behind its "admitted while its job still runs from before",
+seen once in tests/reliability/test_chaos.py, made deterministic by holding back one
+object's watch events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.kube.informer import Informer
+
+from ..reliability.conftest import load_chaos
+from .conftest import System, pytorch_job, quota, running_system
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Lag:
+    """Holds back the watch events of one object in an informer (its cache keeps the last
+    version it let through) until `release()`, which lets them through in order."""
+
+    def __init__(self, informer: Informer[Any], key: str) -> None:
+        self.held: list[tuple[str, str, Any]] = []
+        self.holding = False
+        self._store = informer._store
+
+        async def store(k: str, rv: str, new: Any) -> None:
+            if k == key and self.holding:
+                self.held.append((k, rv, new))
+                return
+            await self._store(k, rv, new)
+
+        setattr(informer, "_store", store)  # noqa: B010 (a method of the instance, replaced)
+
+    def hold(self) -> None:
+        self.holding = True
+
+    async def release(self) -> None:
+        while self.held:
+            await self._store(*self.held.pop(0))
+        self.holding = False
+
+
+def checked(system: System) -> Any:
+    """The chaos run's checker, fed every write of the server from now on."""
+    checker = load_chaos().HistoryChecker()
+    system.server.store.listeners.append(checker.feed)
+    return checker
+
+
+async def pool_of_two_teams(system: System) -> None:
+    """8 GPUs shared by team-a and team-b (4 each): team-b's job `low` borrows all of them,
+    team-a's `high` reclaims its half, runs briefly and ends, so that `low` has its room
+    back when its back-off is over."""
+    await system.apply(quota("pool", 8, 8, is_parent=True))
+    await system.apply(quota("team-a", 4, 8, parent="pool"), quota("team-b", 4, 8, parent="pool"))
+
+
+async def all_done_and_checked(system: System, checker: Any) -> None:
+    await system.wait_phase("low-py-qu", c.Phase.SUCCEED, timeout=60)
+    await system.wait_phase("high-py-qu", c.Phase.SUCCEED, timeout=30)
+    assert checker.violations == []
+    assert checker.suspensions >= 1, "low was preempted: its job was suspended"
+
+
+async def test_a_preempted_job_is_suspended_while_the_watch_of_its_unit_lags(tmp_path: Path) -> None:
+    """Our view of `low`'s unit still says Running after we wrote Preempted: the job is
+    stopped all the same, and the unit is not admitted again before it is."""
+    async with running_system(tmp_path / "state") as system:
+        checker = checked(system)
+        await pool_of_two_teams(system)
+        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.wait_phase("low-py-qu", c.Phase.RUNNING)
+        lag = Lag(system.controller.unit_informer, "default/low-py-qu")
+        lag.hold()
+        await system.apply(pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100))
+        await system.wait_phase("high-py-qu", c.Phase.SUCCEED)
+
+        async def readmitted() -> bool:  # in the store, past our lagging view of it
+            return bool(checker.units["default/low-py-qu"].epoch >= 2)
+
+        await system.wait_for(readmitted, 30, "low to be admitted again")
+        await asyncio.sleep(0.5)
+        await lag.release()
+        await all_done_and_checked(system, checker)
+
+
+async def test_a_preempted_job_is_suspended_while_the_watch_of_the_job_lags(tmp_path: Path) -> None:
+    """Our view of `low` still says suspended after we resumed it (the watch has not brought
+    the resume back): preempted then, it is stopped all the same, and its unit is not
+    admitted again before it is."""
+    async with running_system(tmp_path / "state") as system:
+        checker = checked(system)
+        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+
+        async def queued() -> bool:  # its quota is not there yet: it waits, suspended
+            return bool(await system.phase("low-py-qu"))
+
+        await system.wait_for(queued, 30, "low's unit to be queued")
+        lag = Lag(system.controller.job_informers[c.PYTORCH_JOB_KIND], "default/low")
+        lag.hold()
+        await pool_of_two_teams(system)
+
+        async def released() -> bool:
+            return bool(checker.releases >= 1 and not checker.suspended["default/low"])
+
+        await system.wait_for(released, 30, "low to be released")
+        await system.apply(pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100))
+        await system.wait_phase("high-py-qu", c.Phase.SUCCEED)
+
+        async def readmitted() -> bool:
+            return bool(checker.units["default/low-py-qu"].epoch >= 2)
+
+        await system.wait_for(readmitted, 30, "low to be admitted again")
+        await asyncio.sleep(0.5)
+        await lag.release()
+        await all_done_and_checked(system, checker)

@@ -273,17 +273,29 @@ def check_runtime(run: Run, result: CycleResult, before: dict) -> None:  # type:
     if world.capacity is not None:
         for r, total in world.capacity.items():
             assert sum(status[q.name].runtime.get(r, 0) for q in world.quotas if q.parent is None) <= total
-    fresh = QuotaTree(world.quotas, world.capacity)
+    # The same units loaded one by one, and loaded at once (as a rebuild does).
+    fresh, loaded = QuotaTree(world.quotas, world.capacity), QuotaTree(world.quotas, world.capacity)
+    loaded.defer()
     for key, info in run.units.items():
-        node = fresh.nodes[run.leaf_of[key]]
-        if key in run.admitted:
-            fresh.charge(node, info.request, 1)
-        else:
-            fresh.add_pending(node, info.request, 1)
+        for tree in (fresh, loaded):
+            node = tree.nodes[run.leaf_of[key]]
+            if key in run.admitted:
+                tree.charge(node, info.request, 1)
+            else:
+                tree.add_pending(node, info.request, 1)
+    loaded.settle()
     fresh.refresh()
+    loaded.refresh()
     for name, node in fresh.nodes.items():
         assert (status[name].demand, status[name].runtime) == (node.demand, node.runtime), name
         assert node.demand == demand_by_definition(node), name
+    for node, other in zip([fresh.root, *fresh.nodes.values()], [loaded.root, *loaded.nodes.values()], strict=True):
+        figures = ("used", "pending", "want", "demand", "runtime", "lent_reserve")
+        assert [_nonzero(getattr(node, f)) for f in figures] == [_nonzero(getattr(other, f)) for f in figures], node
+
+
+def _nonzero(figures: ResourceList) -> ResourceList:
+    return {name: amount for name, amount in figures.items() if amount}
 
 
 def demand_by_definition(node: QuotaNode) -> ResourceList:

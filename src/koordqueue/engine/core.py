@@ -754,12 +754,14 @@ class Engine:
             if node is not None and node.info is not None and not node.info.is_parent:
                 self._new_queue(queue, node)
         bulk: dict[str, list[tuple[Entry, Shape]]] = {}
+        self._tree.defer()
         for record in self._units.values():
             previous = record.state
             record.state = _State.PARKED
             record.queue = None
             record.node = None
             self._attach(record, previous, bulk=bulk)
+        self._tree.settle()
         for key, items in bulk.items():
             self._qs[key].pending.load(items)
         self._stale = set(self._qs)

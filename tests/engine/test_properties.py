@@ -10,7 +10,7 @@ is recomputed from the admissions the engine reported, not read from the engine.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import gcd
 from unittest.mock import patch
 
@@ -124,7 +124,9 @@ def worlds(draw: st.DrawFn, name_every_resource: bool = False, protect: bool = T
 
 # A step: ("arrive", leaf index, request in whole units per resource, priority,
 # preemptible, how many such units), ("finish", which admitted unit), ("send-back",
-# which admitted unit), ("wait", seconds).
+# which admitted unit), ("wait", seconds), ("edit", which quota, what: its max grows,
+# its min moves, its shared weight moves, it lends or stops lending; an edit that
+# would make a quota unusable is not made).
 arrival = st.tuples(
     st.just("arrive"),
     st.integers(0, 20),
@@ -140,6 +142,8 @@ steps = st.lists(
         st.tuples(st.just("finish"), st.integers(0, 50)),
         st.tuples(st.just("send-back"), st.integers(0, 50)),
         st.tuples(st.just("wait"), st.sampled_from((0.0, 1.0, 5.0, 30.0, 70.0))),
+        st.tuples(st.just("edit"), st.integers(0, 30), st.sampled_from(("max", "min", "weight", "lend")),
+                  st.integers(0, 3)),
     ),
     min_size=4,
     max_size=30,
@@ -160,6 +164,7 @@ class Run:
     serial: int = 0
 
     def __post_init__(self) -> None:
+        self.world = replace(self.world, quotas=list(self.world.quotas))  # edits are this run's own
         self.engine = Engine(self.world.config)
         for q in self.world.quotas:
             self.engine.set_quota(q)
@@ -189,12 +194,38 @@ class Run:
                 self.engine.requeue(key, self.now, "pods did not start")
         elif kind == "wait":
             self.now += step[1]
+        elif kind == "edit":
+            self.edit(step[1], step[2], step[3])
         for _ in range(MAX_CYCLES_AT_ONCE):
             result = self.cycle(checks)
             if result.next_wakeup is None or result.next_wakeup > self.now:
                 return
             event("work left for the same instant")
         raise AssertionError(f"still work to do at t={self.now} after {MAX_CYCLES_AT_ONCE} cycles")
+
+    def edit(self, which: int, what: str, by: int) -> None:
+        """Edit a quota's amounts, as an administrator would (quotas stay usable)."""
+        quotas = self.world.quotas
+        index = which % len(quotas)
+        quota = quotas[index]
+        if what == "max":  # it only grows: usage over a shrunk max is no admission's fault
+            edited = replace(quota, max={r: v + by * G for r, v in quota.max.items()})
+        elif what == "min":
+            edited = replace(quota, min={r: min(quota.max[r], max(0, v + (by - 1) * G)) for r, v in quota.min.items()})
+        elif what == "weight":
+            edited = replace(quota, shared_weight={r: (by + 1) * G for r in quota.max} if by else None)
+        else:
+            edited = replace(quota, allow_lent=not quota.allow_lent)
+        candidate = {q.name: q for q in quotas} | {edited.name: edited}
+        capacity = self.world.capacity
+        if validate_quotas(candidate) or capacity is not None and any(
+                sum(q.min.get(r, 0) for q in candidate.values() if q.parent is None) > total
+                for r, total in capacity.items()):
+            event("an edit that would make a quota unusable, or its mins more than the cluster")
+            return
+        quotas[index] = edited
+        self.engine.set_quota(edited)
+        event("an edit taken in place" if not self.engine._rebuild_needed else "an edit that rebuilds")
 
     def cycle(self, checks: list) -> CycleResult:  # type: ignore[type-arg]
         before = {key: self.engine.standing(key) for key in self.units if key not in self.admitted}

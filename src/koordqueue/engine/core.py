@@ -165,9 +165,26 @@ class Engine:
 
     # --- inputs -------------------------------------------------------------------
     def set_quota(self, quota: QuotaInfo) -> None:
-        if self._quotas.get(quota.name) != quota:
-            self._quotas[quota.name] = quota
+        old = self._quotas.get(quota.name)
+        if old == quota:
+            return
+        self._quotas[quota.name] = quota
+        if self._rebuild_needed or old is None or not _limits_only(old, quota) or quota.name in self._reasons:
             self._rebuild_needed = True
+            return
+        reasons = validate_quotas(self._quotas)
+        if reasons != self._reasons:  # it (or another) becomes unusable: derive everything again
+            self._rebuild_needed = True
+            return
+        # Only its min, max, weight or lending moved: taken in place, without loading every
+        # unit again. Its siblings' and its own units may find room (or lose it).
+        node = self._tree.nodes[quota.name]
+        self._tree.update(quota)
+        for upper in node.path:
+            self._wake_node(upper)
+        for leaf in self._tree.leaves_under(node.parent or self._tree.root):
+            for state in self._leaf_queues.get(leaf, ()):
+                self._touch(state)
 
     def remove_quota(self, name: str) -> None:
         if self._quotas.pop(name, None) is not None:
@@ -928,3 +945,11 @@ class Engine:
             if reasons is not None:
                 reasons[key] = text
         return text or record.message
+
+
+def _limits_only(old: QuotaInfo, new: QuotaInfo) -> bool:
+    """Whether ``new`` differs from ``old`` in the amounts of its min, max and shared
+    weight and its lending only, naming the same resources."""
+    same_rest = replace(old, min=new.min, max=new.max, shared_weight=new.shared_weight,
+                        allow_lent=new.allow_lent) == new
+    return same_rest and old.min.keys() == new.min.keys() and old.max.keys() == new.max.keys()

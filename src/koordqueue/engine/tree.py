@@ -269,8 +269,12 @@ class QuotaTree:
         """Carry a change of ``node``'s usage or requests into the demands on its path,
         marking the parents whose children's demand moved for a refill."""
         raw = {name: sign * amount for name, amount in request.items() if amount}
-        incoming = raw  # what the change adds to this node's want
-        current = node
+        self._carry(node, raw, raw)
+
+    def _carry(self, current: QuotaNode, incoming: ResourceList, raw: ResourceList) -> None:
+        """Add ``incoming`` to ``current``'s want, and what that moves of its demand to its
+        parent's, and so on up; ``raw`` is the change of usage and requests behind it,
+        which goes up as it is past nodes that do not limit a resource."""
         while (incoming or current.partial) and current.parent is not None:
             limit, want, demand = current.limit, current.want, current.demand
             outgoing: ResourceList = {}
@@ -285,14 +289,7 @@ class QuotaTree:
                 old = demand.get(name, 0)
                 if new != old:
                     demand[name] = new
-                    group = parent.groups[name]
-                    index = current.place[name]
-                    group.demands[index] = new
-                    if group.column is not None:
-                        try:
-                            group.column[group.start + index] = new
-                        except OverflowError:  # past 64 bits: the loop splits this depth from now on
-                            self._drop_level(current.depth - 1)
+                    self._set_demand(current, name, new)
                     outgoing[name] = new - old
                     moved = True
             for name, delta in raw.items():
@@ -302,6 +299,54 @@ class QuotaTree:
                 self._refill.add(parent)
             incoming = outgoing
             current = parent
+
+    def _set_demand(self, node: QuotaNode, resource: str, demand: int) -> None:
+        """Tell ``node``'s group in its parent its new demand of ``resource``."""
+        assert node.parent is not None
+        group = node.parent.groups[resource]
+        index = node.place[resource]
+        group.demands[index] = demand
+        if group.column is not None:
+            try:
+                group.column[group.start + index] = demand
+            except OverflowError:  # past 64 bits: the loop splits this depth from now on
+                self._drop_level(node.depth - 1)
+
+    def update(self, info: QuotaInfo) -> None:
+        """Take a quota's new min, max, shared weight or lending in place: its parent and
+        the resources it names are the same (else the tree is built again)."""
+        node = self.nodes[info.name]
+        parent = node.parent
+        assert parent is not None
+        kept = {name: node.own_reserve(name) for name in node.min}
+        node.info, node.limit, node.min, node.lends = info, dict(info.max), dict(info.min), info.allow_lent
+        for name, reserve in kept.items():
+            delta = node.own_reserve(name) - reserve
+            if delta:
+                parent.lent_reserve[name] = parent.lent_reserve.get(name, 0) + delta
+        shared = info.shared_weight if info.shared_weight is not None else info.max
+        for resource, index in node.place.items():
+            group = parent.groups[resource]
+            group.mins[index] = node.min.get(resource, 0)
+            group.weights[index] = shared.get(resource, 0)
+            if group.column is not None:
+                try:
+                    self._levels[parent.depth][0].refit(group.index, group.mins, group.weights)
+                except OverflowError:
+                    self._drop_level(parent.depth)
+        before = node.demand
+        node.demand = {name: node.demand_for(name, total) for name, total in node.want.items()}
+        if not node.lends:
+            for name, floor in node.min.items():
+                node.demand.setdefault(name, floor)
+        moved: ResourceList = {}
+        for name in node.limit:
+            new = node.demand.get(name, 0)
+            if new != before.get(name, 0):
+                self._set_demand(node, name, new)
+                moved[name] = new - before.get(name, 0)
+        self._refill.add(parent)  # its min, weight or cap moved, if not its demand
+        self._carry(parent, moved, {})
 
     def defer(self) -> None:
         """Until ``settle``, count usage and requests only on the node they are given

@@ -118,6 +118,15 @@ class Level:
         self.weights = weights
         self.weight_bound = np.add.reduceat(weights.astype(np.float64), self.starts) + 1
 
+    def refit(self, index: int, mins: list[int], weights: list[int]) -> None:
+        """Group ``index``'s new mins and weights (a quota was edited)."""
+        start = int(self.starts[index])
+        self.mins[start:start + len(mins)] = mins
+        common = gcd(*weights)
+        units = [w // common for w in weights] if common else list(weights)
+        self.weights[start:start + len(units)] = units
+        self.weight_bound[index] = float(sum(units)) + 1
+
 
 def fill_level(level: Level, totals: Sequence[int | None], chosen: Sequence[int] | None = None
                ) -> tuple[list[int], list[bool]]:

@@ -577,7 +577,7 @@ def test_fill_level_is_water_fill_of_each(groups: list, data: st.DataObject) -> 
 def test_a_tree_splits_alike_by_columns_and_by_loop(seed: int) -> None:
     """A tree wide enough for columns (40 middle quotas, 3 resources: 120 groups at a
     depth) ends every refresh with the runtimes of a tree that only loops, through
-    random changes of usage and requests, few or many at a time."""
+    random changes of usage and requests and edits of quotas, few or many at a time."""
     rng = random.Random(seed)
     infos = []
     for t in range(2):
@@ -609,7 +609,16 @@ def test_a_tree_splits_alike_by_columns_and_by_loop(seed: int) -> None:
                     tree.charge(tree.nodes[name], request, 1)
                 else:
                     tree.add_pending(tree.nodes[name], request, 1)
+        for _ in range(rng.choice((0, 1, 40))):  # edits taken in place, mostly in the columns' groups
+            info = by_columns.nodes[rng.choice(leaves) if rng.random() < 0.8 else f"t{rng.randrange(2)}-m{rng.randrange(20)}"].info
+            assert info is not None
+            low = {k: rng.randint(0, 3) * G for k in info.min}
+            edited = replace(info, min=low, max={k: v + rng.randint(1, 3) * G for k, v in low.items()},
+                             shared_weight={k: rng.randint(0, 5) * G for k in low}, allow_lent=rng.random() > 0.5)
+            for tree in (by_columns, by_loop):
+                tree.update(edited)
         changed = by_columns.refresh()
         assert {n.name for n in changed} == {n.name for n in by_loop.refresh()}
         for name, node in by_columns.nodes.items():
             assert node.runtime == by_loop.nodes[name].runtime, name
+            assert node.demand == demand_by_definition(node), name

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -98,3 +99,30 @@ async def test_the_queue_shows_positions_and_metrics_count_what_happened(system:
             assert response.status == 200
         async with session.get(f"{url}/readyz") as response:
             assert response.status == 200
+
+
+async def test_status_sees_twin_quotas_and_units_without_jobs_as_the_controller_does(system: System) -> None:
+    """Of two ElasticQuotas named alike the older is used, and a QueueUnit made by hand
+    for no job holds nothing and jumps no queue: `status` reads them so too."""
+    corpus = Path(__file__).parents[1] / "data" / "bad"
+    await system.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bad-a"}},
+                       {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bad-b"}})
+    await system.apply(quota("bad-a-gpus", 2, 8, namespace="bad-a"))
+    await system.akubectl("apply", "-f", str(corpus / "quota-same-name-as-another-namespaces.yaml"))
+    await system.akubectl("apply", "-f", str(corpus / "unit-without-job.yaml"))
+    await system.apply(pytorch_job("real", namespace="bad-a", gpus_per_pod=2, workers=0, quota_name="bad-a-gpus",
+                                   duration=600))
+    await system.wait_phase("real-py-qu", c.Phase.RUNNING, namespace="bad-a")
+
+    async def told() -> bool:
+        return "stands for no job" in (await system.unit("ghost-py-qu", "bad-a")).get("status", {}).get("message", "")
+
+    await system.wait_for(told, what="the unit without a job told why it waits")
+    status = await asyncio.to_thread(cli, system, "status")
+    assert status.returncode == 0, status.stderr
+    assert ("ElasticQuota bad-b/bad-a-gpus: the name is taken by the ElasticQuota in namespace bad-a "
+            "(quota names are cluster-wide)") in status.stdout
+    gpus = next(line.split() for line in status.stdout.splitlines() if "nvidia.com/gpu" in line)
+    assert gpus[-4:] == ["2", "2", "2", "8"]  # bad-a's quota (min 2, max 8), used by the real job only
+    assert "koord-queue/bad-a-gpus (quota bad-a-gpus): 0 pending" in status.stdout
+    assert "ghost" not in status.stdout  # priority 1000, yet in no queue: it stands for no job

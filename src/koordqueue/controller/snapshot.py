@@ -5,16 +5,18 @@ what `koord-queue status` and `explain` do to see the queue as the controller se
 from __future__ import annotations
 
 import time
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import parse_elastic_quota, parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
-from koordqueue.controller.views import UnitView, unit_view
+from koordqueue.controller.views import JOB_PLURALS, UnitView, adapter_of_kind, unit_view
 from koordqueue.engine import Engine
 from koordqueue.engine.model import QuotaInfo, ResourceList, UnitInfo
-from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.client import KubeClient, Object, Resource
+from koordqueue.kube.errors import NotFound
 
 QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
 QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
@@ -53,6 +55,27 @@ def load_unit(engine: Engine, unit: UnitView, now: float) -> float | None:
     return requeue_at
 
 
+def quota_age(obj: Object) -> tuple[str, str]:
+    """Oldest first (creationTimestamp is RFC 3339 in UTC: text order is time order), then
+    by namespace: of ElasticQuotas that share a name, the first is used."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or "")
+
+
+def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | None:
+    """Why a unit stands for no job we queue (made by hand, or for a kind not queued):
+    such a unit waits and is never admitted nor accounted as holding quota, or anyone who
+    may create a QueueUnit could hold quota (or jump the queue) with no job at all.
+    ``jobs``: by kind, the keys (namespace/name) of the jobs there are."""
+    known = jobs.get(unit.consumer_kind)
+    job = f"{unit.consumer_kind or 'consumer'} {unit.namespace}/{unit.consumer_name or '(unnamed)'}"
+    if known is None:
+        return f"this QueueUnit stands for no job this controller queues ({job})"
+    if f"{unit.namespace}/{unit.consumer_name}" not in known:
+        return f"this QueueUnit stands for no job: {job} does not exist"
+    return None
+
+
 @dataclass
 class Snapshot:
     engine: Engine
@@ -75,7 +98,15 @@ async def take_snapshot(client: KubeClient) -> Snapshot:
             snap.problems.append(f"node {node['metadata'].get('name')}: {e}")
     snap.capacity = total or None
     snap.engine.set_cluster_capacity(snap.capacity)
-    for obj in (await client.list_all(QUOTAS)).items:
+    used: dict[str, Object] = {}  # quota name -> the object used under it
+    for obj in sorted((await client.list_all(QUOTAS)).items, key=quota_age):
+        meta = obj.get("metadata") or {}
+        first = used.setdefault(str(meta.get("name", "")), obj)
+        if first is not obj:
+            snap.problems.append(
+                f"ElasticQuota {meta.get('namespace')}/{meta.get('name')}: the name is taken by the ElasticQuota "
+                f"in namespace {(first.get('metadata') or {}).get('namespace')} (quota names are cluster-wide)")
+            continue
         try:
             quota = parse_elastic_quota(obj).quota
         except (InvalidObject, QuantityError) as e:
@@ -92,9 +123,21 @@ async def take_snapshot(client: KubeClient) -> Snapshot:
             snap.queue_quotas[queue.key] = queue.quota
         except InvalidObject as e:
             snap.problems.append(str(e))
+    jobs: dict[str, set[str]] = {}
+    for kind, plural in JOB_PLURALS.items():
+        try:
+            listed = await client.list_all(Resource.of(adapter_of_kind(kind).api_version, plural))
+        except NotFound:  # the kind is not served here: no job of it
+            listed = None
+        jobs[kind] = set() if listed is None else {
+            f"{(o.get('metadata') or {}).get('namespace')}/{(o.get('metadata') or {}).get('name')}" for o in listed.items}
     now = time.time()
     for obj in (await client.list_all(UNITS)).items:
         unit = unit_view(obj)
         snap.units[unit.key] = unit
+        orphan = orphan_reason(unit, jobs)
+        if orphan is not None:  # as the controller does: it waits, holding nothing
+            snap.engine.set_unit(replace(unit.unit_info(), invalid=orphan))
+            continue
         load_unit(snap.engine, unit, now)
     return snap

@@ -75,12 +75,12 @@ class Manager:
         return web.Response(text="ok: leading" if leading else "ok: following")
 
     async def _lead(self) -> None:
-        self.metrics.is_leader.set(1)
+        self.metrics.leading(True)
         self.controller = Controller(self.client, self.config, self.metrics)
         try:
             await self.controller.run()
         finally:
-            self.metrics.is_leader.set(0)
+            self.metrics.leading(False)
             self.controller = None
 
     async def run(self) -> None:

@@ -51,3 +51,12 @@ class Metrics:
             "koord_queue_api_writes", "Writes the controller made to the API", ["verb", "resource"], registry=r
         )
         self.is_leader = Gauge("koord_queue_leader", "1 while this replica leads", registry=r)
+
+    def leading(self, leads: bool) -> None:
+        """Whether this replica leads. One that stops leading forgets the gauges of the
+        queue's state (pending units, quota amounts): the new leader reports them, and
+        two replicas reporting pending units would count them twice. Counters stay."""
+        self.is_leader.set(1 if leads else 0)
+        if not leads:
+            self.pending_units.clear()
+            self.quota.clear()

@@ -55,6 +55,7 @@ __all__ = [
 class ParsedQuota:
     quota: QuotaInfo
     warnings: tuple[str, ...] = ()
+    policy_warning: str | None = None  # the one of them about the queue policy label
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,10 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
     spec = section(obj, "spec", where, required=True)
     warnings: list[str] = []
     labels, annotations = meta.labels, meta.annotations
+    shared_weight = _shared_weight(annotations.get(ANNOTATION_SHARED_WEIGHT), where, warnings)
+    policy_warnings: list[str] = []
+    policy = _policy(labels.get(LABEL_QUEUE_POLICY), f"{where}: label {LABEL_QUEUE_POLICY}", policy_warnings)
+    warnings += policy_warnings
     quota = QuotaInfo(
         name=meta.name,
         namespace=meta.namespace,
@@ -98,13 +103,13 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         max=_resources(spec.get("max"), f"{where}: spec.max"),
         parent=labels.get(LABEL_QUOTA_PARENT) or None,
         is_parent=labels.get(LABEL_QUOTA_IS_PARENT, "").lower() == TRUE,
-        shared_weight=_shared_weight(annotations.get(ANNOTATION_SHARED_WEIGHT), where, warnings),
+        shared_weight=shared_weight,
         allow_lent=labels.get(LABEL_ALLOW_LENT_RESOURCE, "").lower() != FALSE,
-        policy=_policy(labels.get(LABEL_QUEUE_POLICY), f"{where}: label {LABEL_QUEUE_POLICY}", warnings),
+        policy=policy,
         namespaces=_namespaces(annotations.get(ANNOTATION_QUOTA_NAMESPACES), where, warnings),
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
     )
-    return ParsedQuota(quota, tuple(warnings))
+    return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
 
 
 def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:

@@ -46,6 +46,8 @@ from koordqueue.controller.snapshot import (
     UNITS,
     hold,
     load_unit,
+    orphan_reason,
+    quota_age,
 )
 from koordqueue.controller.views import (
     JOB_PLURALS,
@@ -346,8 +348,9 @@ class Controller:
         quota = parsed.quota
         if c.LABEL_QUEUE_POLICY not in (meta.get("labels") or {}):
             quota = replace(quota, policy=self.config.default_queue_policy)
-        for warning in parsed.warnings:
-            self._event(obj, c.EventType.WARNING, c.EventReason.UNKNOWN_POLICY, warning)
+        for warning in parsed.warnings:  # used all the same, with a fallback for what is wrong
+            reason = c.EventReason.UNKNOWN_POLICY if warning == parsed.policy_warning else c.EventReason.INVALID_QUOTA
+            self._event(obj, c.EventType.WARNING, reason, warning)
         self.engine.set_quota(quota)
         self.quotas[quota.name] = quota
         if not self.sync_done:
@@ -366,7 +369,7 @@ class Controller:
         is used and the others are refused, or one tenant could take another's quota (its
         max, its min, the namespaces bound to it) by naming a quota of its own alike."""
         same = [obj for _, obj in self.quota_informer.items() if (obj.get("metadata") or {}).get("name") == name]
-        return min(same, key=_age, default=None)
+        return min(same, key=quota_age, default=None)
 
     def _quota_twins(self, name: str) -> list[Object]:
         """The quotas named ``name`` that are not used (see ``_quota_in_use``)."""
@@ -494,16 +497,7 @@ class Controller:
                 self.written_messages[unit.key] = unit.message
 
     def _orphan_reason(self, unit: UnitView) -> str | None:
-        """Why a unit stands for no job we queue (made by hand, or for a kind we do not watch):
-        such a unit waits and is never admitted nor accounted as holding quota, or anyone who
-        may create a QueueUnit could hold quota (or jump the queue) with no job at all."""
-        informer = self.job_informers.get(unit.consumer_kind)
-        job = f"{unit.consumer_kind or 'consumer'} {unit.namespace}/{unit.consumer_name or '(unnamed)'}"
-        if informer is None:
-            return f"this QueueUnit stands for no job this controller queues ({job})"
-        if informer.get(f"{unit.namespace}/{unit.consumer_name}") is None:
-            return f"this QueueUnit stands for no job: {job} does not exist"
-        return None
+        return orphan_reason(unit, self.job_informers)
 
     def _newer(self, key: str, rv: str) -> bool:
         mine = self.unit_rv.get(key)
@@ -1195,12 +1189,6 @@ def _same_spec(old: Object, new: Object) -> bool:
     before, after = old.get("metadata") or {}, new.get("metadata") or {}
     return old.get("spec") == new.get("spec") and before.get("labels") == after.get("labels") and \
         before.get("annotations") == after.get("annotations")
-
-
-def _age(obj: Object) -> tuple[str, str]:
-    """Oldest first (creationTimestamp is RFC 3339 in UTC: text order is time order), then by namespace."""
-    meta = obj.get("metadata") or {}
-    return str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or "")
 
 
 def _is_auto_queue(obj: Object, quota: str) -> bool:

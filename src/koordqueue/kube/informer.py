@@ -156,6 +156,9 @@ class Informer(Generic[T]):
     def __len__(self) -> int:
         return len(self._cache)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._cache
+
     @property
     def resource_version(self) -> str:
         """The last resourceVersion seen (list, event or bookmark): where a watch resumes."""

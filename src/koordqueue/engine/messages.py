@@ -6,12 +6,16 @@ units people write in their manifests (``8``, ``500m``, ``200Gi``).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from koordqueue.api.quantity import format_quantity
 from koordqueue.engine.fit import Misfit
 from koordqueue.engine.tree import QuotaNode
 
 
+@lru_cache(maxsize=4096)
 def _q(amount: int) -> str:
+    """Amounts repeat (the same requests, limits and usages, message after message)."""
     return format_quantity(amount)
 
 

@@ -4,8 +4,10 @@ The root stands for the cluster (its limit is the cluster capacity, or nothing w
 nodes are known). Usage is kept per node for the whole subtree, so that an admission
 checks each ancestor in O(1). Demand is kept up to date as usage and requests change,
 as Koordinator keeps each quota's request: a change walks up the path and stops where
-a capped demand no longer moves. Runtime quota is split again only for the sibling
-groups whose inputs moved (all of them after a rebuild), top-down, at ``refresh``.
+a capped demand no longer moves (a rebuild loads everything first and sums it once).
+An edit of a quota's amounts is taken in place. Runtime quota is split again only for
+the sibling groups whose inputs moved (all of them after a rebuild), top-down, at
+``refresh``; many groups of one depth at once by the vectorised water-fill.
 """
 
 from __future__ import annotations
@@ -332,7 +334,7 @@ class QuotaTree:
             if group.column is not None:
                 try:
                     self._levels[parent.depth][0].refit(group.index, group.mins, group.weights)
-                except OverflowError:
+                except OverflowError:  # past 64 bits: the loop splits this depth from now on
                     self._drop_level(parent.depth)
         before = node.demand
         node.demand = {name: node.demand_for(name, total) for name, total in node.want.items()}
@@ -399,9 +401,10 @@ class QuotaTree:
             depth += 1
             below = by_depth.setdefault(depth, set())
             groups = [group for parent in parents for group in parent.groups.values()]
-            columns = self._levels.get(depth - 1)
-            if columns is not None and len(groups) >= LEVEL_GROUPS:
-                _fill_level(columns[0], groups if len(groups) < len(columns[1]) else columns[1], moved, below)
+            level = self._levels.get(depth - 1)
+            if level is not None and len(groups) >= LEVEL_GROUPS:
+                columns, every = level
+                _fill_level(columns, every if len(groups) == len(every) else groups, moved, below)
             else:
                 _fill(groups, moved, below)
             if not below:

@@ -109,12 +109,10 @@ def first_misfit(
 
 
 def _other_hold(node: QuotaNode, leaf: QuotaNode, name: str) -> Hold | None:
-    """The first hold of ``name`` at ``node`` for a unit of another quota than ``leaf``."""
-    for holder, holds in node.holds.items():
-        if holder is not leaf:
-            for hold in holds:
-                if hold.amounts.get(name, 0):
-                    return hold
+    """The oldest hold of ``name`` at ``node`` for a unit of another quota than ``leaf``."""
+    for hold in node.holds_of.get(name, ()):
+        if hold.leaf is not leaf:
+            return hold
     return None
 
 

@@ -79,6 +79,7 @@ class QuotaNode:
         "groups",
         "place",
         "holds",
+        "holds_of",
         "held",
         "waiters",
         "hold_waiters",
@@ -109,6 +110,7 @@ class QuotaNode:
         # Free capacity held here for waiting units, by the quota of the unit it is held for.
         self.holds: dict[QuotaNode, list[Hold]] = {}
         self.held: ResourceList = {}  # the sum of all those holds
+        self.holds_of: dict[str, dict[Hold, None]] = {}  # the same holds by resource, oldest first
         # Queues to scan again when room appears here, with the least they asked of each
         # resource that did not fit: less room than that cannot let any of them in.
         self.waiters: dict[str, ResourceList] = {}
@@ -152,6 +154,8 @@ class QuotaNode:
         held = self.held
         for name, amount in hold.amounts.items():
             held[name] = held.get(name, 0) + amount
+            if amount:
+                self.holds_of.setdefault(name, {})[hold] = None
 
     def remove_hold(self, hold: Hold) -> None:
         same = self.holds[hold.leaf]
@@ -161,6 +165,8 @@ class QuotaNode:
         held = self.held
         for name, amount in hold.amounts.items():
             held[name] -= amount
+            if amount:
+                del self.holds_of[name][hold]
 
     def __repr__(self) -> str:
         return f"QuotaNode({self.name or '<cluster>'})"

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
-from koordqueue.localcluster.patch import PatchError, PatchFormatError, apply_json_patch, apply_merge_patch
+from koordqueue.localcluster.patch import (
+    PatchError,
+    PatchFormatError,
+    apply_json_patch,
+    apply_merge_patch,
+    merged,
+)
 from koordqueue.localcluster.testing import APIClient
 
-from .conftest import configmap
+from .conftest import WIDGETS, configmap, widget
 
 CMS = "/api/v1/namespaces/default/configmaps"
 JSON_PATCH = "application/json-patch+json"
@@ -96,3 +103,39 @@ def test_merge_patch_rfc7386_examples() -> None:
     assert apply_merge_patch({"e": None}, {"a": 1}) == {"e": None, "a": 1}
     assert apply_merge_patch({}, {"a": {"bb": {"ccc": None}}}) == {"a": {"bb": {}}}
     assert apply_merge_patch({"a": "foo"}, "bar") == "bar"
+
+
+def test_merged_is_rfc7386_and_shares_what_the_patch_left_alone() -> None:
+    for doc, patch in [({"a": "b"}, {"a": "c"}), ({"a": "b"}, {"b": "c"}), ({"a": "b"}, {"a": None}),
+                       ({"a": [{"b": "c"}]}, {"a": [1]}), ({"e": None}, {"a": 1}),
+                       ({}, {"a": {"bb": {"ccc": None}}}), ({"a": "foo"}, "bar"),
+                       ({"a": {"b": 1, "c": {"d": 2}}}, {"a": {"c": {"e": 3}, "b": None}})]:
+        before = orjson.dumps(doc)
+        assert merged(doc, patch) == apply_merge_patch(doc, patch)
+        assert orjson.dumps(doc) == before  # not changed
+    doc = {"spec": {"big": [1, 2]}, "status": {"phase": "A", "conditions": [{"x": 1}]}}
+    out = merged(doc, {"status": {"phase": "B"}})
+    assert out["spec"] is doc["spec"] and out["status"]["conditions"] is doc["status"]["conditions"]
+    assert out["status"] is not doc["status"] and doc["status"]["phase"] == "A"
+
+
+async def test_merge_patches_of_a_custom_resource_leave_earlier_versions_as_they_were(api: APIClient) -> None:
+    """What a patch leaves alone is shared with the version before (never copied): no write may
+    change an earlier version, which watches replay from the server's history."""
+    body = {**widget("w", size=1, parts=[{"name": "p", "count": 1}]), "status": {"phase": "A"}}
+    body["metadata"]["labels"] = {"k": "v"}
+    _, created, _ = await api.post(WIDGETS, body)
+    answers = [created]
+    for path, patch in [("w/status", {"status": {"phase": "B", "conditions": [{"type": "x"}]}}),
+                        ("w", {"metadata": {"labels": {"j": "w"}}, "spec": {"size": 2}}),
+                        ("w/status", {"status": {"phase": None}}),
+                        ("w", {"spec": {"parts": None}})]:
+        status, obj, _ = await api.patch(f"{WIDGETS}/{path}", patch)
+        assert status == 200
+        answers.append(obj)
+    assert answers[2]["metadata"]["labels"] == {"k": "v", "j": "w"} and answers[2]["spec"]["size"] == 2
+    assert answers[2]["status"] == {"phase": "B", "conditions": [{"type": "x"}]}
+    assert answers[3]["status"] == {"conditions": [{"type": "x"}]} and answers[4]["spec"] == {"size": 2}
+    events = await api.watch(WIDGETS, {"resourceVersion": created["metadata"]["resourceVersion"]},
+                             until=lambda e: len(e) >= 4)
+    assert [e["object"] for e in events] == answers[1:]

@@ -191,6 +191,18 @@ def test_crd_schema_prunes_like_structural_schemas() -> None:
         "topLevel"]
 
 
+def test_a_patch_is_checked_where_it_changed_the_object_only() -> None:
+    stored = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "Queue", "metadata": {"name": "q"},
+              "spec": {"queuePolicy": "Priority", "queuPolicy": "typo"}, "topLevel": 1}
+    patched = {**stored, "metadata": {"name": "q"}, "status": {"phase": "x"}}  # spec and topLevel shared
+    assert openapi.unknown_fields(_queue_type(), patched, stored) == []
+    patched["spec"] = {**stored["spec"], "priority": 1, "priorty": 2}  # a new dict, its old fields shared
+    assert openapi.unknown_fields(_queue_type(), patched, stored) == ["spec.priorty"]
+    patched["spec"]["queuPolicy"] = "typo again"
+    assert openapi.unknown_fields(_queue_type(), patched, stored) == ["spec.queuPolicy", "spec.priorty"]
+    assert openapi.unknown_fields(_queue_type(), patched) == ["spec.queuPolicy", "spec.priorty", "topLevel"]
+
+
 def test_crd_without_schema_accepts_anything() -> None:
     assert openapi.unknown_fields(_queue_type(None), {"apiVersion": "a", "kind": "Queue", "spec": {"x": 1}}) == []
 

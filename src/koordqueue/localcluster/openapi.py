@@ -537,13 +537,17 @@ def index(registry: Registry) -> Schema:
 # --- field validation ---------------------------------------------------------------------
 
 
-def unknown_fields(rt: ResourceType, obj: Any) -> list[str]:
+def unknown_fields(rt: ResourceType, obj: Any, stored: Any = None) -> list[str]:
     """Paths of the fields of `obj` its kind's schema does not know, e.g. `spec.containers[0].imagePullPolcy`.
 
     What kube-apiserver reports for `fieldValidation=Strict` (reject) or `Warn` (warning headers).
+    ``stored``: the object a patch made `obj` from; the parts `obj` shares with it (the very same
+    values: what the patch did not touch) are not walked again. They were looked at when written,
+    and kube-apiserver, which prunes unknown fields of custom resources as it stores them, never
+    reports them again either.
     """
     found: list[str] = []
-    _walk(schema_for(rt), obj, "", found)
+    _walk(schema_for(rt), obj, "", found, stored)
     return found
 
 
@@ -558,15 +562,18 @@ def warning_texts(fields: list[str]) -> list[str]:
     return [f'unknown field "{f}"' for f in fields]
 
 
-def _walk(schema: Schema | None, value: Any, path: str, found: list[str]) -> None:
+def _walk(schema: Schema | None, value: Any, path: str, found: list[str], stored: Any = None) -> None:
+    if value is stored:
+        return  # shared with the object as stored: a part a patch left alone
     schema = resolve(schema)
     if schema is None:
         return
     if isinstance(value, list):
         items = schema.get("items")
         if isinstance(items, dict):
+            earlier = stored if isinstance(stored, list) else []
             for i, item in enumerate(value):
-                _walk(items, item, f"{path}[{i}]", found)
+                _walk(items, item, f"{path}[{i}]", found, earlier[i] if i < len(earlier) else None)
         return
     if not isinstance(value, dict) or schema.get("type", "object") != "object":
         return
@@ -574,13 +581,14 @@ def _walk(schema: Schema | None, value: Any, path: str, found: list[str]) -> Non
     extra = schema.get("additionalProperties")
     open_ = bool(schema.get(PRESERVE)) or extra is True or ("type" not in schema and not props)
     embedded = schema.get("x-kubernetes-embedded-resource", False)
+    before = stored if isinstance(stored, dict) else {}
     for key, child in value.items():
         child_path = f"{path}.{key}" if path else key
         if key in props:
-            _walk(props[key], child, child_path, found)
+            _walk(props[key], child, child_path, found, before.get(key))
         elif embedded and key in ("apiVersion", "kind", "metadata"):
-            _walk(ref(META + "ObjectMeta") if key == "metadata" else None, child, child_path, found)
+            _walk(ref(META + "ObjectMeta") if key == "metadata" else None, child, child_path, found, before.get(key))
         elif isinstance(extra, dict):
-            _walk(extra, child, child_path, found)
-        elif not open_:
+            _walk(extra, child, child_path, found, before.get(key))
+        elif not open_ and (key not in before or child is not before[key]):
             found.append(child_path)

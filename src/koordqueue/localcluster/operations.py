@@ -30,6 +30,7 @@ from koordqueue.localcluster.patch import (
     apply_json_patch,
     apply_merge_patch,
     deep_copy,
+    merged,
 )
 from koordqueue.localcluster.registry import Registry, ResourceType
 from koordqueue.localcluster.selectors import FieldSelector, LabelSelector
@@ -318,9 +319,11 @@ class Operations:
 
     async def patch(
         self, rt: ResourceType, namespace: str, name: str, patch_type: str, body: bytes,
-        subresource: str = "", dry_run: bool = False, check: Callable[[dict[str, Any]], Any] | None = None,
+        subresource: str = "", dry_run: bool = False,
+        check: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None,
     ) -> dict[str, Any]:
-        """Apply a patch of `patch_type`; `check` sees the patched object before it is written."""
+        """Apply a patch of `patch_type`; `check` sees the patched object (and the stored one) before
+        it is written."""
         old = self.get(rt, namespace, name)
         if patch_type == APPLY_PATCH or (patch_type == STRATEGIC_PATCH and rt.from_crd):
             raise errors.unsupported_media_type(patch_type, [JSON_PATCH, MERGE_PATCH] + (
@@ -332,9 +335,16 @@ class Operations:
         try:
             if patch_type == JSON_PATCH:
                 new = apply_json_patch(old, patch)
+            elif not isinstance(patch, dict):
+                raise errors.bad_request("patch must be a JSON object")
+            elif patch_type == MERGE_PATCH and rt.from_crd:
+                # What the patch leaves alone is shared with the stored object, never copied: custom
+                # resources have no update hooks that change an object in place, and the metadata
+                # written below is a copy of its own.
+                new = merged(old, patch)
+                if isinstance(new.get("metadata"), dict):
+                    new["metadata"] = deep_copy(new["metadata"])
             else:
-                if not isinstance(patch, dict):
-                    raise errors.bad_request("patch must be a JSON object")
                 merge = apply_merge_patch if patch_type == MERGE_PATCH else (
                     lambda o, p: apply_strategic_merge(o, p, rt))
                 new = merge(old, patch)
@@ -346,7 +356,7 @@ class Operations:
             raise errors.unprocessable("the patch made the object something other than a JSON object")
         new = self._check_body(rt, new)
         if check is not None:
-            check(new)
+            check(new, old)
         if new["metadata"].get("name") != name:
             raise errors.bad_request("the name of the object cannot be changed by a patch")
         return await self._write_update(rt, old, new, subresource, dry_run)

@@ -144,6 +144,22 @@ def apply_merge_patch(doc: Any, patch: Any) -> Any:
     return _merge(deep_copy(doc), patch)
 
 
+def merged(doc: Any, patch: Any) -> Any:
+    """RFC 7386 as `apply_merge_patch`, without copying: the result shares what the patch leaves
+    alone with `doc`, and takes the patch's own values. Neither is changed here, nor may be later:
+    for stored objects, which are never mutated, and a patch just parsed for this write. A status
+    patch on a QueueUnit copied its whole spec (pod templates) for nothing."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(doc) if isinstance(doc, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merged(out.get(key), value)
+    return out
+
+
 def _merge(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
         return deep_copy(patch)

@@ -442,7 +442,7 @@ class APIServer:
             if patch_type == APPLY_PATCH:
                 return await self._apply(request, rt, ns, name, sub, dry_run)
             obj = await self._ops.patch(rt, ns, name, patch_type, await request.read(), sub, dry_run,
-                                        check=lambda o: self._validate_fields(request, rt, o, warnings))
+                                        check=lambda o, old: self._validate_fields(request, rt, o, warnings, old))
             return self._respond(request, rt, obj, 200, warnings)
         opts = await self._delete_options(request)
         obj, _gone = self._ops.delete(rt, ns, name, opts)
@@ -534,14 +534,16 @@ class APIServer:
         except orjson.JSONDecodeError as e:
             raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
 
-    def _validate_fields(self, request: web.Request, rt: ResourceType, obj: Any, warnings: list[str]) -> Any:
-        """`fieldValidation`: Strict rejects unknown fields, Warn (the default) warns, Ignore ignores."""
+    def _validate_fields(self, request: web.Request, rt: ResourceType, obj: Any, warnings: list[str],
+                         stored: Any = None) -> Any:
+        """`fieldValidation`: Strict rejects unknown fields, Warn (the default) warns, Ignore ignores.
+        ``stored``: the object a patch was applied to; what the patch left as it was is not looked at."""
         mode = request.query.get("fieldValidation", "Warn")
         if mode not in ("Strict", "Warn", "Ignore"):
             raise errors.bad_request(f"fieldValidation parameter unsupported: {mode}")
         if mode == "Ignore" or not isinstance(obj, dict):
             return obj
-        unknown = openapi.unknown_fields(rt, obj)
+        unknown = openapi.unknown_fields(rt, obj, stored)
         if unknown and mode == "Strict":
             raise errors.bad_request(openapi.strict_error_message(rt, unknown))
         warnings.extend(openapi.warning_texts(unknown))

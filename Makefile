@@ -30,7 +30,7 @@ lint: venv
 	$(BIN)/mypy
 
 test: lint helm
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 # Regenerate the files made from the code (tests fail when they drift).
 generate: venv

@@ -223,6 +223,11 @@ class Run:
                 for r, total in capacity.items()):
             event("an edit that would make a quota unusable, or its mins more than the cluster")
             return
+        if overtaken(list(candidate.values()), capacity, self.usage()) is not None:
+            # It would keep a min that others use now: the administrator's overcommitment,
+            # not an admission's (the limits are checked against admissions).
+            event("an edit that would keep a min others use now")
+            return
         quotas[index] = edited
         self.engine.set_quota(edited)
         event("an edit taken in place" if not self.engine._rebuild_needed else "an edit that rebuilds")
@@ -264,6 +269,27 @@ class Run:
         return out
 
 
+def overtaken(quotas: list[QuotaInfo], capacity: ResourceList | None,
+              usage: dict[str, ResourceList]) -> str | None:
+    """Where the children of a quota (or of the cluster) take more than its max (or the
+    capacity): what they use, or the min of one that does not lend if it uses less."""
+    groups: dict[str | None, list[QuotaInfo]] = {}
+    for q in quotas:
+        groups.setdefault(q.parent, []).append(q)
+    by_name = {q.name: q for q in quotas}
+    for parent_name, kids in groups.items():
+        limit = capacity if parent_name is None else by_name[parent_name].max
+        if limit is None:
+            continue
+        for r, cap in limit.items():
+            taken = sum(
+                max(usage[k.name].get(r, 0), 0 if k.allow_lent else k.min.get(r, 0)) for k in kids
+            )
+            if taken > cap:
+                return f"children of {parent_name or 'the cluster'} take {taken} of {r}, limit {cap}"
+    return None
+
+
 def check_limits(run: Run, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]
     """No quota above its max; the cluster total never exceeded; mins of quotas that do
     not lend kept out of their siblings' reach."""
@@ -272,18 +298,8 @@ def check_limits(run: Run, result: CycleResult, before: dict) -> None:  # type: 
     for q in world.quotas:
         for r, cap in q.max.items():
             assert usage[q.name].get(r, 0) <= cap, f"{q.name} uses {usage[q.name].get(r, 0)} of {r}, max {cap}"
-    groups: dict[str | None, list[QuotaInfo]] = {}
-    for q in world.quotas:
-        groups.setdefault(q.parent, []).append(q)
-    for parent_name, kids in groups.items():
-        limit = world.capacity if parent_name is None else world.by_name(parent_name).max
-        if limit is None:
-            continue
-        for r, cap in limit.items():
-            taken = sum(
-                max(usage[k.name].get(r, 0), 0 if k.allow_lent else k.min.get(r, 0)) for k in kids
-            )
-            assert taken <= cap, f"children of {parent_name or 'the cluster'} take {taken} of {r}, limit {cap}"
+    problem = overtaken(world.quotas, world.capacity, usage)
+    assert problem is None, problem
     engine_used = {name: status.used for name, status in run.engine.quota_status().items()}
     assert engine_used == {name: {r: v for r, v in u.items() if v} for name, u in usage.items()}
 

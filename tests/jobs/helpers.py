@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from koordqueue.localcluster.patch import merged
+
 DATA = Path(__file__).parent / "data"
 GI = 2**30 * 1000  # one Gi in milli-units
 MI = 2**20 * 1000
@@ -18,12 +20,4 @@ def load(name: str) -> dict[str, Any]:
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """Apply a JSON merge patch as the API server does (None removes a key)."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
+    return merged(target, patch)

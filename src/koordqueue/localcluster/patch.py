@@ -140,8 +140,9 @@ def apply_json_patch(doc: Any, patch: Any) -> Any:
 
 
 def apply_merge_patch(doc: Any, patch: Any) -> Any:
-    """RFC 7386: objects merge recursively, null deletes, anything else replaces."""
-    return _merge(deep_copy(doc), patch)
+    """RFC 7386: objects merge recursively, null deletes, anything else replaces; the
+    result shares nothing with ``doc`` or ``patch``."""
+    return deep_copy(merged(doc, patch))
 
 
 def merged(doc: Any, patch: Any) -> Any:
@@ -160,13 +161,3 @@ def merged(doc: Any, patch: Any) -> Any:
     return out
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return deep_copy(patch)
-    out = target if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out

@@ -40,6 +40,7 @@ from koordqueue.controller.snapshot import (
     FINISHED,
     HOLDING,
     NODES,
+    ORPHAN,
     QUEUES,
     QUOTAS,
     SENT_BACK,
@@ -591,7 +592,7 @@ class Controller:
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
             return  # a unit of that name belongs to another job: not ours to drive
         held = self.engine.unit(unit.key)
-        if held is not None and held.invalid is not None and held.invalid.startswith("this QueueUnit stands for"):
+        if held is not None and held.invalid is not None and held.invalid.startswith(ORPHAN):
             await self._unit_changed(unit)  # made before its job: it stands for one now
         if job.state.ended and (held is not None or self._newer(unit.key, unit.resource_version)):
             # The job ended: its unit is finished whatever our view of it says (a view older than
@@ -989,8 +990,7 @@ class Controller:
         self.jobs_queue.add(unit.job_key)
 
     def _job_of(self, unit: UnitView) -> JobView | None:
-        informer = self.job_informers.get(unit.consumer_kind)
-        return informer.get(f"{unit.namespace}/{unit.consumer_name}") if informer is not None else None
+        return self._job_view(unit.job_key)
 
     def _remember(self, what: str, unit: str, quota: str | None, message: str) -> None:
         self.recent.appendleft({"time": self.clock(), "what": what, "unit": unit, "quota": quota,

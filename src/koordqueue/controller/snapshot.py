@@ -25,6 +25,7 @@ NODES = Resource("", "v1", "nodes", namespaced=False)
 HOLDING = {p.value for p in c.PHASES_HOLDING_QUOTA}
 FINISHED = {p.value for p in c.PHASES_FINISHED}
 SENT_BACK = {c.Phase.PREEMPTED.value, c.Phase.TIMEOUT_BACKOFF.value}
+ORPHAN = "this QueueUnit stands for no job"  # how the reason of a unit without one begins
 UNRESOLVED = "(unresolved)"  # a held unit whose quota is gone: charged to the cluster total
 
 
@@ -70,9 +71,9 @@ def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | N
     known = jobs.get(unit.consumer_kind)
     job = f"{unit.consumer_kind or 'consumer'} {unit.namespace}/{unit.consumer_name or '(unnamed)'}"
     if known is None:
-        return f"this QueueUnit stands for no job this controller queues ({job})"
+        return f"{ORPHAN} this controller queues ({job})"
     if f"{unit.namespace}/{unit.consumer_name}" not in known:
-        return f"this QueueUnit stands for no job: {job} does not exist"
+        return f"{ORPHAN}: {job} does not exist"
     return None
 
 

@@ -603,11 +603,15 @@ class Engine:
         if bulk is not None:
             bulk.setdefault(state.key, []).append((record.entry, record.shape))
         else:
-            state.pending.add(record.entry, record.shape)
-            state.told_blocker = None  # whoever waits behind the blocker, this one too, is told at the next scan
-            self._touch(state)
+            self._join(state, record)
         if previous is not _State.QUEUED or not record.message:
             self._say(record, messages.queued(state.key, leaf.name, state.info.policy))
+
+    def _join(self, state: _Queue, record: _Unit) -> None:
+        """A unit joins its queue's pending units: scan the queue again."""
+        state.pending.add(record.entry, record.shape)
+        state.told_blocker = None  # whoever waits behind the blocker, this one too, is told at the next scan
+        self._touch(state)
 
     def _detach(self, record: _Unit) -> None:
         state = record.state
@@ -807,9 +811,7 @@ class Engine:
             state = record.queue
             assert state is not None
             record.state = _State.QUEUED
-            state.pending.add(record.entry, record.shape)
-            state.told_blocker = None  # whoever waits behind the blocker, this one too, is told at the next scan
-            self._touch(state)
+            self._join(state, record)
             assert record.node is not None
             self._say(record, messages.queued(state.key, record.node.name, state.info.policy))
         retry = self._retry

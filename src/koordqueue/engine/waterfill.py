@@ -107,9 +107,7 @@ class Level:
         """``groups``: (mins, weights, demands) of each, none of them empty."""
         sizes = np.array([len(mins) for mins, _, _ in groups], dtype=np.int64)
         count = int(sizes.sum())
-        self.starts = np.zeros(len(groups), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=self.starts[1:])
-        self.segment = np.repeat(np.arange(len(groups)), sizes)
+        self.starts, self.segment = _segments(sizes)
         self.mins = np.fromiter(chain.from_iterable(g[0] for g in groups), np.int64, count)
         self.demands = np.fromiter(chain.from_iterable(g[2] for g in groups), np.int64, count)
         weights = np.fromiter(chain.from_iterable(g[1] for g in groups), np.int64, count)
@@ -128,6 +126,14 @@ class Level:
         self.weight_bound[index] = float(sum(units)) + 1
 
 
+def _segments(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For groups of ``sizes`` children end to end: where each group starts, and the
+    group of each child."""
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return starts, np.repeat(np.arange(len(sizes)), sizes)
+
+
 def fill_level(level: Level, totals: Sequence[int | None], chosen: Sequence[int] | None = None
                ) -> tuple[list[int], list[bool]]:
     """``water_fill`` of the ``chosen`` groups of ``level`` (all by default), in that
@@ -140,9 +146,7 @@ def fill_level(level: Level, totals: Sequence[int | None], chosen: Sequence[int]
     else:
         picked = np.array(chosen, dtype=np.int64)
         sizes = np.diff(np.append(level.starts, len(level.demands)))[picked]
-        starts = np.zeros(len(picked), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        segment = np.repeat(np.arange(len(picked)), sizes)
+        starts, segment = _segments(sizes)
         # Each picked element's place in the level's columns.
         where = np.repeat(level.starts[picked] - starts, sizes) + np.arange(len(segment))
         demand, mins, weight = level.demands[where], level.mins[where], level.weights[where]

@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 
 import koordqueue  # noqa: E402
+from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.crds import all_crds
 from koordqueue.api.quantity import QuantityError, parse_resource_list
@@ -651,7 +652,7 @@ async def _wait(event: asyncio.Event, seconds: float) -> bool:
 
 
 def run_chaos(config: ChaosConfig) -> ChaosReport:
-    return asyncio.run(ChaosRun(config).run())
+    return aio.run(ChaosRun(config).run())
 
 
 def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -> int:

@@ -44,6 +44,7 @@ import harness  # noqa: E402
 import kueue_sim  # noqa: E402
 from harness import fmt, mib  # noqa: E402
 
+from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
 from koordqueue.api.quantity import parse_quantity  # noqa: E402
 from koordqueue.controller.views import adapter_of_kind  # noqa: E402
@@ -511,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="py-spy the controller and the API server (with --keep: DIR/*.collapsed)")
     args = parser.parse_args(argv)
-    figures_ = asyncio.run(run(args))
+    figures_ = aio.run(run(args))
     print(json.dumps(figures_, indent=2) if args.json else render(figures_))
     ok = not figures_["unfinished"] and not figures_["quotas_over_max"] and not figures_["released_more_than_once"]
     return 0 if ok else 1

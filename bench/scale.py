@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 from harness import fmt, mib  # noqa: E402
 
+from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
 from koordqueue.controller import status as st  # noqa: E402
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest, rfc3339, unit_view  # noqa: E402
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the wave")
     parser.add_argument("--keep", help="keep the state and logs in this directory")
     args = parser.parse_args(argv)
-    figures = asyncio.run(run(args))
+    figures = aio.run(run(args))
     print(json.dumps(figures, indent=2) if args.json else render(figures))
     wave_ = figures["wave"]
     return 0 if wave_["admitted"] == wave_["expected"] and not wave_["quotas_over_max"] else 1

@@ -6,11 +6,11 @@ would (controller/snapshot.py) and print the same overview the dashboard shows.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from koordqueue import aio
 from koordqueue.api.quantity import format_quantity
 from koordqueue.controller.overview import Overview, explain, overview
 from koordqueue.controller.snapshot import take_snapshot
@@ -125,8 +125,8 @@ async def _explain(kubeconfig: str | None, target: str, namespace: str) -> str:
 
 
 def status_command(kubeconfig: str | None) -> str:
-    return asyncio.run(_status(kubeconfig))
+    return aio.run(_status(kubeconfig))
 
 
 def explain_command(kubeconfig: str | None, target: str, namespace: str) -> str:
-    return asyncio.run(_explain(kubeconfig, target, namespace))
+    return aio.run(_explain(kubeconfig, target, namespace))

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.crds import all_crds
 from koordqueue.controller.config import ControllerConfig
@@ -198,6 +199,6 @@ def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics
          dashboard_port: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_up(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))
+        aio.run(run_up(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))
     except UpError as e:
         raise SystemExit(f"koord-queue up: {e}") from None

@@ -15,6 +15,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from koordqueue import aio
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard
@@ -112,6 +113,6 @@ async def run_controller(kubeconfig: str | None, config: ControllerConfig) -> No
 def main(kubeconfig: str | None, config: ControllerConfig, log_format: str = "text", log_level: str = "info") -> None:
     setup_logging(log_format, log_level)
     try:
-        asyncio.run(run_controller(kubeconfig, config))
+        aio.run(run_controller(kubeconfig, config))
     except KeyboardInterrupt:
         pass

@@ -7,6 +7,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+from koordqueue import aio
 from koordqueue.localcluster.server import APIServer
 
 
@@ -28,7 +29,7 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, required=True, help="where state, token and kubeconfig live")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
     args = parser.parse_args()
-    asyncio.run(_serve(args.state_dir, args.port))
+    aio.run(_serve(args.state_dir, args.port))
 
 
 if __name__ == "__main__":

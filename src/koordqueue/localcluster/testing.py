@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
+from koordqueue import aio
 from koordqueue.localcluster.server import APIServer
 
 T = TypeVar("T")
@@ -38,7 +39,7 @@ class ThreadedAPIServer:
 
     def __init__(self, state_dir: Path, **kwargs: Any) -> None:
         self.server = APIServer(state_dir, **kwargs)
-        self._loop = asyncio.new_event_loop()
+        self._loop = aio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="apiserver", daemon=True)
 
     def __enter__(self) -> ThreadedAPIServer:

@@ -10,6 +10,7 @@ The trace is built in memory, so YAML parsing is not measured.
     .venv/bin/python bench/kueue_sim.py --small    # 1/10 of the jobs per leaf
     .venv/bin/python bench/kueue_sim.py --json     # figures as one JSON object
     .venv/bin/python bench/kueue_sim.py --profile  # plus the engine's cProfile top 25
+    .venv/bin/python bench/kueue_sim.py --extra-hold 0.02  # each job holds its quota 20 ms past its end
 
 It also prints a floor under the waits: the sum over jobs of cpu x runtime x wait to
 admission that no scheduler admitting whole jobs without preemption can go below
@@ -98,8 +99,9 @@ def leaves() -> list[str]:
     return [f"leaf-{p}-{c}" for p in range(PARENTS) for c in range(CHILDREN)]
 
 
-def build_trace(divisor: int = 1) -> Trace:
-    """The baseline shape with ``count // divisor`` jobs of each class per leaf."""
+def build_trace(divisor: int = 1, extra_hold: float = 0.0) -> Trace:
+    """The baseline shape with ``count // divisor`` jobs of each class per leaf; each job holds
+    its quota ``extra_hold`` seconds beyond its runtime (what a real system's writes add)."""
     trace = Trace()
     for p in range(PARENTS):
         trace.objects.append(quota(f"parent-{p}", "120", "120", {LABEL_QUOTA_IS_PARENT: TRUE}))
@@ -109,7 +111,8 @@ def build_trace(divisor: int = 1) -> Trace:
         for kind in CLASSES:
             for i in range(kind.count // divisor):
                 name = f"{leaf}-{kind.name}-{i}"
-                trace.jobs.append(JobEntry(len(trace.jobs), i * kind.every, kind.runtime, job(name, leaf, kind)))
+                trace.jobs.append(JobEntry(len(trace.jobs), i * kind.every, kind.runtime + extra_hold,
+                                           job(name, leaf, kind)))
     return trace
 
 
@@ -258,8 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="1/10 of the jobs (a quick smoke run)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--profile", action="store_true", help="print the engine's cProfile top 25 too")
+    parser.add_argument("--extra-hold", type=float, default=0.0, metavar="SECONDS",
+                        help="every job holds its quota this much longer than it runs (how waits depend on it)")
     args = parser.parse_args(argv)
-    trace = build_trace(10 if args.small else 1)
+    trace = build_trace(10 if args.small else 1, args.extra_hold)
     profile = cProfile.Profile() if args.profile else None
     simulator = (
         ProfiledSimulator(trace, profile) if profile else Simulator(trace, capacity={CPU: parse_quantity(CLUSTER_CPU)})

@@ -62,7 +62,15 @@ from koordqueue.controller.views import (
     unit_view,
 )
 from koordqueue.engine import Engine
-from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, UnitInfo, auto_queue_for
+from koordqueue.engine.model import (
+    Admission,
+    CycleResult,
+    EngineConfig,
+    QueueInfo,
+    QuotaInfo,
+    UnitInfo,
+    auto_queue_for,
+)
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.kube.client import KubeClient, PatchType, Resource
 from koordqueue.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
@@ -165,6 +173,7 @@ class Controller:
         self.deferred_messages: dict[str, str] = {}  # messages kept until their unit may be told again
         self.messages_due: list[tuple[float, str]] = []  # (when, unit key) of the deferred messages
         self.running_writes: dict[str, asyncio.Task[None]] = {}  # unit key -> its Running write, in line
+        self.admitting: set[asyncio.Task[None]] = set()  # cycles' admissions being written
         self.failed_scheduling_at: dict[str, float] = {}
         self.backoffs: list[tuple[float, str]] = []  # (requeue_at, unit key): back to Enqueued
         self.sync_done = False
@@ -235,7 +244,7 @@ class Controller:
 
     async def _shutdown(self) -> None:
         self.jobs_queue.shutdown()
-        tasks = [*self._tasks, *self.running_writes.values()]
+        tasks = [*self._tasks, *self.running_writes.values(), *self.admitting]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -860,29 +869,43 @@ class Controller:
             self.metrics.cycle_duration.observe(time.perf_counter() - started)
             self.cycles += 1
             next_wakeup = result.next_wakeup
-            await self._apply(result)
+            for admission in result.admitted:
+                self.pending_messages.pop(admission.unit, None)
+            self.pending_messages.update(result.messages)
+            if result.preempted:
+                # A victim may be a unit whose admission is still being written: its Preempted
+                # must come after its Dequeued.
+                await asyncio.gather(*self.admitting)
+                await self._preempt_then_admit(result)
+            elif result.admitted:
+                # The next cycle need not wait for these writes: room freed meanwhile is used at once.
+                task = asyncio.create_task(self._admit_all(result.admitted), name=f"admit-{self.cycles}")
+                self.admitting.add(task)
+                task.add_done_callback(self._admissions_written)
 
-    async def _apply(self, result: CycleResult) -> None:
-        for admission in result.admitted:
-            self.pending_messages.pop(admission.unit, None)
-        self.pending_messages.update(result.messages)
-        # Victims first: the admissions of a cycle may need their room, so they are written
-        # only once every victim's unit says it holds no quota. Written together, a reader
-        # of the objects (or a controller restarted in between) would see a quota over its max.
-        if result.preempted:
-            written = await asyncio.gather(
-                *(self._preempt(p.unit, p.reason, p.requeue_at, p.quota) for p in result.preempted))
-            if not all(written):
-                for admission in result.admitted:  # decided with room a victim still holds
-                    self.engine.revert_admission(admission.unit)
-                self.wake.set()
-                return
+    async def _preempt_then_admit(self, result: CycleResult) -> None:
+        """Victims first: the admissions of a cycle may need their room, so they are written
+        only once every victim's unit says it holds no quota. Written together, a reader of the
+        objects (or a controller restarted in between) would see a quota over its max."""
+        written = await asyncio.gather(
+            *(self._preempt(p.unit, p.reason, p.requeue_at, p.quota) for p in result.preempted))
+        if not all(written):
+            for admission in result.admitted:  # decided with room a victim still holds
+                self.engine.revert_admission(admission.unit)
+            self.wake.set()
+            return
         # A unit admitted and then picked as a victim later in the same cycle is not admitted
         # at all: the engine has it backing off, and its Preempted status says why.
         victims = {p.unit for p in result.preempted}
-        admitted = [a for a in result.admitted if a.unit not in victims]
-        if admitted:
-            await asyncio.gather(*(self._admit(a.unit, a.quota, a.queue) for a in admitted))
+        await self._admit_all([a for a in result.admitted if a.unit not in victims])
+
+    async def _admit_all(self, admitted: list[Admission]) -> None:
+        await asyncio.gather(*(self._admit(a.unit, a.quota, a.queue) for a in admitted))
+
+    def _admissions_written(self, task: asyncio.Task[None]) -> None:
+        self.admitting.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a cycle's admissions failed", exc_info=task.exception())
 
     async def _admit(self, key: str, quota: str, queue: str) -> None:
         unit = self.unit_informer.get(key)

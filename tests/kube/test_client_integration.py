@@ -65,6 +65,16 @@ async def test_create_get_replace_patch_delete(client: KubeClient) -> None:
     assert client.request_count["create"] == 1 and client.request_count["patch"] == 3
 
 
+async def test_a_name_that_needs_quoting_reaches_the_server_as_typed(client: KubeClient) -> None:
+    """Plain paths are sent as they are; any other (a name typed by hand) is quoted, not mangled."""
+    for name in ("a b", "ünï"):
+        with pytest.raises(NotFound) as info:
+            await client.get(CONFIGMAPS, name, namespace="default")
+        assert name in str(info.value), name
+    await client.create(CONFIGMAPS, configmap("plain-name.v1"))
+    assert (await client.get(CONFIGMAPS, "plain-name.v1", namespace="default"))["metadata"]["name"] == "plain-name.v1"
+
+
 async def test_a_stale_update_is_a_conflict(client: KubeClient) -> None:
     await client.create(CONFIGMAPS, configmap("c", {"v": "0"}))
     first = await client.get(CONFIGMAPS, "c", namespace="default")

@@ -842,7 +842,7 @@ class Controller:
             rv = str(obj["metadata"]["resourceVersion"])
             if self._newer(key, rv):
                 self.unit_rv[key] = rv
-        self.metrics.api_writes.labels("patch", "queueunits/status").inc()
+        self.metrics.unit_status_writes.inc()
         if "message" in status:
             self.written_messages[key] = status["message"]
             self.pending_messages.pop(key, None)

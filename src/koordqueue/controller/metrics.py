@@ -51,6 +51,8 @@ class Metrics:
             "koord_queue_api_writes", "Writes the controller made to the API", ["verb", "resource"], registry=r
         )
         self.is_leader = Gauge("koord_queue_leader", "1 while this replica leads", registry=r)
+        # The write made most (several per job): its child looked up once, not at every write.
+        self.unit_status_writes = self.api_writes.labels("patch", "queueunits/status")
 
     def leading(self, leads: bool) -> None:
         """Whether this replica leads. One that stops leading forgets the gauges of the

@@ -7,6 +7,8 @@ the job arrives, and only what the unit needs is kept. This is what lets 100k jo
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +50,13 @@ def parse_time(text: object) -> float:
 
 
 def rfc3339(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339(math.floor(seconds))
+
+
+@functools.lru_cache(maxsize=4)
+def _rfc3339(second: int) -> str:
+    """Formatted once a second, not at every status write of that second."""
+    return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
+import yarl
 
 from koordqueue.kube.config import ClusterConfig
 from koordqueue.kube.errors import ConnectionFailed, error_from_status
@@ -36,6 +38,7 @@ Object = dict[str, Any]
 Body = Object | list[Object]  # a JSON patch is a list of operations
 
 RETRYABLE_5XX = frozenset({500, 502, 503, 504})
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9/._:-]*")
 WATCH_READ_SLACK_SECONDS = 30.0  # a watch silent this long past its timeoutSeconds is dead
 
 
@@ -349,7 +352,11 @@ class KubeClient:
         streaming, its body; a streamed response is left open for the caller to close."""
         if self._session is None:
             raise RuntimeError("KubeClient is not open; use `async with KubeClient(...)`")
-        url = self.config.server + path
+        # A path of plain characters (API names always are) needs no quoting: taken as encoded,
+        # it is not parsed and normalized again at every request.
+        url: str | yarl.URL = self.config.server + path
+        if _PLAIN_PATH.fullmatch(path):
+            url = yarl.URL(url, encoded=True)
         data = orjson.dumps(body) if body is not None else None
         timeout = timeout or aiohttp.ClientTimeout(total=self.timeout)
         attempt = 0

@@ -73,7 +73,7 @@ from koordqueue.engine.model import (
 )
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.kube.client import KubeClient, PatchType, Resource
-from koordqueue.kube.errors import AlreadyExists, ApiError, Conflict, NotFound
+from koordqueue.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from koordqueue.kube.events import EventRecorder, ObjectRef
 from koordqueue.kube.informer import Informer, trim
 from koordqueue.kube.ratelimit import TokenBucket
@@ -415,7 +415,7 @@ class Controller:
                 await self.client.delete(QUEUES, name, namespace=self.config.system_namespace)
             except NotFound:
                 pass
-            except ApiError as e:
+            except KubeError as e:
                 log.warning("could not delete the Queue of quota %s: %s", name, e)
         self._refeed_queues()
         self.wake.set()
@@ -439,7 +439,7 @@ class Controller:
                                         namespace=self.config.system_namespace)
         except AlreadyExists:
             pass
-        except ApiError as e:
+        except KubeError as e:
             log.warning("could not write Queue %s: %s", key, e)
         if existing is None:  # feed it now rather than wait for the watch: units may need it this cycle
             self.engine.set_queue(replace(queue, namespace=self.config.system_namespace))
@@ -699,7 +699,7 @@ class Controller:
         try:
             await self.client.patch(job_resource(job.kind), job.name, adapter_of_kind(job.kind).resume_patch({}),
                                     namespace=job.namespace)
-        except ApiError:
+        except KubeError:
             self.resumed_at.pop(item, None)
             raise
 
@@ -772,7 +772,7 @@ class Controller:
         async def write() -> None:
             try:
                 await self._write_unit_status(key, status, limit=self.message_limit, still=still)
-            except ApiError as e:
+            except KubeError as e:
                 log.info("Running of %s not written: %s", key, e)
                 self.jobs_queue.add_rate_limited(item)
             finally:
@@ -806,7 +806,7 @@ class Controller:
         try:
             await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
                                                                   requeue_at))
-        except ApiError:
+        except KubeError:
             hold(self.engine, held, unit.allocated_at or unit.created)  # its object still holds quota
             raise
         self._owe_suspension(unit.job_key)
@@ -875,7 +875,7 @@ class Controller:
             if result.preempted:
                 # A victim may be a unit whose admission is still being written: its Preempted
                 # must come after its Dequeued.
-                await asyncio.gather(*self.admitting)
+                await asyncio.gather(*self.admitting, return_exceptions=True)  # (each logs its own)
                 await self._preempt_then_admit(result)
             elif result.admitted:
                 # The next cycle need not wait for these writes: room freed meanwhile is used at once.
@@ -933,7 +933,7 @@ class Controller:
             self.engine.revert_admission(key)
             self.wake.set()
             return
-        except ApiError as e:
+        except KubeError as e:
             log.warning("admission of %s not written: %s; undone", key, e)
             self.engine.revert_admission(key)
             self.wake.set()
@@ -955,7 +955,7 @@ class Controller:
             return
         try:
             await self._resume(job)
-        except ApiError as e:
+        except KubeError as e:
             log.info("job %s not released yet: %s", job.key, e)
 
     async def _preempt(self, key: str, reason: str, requeue_at: float, quota: str) -> bool:
@@ -967,7 +967,7 @@ class Controller:
         try:
             await self._write_unit_status(
                 key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at))
-        except ApiError as e:
+        except KubeError as e:
             log.warning("preemption of %s not written: %s; it keeps its quota", key, e)
             if info is not None:  # its object still says it holds quota: so does the engine
                 hold(self.engine, info, unit.allocated_at or unit.created)
@@ -999,7 +999,7 @@ class Controller:
             if unit is not None and unit.phase in SENT_BACK:
                 try:
                     await self._write_unit_status(key, st.enqueued("back in the queue after a back-off"))
-                except ApiError as e:
+                except KubeError as e:
                     log.info("unit %s not requeued yet: %s", key, e)
 
     def _look_again(self, key: str, unit: UnitView, now: float | None = None) -> None:
@@ -1091,7 +1091,7 @@ class Controller:
         except Conflict:  # our view of it is stale: look again at the next flush
             self.pending_messages.setdefault(key, message)
             return
-        except ApiError as e:
+        except KubeError as e:
             log.info("message of %s not written: %s", key, e)
             return
         now = self.clock()
@@ -1127,7 +1127,7 @@ class Controller:
                 try:
                     await self.client.patch_status(QUOTAS, name, {"status": {"used": used}}, namespace=namespace)
                     last_used[name] = used
-                except ApiError as e:
+                except KubeError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
             now = self.clock()
             due = [key for key, settings in self.queue_settings.items()
@@ -1157,7 +1157,7 @@ class Controller:
                     last_queue_write[queue_key] = now
                 except NotFound:
                     last_queue_write[queue_key] = now  # a quota's Queue not created yet, or gone
-                except ApiError as e:
+                except KubeError as e:
                     log.info("positions of queue %s not written: %s", queue_key, e)
 
     def _refresh_seconds(self, queue_key: str, settings: QueueSettings) -> float:

@@ -1,4 +1,4 @@
-"""The event loop every koord-queue process runs on: uvloop.
+"""How every koord-queue process runs: on uvloop, with the garbage collector tuned.
 
 libuv's loop, and its TLS transport above all, costs less CPU per request than
 asyncio's own loop, whose TLS layer is written in Python. Every request the

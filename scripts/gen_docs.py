@@ -31,8 +31,8 @@ def metric_rows() -> list[tuple[str, str, list[str], str]]:
     """(name as scraped, type, labels, help) of every metric the controller exposes."""
     rows = []
     for metric in vars(Metrics()).values():
-        if not isinstance(metric, (Counter, Gauge, Histogram)):
-            continue
+        if not isinstance(metric, (Counter, Gauge, Histogram)) or metric._labelvalues:
+            continue  # not a metric, or one labelled child of a metric listed already
         name, labels, doc = metric._name, list(metric._labelnames), metric._documentation
         if isinstance(metric, Counter):
             rows.append((f"{name}_total", "counter", labels, doc))

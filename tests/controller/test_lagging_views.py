@@ -13,6 +13,7 @@ object's watch events.
 from __future__ import annotations
 
 import asyncio
+import heapq
 from pathlib import Path
 from typing import Any
 
@@ -126,4 +127,46 @@ async def test_a_preempted_job_is_suspended_while_the_watch_of_the_job_lags(tmp_
         await system.wait_for(readmitted, 30, "low to be admitted again")
         await asyncio.sleep(0.5)
         await lag.release()
+        await all_done_and_checked(system, checker)
+
+
+async def test_a_back_off_left_over_does_not_take_back_a_new_admission_from_a_lagging_view(tmp_path: Path) -> None:
+    """`low` was preempted, backed off and was admitted and released again. Our views of its
+    unit (Preempted) and of its job (suspended) lag behind that. A back-off entry for it that is
+    still due (left from its earlier back-off) does not write it Enqueued: the engine has it
+    admitted, and that Enqueued would take its quota away while its job runs."""
+    async with running_system(tmp_path / "state") as system:
+        checker = checked(system)
+        ctl = system.controller
+        await pool_of_two_teams(system)
+        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.wait_phase("low-py-qu", c.Phase.RUNNING)
+        unit_lag = Lag(ctl.unit_informer, "default/low-py-qu")
+        job_lag = Lag(ctl.job_informers[c.PYTORCH_JOB_KIND], "default/low")
+        await system.apply(pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100))
+
+        async def view_preempted() -> bool:
+            view = ctl.unit_informer.get("default/low-py-qu")
+            return view is not None and view.phase == c.Phase.PREEMPTED.value
+
+        await system.wait_for(view_preempted, 30, "our view of low's unit to say Preempted")
+        unit_lag.hold()
+
+        async def view_suspended() -> bool:
+            view = ctl._job_view(f"{c.PYTORCH_JOB_KIND}/default/low")
+            return view is not None and view.suspended
+
+        await system.wait_for(view_suspended, 30, "our view of low's job to say suspended")
+        job_lag.hold()
+
+        async def readmitted_and_released() -> bool:
+            return bool(checker.units["default/low-py-qu"].epoch >= 2 and not checker.suspended["default/low"])
+
+        await system.wait_for(readmitted_and_released, 30, "low to be admitted and released again")
+        heapq.heappush(ctl.backoffs, (0.0, "default/low-py-qu"))
+        ctl.wake.set()
+        await asyncio.sleep(1.0)
+        assert await system.phase("low-py-qu") in (c.Phase.DEQUEUED.value, c.Phase.RUNNING.value)
+        await unit_lag.release()
+        await job_lag.release()
         await all_done_and_checked(system, checker)

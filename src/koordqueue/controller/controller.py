@@ -987,6 +987,8 @@ class Controller:
         now = self.clock()
         while self.backoffs and self.backoffs[0][0] <= now:
             _, key = heapq.heappop(self.backoffs)
+            if not self._backing_off(key):
+                continue  # admitted again since (an entry left from an earlier back-off), or gone
             unit = self.unit_informer.get(key)
             job = self._job_of(unit) if unit is not None else None
             if unit is not None and job is not None and not job.state.ended and (
@@ -997,10 +999,17 @@ class Controller:
                 self._look_again(key, unit, now)
                 continue
             if unit is not None and unit.phase in SENT_BACK:
+                # (Our view of the unit may lag: Preempted still, when we have since written its
+                # new admission. Written then, this Enqueued would take back what its job was given.)
                 try:
-                    await self._write_unit_status(key, st.enqueued("back in the queue after a back-off"))
+                    await self._write_unit_status(key, st.enqueued("back in the queue after a back-off"),
+                                                  still=lambda key=key: self._backing_off(key))
                 except KubeError as e:
                     log.info("unit %s not requeued yet: %s", key, e)
+
+    def _backing_off(self, key: str) -> bool:
+        held = self.engine.unit(key)
+        return held is not None and held.admitted_quota is None
 
     def _look_again(self, key: str, unit: UnitView, now: float | None = None) -> None:
         """Keep a unit out of the queue a little longer, its job's suspension asked for again."""

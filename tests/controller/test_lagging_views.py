@@ -69,6 +69,26 @@ async def pool_of_two_teams(system: System) -> None:
     await system.apply(quota("team-a", 4, 8, parent="pool"), quota("team-b", 4, 8, parent="pool"))
 
 
+def high_job() -> dict[str, Any]:
+    """team-a's job that reclaims its half of the pool from `low`, runs briefly and ends."""
+    return pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100)
+
+
+async def high_preempts_then_low_returns(system: System, checker: Any, lag: Lag) -> None:
+    """`high` preempts `low` and ends; `low` is admitted again in the store while our view
+    lags; then the lag is let go, and both must end with no violation."""
+    await system.apply(high_job())
+    await system.wait_phase("high-py-qu", c.Phase.SUCCEED)
+
+    async def readmitted() -> bool:  # in the store, past our lagging view of it
+        return bool(checker.units["default/low-py-qu"].epoch >= 2)
+
+    await system.wait_for(readmitted, 30, "low to be admitted again")
+    await asyncio.sleep(0.5)
+    await lag.release()
+    await all_done_and_checked(system, checker)
+
+
 async def all_done_and_checked(system: System, checker: Any) -> None:
     await system.wait_phase("low-py-qu", c.Phase.SUCCEED, timeout=60)
     await system.wait_phase("high-py-qu", c.Phase.SUCCEED, timeout=30)
@@ -86,16 +106,7 @@ async def test_a_preempted_job_is_suspended_while_the_watch_of_its_unit_lags(tmp
         await system.wait_phase("low-py-qu", c.Phase.RUNNING)
         lag = Lag(system.controller.unit_informer, "default/low-py-qu")
         lag.hold()
-        await system.apply(pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100))
-        await system.wait_phase("high-py-qu", c.Phase.SUCCEED)
-
-        async def readmitted() -> bool:  # in the store, past our lagging view of it
-            return bool(checker.units["default/low-py-qu"].epoch >= 2)
-
-        await system.wait_for(readmitted, 30, "low to be admitted again")
-        await asyncio.sleep(0.5)
-        await lag.release()
-        await all_done_and_checked(system, checker)
+        await high_preempts_then_low_returns(system, checker, lag)
 
 
 async def test_a_preempted_job_is_suspended_while_the_watch_of_the_job_lags(tmp_path: Path) -> None:
@@ -118,16 +129,7 @@ async def test_a_preempted_job_is_suspended_while_the_watch_of_the_job_lags(tmp_
             return bool(checker.releases >= 1 and not checker.suspended["default/low"])
 
         await system.wait_for(released, 30, "low to be released")
-        await system.apply(pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100))
-        await system.wait_phase("high-py-qu", c.Phase.SUCCEED)
-
-        async def readmitted() -> bool:
-            return bool(checker.units["default/low-py-qu"].epoch >= 2)
-
-        await system.wait_for(readmitted, 30, "low to be admitted again")
-        await asyncio.sleep(0.5)
-        await lag.release()
-        await all_done_and_checked(system, checker)
+        await high_preempts_then_low_returns(system, checker, lag)
 
 
 async def test_a_back_off_left_over_does_not_take_back_a_new_admission_from_a_lagging_view(tmp_path: Path) -> None:
@@ -143,7 +145,7 @@ async def test_a_back_off_left_over_does_not_take_back_a_new_admission_from_a_la
         await system.wait_phase("low-py-qu", c.Phase.RUNNING)
         unit_lag = Lag(ctl.unit_informer, "default/low-py-qu")
         job_lag = Lag(ctl.job_informers[c.PYTORCH_JOB_KIND], "default/low")
-        await system.apply(pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100))
+        await system.apply(high_job())
 
         async def view_preempted() -> bool:
             view = ctl.unit_informer.get("default/low-py-qu")

@@ -19,7 +19,7 @@ from koordqueue.api import constants as c
 from koordqueue.kube.errors import ConnectionFailed
 
 from .conftest import System, pytorch_job, quota, running_system
-from .test_lagging_views import all_done_and_checked, checked, pool_of_two_teams
+from .test_lagging_views import all_done_and_checked, checked, high_job, pool_of_two_teams
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,7 +61,7 @@ async def test_a_preemption_that_cannot_be_written_keeps_the_victim_and_scheduli
         await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
         await system.wait_phase("low-py-qu", c.Phase.RUNNING)
         lost = lose_first_write(system, "low-py-qu", c.Phase.PREEMPTED)
-        await system.apply(pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100))
+        await system.apply(high_job())
         await system.wait_phase("high-py-qu", c.Phase.SUCCEED)  # low was preempted at the next try
         assert lost == ["low-py-qu"]
         await all_done_and_checked(system, checker)

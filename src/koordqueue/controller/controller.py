@@ -987,7 +987,7 @@ class Controller:
         now = self.clock()
         while self.backoffs and self.backoffs[0][0] <= now:
             _, key = heapq.heappop(self.backoffs)
-            if not self._backing_off(key):
+            if not self._waiting(key):
                 continue  # admitted again since (an entry left from an earlier back-off), or gone
             unit = self.unit_informer.get(key)
             job = self._job_of(unit) if unit is not None else None
@@ -1003,11 +1003,12 @@ class Controller:
                 # new admission. Written then, this Enqueued would take back what its job was given.)
                 try:
                     await self._write_unit_status(key, st.enqueued("back in the queue after a back-off"),
-                                                  still=lambda key=key: self._backing_off(key))
+                                                  still=lambda key=key: self._waiting(key))
                 except KubeError as e:
                     log.info("unit %s not requeued yet: %s", key, e)
 
-    def _backing_off(self, key: str) -> bool:
+    def _waiting(self, key: str) -> bool:
+        """Whether the engine has the unit and has not admitted it (queued or backing off)."""
         held = self.engine.unit(key)
         return held is not None and held.admitted_quota is None
 
@@ -1075,8 +1076,7 @@ class Controller:
         if self.written_messages.get(key) == message:
             return
         unit = self.unit_informer.get(key)
-        held = self.engine.unit(key)
-        if held is None or held.admitted_quota is not None or (unit is not None and unit.phase in SENT_BACK):
+        if not self._waiting(key) or (unit is not None and unit.phase in SENT_BACK):
             return  # admitted, gone, or backing off since: its own status says why
         if unit is None:  # created, but our watch has not brought it yet: try again at the next flush
             self.pending_messages.setdefault(key, message)
@@ -1084,8 +1084,7 @@ class Controller:
         first = not unit.phase  # a new unit: its first status is its phase and this message
 
         def still_waiting() -> bool:  # not admitted while this write waited for its turn
-            held = self.engine.unit(key)
-            return held is not None and held.admitted_quota is None and self.written_messages.get(key) != message
+            return self._waiting(key) and self.written_messages.get(key) != message
 
         try:
             if first:

@@ -17,6 +17,7 @@ from koordqueue.engine import Engine
 from koordqueue.engine.model import QuotaInfo, ResourceList, UnitInfo
 from koordqueue.kube.client import KubeClient, Object, Resource
 from koordqueue.kube.errors import NotFound
+from koordqueue.kube.informer import key_of
 
 QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
 QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
@@ -130,8 +131,7 @@ async def take_snapshot(client: KubeClient) -> Snapshot:
             listed = await client.list_all(Resource.of(adapter_of_kind(kind).api_version, plural))
         except NotFound:  # the kind is not served here: no job of it
             listed = None
-        jobs[kind] = set() if listed is None else {
-            f"{(o.get('metadata') or {}).get('namespace')}/{(o.get('metadata') or {}).get('name')}" for o in listed.items}
+        jobs[kind] = set() if listed is None else {key_of(o) for o in listed.items}  # as the informers key them
     now = time.time()
     for obj in (await client.list_all(UNITS)).items:
         unit = unit_view(obj)

@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run   - the system on the embedded control plane (no cluster needed)
-#   make test  - lint, type checks and the whole test suite
+#   make test  - lint, type checks and the whole test suite (Go-free)
+# and one more for the real control plane (needs Go 1.26 and the Go module proxy):
+#   make test-kube - builds kube-apiserver, etcd, kwok, ... once (e2e/), then the suites on them
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
@@ -17,7 +19,7 @@ $(BIN)/.installed: pyproject.toml
 $(HELM): scripts/fetch_helm.py | $(BIN)/.installed
 	$(BIN)/python scripts/fetch_helm.py --dest $(HELM)
 
-.PHONY: venv run test lint bench helm generate
+.PHONY: venv run run-kube test test-kube e2e-tools lint bench helm generate
 venv: $(BIN)/.installed
 
 helm: $(HELM)
@@ -30,7 +32,18 @@ lint: venv
 	$(BIN)/mypy
 
 test: lint helm
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q -m "not kube" --durations=15
+
+# The real control plane's programs, built from the Go modules in e2e/ into .tools/kube/
+# (skipped when built: the folder's name hashes go.mod, go.sum and the Go version).
+e2e-tools: venv
+	$(BIN)/python -m koordqueue.realcluster.build
+
+test-kube: e2e-tools helm
+	$(BIN)/pytest -q -m kube --durations=15
+
+run-kube: e2e-tools
+	$(BIN)/koord-queue up --control-plane kube --state-dir .koord-queue-kube --example
 
 # Regenerate the files made from the code (tests fail when they drift).
 generate: venv

@@ -151,13 +151,18 @@ def explain(target: str, namespace: str, kubeconfig: str | None) -> None:
               help="Apply the seed guide's ElasticQuota, Queue and PyTorchJob and show their state.")
 @click.option("--metrics-port", type=int, default=0, show_default=True, help="0: any free port.")
 @click.option("--dashboard-port", type=int, default=8082, show_default=True)
-def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_port: int, dashboard_port: int) -> None:
+@click.option("--control-plane", type=click.Choice(["embedded", "kube"]), default="embedded", show_default=True,
+              help="embedded: our own API server (Python only). kube: the real kube-apiserver, etcd, "
+                   "scheduler, controller-manager, kwok and the training operator, built from Go modules "
+                   "first when missing (needs Go 1.26).")
+def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_port: int, dashboard_port: int,
+       control_plane: str) -> None:
     """The whole system on this machine with no cluster: API server, simulated nodes, controller."""
     from pathlib import Path
 
     from koordqueue.up import main as run_up
 
-    run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port)
+    run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port, control_plane)
 
 
 if __name__ == "__main__":

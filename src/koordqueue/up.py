@@ -35,6 +35,7 @@ from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import AlreadyExists, NotFound
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.realcluster.cluster import RealCluster
 from koordqueue.reports import status_text
 
 EXAMPLE = Path(__file__).parent / "examples" / "seed.yaml"
@@ -118,12 +119,13 @@ async def _started(task: asyncio.Task[None], ready: asyncio.Event, stop: asyncio
         raise UpError("stopped before the controller was up")
 
 
-async def _serve(server: APIServer, client: KubeClient, manager: Manager, config: ControllerConfig, nodes: int,
+async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: Manager, config: ControllerConfig, nodes: int,
                  gpus_per_node: int, example: bool, state_dir: Path) -> None:
     """Register the webhook, apply the example, and tell the user where everything is."""
     assert manager.webhook is not None
     await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
-    print(f"koord-queue is up: API server {server.url}, {nodes} simulated nodes with "
+    kind = "kube-apiserver" if isinstance(server, RealCluster) else "API server"
+    print(f"koord-queue is up: {kind} {server.url}, {nodes} simulated nodes with "
           f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics", flush=True)
     if manager.dashboard is not None:
         print(f"Dashboard: http://127.0.0.1:{manager.dashboard.port}/", flush=True)
@@ -195,10 +197,52 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
         await server.stop()
 
 
-def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int,
-         dashboard_port: int) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
+                      dashboard_port: int = 0, ready: asyncio.Event | None = None,
+                      stop: asyncio.Event | None = None) -> None:
+    """`up` on the real control plane (kube-apiserver, etcd, kwok, the training operator),
+    built from e2e/ first when it is not built yet."""
+    from koordqueue.realcluster import build
+    from koordqueue.realcluster.cluster import NodeShape, RealCluster, install_crds
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
     try:
-        aio.run(run_up(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))
+        await asyncio.to_thread(build.build, say)
+    except build.BuildError as e:
+        raise UpError(str(e)) from None
+    cluster = RealCluster(state_dir, NodeShape(count=nodes, gpus=gpus_per_node))
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await asyncio.to_thread(cluster.start, say)
+        await asyncio.to_thread(install_crds, cluster)
+        async with KubeClient(load_config(str(cluster.kubeconfig_path)), qps=1000, burst=2000) as client:
+            config = controller_config(metrics_port, dashboard_port)
+            manager = Manager(client, config)
+            task = asyncio.create_task(manager.run())
+            try:
+                await _started(task, manager.endpoints_ready, stop)
+                await _serve(cluster, client, manager, config, nodes, gpus_per_node, example, state_dir)
+                if ready is not None:
+                    ready.set()
+                await stop.wait()
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int,
+         dashboard_port: int, control_plane: str = "embedded") -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run = run_up_kube if control_plane == "kube" else run_up
+    try:
+        aio.run(run(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))
     except UpError as e:
         raise SystemExit(f"koord-queue up: {e}") from None

@@ -1,6 +1,8 @@
 """The whole system in one process for controller tests: the embedded API server, the
 simulated cluster and the controller (with its webhook registered, as `koord-queue up`
-does), all talking HTTP; kubectl drives it for real."""
+does), all talking HTTP; kubectl drives it for real. On the real control plane
+(`control_plane == "kube"`, tests/realcluster.py) kube-apiserver, kwok and the training
+operator take the embedded server's and the simulated cluster's places."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.realcluster.cluster import RealCluster
 from koordqueue.up import controller_config, register_webhook
 
 SEED = Path(__file__).parents[2] / "src" / "koordqueue" / "examples" / "seed.yaml"
@@ -76,6 +79,10 @@ def pytorch_job(name: str, gpus_per_pod: int = 1, workers: int = 1, namespace: s
     if workers == 0:
         del specs["Worker"]
     for role in specs.values():
+        if duration is not None:
+            # The real training operator copies a template's annotations to its pods, where kwok reads them.
+            role["template"].setdefault("metadata", {}).setdefault("annotations", {})[
+                c.ANNOTATION_SIM_DURATION] = str(duration)
         res = role["template"]["spec"]["containers"][0]["resources"]
         for part in ("requests", "limits"):
             res[part] = {"cpu": "1", "memory": "1Gi", c.GPU: str(gpus_per_pod)}
@@ -92,9 +99,11 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool 
 
 
 class System:
-    """Handles on the running system, and the waits tests need."""
+    """Handles on the running system, and the waits tests need. On the real control plane
+    `server` is the RealCluster and `sim` is None."""
 
-    def __init__(self, server: APIServer, client: KubeClient, manager: Manager, sim: SimCluster) -> None:
+    def __init__(self, server: APIServer | RealCluster, client: KubeClient, manager: Manager,
+                 sim: SimCluster | None) -> None:
         self.server = server
         self.client = client
         self.manager = manager
@@ -157,37 +166,54 @@ def quick_config(**overrides: Any) -> ControllerConfig:
 
 
 @asynccontextmanager
+async def _controller(server: APIServer | RealCluster, client: KubeClient, sim: SimCluster | None,
+                      config: ControllerConfig | None) -> AsyncIterator[System]:
+    config = config or quick_config()
+    manager = Manager(client, config)
+    task = asyncio.create_task(manager.run())
+    try:
+        await asyncio.wait_for(manager.endpoints_ready.wait(), 10)
+        if manager.webhook is not None:
+            await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
+        system = System(server, client, manager, sim)
+
+        async def leading() -> bool:
+            return manager.controller is not None and manager.controller.sync_done
+
+        await system.wait_for(leading, 10, "the controller to sync")
+        yield system
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+@asynccontextmanager
 async def running_system(state: Path, nodes: int = 4, gpus_per_node: int = 8,
-                         config: ControllerConfig | None = None) -> AsyncIterator[System]:
+                         config: ControllerConfig | None = None, cluster: RealCluster | None = None,
+                         ) -> AsyncIterator[System]:
+    """The controller on the embedded control plane, or on `cluster` (its 4 kwok nodes of 8 GPUs)."""
+    if cluster is not None:
+        async with KubeClient(load_config(str(cluster.kubeconfig_path)), qps=1000, burst=2000) as client, \
+                _controller(cluster, client, None, config) as system:
+            yield system
+        return
     server = APIServer(state, crds=all_crds())
     await server.start()
     try:
         async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
             sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node)
             await sim.start()
-            config = config or quick_config()
-            manager = Manager(client, config)
-            task = asyncio.create_task(manager.run())
             try:
-                await asyncio.wait_for(manager.endpoints_ready.wait(), 10)
-                if manager.webhook is not None:
-                    await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
-                system = System(server, client, manager, sim)
-
-                async def leading() -> bool:
-                    return manager.controller is not None and manager.controller.sync_done
-
-                await system.wait_for(leading, 10, "the controller to sync")
-                yield system
+                async with _controller(server, client, sim, config) as system:
+                    yield system
             finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
                 await sim.stop()
     finally:
         await server.stop()
 
 
 @pytest.fixture
-async def system(tmp_path: Path) -> AsyncIterator[System]:
-    async with running_system(tmp_path / "state") as running:
+async def system(tmp_path: Path, control_plane: str, request: pytest.FixtureRequest) -> AsyncIterator[System]:
+    cluster = request.getfixturevalue("kube") if control_plane == "kube" else None
+    async with running_system(tmp_path / "state", cluster=cluster) as running:
         yield running

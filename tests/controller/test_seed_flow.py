@@ -9,7 +9,7 @@ from koordqueue.api import constants as c
 
 from .conftest import SEED, System, pytorch_job, seed_docs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.both_control_planes]
 SEED_UNIT = "pytorch-training-job-py-qu"
 
 

@@ -1,0 +1,465 @@
+"""The real Kubernetes control plane on this machine, with no Docker and no cluster.
+
+Upstream etcd, kube-apiserver, kube-controller-manager and kube-scheduler, kwok
+(fake GPU nodes and pod lifecycles) and the Kubeflow training operator, built from
+the Go modules in `e2e/` (`build.py`) and started as Kubernetes' own integration
+tests and controller-runtime's envtest start them: loopback only, RBAC on, a client
+certificate per component, service-account tokens signed by our key, and the
+admission plugins a cluster has (webhooks called by URL). Everything lives in one
+state folder: certificates, kubeconfigs, etcd's data and each process's log.
+
+    with RealCluster(Path("state")) as cluster:
+        cluster.kubeconfig_path   # system:masters
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from koordqueue.api import constants as c
+from koordqueue.realcluster import build
+from koordqueue.realcluster.pki import CertificateAuthority, write_private, write_service_account_key
+
+log = logging.getLogger(__name__)
+
+STAGES = Path(__file__).with_name("kwok-stages.yaml")
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+SERVICE_CIDR = "10.96.0.0/16"
+OPERATOR_NAMESPACE = "kubeflow"
+OPERATOR_SERVICE = "training-operator"
+OPERATOR_WEBHOOKS = "validator.training-operator.kubeflow.org"
+# The training operator's webhook server reads its certificate from this fixed folder (its
+# Secret's mount in a pod). Every cluster on the machine shares one certificate there.
+OPERATOR_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
+OPERATOR_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
+
+
+class ClusterError(Exception):
+    """The control plane did not come up: which part, and the end of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    count: int = 4
+    gpus: int = 8
+    cpu: str = "96"
+    memory: str = "512Gi"
+    prefix: str = "gpu"
+
+
+def node_manifest(name: str, shape: NodeShape) -> dict[str, Any]:
+    """A fake node kwok manages: Ready at once, pods run at once."""
+    allocatable = {"cpu": shape.cpu, "memory": shape.memory, "pods": "250", c.GPU: str(shape.gpus)}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                "kubernetes.io/arch": "amd64", "type": "kwok"}},
+        "spec": {},
+        "status": {"allocatable": allocatable, "capacity": allocatable},
+    }
+
+
+@dataclass
+class Process:
+    name: str
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        out = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
+        try:
+            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env={**os.environ, **(self.env or {})}, start_new_session=True)
+        finally:
+            out.close()
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout)
+        self.popen = None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class RealCluster:
+    """Start with `start()` (or `with`), stop with `stop()`; `state_dir` keeps everything."""
+
+    def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
+                 binaries: dict[str, Path] | None = None) -> None:
+        self.state_dir = state_dir.resolve()
+        self.pki = self.state_dir / "pki"
+        self.logs = self.state_dir / "logs"
+        self.nodes = nodes or NodeShape()
+        self.training_operator = training_operator
+        self._binaries = binaries
+        self.processes: dict[str, Process] = {}
+        self.apiserver_port = 0
+        self.etcd_port = 0
+
+    # -- public --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        """The administrator's kubeconfig (system:masters)."""
+        return self.state_dir / "kubeconfig"
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig with a client certificate for `user` in `groups` (RBAC applies)."""
+        stem = user.replace(":", "-")
+        cert, key = self._ca.write_issued(self.pki, stem, user, groups)
+        return self._write_kubeconfig(self.state_dir / f"{stem}.kubeconfig", cert, key)
+
+    def start(self, say: Any = log.info) -> RealCluster:
+        paths = self._binaries or build.binaries()
+        missing = [n for n, p in paths.items() if not p.exists()]
+        if missing:
+            raise ClusterError(f"not built yet: {', '.join(missing)}; run `make e2e-tools` "
+                               f"(python -m koordqueue.realcluster.build)")
+        self.bin = paths
+        for d in (self.pki, self.logs):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            self._make_pki()
+            say("starting etcd")
+            self._start_etcd()
+            say("starting kube-apiserver")
+            self._start_apiserver()
+            self._write_kubeconfig(self.kubeconfig_path, *self._admin)
+            say("starting kube-controller-manager, kube-scheduler and kwok")
+            self._start_controller_manager()
+            self._start_scheduler()
+            self._start_kwok()
+            self._create_nodes()
+            if self.training_operator:
+                say("starting the Kubeflow training operator")
+                self._start_training_operator()
+            self._wait_for_default_service_account()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            self.processes[name].stop()
+
+    def __enter__(self) -> RealCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def restart_apiserver(self, kill: bool = False) -> None:
+        """Stop kube-apiserver (SIGKILL with `kill`) and start it again; etcd keeps the state."""
+        process = self.processes["kube-apiserver"]
+        process.stop(signal.SIGKILL if kill else signal.SIGTERM)
+        process.start()
+        self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=90)
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        """One request as the administrator; the decoded answer (for the harness's own set-up)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": content_type, "Accept": "application/json"})
+        with urllib.request.urlopen(req, context=self._admin_ssl(), timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        """Create `obj`, or leave it when it exists."""
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        plural = kind.lower() + ("es" if kind.endswith("s") else "s")
+        root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        namespace = obj["metadata"].get("namespace")
+        path = f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"
+        try:
+            self.request("POST", path, obj)
+        except urllib.error.HTTPError as e:
+            if e.code != 409:
+                raise ClusterError(f"creating {kind} {obj['metadata']['name']}: {e.read().decode()[:500]}") from e
+
+    # -- the parts -------------------------------------------------------------------------
+
+    def _make_pki(self) -> None:
+        self._ca = CertificateAuthority.create("kubernetes-ca")
+        self._ca_cert, _ = self._ca.write(self.pki)
+        front = CertificateAuthority.create("front-proxy-ca")
+        self._front_ca_cert, _ = front.write(self.pki)
+        self._front_client = front.write_issued(self.pki, "front-proxy-client", "front-proxy-client")
+        self._serving = self._ca.write_issued(
+            self.pki, "apiserver", "kube-apiserver", server=True,
+            hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                   "kubernetes.default.svc.cluster.local", "10.96.0.1"))
+        self._admin = self._ca.write_issued(self.pki, "admin", "kubernetes-admin", ("system:masters",))
+        self._sa_pub, self._sa_key = write_service_account_key(self.pki)
+
+    def _write_kubeconfig(self, path: Path, cert: Path, key: Path) -> Path:
+        config = {
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "kube", "cluster": {
+                "server": self.url, "certificate-authority-data": base64.b64encode(self._ca.pem).decode()}}],
+            "users": [{"name": "user", "user": {
+                "client-certificate-data": base64.b64encode(cert.read_bytes()).decode(),
+                "client-key-data": base64.b64encode(key.read_bytes()).decode()}}],
+            "contexts": [{"name": "kube", "context": {"cluster": "kube", "user": "user", "namespace": "default"}}],
+            "current-context": "kube", "preferences": {},
+        }
+        write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+        return path
+
+    def _admin_ssl(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cadata=self._ca.pem.decode())
+        context.load_cert_chain(*self._admin)
+        return context
+
+    def _run(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+        process = Process(name, [str(self.bin.get(name, name)), *args], self.logs / f"{name}.log", env)
+        process.start()
+        self.processes[name] = process
+        return process
+
+    def _wait_ready(self, name: str, url: str, timeout: float = 60.0, tls: bool = True) -> None:
+        deadline = time.monotonic() + timeout
+        context = self._admin_ssl() if tls else None
+        last = ""
+        while time.monotonic() < deadline:
+            if not self.processes[name].alive():
+                raise ClusterError(f"{name} exited:\n{self.processes[name].tail()}")
+            try:
+                with urllib.request.urlopen(url, context=context, timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise ClusterError(f"{name} not ready after {timeout:.0f} s ({last}):\n{self.processes[name].tail()}")
+
+    def _start_etcd(self) -> None:
+        self.etcd_port, peer = free_port(), free_port()
+        data = self.state_dir / "etcd"
+        client_url, peer_url = f"http://127.0.0.1:{self.etcd_port}", f"http://127.0.0.1:{peer}"
+        self._run("etcd", [
+            f"--data-dir={data}", "--name=default", f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}", f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}", f"--initial-cluster=default={peer_url}",
+            "--unsafe-no-fsync", "--quota-backend-bytes=8589934592", "--log-level=warn",
+        ])
+        self._wait_ready("etcd", f"{client_url}/health", tls=False)
+
+    def _start_apiserver(self) -> None:
+        self.apiserver_port = free_port()
+        cert, key = self._serving
+        front_cert, front_key = self._front_client
+        self._run("kube-apiserver", [
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={cert}", f"--tls-private-key-file={key}", f"--client-ca-file={self._ca_cert}",
+            f"--service-account-key-file={self._sa_pub}", f"--service-account-signing-key-file={self._sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--authorization-mode=RBAC", f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=true",
+            f"--cert-dir={self.pki}",
+            f"--requestheader-client-ca-file={self._front_ca_cert}", "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={front_cert}", f"--proxy-client-key-file={front_key}",
+            "--enable-aggregator-routing=true", "--profiling=false", "--v=1",
+        ])
+        self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=120)
+
+    def _start_controller_manager(self) -> None:
+        kubeconfig = self.kubeconfig_for("system:kube-controller-manager")
+        self._run("kube-controller-manager", [
+            f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
+            f"--service-account-private-key-file={self._sa_key}", f"--root-ca-file={self._ca_cert}",
+            "--use-service-account-credentials=false", "--kube-api-qps=200", "--kube-api-burst=400",
+            "--concurrent-gc-syncs=20", "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
+            "--v=1",
+        ])
+
+    def _start_scheduler(self) -> None:
+        kubeconfig = self.kubeconfig_for("system:kube-scheduler")
+        config = self.state_dir / "scheduler.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
+            "leaderElection": {"leaderElect": False},
+        }))
+        self._run("kube-scheduler", [f"--config={config}", "--secure-port=0", "--v=1"])
+
+    def _start_kwok(self) -> None:
+        self._run("kwok", [
+            f"--kubeconfig={self.kubeconfig_path}", f"--config={STAGES}", "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16", "--node-ip=10.240.0.1",
+        ])
+
+    def _create_nodes(self) -> None:
+        for i in range(self.nodes.count):
+            self.apply(node_manifest(f"{self.nodes.prefix}-{i}", self.nodes))
+
+    def _wait_for_default_service_account(self, timeout: float = 60.0) -> None:
+        """Pods are refused until the service-account controller made `default` in their namespace."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(urllib.error.HTTPError):
+                self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+                return
+            time.sleep(0.2)
+        raise ClusterError("the default service account never appeared (kube-controller-manager):\n"
+                           + self.processes["kube-controller-manager"].tail())
+
+    # -- the training operator ---------------------------------------------------------------
+
+    def _start_training_operator(self) -> None:
+        source = operator_source()
+        for crd in sorted((source / "manifests" / "base" / "crds").glob("kubeflow.org_*.yaml")):
+            self.apply(yaml.safe_load(crd.read_text()))
+        self._wait_for_crds({"pytorchjobs", "tfjobs", "mpijobs"})
+        webhook_port, probe_port = free_port(), free_port()
+        ca, cert, key = operator_certificate()
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})
+        self.apply({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": "training-operator-webhook-cert", "namespace": OPERATOR_NAMESPACE},
+                    "data": {"ca.crt": _b64(ca.pem), "ca.key": _b64(ca.key_pem),
+                             "tls.crt": _b64(cert), "tls.key": _b64(key)}})
+        # Its own validating webhooks, called by kube-apiserver at 127.0.0.1 (the certificate names
+        # that address too); the operator writes the caBundle in, as in a cluster.
+        manifest = yaml.safe_load((source / "manifests" / "base" / "webhook" / "manifests.yaml").read_text())
+        for hook in manifest["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}"}
+        manifest["metadata"] = {"name": OPERATOR_WEBHOOKS}
+        self.apply(manifest)
+        self._run("training-operator", [
+            f"--kubeconfig={self.kubeconfig_path}", f"--webhook-server-port={webhook_port}",
+            "--metrics-bind-address=0", f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+            *(f"--enable-scheme={k.lower()}" for k in OPERATOR_KINDS),
+            "--kube-api-qps=200", "--kube-api-burst=400", "--controller-threads=4",
+        ], env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE})
+        self._wait_ready("training-operator", f"http://127.0.0.1:{probe_port}/readyz", timeout=120, tls=False)
+
+    def _wait_for_crds(self, plurals: set[str], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(urllib.error.HTTPError):
+                served = {r["name"] for r in self.request("GET", "/apis/kubeflow.org/v1")["resources"]}
+                if plurals <= served:
+                    return
+            time.sleep(0.2)
+        raise ClusterError(f"CRDs {sorted(plurals)} were not served within {timeout:.0f} s")
+
+
+def install_crds(cluster: RealCluster) -> None:
+    """Our CRDs (ElasticQuota, Queue, QueueUnit, and RayJob's, which no operator here installs)
+    and the namespace of our Queues; the training operator brought its own."""
+    from koordqueue.api.crds import operator_crds, our_crds
+
+    for crd in our_crds() + [d for d in operator_crds() if d["spec"]["group"] != c.KUBEFLOW_GROUP]:
+        cluster.apply(crd)
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.SYSTEM_NAMESPACE}})
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def operator_source() -> Path:
+    """The training operator's module folder (its CRDs and webhook manifests), from Go's module cache."""
+    module = next(m for m in build.MODULES if m.folder == "training-operator")
+    version = module.pinned("github.com/kubeflow/training-operator")
+    result = subprocess.run(["go", "mod", "download", "-json", f"github.com/kubeflow/training-operator@{version}"],
+                            cwd=module.path, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ClusterError(f"cannot find the training operator's module: {result.stderr[-1000:]}")
+    return Path(json.loads(result.stdout)["Dir"])
+
+
+def operator_certificate() -> tuple[CertificateAuthority, bytes, bytes]:
+    """The training operator's webhook CA and certificate, shared by every cluster on the machine.
+
+    Its server reads them from a fixed folder, so clusters started side by side must agree on
+    them; the CA is what its certificate rotator checks and keeps (it names itself by a SAN).
+    """
+    OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
+    stored = OPERATOR_CERT_DIR / "koord-queue-harness.json"
+    with _locked(OPERATOR_CERT_DIR / ".lock"):
+        if stored.exists():
+            saved = json.loads(stored.read_text())
+            ca = CertificateAuthority.load("training-operator-ca", saved["ca"].encode(), saved["ca_key"].encode())
+            cert, key = saved["cert"].encode(), saved["key"].encode()
+        else:
+            ca = CertificateAuthority.create("training-operator-ca", hosts=("training-operator-ca",))
+            cert, key = ca.issue(OPERATOR_SERVICE, server=True,
+                                 hosts=(f"{OPERATOR_SERVICE}.{OPERATOR_NAMESPACE}.svc", "127.0.0.1"))
+            write_private(stored, json.dumps({"ca": ca.pem.decode(), "ca_key": ca.key_pem.decode(),
+                                              "cert": cert.decode(), "key": key.decode()}).encode())
+        for name, data in (("tls.crt", cert), ("tls.key", key), ("ca.crt", ca.pem)):
+            path = OPERATOR_CERT_DIR / name
+            if not path.exists() or path.read_bytes() != data:
+                tmp = path.with_suffix(".tmp")
+                write_private(tmp, data)
+                os.replace(tmp, path)
+    return ca, cert, key
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def wipe(state_dir: Path) -> None:
+    shutil.rmtree(state_dir, ignore_errors=True)

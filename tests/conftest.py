@@ -1,0 +1,23 @@
+"""Suite-wide: the real control plane (tests/realcluster.py) and the `control_plane` parameter.
+
+A test marked `both_control_planes` whose fixtures use `control_plane` runs twice: on the
+embedded API server, and on the real one (kube-apiserver, etcd, kwok, the training
+operator; those cases carry the `kube` marker: `make test-kube`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["tests.realcluster"]
+
+
+@pytest.fixture
+def control_plane() -> str:
+    """Which control plane a system runs on; parametrised by `both_control_planes`."""
+    return "embedded"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "control_plane" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_control_planes"):
+        metafunc.parametrize("control_plane", ["embedded", pytest.param("kube", marks=pytest.mark.kube)])

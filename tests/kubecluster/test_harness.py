@@ -1,0 +1,92 @@
+"""The real control plane itself, before any of ours runs on it: what its parts report and do."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.realcluster.cluster import RealCluster
+from tests.realcluster import kubectl
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
+
+
+def get_json(cluster: RealCluster, *args: str) -> Any:
+    return json.loads(kubectl(cluster.kubeconfig_path, "get", *args, "-o", "json"))
+
+
+def wait_for(check: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+
+
+def test_version_is_the_pinned_release(kube: RealCluster) -> None:
+    version = kube.request("GET", "/version")
+    assert version["gitVersion"] == "v1.37.2" and version["major"] == "1" and version["minor"] == "37"
+
+
+def test_kwok_nodes_are_ready_with_gpus(kube: RealCluster) -> None:
+    def ready() -> list[dict[str, Any]] | None:
+        nodes = get_json(kube, "nodes")["items"]
+        ok = [n for n in nodes if any(cond["type"] == "Ready" and cond["status"] == "True"
+                                      for cond in n["status"].get("conditions", []))]
+        return nodes if len(ok) == 4 else None
+
+    nodes = wait_for(ready, "4 Ready nodes")
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    assert {n["status"]["allocatable"][c.GPU] for n in nodes} == {"8"}
+
+
+def pod(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "busybox",
+                "resources": {"requests": {"cpu": "1", c.GPU: "2"}, "limits": {c.GPU: "2"}}}]}}
+
+
+def test_pods_are_scheduled_run_and_end_after_their_duration(kube: RealCluster) -> None:
+    manifests = [pod("short", {c.ANNOTATION_SIM_DURATION: "1"}),
+                 pod("failing", {c.ANNOTATION_SIM_DURATION: "500ms", c.ANNOTATION_SIM_FAIL: "true"}),
+                 pod("forever", {})]
+    for manifest in manifests:
+        kube.apply(manifest)
+
+    def phases() -> dict[str, str] | None:
+        found = {p["metadata"]["name"]: p["status"].get("phase") for p in get_json(kube, "pods")["items"]}
+        return found if found == {"short": "Succeeded", "failing": "Failed", "forever": "Running"} else None
+
+    wait_for(phases, "short Succeeded, failing Failed, forever Running", timeout=30)
+    forever = get_json(kube, "pod", "forever")
+    assert forever["spec"]["nodeName"].startswith("gpu-")  # bound by kube-scheduler
+
+
+def test_the_training_operator_runs_a_pytorchjob(kube: RealCluster) -> None:
+    manifest = {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "plain", "namespace": "default"},
+        "spec": {"pytorchReplicaSpecs": {
+            role: {"replicas": 1, "restartPolicy": "OnFailure", "template": {
+                "metadata": {"annotations": {c.ANNOTATION_SIM_DURATION: "2"}},
+                "spec": {"containers": [{"name": "pytorch", "image": "pytorch/pytorch",
+                                         "resources": {"requests": {"cpu": "1", c.GPU: "1"},
+                                                       "limits": {c.GPU: "1"}}}]}}}
+            for role in ("Master", "Worker")}},
+    }
+    kube.apply(manifest)
+
+    def succeeded() -> bool:
+        status = get_json(kube, "pytorchjob", "plain").get("status", {})
+        return any(cond["type"] == "Succeeded" and cond["status"] == "True" for cond in status.get("conditions", []))
+
+    wait_for(succeeded, "the PyTorchJob Succeeded", timeout=60)

@@ -1,0 +1,89 @@
+"""The real control plane for the test suite: one per session, reset between tests.
+
+Tests that run on both control planes take the `control_plane` parameter (see
+`tests/controller/conftest.py`); its `kube` cases carry the `kube` marker, so
+`make test` (which deselects them) stays Go-free and `make test-kube` runs them.
+Starting kube-apiserver, etcd and the rest takes seconds, so a session shares one
+cluster and `reset()` deletes what a test made before the next one starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from koordqueue.realcluster.cluster import RealCluster, install_crds
+
+# Objects a test may leave behind, deleted between tests (namespaced; every namespace).
+LEFTOVERS = ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org", "mpijobs.kubeflow.org", "jobs.batch",
+             "queueunits.scheduling.x-k8s.io", "queues.scheduling.x-k8s.io",
+             "elasticquotas.scheduling.sigs.k8s.io", "leases.coordination.k8s.io", "events", "deployments.apps")
+KEEP_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kubeflow"}
+
+
+def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
+    result = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args],
+                            capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+    return result.stdout
+
+
+def reset(cluster: RealCluster) -> None:
+    """Delete what tests make, and wait until it is gone (pods included)."""
+    config = cluster.kubeconfig_path
+    kubectl(config, "delete", "mutatingwebhookconfigurations", "-l", "app.kubernetes.io/name=koord-queue",
+            "--ignore-not-found", "--wait=false")
+    kubectl(config, "delete", "mutatingwebhookconfigurations", "koord-queue", "--ignore-not-found", "--wait=false")
+    for kind in LEFTOVERS:
+        namespaces = ["--all-namespaces"]
+        if kind.startswith("leases"):
+            namespaces = ["-n", "koord-queue"]
+        kubectl(config, "delete", kind, "--all", *namespaces, "--ignore-not-found", "--wait=false", check=False)
+    classes = json.loads(kubectl(config, "get", "priorityclasses", "-o", "json"))["items"]
+    doomed = [p["metadata"]["name"] for p in classes if not p["metadata"]["name"].startswith("system-")]
+    if doomed:
+        kubectl(config, "delete", "priorityclasses", *doomed, "--ignore-not-found", "--wait=false")
+    spaces = json.loads(kubectl(config, "get", "namespaces", "-o", "json"))["items"]
+    extra = [n["metadata"]["name"] for n in spaces
+             if n["metadata"]["name"] not in KEEP_NAMESPACES and n["metadata"]["name"] != "koord-queue"]
+    if extra:
+        kubectl(config, "delete", "namespaces", *extra, "--wait=false")
+    kubectl(config, "delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force",
+            "--ignore-not-found", "--wait=false", check=False)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        pods = json.loads(kubectl(config, "get", "pods", "--all-namespaces", "-o", "json"))["items"]
+        spaces = json.loads(kubectl(config, "get", "namespaces", "-o", "json"))["items"]
+        left = [p["metadata"]["name"] for p in pods] + [
+            n["metadata"]["name"] for n in spaces if n["metadata"]["name"] in extra]
+        if not left:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"reset: still there after 90 s: {left}")
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    state = Path(os.environ.get("KOORD_QUEUE_KUBE_STATE") or tmp_path_factory.mktemp("kube"))
+    cluster = RealCluster(state)
+    cluster.start()
+    try:
+        install_crds(cluster)
+        yield cluster
+    finally:
+        cluster.stop()
+        print(f"\nreal control plane logs: {cluster.logs}")
+
+
+@pytest.fixture
+def kube(real_cluster: RealCluster) -> Iterator[RealCluster]:
+    """The session's real control plane, as a test found it: nothing of an earlier test left."""
+    reset(real_cluster)
+    yield real_cluster

@@ -31,7 +31,7 @@ WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"
 
 @pytest.fixture
 async def apiserver(tmp_path: Path) -> AsyncIterator[APIServer]:
-    async with running_apiserver(tmp_path / "state", crds=[WIDGET_CRD]) as server:
+    async with running_apiserver(tmp_path / "state", crds=[WIDGET_CRD], test_controls=True) as server:
         yield server
 
 

@@ -113,3 +113,16 @@ async def test_http_endpoints(apiserver: APIServer, api: APIClient) -> None:
 
     _, _, _ = await api.post("/_test/bookmarks", {"interval": 0.5})
     assert apiserver.controls.bookmark_interval == 0.5
+
+
+async def test_http_controls_are_served_only_when_asked_for(tmp_path: Path) -> None:
+    """A user's server (`koord-queue up`, `python -m koordqueue.localcluster`) has no `/_test/` door:
+    nobody holding its kubeconfig can inject errors, pause it or read who asked for what."""
+    async with running_apiserver(tmp_path / "s", crds=[]) as server, APIClient(server) as api:
+        for method, path in (("GET", "/_test/state"), ("POST", "/_test/pause"), ("POST", "/_test/errors"),
+                             ("GET", "/_test/requests?user=admin")):
+            status, body, _ = await api.request(method, path)
+            assert (status, body["reason"]) == (404, "NotFound"), path
+        assert not server.controls.paused
+        server.controls.inject_errors(500, verbs={"list"}, count=1)  # from Python, as tests do
+        assert (await api.get(CMS))[0] == 500

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedAPIServer]:
-    with ThreadedAPIServer(tmp_path_factory.mktemp("apiserver") / "state", crds=all_crds(), seed=1) as running:
+    with ThreadedAPIServer(tmp_path_factory.mktemp("apiserver") / "state", crds=all_crds(), seed=1,
+                           test_controls=True) as running:
         yield running
 
 

@@ -1,4 +1,4 @@
-"""`python -m koordqueue.localcluster --state-dir DIR [--port P]`: the API server on its own."""
+"""`python -m koordqueue.localcluster --state-dir DIR [--port P] [--test-controls]`: the API server on its own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from koordqueue import aio
 from koordqueue.localcluster.server import APIServer
 
 
-async def _serve(state_dir: Path, port: int) -> None:
-    server = APIServer(state_dir, port)
+async def _serve(state_dir: Path, port: int, test_controls: bool) -> None:
+    server = APIServer(state_dir, port, test_controls=test_controls)
     await server.start()
     print(f"kubeconfig: {server.kubeconfig_path}", flush=True)
     print(f"server: {server.url}", flush=True)
@@ -28,8 +28,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m koordqueue.localcluster", description=__doc__)
     parser.add_argument("--state-dir", type=Path, required=True, help="where state, token and kubeconfig live")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--test-controls", action="store_true",
+                        help="serve the fault-injection and request-log controls under /_test/ (tests, benchmarks)")
     args = parser.parse_args()
-    aio.run(_serve(args.state_dir, args.port))
+    aio.run(_serve(args.state_dir, args.port, args.test_controls))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Clients must survive 500s, 429s with Retry-After, write conflicts, dropped watches,
 compacted history (410 Gone) and a server that stops answering for a while. Tests
 drive these from Python (`server.controls`) or over HTTP under `/_test/`, a prefix
-no Kubernetes client ever requests, behind the same bearer token.
+no Kubernetes client ever requests, behind the same bearer token; the HTTP routes are
+served only by a server started with `test_controls=True` (`--test-controls`).
 """
 
 from __future__ import annotations

@@ -117,13 +117,17 @@ class APIServer:
     """The server and its state directory. `await start()`, use `url`/`token`/`kubeconfig_path`, `await stop()`."""
 
     def __init__(self, state_dir: Path, port: int = 0, crds: list[dict[str, Any]] | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, test_controls: bool = False) -> None:
         """`crds`: CRD manifests installed (created or updated) on start; None: the project's own
-        (`koordqueue.api.crds.all_crds()`). `seed` makes error injection reproducible."""
+        (`koordqueue.api.crds.all_crds()`). `seed` makes error injection reproducible.
+        `test_controls`: serve the fault-injection controls over HTTP under `/_test/` (tests and
+        benchmarks ask for them; a user's server has no such door). From Python, `controls` is
+        always there."""
         self.state_dir = Path(state_dir)
         self._requested_port = port
         self._crds = crds
         self._seed = seed
+        self._test_controls = test_controls
         self._registry = Registry()
         self._runner: web.AppRunner | None = None
         self._port = 0
@@ -276,7 +280,8 @@ class APIServer:
         r.add_get("/openapi/v3/{path:.+}", self._openapi_document)
         r.add_route("*", "/api/{version}/{tail:.+}", self._resource)
         r.add_route("*", "/apis/{group}/{version}/{tail:.+}", self._resource)
-        self._controls.add_routes(app)
+        if self._test_controls:
+            self._controls.add_routes(app)
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:

@@ -44,7 +44,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt("", "v1", "Namespace", "namespaces", False, short_names=("ns",), subresources=_STATUS,
         selectable_fields=("status.phase",)),
     _rt("", "v1", "Pod", "pods", short_names=("po",), categories=("all",),
-        subresources=frozenset({"status", "binding"}), selectable_fields=_POD_FIELDS),
+        subresources=frozenset({"status", "binding", "log"}), selectable_fields=_POD_FIELDS),
     _rt("", "v1", "Node", "nodes", False, short_names=("no",), subresources=_STATUS,
         selectable_fields=("spec.unschedulable",)),
     _rt("", "v1", "Event", "events", short_names=("ev",), selectable_fields=_EVENT_FIELDS),

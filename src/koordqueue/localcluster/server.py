@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import yaml
 from aiohttp import web
 
 from koordqueue.api.crds import all_crds
-from koordqueue.localcluster import discovery, errors, openapi, printing, protobuf, rbac
+from koordqueue.localcluster import discovery, errors, openapi, podlogs, printing, protobuf, rbac
 from koordqueue.localcluster.access import review, token_request
 from koordqueue.localcluster.admission import Admission
 from koordqueue.localcluster.auth import (
@@ -37,6 +38,7 @@ from koordqueue.localcluster.builtin import (
     CRD_KEY,
     INITIAL_NAMESPACES,
     NAMESPACE_KEY,
+    POD_KEY,
     REVIEW_KEYS,
     SELF_REVIEW_KEYS,
     SERVICE_ACCOUNT_KEY,
@@ -129,6 +131,9 @@ class APIServer:
         self._seed = seed
         self._test_controls = test_controls
         self._registry = Registry()
+        self._pod_logs = podlogs.PodLogs()
+        self._log_followers: set[asyncio.Event] = set()
+        self._stopping = False
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._token = ""
@@ -176,6 +181,11 @@ class APIServer:
     def gc(self) -> GarbageCollector:
         return self._gc
 
+    @property
+    def pod_logs(self) -> podlogs.PodLogs:
+        """Where `kubectl logs` reads each container's output (attach a real process's here)."""
+        return self._pod_logs
+
     def issue_token(self, namespace: str, name: str, expiration_seconds: int = 3600) -> str:
         """A token for the ServiceAccount namespace/name, as `kubectl create token` would get (404 if absent)."""
         rt = self._registry.get("", "v1", "serviceaccounts")
@@ -191,6 +201,7 @@ class APIServer:
         return path
 
     async def start(self) -> None:
+        self._stopping = False
         ensure_state_dir(self.state_dir)
         self._token = load_or_create_token(self.state_dir)
         self._issuer = TokenIssuer(load_or_create_key(self.state_dir))
@@ -230,6 +241,9 @@ class APIServer:
             return
         self._controls.resume()
         self._hub.close_all()
+        self._stopping = True
+        for follower in self._log_followers:
+            follower.set()
         await self._gc.stop()
         await self._runner.cleanup()
         self._runner = None
@@ -403,6 +417,8 @@ class APIServer:
                     "DELETE": "deletecollection"}.get(method)
         elif sub in ("binding", "token"):
             verb = "create" if method == "POST" else None
+        elif sub == "log":
+            verb = "get" if method == "GET" else None
         elif sub:
             verb = {"GET": "get", "PUT": "update", "PATCH": "patch"}.get(method)
         else:
@@ -427,6 +443,8 @@ class APIServer:
             opts = await self._delete_options(request)
             gone = self._ops.delete_collection(rt, namespace, accept, opts)
             return self._respond_list(request, rt, gone, str(self._store.rv))
+        if sub == "log":
+            return await self._pod_log(request, rt, ns, name)
         if verb == "get":
             return self._respond(request, rt, self._ops.get(rt, ns, name))
         if verb == "create" and sub == "binding":
@@ -622,6 +640,88 @@ class APIServer:
         self._ops.write_system(rt, pod, new)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
 
+    # --- pods/log -----------------------------------------------------------------------------
+    async def _pod_log(self, request: web.Request, rt: ResourceType, ns: str, name: str) -> web.StreamResponse:
+        """A container's output (podlogs.py): at once, or with `follow` as it is written, until the
+        container ends, the pod goes, or the client leaves."""
+        opts = podlogs.parse_options(name, request.query, time.time())
+        pod = self._ops.get(rt, ns, name)
+        container = podlogs.container_of(pod, opts.container)
+        headers = {"Content-Type": "text/plain", "Cache-Control": "no-cache, private"}
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return web.Response(body=b"", headers=headers)  # no host yet: an empty log, as kube-apiserver's
+        lines, ended, due = self._container_output(pod, container, opts)
+        first = podlogs.select(lines, opts, None)
+        if not opts.follow or ended:
+            return web.Response(body=_limited(b"".join(podlogs.render(line, opts) for line in first), opts),
+                                headers=headers)
+        uid = pod["metadata"].get("uid")
+        wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_change(event: Any) -> None:
+            if event.key == POD_KEY and event.namespace == ns and event.obj["metadata"]["name"] == name:
+                wake.set()
+
+        def written() -> None:  # on the writer's thread
+            loop.call_soon_threadsafe(wake.set)
+
+        buffer = self._pod_logs.buffer_for(pod, container)
+        unfollow = buffer.follow(written) if buffer is not None else None
+        self._store.listeners.append(on_change)
+        self._log_followers.add(wake)
+        resp = web.StreamResponse(headers=headers)
+        resp.enable_chunked_encoding()
+        budget = opts.limit_bytes
+        try:
+            await resp.prepare(request)
+            batch, sent = first, lines[-1].seq if lines else -1
+            while True:
+                for line in batch:
+                    data = podlogs.render(line, opts)
+                    if budget is not None:
+                        data, budget = data[:budget], budget - len(data)
+                    await resp.write(data)
+                    if budget is not None and budget <= 0:
+                        ended = True
+                        break
+                if ended or self._stopping:
+                    break
+                try:
+                    await asyncio.wait_for(wake.wait(), None if due is None else max(due - time.time(), 0.0))
+                except TimeoutError:
+                    pass
+                wake.clear()
+                now = self._store.get(POD_KEY, ns, name)
+                if now is None or now["metadata"].get("uid") != uid:
+                    break  # the pod and its logs are gone
+                try:
+                    lines, ended, due = self._container_output(now, container, opts)
+                except errors.APIError:
+                    break
+                batch = podlogs.select(lines, opts, sent)
+                sent = lines[-1].seq if lines else sent
+            await resp.write_eof()
+        except (ConnectionResetError, RuntimeError):
+            pass  # the client went away
+        finally:
+            self._log_followers.discard(wake)
+            self._store.listeners.remove(on_change)
+            if unfollow is not None:
+                unfollow()
+        return resp
+
+    def _container_output(self, pod: dict[str, Any], container: str,
+                          opts: podlogs.Options) -> tuple[list[podlogs.LogLine], bool, float | None]:
+        """(what the container wrote so far, whether it has ended, when the simulation writes next)."""
+        run = podlogs.container_run(pod, container, opts.previous)
+        ended = run.finished is not None
+        buffer = self._pod_logs.buffer_for(pod, container)
+        if buffer is not None:
+            return buffer.lines(), ended, None
+        lines, due = podlogs.simulated_output(pod, container, run, time.time())
+        return lines, ended, due
+
     # --- responses ---------------------------------------------------------------------------
     @staticmethod
     def _present(rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -777,6 +877,10 @@ def _name_from_field_selector(text: str) -> str:
         return ""
     names = {r.value for r in selector.requirements if r.field == "metadata.name" and not r.negate}
     return names.pop() if len(names) == 1 else ""
+
+
+def _limited(data: bytes, opts: podlogs.Options) -> bytes:
+    return data if opts.limit_bytes is None else data[:opts.limit_bytes]
 
 
 def _partial(obj: dict[str, Any]) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 The embedded API server (state in DIR, CRDs installed), a simulated cluster (nodes,
 training operator, kubelet) and the controller with its admission webhook, all
-talking HTTP to one another as they would on a real cluster. With `--example`, the
-seed guide's ElasticQuota, Queue and PyTorchJob are applied and their state shown,
-so there is something to look at straight away.
+talking HTTP to one another as they would on a real cluster. The controller shows as
+the chart installs it: a Deployment `koord-queue-controllers` in `koord-queue`, whose
+pod's log (`kubectl logs`) is this controller's log. With `--example`, the seed guide's
+ElasticQuota, Queue and PyTorchJob are applied and their state shown, so there is
+something to look at straight away.
 """
 
 from __future__ import annotations
@@ -17,15 +19,17 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from koordqueue import aio
+from koordqueue import __version__, aio
 from koordqueue.api import constants as c
 from koordqueue.api.crds import all_crds
 from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.logs import TEXT_FORMAT
 from koordqueue.controller.manager import Manager
 from koordqueue.controller.overview import overview
 from koordqueue.controller.snapshot import UNITS, take_snapshot
@@ -33,14 +37,21 @@ from koordqueue.controller.webhook import MUTATE_PATH, MUTATING_WEBHOOKS, webhoo
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import AlreadyExists, NotFound
+from koordqueue.localcluster.podlogs import BufferHandler, LogBuffer
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.localcluster.simworkloads import DEPLOYMENTS
 from koordqueue.realcluster.cluster import RealCluster
 from koordqueue.reports import status_text
 
 EXAMPLE = Path(__file__).parent / "examples" / "seed.yaml"
 EXAMPLE_UNIT = "default/pytorch-training-job-py-qu"
 WEBHOOK_CONFIG = "koord-queue"
+# The controller's Deployment, named and labelled as the chart's (`helm install koord-queue ...`).
+CONTROLLER_DEPLOYMENT = "koord-queue-controllers"
+CONTROLLER_CONTAINER = "controller"
+CONTROLLER_LABELS = {"app.kubernetes.io/name": "koord-queue", "app.kubernetes.io/instance": "koord-queue",
+                     "app.kubernetes.io/component": "controller"}
 
 
 def _resource_for(obj: dict[str, Any]) -> Resource:
@@ -99,6 +110,59 @@ async def _wait_for_phase(client: KubeClient, key: str, phases: set[str], second
     return phase
 
 
+def controller_deployment(config: ControllerConfig) -> dict[str, Any]:
+    """The Deployment the chart would make for this controller (its pod stands for this process)."""
+    args = [f"--job-kinds={','.join(sorted(config.job_kinds))}", f"--namespace={config.system_namespace}",
+            "--no-leader-elect", "--webhook" if config.webhook else "--no-webhook"]
+    if config.dashboard:
+        args.append("--dashboard")
+    container = {"name": CONTROLLER_CONTAINER, "image": f"koord-queue:{__version__}", "args": args,
+                 "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                               "limits": {"cpu": "1", "memory": "1Gi"}}}
+    return {
+        "apiVersion": c.APPS_API_VERSION, "kind": c.DEPLOYMENT_KIND,
+        "metadata": {"name": CONTROLLER_DEPLOYMENT, "namespace": config.system_namespace,
+                     "labels": dict(CONTROLLER_LABELS)},
+        "spec": {"replicas": 1, "selector": {"matchLabels": dict(CONTROLLER_LABELS)},
+                 "template": {"metadata": {"labels": dict(CONTROLLER_LABELS)},
+                              "spec": {"containers": [container]}}},
+    }
+
+
+async def show_controller(client: KubeClient, config: ControllerConfig, seconds: float = 10.0) -> None:
+    """Create (or bring up to date) the controller's Deployment and wait, a while, for its pod."""
+    body = controller_deployment(config)
+    try:
+        await client.create(DEPLOYMENTS, body, namespace=config.system_namespace)
+    except AlreadyExists:  # from an earlier run on this state
+        await client.patch(DEPLOYMENTS, CONTROLLER_DEPLOYMENT, {"spec": body["spec"]}, namespace=config.system_namespace)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        deployment = await client.get(DEPLOYMENTS, CONTROLLER_DEPLOYMENT, namespace=config.system_namespace)
+        if (deployment.get("status") or {}).get("availableReplicas"):
+            return
+        await asyncio.sleep(0.1)
+
+
+@contextlib.contextmanager
+def controller_log(buffer: LogBuffer) -> Iterator[None]:
+    """Write what the controller logs (INFO and up, as `koord-queue controller` does) into `buffer`;
+    the simulated cluster's own logs are not the controller's."""
+    handler = BufferHandler(buffer)
+    handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(lambda record: not record.name.startswith(("koordqueue.localcluster", "koordqueue.up")))
+    logger = logging.getLogger("koordqueue")
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 class UpError(Exception):
     """The system could not start (a port taken, ...): said in words, not a traceback."""
 
@@ -124,6 +188,8 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
     """Register the webhook, apply the example, and tell the user where everything is."""
     assert manager.webhook is not None
     await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
+    if isinstance(server, APIServer):  # (on the real control plane the chart's Deployment is for a later step)
+        await show_controller(client, config)
     kind = "kube-apiserver" if isinstance(server, RealCluster) else "API server"
     print(f"koord-queue is up: {kind} {server.url}, {nodes} simulated nodes with "
           f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics", flush=True)
@@ -143,6 +209,7 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
     print("  kubectl get queueunit -A")
     print("  kubectl describe elasticquota pytorch-team-a")
     print("  kubectl get queue -n koord-queue")
+    print(f"  kubectl logs -n {config.system_namespace} deployment/{CONTROLLER_DEPLOYMENT}")
     command = _command()
     print(f"  {command} status")
     print(f"  {command} explain pytorchjob/pytorch-training-job")
@@ -171,8 +238,12 @@ def controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfi
 async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
                  dashboard_port: int = 0, ready: asyncio.Event | None = None,
                  stop: asyncio.Event | None = None) -> None:
+    state_dir = state_dir.resolve()  # what it prints (KUBECONFIG=...) works from any directory
     server = APIServer(state_dir, crds=all_crds())
     await server.start()
+    config = controller_config(metrics_port, dashboard_port)
+    log_buffer = LogBuffer()
+    server.pod_logs.attach(config.system_namespace, CONTROLLER_LABELS, CONTROLLER_CONTAINER, log_buffer)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -181,18 +252,18 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
     try:
         async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client, \
                 SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node):
-            config = controller_config(metrics_port, dashboard_port)
-            manager = Manager(client, config)
-            task = asyncio.create_task(manager.run())
-            try:
-                await _started(task, manager.endpoints_ready, stop)
-                await _serve(server, client, manager, config, nodes, gpus_per_node, example, state_dir)
-                if ready is not None:
-                    ready.set()
-                await stop.wait()
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            with controller_log(log_buffer):
+                manager = Manager(client, config)
+                task = asyncio.create_task(manager.run())
+                try:
+                    await _started(task, manager.endpoints_ready, stop)
+                    await _serve(server, client, manager, config, nodes, gpus_per_node, example, state_dir)
+                    if ready is not None:
+                        ready.set()
+                    await stop.wait()
+                finally:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
     finally:
         await server.stop()
 
@@ -240,7 +311,10 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
 
 def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int,
          dashboard_port: int, control_plane: str = "embedded") -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=TEXT_FORMAT)
+    for handler in logging.getLogger().handlers:  # the terminal gets warnings; the controller's pod log, all
+        handler.setLevel(logging.WARNING)
+    state_dir = state_dir.resolve()  # what it prints (KUBECONFIG=...) works from any directory
     run = run_up_kube if control_plane == "kube" else run_up
     try:
         aio.run(run(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from koordqueue.api import constants as c
 from koordqueue.api.crds import all_crds
@@ -266,8 +268,8 @@ async def test_koord_queue_up_runs_the_seed_example_and_kubectl_sees_it(tmp_path
     state = tmp_path / "kq"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "koordqueue.cli", "up", "--state-dir", str(state), "--example",
-        "--dashboard-port", str(free_port()),
+        sys.executable, "-m", "koordqueue.cli", "up", "--state-dir", "kq", "--example",  # relative, as `make run`'s
+        "--dashboard-port", str(free_port()), cwd=tmp_path,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
     output: list[str] = []
     try:
@@ -285,6 +287,26 @@ async def test_koord_queue_up_runs_the_seed_example_and_kubectl_sees_it(tmp_path
         assert header[:6] == ["NAMESPACE", "NAME", "PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE"]
         assert "pytorch-training-job-py-qu   Running" in table
         assert oct((state / "kubeconfig").stat().st_mode & 0o777) == "0o600"
+
+        # The seed guide's "检查 Deployments" and "检查日志", verbatim: the controller as the chart installs it
+        deployments = await asyncio.to_thread(kubectl, state / "kubeconfig", "get", "deployment", "-n", "koord-queue")
+        assert deployments.splitlines()[1].split()[:4] == ["koord-queue-controllers", "1/1", "1", "1"]
+        pods = await asyncio.to_thread(kubectl, state / "kubeconfig", "get", "pods", "-n", "koord-queue")
+        assert pods.splitlines()[1].split()[1:3] == ["1/1", "Running"]
+        assert pods.splitlines()[1].startswith("koord-queue-controllers-")
+        logs = await asyncio.to_thread(kubectl, state / "kubeconfig", "logs", "-n", "koord-queue",
+                                       "deployment/koord-queue-controllers")
+        assert re.search(r"^\S+ \S+ INFO koordqueue.controller.manager: \S+: leading; queueing .*PyTorchJob", logs,
+                         re.MULTILINE), logs
+        assert "koordqueue.localcluster" not in logs  # the simulated cluster's own logs are not the controller's
+
+        # No fault-injection door on a user's server (issue 16): the test controls are not mounted
+        server = yaml.safe_load((state / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
+        token = yaml.safe_load((state / "kubeconfig").read_text())["users"][0]["user"]["token"]
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
+            for path in ("/_test/state", "/_test/requests?user=admin"):
+                async with session.get(server + path, ssl=False) as resp:
+                    assert resp.status == 404, path
     finally:
         process.send_signal(signal.SIGINT)
         async with asyncio.timeout(30):

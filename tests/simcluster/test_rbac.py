@@ -34,6 +34,7 @@ USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 RBAC = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False)
 RBAC_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts")
+DEPLOYMENTS = Resource("apps", "v1", "deployments")
 
 # What the simulated cluster asks of the API server: (group, resource, verbs).
 NEEDS = [
@@ -49,6 +50,10 @@ NEEDS = [
     ("kubeflow.org", "mpijobs", ["list", "watch"]),
     ("batch", "jobs", ["list", "watch"]),
     ("batch", "jobs/status", ["patch"]),
+    ("apps", "deployments", ["list", "watch"]),
+    ("apps", "deployments/status", ["patch"]),
+    ("apps", "replicasets", ["create", "list", "watch", "patch"]),
+    ("apps", "replicasets/status", ["patch"]),
 ]
 
 
@@ -100,6 +105,25 @@ async def test_the_simulation_uses_every_rule_it_is_granted_and_no_other(server:
                                       c.BATCH_CONDITION_COMPLETE)
 
             await wait_for(complete, "the batch Job Complete")
+            await client.create(DEPLOYMENTS, {"metadata": {"name": "web"}, "spec": {
+                "replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}, namespace="default")
+
+            async def available() -> bool:
+                deployment = await client.get(DEPLOYMENTS, "web", namespace="default")
+                return (deployment.get("status") or {}).get("availableReplicas") == 2
+
+            await wait_for(available, "the Deployment available")
+            await client.patch(DEPLOYMENTS, "web", {"spec": {"replicas": 1, "template": {"metadata": {
+                "labels": {"app": "web", "version": "2"}}}}}, namespace="default")  # a new ReplicaSet, the old to 0
+
+            async def rolled() -> bool:
+                deployment = await client.get(DEPLOYMENTS, "web", namespace="default")
+                return (deployment.get("status") or {}).get("updatedReplicas") == 1 and \
+                    (deployment.get("status") or {}).get("replicas") == 1
+
+            await wait_for(rolled, "the Deployment rolled")
 
             async def all_used() -> set[Access] | None:
                 used = server.controls.requests_by(USER)

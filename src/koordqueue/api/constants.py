@@ -139,12 +139,27 @@ BATCH_REASON_BACKOFF_LIMIT = "BackoffLimitExceeded"
 # Event reasons of the simulated operator and scheduler (as the real ones word them).
 EVENT_SUCCESSFUL_CREATE_POD = "SuccessfulCreatePod"
 EVENT_SUCCESSFUL_DELETE_POD = "SuccessfulDeletePod"
-EVENT_BATCH_SUCCESSFUL_CREATE = "SuccessfulCreate"
+EVENT_BATCH_SUCCESSFUL_CREATE = "SuccessfulCreate"  # the Job and ReplicaSet controllers' pod events
 EVENT_BATCH_SUCCESSFUL_DELETE = "SuccessfulDelete"
 EVENT_SCHEDULED = "Scheduled"
 EVENT_FAILED_SCHEDULING = "FailedScheduling"
 EVENT_INVALID_SIM_ANNOTATION = "InvalidSimulationAnnotation"
 BATCH_JOB_CONTROLLER = "job-controller"  # the source of batch Job events
+# Deployments and ReplicaSets, as kube-controller-manager's controllers keep them.
+APPS_API_VERSION = "apps/v1"
+DEPLOYMENT_KIND = "Deployment"
+REPLICA_SET_KIND = "ReplicaSet"
+DEPLOYMENTS_PLURAL = "deployments"
+REPLICA_SETS_PLURAL = "replicasets"
+LABEL_POD_TEMPLATE_HASH = "pod-template-hash"
+ANNOTATION_DEPLOYMENT_REVISION = "deployment.kubernetes.io/revision"
+ANNOTATION_DESIRED_REPLICAS = "deployment.kubernetes.io/desired-replicas"
+ANNOTATION_MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
+DEPLOYMENT_CONDITION_AVAILABLE = "Available"
+DEPLOYMENT_CONDITION_PROGRESSING = "Progressing"
+EVENT_SCALING_REPLICA_SET = "ScalingReplicaSet"
+DEPLOYMENT_CONTROLLER = "deployment-controller"
+REPLICA_SET_CONTROLLER = "replicaset-controller"
 SCHEDULER_NAME = "default-scheduler"  # the source of scheduling events
 
 TRUE = "true"

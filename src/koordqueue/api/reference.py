@@ -150,6 +150,10 @@ NOT_DOCUMENTED: dict[str, str] = {
     "LABEL_OS": "Kubernetes' well-known node label; the simulated nodes carry it",
     "LABEL_ARCH": "Kubernetes' well-known node label; the simulated nodes carry it",
     "ANNOTATION_LAST_APPLIED": "kubectl's; named only so that it is not copied onto QueueUnits",
+    "LABEL_POD_TEMPLATE_HASH": "the Deployment controller's; the simulated one writes it on ReplicaSets and pods",
+    "ANNOTATION_DEPLOYMENT_REVISION": "the Deployment controller's; the simulated one writes it on ReplicaSets",
+    "ANNOTATION_DESIRED_REPLICAS": "the Deployment controller's; the simulated one writes it on ReplicaSets",
+    "ANNOTATION_MAX_REPLICAS": "the Deployment controller's; the simulated one writes it on ReplicaSets",
 }
 
 

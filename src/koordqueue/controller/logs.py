@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class JSONFormatter(logging.Formatter):
@@ -33,7 +34,7 @@ def setup_logging(fmt: str = "text", level: str = "info") -> None:
     if fmt == "json":
         handler.setFormatter(JSONFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -59,6 +59,9 @@ class Manager:
             await self.webhook.start()
         if self.dashboard is not None:
             await self.dashboard.start()
+        log.info("%s: serving /metrics, /healthz and /readyz on port %d%s%s", self.identity, self.metrics_port,
+                 f", the admission webhook on port {self.webhook.port}" if self.webhook is not None else "",
+                 f", the dashboard on port {self.dashboard.port}" if self.dashboard is not None else "")
         self.endpoints_ready.set()
 
     async def _metrics(self, _: web.Request) -> web.Response:
@@ -76,6 +79,8 @@ class Manager:
         return web.Response(text="ok: leading" if leading else "ok: following")
 
     async def _lead(self) -> None:
+        log.info("%s: leading; queueing %s in namespace %s", self.identity, ", ".join(sorted(self.config.job_kinds)),
+                 self.config.system_namespace)
         self.metrics.leading(True)
         self.controller = Controller(self.client, self.config, self.metrics)
         try:

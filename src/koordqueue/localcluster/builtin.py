@@ -5,7 +5,8 @@ The per-kind hooks are the small part of each kind's real registry strategy that
 clients can observe: pods start `Pending`, namespaces start `Active` with their name
 label, Jobs get their selector, Secrets fold `stringData` into `data`, a
 PodDisruptionBudget starts with an empty status (no disruption controller fills it in
-here, and its spec is not validated beyond the schema).
+here, and its spec is not validated beyond the schema), Deployments and ReplicaSets get
+their replica count and Deployments their rollout defaults.
 """
 
 from __future__ import annotations
@@ -143,8 +144,20 @@ def _job_create(obj: dict[str, Any]) -> None:
     obj["status"] = {}
 
 
-def _clear_status(obj: dict[str, Any]) -> None:
+def _deployment_create(obj: dict[str, Any]) -> None:
+    """apps/v1 defaults that `kubectl describe deployment` shows."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%",
+                                                                            "maxSurge": "25%"}})
+    spec.setdefault("revisionHistoryLimit", 10)
+    spec.setdefault("progressDeadlineSeconds", 600)
     obj["status"] = {}
+
+
+def _replica_set_create(obj: dict[str, Any]) -> None:
+    obj.setdefault("spec", {}).setdefault("replicas", 1)
+    obj["status"] = {"replicas": 0}
 
 
 def _secret_write(obj: dict[str, Any]) -> None:
@@ -178,8 +191,8 @@ CREATE_HOOKS: dict[str, tuple[Hook, ...]] = {
     NAMESPACE_KEY: (_namespace_create,),
     POD_KEY: (_pod_create,),
     "batch/jobs": (_job_create,),
-    "apps/deployments": (_clear_status,),
-    "apps/replicasets": (_clear_status,),
+    "apps/deployments": (_deployment_create,),
+    "apps/replicasets": (_replica_set_create,),
     "/secrets": (_secret_write,),
     SERVICE_KEY: (_service_create,),
     "scheduling.k8s.io/priorityclasses": (_priority_class_write,),

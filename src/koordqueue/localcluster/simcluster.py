@@ -3,8 +3,9 @@
 It stands in for what a real cluster runs besides the API server, so the controller
 can be tried and tested with no cluster: Node objects with allocatable cpu, memory
 and nvidia.com/gpu; the Kubeflow training operator (PyTorchJob, TFJob, MPIJob) and the
-batch Job controller (`simoperator.py`); a gang scheduler and kubelet that bind pods
-to nodes with room, run them and end them (`simkubelet.py`). Everything speaks HTTP
+batch Job controller (`simoperator.py`); the Deployment and ReplicaSet controllers
+(`simworkloads.py`); a gang scheduler and kubelet that bind pods to nodes with room, run
+them and end them (`simkubelet.py`). Everything speaks HTTP
 to the API server through `KubeClient`, driven by informers, as the real components do.
 
 Job annotations that steer the simulation (copied to the job's pods):
@@ -27,6 +28,7 @@ from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, SimKubelet, now_rfc3339
 from koordqueue.localcluster.simnodes import check_node_sizes, node_name, node_object
 from koordqueue.localcluster.simoperator import JobKind, SimOperator, job_kinds
+from koordqueue.localcluster.simworkloads import DEPLOYMENTS, REPLICA_SETS, SimWorkloads
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +76,10 @@ class SimCluster:
         self.pod_informer: Informer[Object] = Informer(client, PODS)
         self.node_informer: Informer[Object] = Informer(client, NODES)
         self.job_informers: dict[str, tuple[JobKind, Informer[Object]]] = {}
+        self.workload_informers: list[Informer[Object]] = []
         self.kubelet: SimKubelet | None = None
         self.operator: SimOperator | None = None
+        self.workloads: SimWorkloads | None = None
         self._started = False
 
     @property
@@ -95,21 +99,32 @@ class SimCluster:
                                   self.record_events, self.workers)
         self.operator = SimOperator(self.client, self.pod_informer, self.job_informers, self.background,
                                     self.record_events, self.workers)
-        informers = [self.node_informer, self.pod_informer] + [inf for _, inf in self.job_informers.values()]
-        for informer in informers:
+        if await self._served(DEPLOYMENTS) and await self._served(REPLICA_SETS):
+            deployments, replica_sets = Informer(self.client, DEPLOYMENTS), Informer(self.client, REPLICA_SETS)
+            self.workload_informers = [deployments, replica_sets]
+            self.workloads = SimWorkloads(self.client, self.pod_informer, deployments, replica_sets,
+                                          self.background, self.record_events)
+        for informer in self._informers():
             informer.start()
-        await asyncio.gather(*(informer.wait_synced(SYNC_TIMEOUT) for informer in informers))
+        await asyncio.gather(*(informer.wait_synced(SYNC_TIMEOUT) for informer in self._informers()))
         self.kubelet.start()
         self.operator.start()
+        if self.workloads is not None:
+            self.workloads.start()
         self._started = True
+
+    def _informers(self) -> list[Informer[Object]]:
+        return [self.node_informer, self.pod_informer, *(inf for _, inf in self.job_informers.values()),
+                *self.workload_informers]
 
     async def stop(self) -> None:
         if self.operator is not None:
             await self.operator.stop()
+        if self.workloads is not None:
+            await self.workloads.stop()
         if self.kubelet is not None:
             await self.kubelet.stop()
-        informers = [self.node_informer, self.pod_informer] + [inf for _, inf in self.job_informers.values()]
-        for informer in informers:
+        for informer in self._informers():
             await informer.stop()
         await self.background.close()
         self._started = False

@@ -150,3 +150,23 @@ async def test_jobs_running_before_the_controller_starts_are_accounted_not_distu
                 await sim.stop()
     finally:
         await server.stop()
+
+
+async def test_deleted_jobs_and_units_show_in_the_recent_decisions(system: System) -> None:
+    """The dashboard's recent decisions say when a job (or its unit) is deleted, and what that freed."""
+    await system.apply(quota("team-del", 2, 2))
+    await system.apply(pytorch_job("runs", quota_name="team-del"), pytorch_job("waits", quota_name="team-del"))
+    await system.wait_phase("runs-py-qu", c.Phase.RUNNING)
+    await system.wait_phase("waits-py-qu", c.Phase.ENQUEUED)
+    await system.akubectl("delete", "pytorchjob", "waits")
+    await system.akubectl("delete", "pytorchjob", "runs")
+
+    async def both_recorded() -> list[tuple[str, str | None, str]] | None:
+        deleted = [(d["unit"], d["quota"], d["message"]) for d in system.controller.overview()["recent"]
+                   if d["what"] == "deleted"]
+        return deleted if len(deleted) >= 2 else None
+
+    deleted = await system.wait_for(both_recorded, what="both deletions in the recent decisions")
+    assert sorted(deleted) == [
+        ("default/runs-py-qu", "team-del", "PyTorchJob default/runs was deleted; quota team-del released"),
+        ("default/waits-py-qu", None, "PyTorchJob default/waits was deleted; it left the queue")]

@@ -548,6 +548,7 @@ class Controller:
         self._enqueue_job(unit.job_key, self._job_of(unit))
 
     async def _unit_deleted(self, unit: UnitView) -> None:
+        self._remember_deletion(unit.key, f"QueueUnit {unit.key} was deleted")
         self.engine.remove_unit(unit.key)
         for cache in (self.unit_rv, self.written_messages, self.pending_messages, self.failed_scheduling_at,
                       self.message_written_at, self.deferred_messages):
@@ -584,6 +585,7 @@ class Controller:
         self.job_fingerprints.pop(f"{job.kind}/{job.key}", None)
         self.resumed_at.pop(f"{job.kind}/{job.key}", None)
         self.suspension_owed.pop(f"{job.kind}/{job.key}", None)
+        self._remember_deletion(job.unit_key, f"{job.kind} {job.key} was deleted")
         self.engine.remove_unit(job.unit_key)
         self.wake.set()
 
@@ -1024,6 +1026,15 @@ class Controller:
 
     def _job_of(self, unit: UnitView) -> JobView | None:
         return self._job_view(unit.job_key)
+
+    def _remember_deletion(self, key: str, what: str) -> None:
+        """A unit the engine still held leaves: its quota (if admitted) is freed, or its place in line."""
+        held = self.engine.unit(key)
+        if held is None:
+            return  # already gone (the job's deletion took its unit with it), or finished
+        quota = held.admitted_quota
+        self._remember("deleted", key, quota, f"{what}; quota {quota} released" if quota
+                       else f"{what}; it left the queue")
 
     def _remember(self, what: str, unit: str, quota: str | None, message: str) -> None:
         self.recent.appendleft({"time": self.clock(), "what": what, "unit": unit, "quota": quota,

@@ -102,7 +102,7 @@ def test_queue_unit_printer_columns_are_koord_queues() -> None:
     assert [(col["name"], col["type"], col["jsonPath"]) for col in columns] == [
         ("PHASE", "string", ".status.phase"),
         ("PRIORITY", "integer", ".spec.priority"),
-        ("ADMISSIONS", "string", ".status.admissions"),
+        ("ADMISSIONS", "string", ".status.admissionSummary"),
         ("JOBTYPE", "string", ".spec.consumerRef.kind"),
         ("AGE", "date", ".metadata.creationTimestamp"),
     ]
@@ -177,3 +177,23 @@ def test_a_built_unit_loses_nothing_to_pruning() -> None:
     del unit["metadata"]  # the API server keeps metadata whatever the schema says
     assert _pruned(unit, schema_of("QueueUnit"), "") == []
     assert _pruned({"spec": {"bogus": 1}}, schema_of("QueueUnit"), "") == [".spec.bogus"]
+
+
+def _undescribed(schema: dict[str, Any], where: str) -> list[str]:
+    missing = []
+    for name, sub in (schema.get("properties") or {}).items():
+        if name != "metadata" and not sub.get("description"):
+            missing.append(f"{where}.{name}")
+        missing += _undescribed(sub, f"{where}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            missing += _undescribed(schema[key], f"{where}[]")
+    return missing
+
+
+@pytest.mark.parametrize("manifest", our_crds(), ids=lambda m: m["metadata"]["name"])
+def test_every_field_of_our_crds_is_described(manifest: dict[str, Any]) -> None:
+    """`kubectl explain` showed `<no description>` for every field (issue 16)."""
+    root = manifest["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert root.get("description")
+    assert _undescribed(root, manifest["spec"]["names"]["kind"]) == []

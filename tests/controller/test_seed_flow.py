@@ -3,6 +3,8 @@ cluster and the controller, all over HTTP."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from koordqueue.api import constants as c
@@ -53,8 +55,21 @@ async def test_seed_manifests_verbatim_run_to_pods_and_quota_is_charged_then_rel
     assert header[:6] == ["NAMESPACE", "NAME", "PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE"]
     row = next(line for line in table.splitlines() if SEED_UNIT in line)
     assert " Running " in row and " 10 " in row and row.rstrip().split()[-2] == c.PYTORCH_JOB_KIND
-    queues = await system.akubectl("get", "queue", "-n", c.SYSTEM_NAMESPACE)
-    assert "pytorch-team-a" in queues and "pytorch-training-queue" in queues
+    assert row.split()[4] == "master=1,worker=1"  # ADMISSIONS: a short form, not the admissions' JSON
+
+    async def bindings() -> dict[str, dict[str, str]] | None:  # the guide's Queue is bound to no quota: it says so
+        table = (await system.akubectl("get", "queue", "-n", c.SYSTEM_NAMESPACE)).splitlines()
+        starts = [m.start() for m in re.finditer(r"\S+", table[0])]  # a missing value is an empty cell
+        rows = [{name: row[a:b].strip() for name, a, b in zip(table[0].split(), starts, [*starts[1:], None],
+                                                              strict=True)} for row in table[1:]]
+        by_name = {row["NAME"]: row for row in rows}
+        return by_name if by_name.get("pytorch-training-queue", {}).get("BOUND") == "False" else None
+
+    queues = await system.wait_for(bindings, what="the Queues' Quota and Bound columns")
+    assert (queues["pytorch-team-a"]["QUOTA"], queues["pytorch-team-a"]["BOUND"]) == ("pytorch-team-a", "True")
+    assert (queues["pytorch-training-queue"]["QUOTA"], queues["pytorch-training-queue"]["BOUND"]) == ("", "False")
+    described = await system.akubectl("describe", "queue", "pytorch-training-queue", "-n", c.SYSTEM_NAMESPACE)
+    assert "bound to no ElasticQuota" in " ".join(described.split())
     reasons = [e["reason"] for e in await system.events(SEED_UNIT)]
     assert c.EventReason.ENQUEUED in reasons and c.EventReason.DEQUEUED in reasons
 

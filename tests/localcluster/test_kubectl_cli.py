@@ -165,7 +165,7 @@ def test_get_prints_crd_columns_plain_wide_and_all_namespaces(kubectl: Kubectl) 
     assert re.fullmatch(r"\d+s", plain[1][5])
     assert lines(kubectl.out("get", "qu", "unit-a", "-o", "wide"))[0] == plain[0]  # no priority > 0 columns
     everywhere = lines(kubectl.out("get", "queues", "-A", "--show-labels"))
-    assert everywhere[0] == ["NAMESPACE", "NAME", "POLICY", "PRIORITY", "AGE", "LABELS"]
+    assert everywhere[0] == ["NAMESPACE", "NAME", "POLICY", "PRIORITY", "QUOTA", "BOUND", "AGE", "LABELS"]
     assert ["koord-queue", "pytorch-training-queue", "Priority", "100"] == next(
         row[:4] for row in everywhere if row[1] == "pytorch-training-queue")
 
@@ -372,3 +372,19 @@ def test_explain_reads_the_openapi_v3_schemas(kubectl: Kubectl) -> None:
     assert re.search(r"^  priority\s+<integer>$", spec, re.M) and re.search(r"^  queue\s+<string>$", spec, re.M)
     containers = kubectl.out("explain", "pod.spec.containers")
     assert re.search(r"^\s+imagePullPolicy\s+<string>$", containers, re.M)
+
+
+def test_explain_describes_our_fields_and_the_operators_run_policy(kubectl: Kubectl) -> None:
+    """Issue 16: every field of our CRDs said `<no description>`, and `pytorchjob.spec.runPolicy` failed."""
+    def text(*args: str) -> str:  # kubectl wraps descriptions: one line
+        return " ".join(kubectl.out("explain", *args).split())
+
+    assert "the job's scheduling.x-k8s.io/priority annotation" in text("queueunit.spec.priority")
+    assert "Block: strict order" in text("queue.spec.queuePolicy")
+    assert "Guaranteed resources" in text("elasticquota.spec.min")
+    for kind in ("elasticquota", "queue", "queueunit", "queueunit.status", "queue.status"):
+        assert "<no description>" not in kubectl.out("explain", kind), kind
+    run_policy = kubectl.out("explain", "pytorchjob.spec.runPolicy")
+    assert re.search(r"^  suspend\s+<boolean>$", run_policy, re.M), run_policy
+    assert re.search(r"^  cleanPodPolicy\s+<string>$", run_policy, re.M)
+    assert "Koord-Queue sets it while the job waits" in text("pytorchjob.spec.runPolicy.suspend")

@@ -87,8 +87,11 @@ def test_crd_component_is_named_like_kube_apiserver_and_refers_to_object_meta(re
     queue = schemas["io.x-k8s.scheduling.v1alpha1.Queue"]
     assert queue["x-kubernetes-group-version-kind"] == [
         {"group": "scheduling.x-k8s.io", "version": "v1alpha1", "kind": "Queue"}]
-    assert queue["properties"]["metadata"] == {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
-    assert queue["properties"]["spec"]["properties"]["queuePolicy"] == {"type": "string"}
+    assert queue["properties"]["metadata"] == {  # with the description kube-apiserver gives it
+        "$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        "description": "Standard object's metadata. More info: "
+                       "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"}
+    assert queue["properties"]["spec"]["properties"]["queuePolicy"]["type"] == "string"
     assert "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta" in schemas
     assert "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference" in schemas
     assert schemas["io.x-k8s.scheduling.v1alpha1.QueueList"]["properties"]["items"]["items"] == {

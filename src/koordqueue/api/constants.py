@@ -268,6 +268,11 @@ KUBEFLOW_CONDITION_SUSPENDED = "Suspended"
 BATCH_CONDITION_COMPLETE = "Complete"
 BATCH_CONDITION_FAILED = "Failed"
 CONDITION_TRUE = "True"
+# A Queue's Bound condition (status.conditions, written by the controller with status.quota).
+QUEUE_CONDITION_BOUND = "Bound"
+QUEUE_REASON_BOUND = "QuotaFound"
+QUEUE_REASON_QUOTA_MISSING = "QuotaNotFound"
+QUEUE_REASON_UNBOUND = "NoQuota"
 # ray.io/v1 RayJob status.jobStatus and status.jobDeploymentStatus values.
 RAY_JOB_STATUS_RUNNING = "RUNNING"
 RAY_JOB_STATUS_SUCCEEDED = "SUCCEEDED"

@@ -11,10 +11,12 @@ are written from this module with
 the chart's files are byte for byte the same as config/crd's, and tests fail when any
 of them drift.
 
-Printer columns of QueueUnit are Koord-Queue's: ADMISSIONS shows ``.status.admissions``
-as a whole (kubectl prints the list of ``{name, replicas, resources, running}``), which is
-what Koord-Queue users already read; a JSONPath like ``[*].replicas`` would show only the
-first pod set, since the API server prints the first result of a column's JSONPath.
+Printer columns of QueueUnit are Koord-Queue's (PHASE, PRIORITY, ADMISSIONS, JOBTYPE), but
+ADMISSIONS shows ``.status.admissionSummary`` ("master=1,worker=1", written by the
+controller with the admissions) rather than ``.status.admissions`` whole, which printed
+some 200 characters of JSON; a JSONPath like ``[*].replicas`` cannot do it, since the API
+server prints only the first result of a column's JSONPath. Queue's columns say which
+quota it is bound to (Quota, Bound: written by the controller).
 """
 
 from __future__ import annotations
@@ -33,18 +35,29 @@ Schema = dict[str, Any]
 STRING: Schema = {"type": "string"}
 INTEGER: Schema = {"type": "integer"}
 RESOURCES: Schema = {"type": "object", "additionalProperties": QUANTITY_SCHEMA}
+
+
+def described(schema: Schema, text: str) -> Schema:
+    """`schema` with the description `kubectl explain` shows for the field."""
+    return {**schema, "description": text}
+
+
 LABEL_SELECTOR: Schema = {
     "type": "object",
+    "description": "Which QueueUnits the check applies to, by their labels (the job's); empty: all of them.",
     "properties": {
-        "matchLabels": {"type": "object", "additionalProperties": STRING},
+        "matchLabels": described({"type": "object", "additionalProperties": STRING},
+                                 "Labels a unit must carry, all of them, with these values."),
         "matchExpressions": {
             "type": "array",
+            "description": "Requirements on a unit's labels, all of which must hold.",
             "items": {
                 "type": "object",
                 "properties": {
-                    "key": STRING,
-                    "operator": STRING,
-                    "values": {"type": "array", "items": STRING},
+                    "key": described(STRING, "The label's key."),
+                    "operator": described(STRING, "In, NotIn, Exists or DoesNotExist."),
+                    "values": described({"type": "array", "items": STRING},
+                                        "The values for In and NotIn; empty for Exists and DoesNotExist."),
                 },
             },
         },
@@ -53,45 +66,154 @@ LABEL_SELECTOR: Schema = {
 
 ELASTIC_QUOTA_SCHEMA: Schema = {
     "type": "object",
+    "description": "ElasticQuota bounds what the jobs of a team (or a parent of teams) may use: min is "
+                   "guaranteed, and up to max may be borrowed from what other quotas leave idle. Its "
+                   "labels set the queue policy (koord-queue/queue-policy) and the parent quota.",
     "properties": {
-        "spec": {"type": "object", "properties": {"min": RESOURCES, "max": RESOURCES}},
-        "status": {"type": "object", "properties": {"used": RESOURCES}},
+        "spec": {"type": "object", "description": "The quota's bounds, per resource name.", "properties": {
+            "min": described(RESOURCES, "Guaranteed resources: the quota's jobs get them back even from "
+                                        "borrowers (preemption). A resource not named is 0."),
+            "max": described(RESOURCES, "The most the quota's jobs may use at once, borrowing included. "
+                                        "A resource not named cannot be used."),
+        }},
+        "status": {"type": "object", "description": "Written by the controller.", "properties": {
+            "used": described(RESOURCES, "What the quota's admitted jobs hold now."),
+        }},
     },
 }
 
 QUEUE_ITEM: Schema = {
     "type": "object",
-    "properties": {"name": STRING, "namespace": STRING, "priority": INTEGER, "position": INTEGER},
+    "properties": {
+        "name": described(STRING, "The QueueUnit's name."),
+        "namespace": described(STRING, "The QueueUnit's namespace."),
+        "priority": described(INTEGER, "Its priority in the queue."),
+        "position": described(INTEGER, "Its place in line: 1 is tried first."),
+    },
 }
 QUEUE_SCHEMA: Schema = {
     "type": "object",
+    "description": "Queue orders the jobs of the ElasticQuota it is bound to (the quota named by its "
+                   "quota.scheduling.koordinator.sh/name label, or the quota of its own name); a Queue bound "
+                   "to no quota admits nothing. The controller makes one for each ElasticQuota.",
     "properties": {
         "spec": {
             "type": "object",
+            "description": "How the queue orders and admits its jobs.",
             "properties": {
-                "queuePolicy": STRING,  # an unknown policy is a warning and Priority, not a rejection
-                "priority": INTEGER,
-                "priorityClassName": STRING,
+                # an unknown policy is a warning and Priority, not a rejection
+                "queuePolicy": described(STRING, "Priority (the default): higher priority first, and a job "
+                                                 "that does not fit lets the next one try; Block: strict order, "
+                                                 "the first job that does not fit holds back the rest; "
+                                                 "Intelligent: jobs at or above the priority threshold "
+                                                 "(annotation koord-queue/priority-threshold) go strictly "
+                                                 "first, the others as in Priority."),
+                "priority": described(INTEGER, "The queue's priority: queues of higher priority are served first."),
+                "priorityClassName": described(STRING, "A PriorityClass whose value is the queue's priority."),
                 "admissionChecks": {
                     "type": "array",
+                    "description": "Checks a job admitted through this queue must pass before it runs: its "
+                                   "QueueUnit holds its quota as Reserved until each check's state is Ready "
+                                   "(Retry or Rejected send it back).",
                     "items": {
                         "type": "object",
-                        "properties": {"name": STRING, "labelSelector": LABEL_SELECTOR},
+                        "properties": {"name": described(STRING, "The check's name, as the unit's "
+                                                                 "status.admissionChecks show it."),
+                                       "labelSelector": LABEL_SELECTOR},
                     },
                 },
             },
         },
         "status": {
             "type": "object",
+            "description": "Written by the controller.",
             "properties": {
+                "quota": described(STRING, "The ElasticQuota the queue is bound to; absent when it is "
+                                           "bound to none (see the Bound condition)."),
+                "conditions": {
+                    "type": "array",
+                    "description": "Bound: whether an ElasticQuota takes this queue's jobs, and why not.",
+                    "items": {"type": "object", "properties": {
+                        "type": described(STRING, "The condition: Bound."),
+                        "status": described(STRING, "True or False."),
+                        "reason": described(STRING, "QuotaFound, QuotaNotFound or NoQuota."),
+                        "message": described(STRING, "What it means for the queue's jobs."),
+                        "lastTransitionTime": described({"type": "string", "format": "date-time"},
+                                                        "When the status last changed."),
+                    }},
+                },
                 "queueItemDetails": {
                     "type": "object",
+                    "description": "The queue's pending QueueUnits in the order they will be tried "
+                                   "(the first 200, or koord-queue/max-depth).",
                     "additionalProperties": {"type": "array", "items": QUEUE_ITEM},
                 }
             },
         },
     },
 }
+
+# The training operator's job kinds: what koord-queue reads and writes is described, the rest
+# (pod templates, elastic policy, ...) is kept as sent, as the operator's full schema would.
+_REPLICA_SPEC: Schema = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {
+        "replicas": described(INTEGER, "How many pods of this role."),
+        "restartPolicy": described(STRING, "Always, OnFailure, Never or ExitCode."),
+        "template": described(FREE_OBJECT_SCHEMA, "The pods' template (a PodTemplateSpec)."),
+    },
+}
+RUN_POLICY: Schema = {
+    "type": "object",
+    "description": "Policies of the job's run, shared by the training operator's job kinds.",
+    "properties": {
+        "suspend": described({"type": "boolean"}, "True: the job has no pods; false starts it. Koord-Queue "
+                                                  "sets it while the job waits in its queue."),
+        "cleanPodPolicy": described(STRING, "Which pods are deleted when the job ends: None, Running or All."),
+        "ttlSecondsAfterFinished": described(INTEGER, "Seconds after the job ends before it is deleted."),
+        "activeDeadlineSeconds": described(INTEGER, "Seconds the job may run before it is failed."),
+        "backoffLimit": described(INTEGER, "Retries before the job is failed."),
+        "managedBy": described(STRING, "The controller that reconciles the job."),
+        "schedulingPolicy": {
+            "type": "object",
+            "description": "Gang scheduling of the job's pods.",
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "minAvailable": described(INTEGER, "Pods that must be placed together for the job to start."),
+                "queue": described(STRING, "The queue of a gang scheduler (Volcano) that supports it."),
+                "minResources": described(RESOURCES, "Resources that must be free for the job to start."),
+                "priorityClass": described(STRING, "The PriorityClass of the job's pods."),
+                "scheduleTimeoutSeconds": described(INTEGER, "Seconds to wait for the gang to be placed."),
+            },
+        },
+    },
+}
+
+
+def kubeflow_schema(kind: str, replica_specs: str) -> Schema:
+    return {
+        "type": "object",
+        "description": f"{kind} runs a distributed training job: one pod per replica of each role.",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "description": f"The {kind}'s roles and run policy.",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {
+                    "runPolicy": RUN_POLICY,
+                    replica_specs: {
+                        "type": "object",
+                        "description": "The roles (Master, Worker, ...) and their pods.",
+                        "additionalProperties": _REPLICA_SPEC,
+                    },
+                },
+            },
+            "status": described(FREE_OBJECT_SCHEMA, "Written by the training operator: conditions, "
+                                                    "replica statuses, start and completion times."),
+        },
+    }
+
 
 OPERATOR_SCHEMA: Schema = {
     "type": "object",
@@ -105,8 +227,9 @@ def structural(schema: Schema, defs: Schema | None = None) -> Schema:
     """A pydantic JSON schema as Kubernetes accepts it: refs inlined, ``X | None`` as X,
     no defaults or titles, and objects with properties closed (unknown fields are pruned)."""
     defs = schema.get("$defs", {}) if defs is None else defs
-    if "$ref" in schema:
-        return structural(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    if "$ref" in schema:  # the field's own description, if any, over its type's
+        siblings = {k: v for k, v in schema.items() if k != "$ref"}
+        return structural({**defs[schema["$ref"].rsplit("/", 1)[-1]], **siblings}, defs)
     if "anyOf" in schema and not schema.get("x-kubernetes-int-or-string"):
         options = [option for option in schema["anyOf"] if option != {"type": "null"}]
         if len(options) != 1:
@@ -119,6 +242,8 @@ def structural(schema: Schema, defs: Schema | None = None) -> Schema:
             continue
         if key == "properties":
             out[key] = {name: structural(sub, defs) for name, sub in value.items()}
+        elif key == "description":
+            out[key] = " ".join(value.split())  # one paragraph: kubectl explain wraps it itself
         elif key in ("items", "additionalProperties"):
             out[key] = structural(value, defs)
         elif key != "type":
@@ -158,11 +283,16 @@ def crd(
         names["shortNames"] = list(short_names)
     # metadata last: Kubernetes allows no schema of its own for it.
     properties = {
-        "apiVersion": STRING,
-        "kind": STRING,
-        **schema["properties"],
+        "apiVersion": described(STRING, "APIVersion defines the versioned schema of this representation "
+                                        "of an object."),
+        "kind": described(STRING, "Kind is a string value representing the REST resource this object "
+                                  "represents."),
+        **{name: sub for name, sub in schema["properties"].items() if name not in ("apiVersion", "kind", "metadata")},
         "metadata": {"type": "object"},
     }
+    root: Schema = {"type": "object", "properties": properties}
+    if schema.get("description"):
+        root = {"description": schema["description"], **root}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -176,7 +306,7 @@ def crd(
                     "name": version,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "properties": properties}},
+                    "schema": {"openAPIV3Schema": root},
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": columns,
                 }
@@ -211,6 +341,8 @@ def our_crds() -> list[dict[str, Any]]:
             [
                 _column("Policy", ".spec.queuePolicy"),
                 _column("Priority", ".spec.priority", "integer"),
+                _column("Quota", ".status.quota"),
+                _column("Bound", '.status.conditions[?(@.type=="Bound")].status'),
                 _age(),
             ],
         ),
@@ -223,7 +355,7 @@ def our_crds() -> list[dict[str, Any]]:
             [
                 _column("PHASE", ".status.phase"),
                 _column("PRIORITY", ".spec.priority", "integer"),
-                _column("ADMISSIONS", ".status.admissions"),
+                _column("ADMISSIONS", ".status.admissionSummary"),
                 _column("JOBTYPE", ".spec.consumerRef.kind"),
                 _age("AGE"),
             ],
@@ -241,9 +373,11 @@ def operator_crds() -> list[dict[str, Any]]:
         _age(),
     ]
     return [
-        crd(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_KIND, "pytorchjobs", OPERATOR_SCHEMA, state),
-        crd(c.KUBEFLOW_GROUP, "v1", c.TF_JOB_KIND, "tfjobs", OPERATOR_SCHEMA, state),
-        crd(c.KUBEFLOW_GROUP, "v1", c.MPI_JOB_KIND, "mpijobs", OPERATOR_SCHEMA, state),
+        crd(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_KIND, "pytorchjobs",
+            kubeflow_schema(c.PYTORCH_JOB_KIND, "pytorchReplicaSpecs"), state),
+        crd(c.KUBEFLOW_GROUP, "v1", c.TF_JOB_KIND, "tfjobs", kubeflow_schema(c.TF_JOB_KIND, "tfReplicaSpecs"), state),
+        crd(c.KUBEFLOW_GROUP, "v1", c.MPI_JOB_KIND, "mpijobs", kubeflow_schema(c.MPI_JOB_KIND, "mpiReplicaSpecs"),
+            state),
         crd(c.RAY_GROUP, "v1", c.RAY_JOB_KIND, "rayjobs", OPERATOR_SCHEMA, ray),
     ]
 

@@ -68,7 +68,9 @@ Count = Annotated[int, Field(ge=0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    # Each field's docstring is its description in the CRD (what `kubectl explain` shows).
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow",
+                              use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -81,98 +83,162 @@ class _Model(BaseModel):
 
 class ObjectReference(_Model):
     api_version: str | None = None
+    """The job's apiVersion."""
     kind: str | None = None
+    """The job's kind (PyTorchJob, TFJob, MPIJob, Job, RayJob)."""
     name: str | None = None
+    """The job's name."""
     namespace: str | None = None
+    """The job's namespace."""
     uid: str | None = None
+    """The job's uid."""
     resource_version: str | None = None
+    """Not used."""
     field_path: str | None = None
+    """Not used."""
 
 
 class PodSet(_Model):
     name: str
+    """The role (Master, Worker, ...)."""
     count: Count
+    """How many pods of this role."""
     min_count: Count | None = None
+    """The fewest pods the role can run with (elastic jobs)."""
     template: FreeObject = Field(default_factory=dict)
+    """The role's pod template, requests filled from limits."""
 
 
 class QueueUnitSpec(_Model):
     consumer_ref: ObjectReference | None = None
+    """The job this unit queues (it owns the unit)."""
     priority: Int32 | None = None
+    """The unit's priority in its queue: the job's scheduling.x-k8s.io/priority annotation, else its
+    PriorityClass's value."""
     queue: str | None = None
-    resource: Resources = Field(default_factory=dict)  # the job's total request (deprecated in Go)
+    """The Queue the job names (annotation scheduling.x-k8s.io/queue); the job's quota's Queue when empty."""
+    resource: Resources = Field(default_factory=dict)
+    """The job's total request (deprecated: see request)."""
     pod_sets: list[PodSet] = Field(default_factory=list, alias="podSet")
+    """The job's pods, by role."""
     priority_class_name: str | None = None
+    """The PriorityClass of the job's pods."""
     request: Resources = Field(default_factory=dict)
-    active: bool | None = None  # Koord-Queue v1.8: false evicts the job and stops scheduling it
+    """The job's total request: what it takes from its quota when admitted."""
+    active: bool | None = None
+    """False evicts the job and keeps it from being admitted (Koord-Queue v1.8)."""
     maximum_execution_time_seconds: Int32 | None = None
+    """Seconds the job may run once admitted before it is sent back."""
 
 
 class AdmissionCheckState(_Model):
     name: str
-    state: str | None = None  # Pending, Ready, Retry, Rejected
+    """The check's name (the Queue's spec.admissionChecks)."""
+    state: str | None = None
+    """Pending, Ready, Retry or Rejected; set by whoever runs the check."""
     last_transition_time: Time | None = None
+    """When the state last changed."""
     message: str | None = None
+    """Why the check is in this state."""
     pod_set_updates: list[FreeObject] | None = None
+    """Not used."""
 
 
 class PodState(_Model):
     running: Count = 0
+    """The job's pods that run."""
     pending: Count = 0
+    """The job's pods that wait to run."""
 
 
 class ReclaimState(_Model):
     replicas: Count = 0
+    """Pods of the role given back."""
 
 
 class Admission(_Model):
     name: str
+    """The role (pod set) admitted."""
     replicas: Count = 0
+    """Pods of the role admitted."""
     resources: Resources = Field(default_factory=dict)
+    """What each of those pods requests."""
     running: Count = 0
+    """Pods of the role that run."""
     reclaim_state: ReclaimState | None = None
+    """Not used."""
 
 
 class Condition(_Model):
     type: str
+    """The condition's type."""
     status: str
+    """True, False or Unknown."""
     observed_generation: int | None = None
+    """The spec's generation the condition was set for."""
     last_transition_time: Time | None = None
+    """When the status last changed."""
     reason: str | None = None
+    """Why, in one word."""
     message: str | None = None
+    """Why, in words."""
 
 
 class RequeueState(_Model):
     count: Count = 0
+    """How many times the unit was sent back."""
     requeue_at: Time | None = None
+    """When it may be admitted again."""
 
 
 class ReclaimablePod(_Model):
     name: str
+    """The role."""
     count: Count = 0
+    """Pods of the role that may be given back."""
 
 
 class QueueUnitStatus(_Model):
-    phase: str | None = None  # constants.Phase; Koord-Queue's older phases (SchedReady, ...) read too
+    phase: str | None = None
+    """Enqueued (waiting), Reserved (quota held, admission checks pending), Dequeued (admitted), Running,
+    Succeed, Failed, Preempted or TimeoutBackoff (sent back, waiting again)."""
     attempts: Count = 0
+    """How many times the unit was admitted."""
     message: str | None = None
+    """Why the unit is in its phase: what it waits for, or where it was admitted."""
     last_update_time: Time | None = None
+    """When the status was last written."""
     admission_checks: list[AdmissionCheckState] = Field(default_factory=list)
+    """The admission checks of the unit's Queue that apply to it, and their states."""
     pod_state: PodState | None = None
+    """The job's pods, counted."""
     admissions: list[Admission] = Field(default_factory=list)
+    """What was admitted, per role, while the unit holds quota."""
+    admission_summary: str | None = None
+    """The pods admitted per role (master=1,worker=1): the ADMISSIONS column."""
     last_allocate_time: Time | None = None
+    """When the unit was last admitted."""
     conditions: list[Condition] = Field(default_factory=list)
+    """Not used by the controller."""
     requeue_state: RequeueState | None = None
+    """When a unit sent back may be admitted again."""
     reclaimable_pods: list[ReclaimablePod] = Field(default_factory=list)
+    """Pods that may be given back (elastic jobs)."""
     accumulated_past_execution_time_seconds: Int32 | None = None
+    """Seconds the job ran in earlier admissions."""
 
 
 class QueueUnit(_Model):
+    """QueueUnit is a job's place in its queue: the controller makes one for each job it queues,
+    admits it against the job's ElasticQuota, and writes why it waits (status.message)."""
+
     api_version: str = QUEUE_API_VERSION
     kind: str = QUEUE_UNIT_KIND
     metadata: FreeObject = Field(default_factory=dict)
     spec: QueueUnitSpec = Field(default_factory=QueueUnitSpec)
+    """What the job asks for: its pods, priority, queue."""
     status: QueueUnitStatus | None = None
+    """Written by the controller."""
 
     def manifest(self) -> dict[str, Any]:
         """The object as JSON-ready dict, in the API's field names, without empty optionals."""

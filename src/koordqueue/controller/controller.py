@@ -161,6 +161,7 @@ class Controller:
         self.quota_namespaces: dict[str, str] = {}  # quota name -> its namespace, valid or not
         self.refused_twins: set[str] = set()  # namespace/name of quotas refused for a name taken
         self.queue_quotas: dict[str, str | None] = {}  # queue key -> the quota it is bound to
+        self.queue_bindings: dict[str, Object] = {}  # queue key -> the status.quota and Bound condition written
         self.capacity: dict[str, int] | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)  # for the dashboard
         self.jobs_queue: WorkQueue[str] = WorkQueue()
@@ -370,7 +371,7 @@ class Controller:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
         if not quota.is_parent:
             await self._ensure_auto_queue(auto_queue_for(quota))
-        self._refeed_queues()
+        await self._refeed_queues()
         self.wake.set()
 
     def _quota_in_use(self, name: str) -> Object | None:
@@ -417,7 +418,7 @@ class Controller:
                 pass
             except KubeError as e:
                 log.warning("could not delete the Queue of quota %s: %s", name, e)
-        self._refeed_queues()
+        await self._refeed_queues()
         self.wake.set()
 
     async def _ensure_auto_queue(self, queue: QueueInfo) -> None:
@@ -444,9 +445,26 @@ class Controller:
         if existing is None:  # feed it now rather than wait for the watch: units may need it this cycle
             self.engine.set_queue(replace(queue, namespace=self.config.system_namespace))
 
-    def _refeed_queues(self) -> None:
+    async def _refeed_queues(self) -> None:
+        """Feed every Queue again (a quota came or went: bindings by name may change) and say so."""
         for _, obj in self.queue_informer.items():
-            self._feed_queue(obj)
+            queue = self._feed_queue(obj)
+            if queue is not None:
+                await self._write_binding(queue)
+
+    async def _write_binding(self, queue: QueueInfo) -> None:
+        """The Queue's status.quota and Bound condition, when they changed."""
+        written = {"status": self.queue_bindings.get(queue.key) or {}}  # (the cache keeps no status)
+        status = st.queue_binding(written, queue.quota, queue.quota in self.quotas, self.clock())
+        if status is None:
+            return
+        try:
+            await self.client.patch_status(QUEUES, queue.name, {"status": status}, namespace=queue.namespace)
+            self.queue_bindings[queue.key] = status
+        except NotFound:
+            pass
+        except KubeError as e:
+            log.info("binding of queue %s not written: %s", queue.key, e)
 
     def _feed_queue(self, obj: Object, warn: bool = False) -> QueueInfo | None:
         """Parse a Queue into the engine; ``warn``: say which of its settings were not usable
@@ -469,6 +487,8 @@ class Controller:
         queue = self._feed_queue(obj, warn=self.sync_done or settling)
         if not self.sync_done and not settling:
             return  # its quota may not be listed yet: _settle_quotas_and_queues feeds it again
+        if queue is not None:
+            await self._write_binding(queue)
         if queue is not None and queue.quota is None:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE,
                         "bound to no ElasticQuota (label quota.scheduling.koordinator.sh/name, or a quota "
@@ -484,6 +504,7 @@ class Controller:
         self.engine.remove_queue(key)
         self.queue_settings.pop(key, None)
         self.queue_quotas.pop(key, None)
+        self.queue_bindings.pop(key, None)
         self.wake.set()
 
     # --- units ----------------------------------------------------------------------

@@ -32,6 +32,7 @@ def admitted(unit: UnitView, quota: str, queue: str, checks: Sequence[str], atte
              "resources": _pod_request(ps)}
             for ps in unit.spec.get("podSet") or () if isinstance(ps, Mapping)
         ],
+        "admissionSummary": admission_summary(unit.spec.get("podSet") or ()),
         "admissionChecks": [
             {"name": name, "state": c.AdmissionCheckState.PENDING.value, "lastTransitionTime": rfc3339(now)}
             for name in checks
@@ -52,7 +53,7 @@ def running() -> Object:
 def finished(succeeded: bool) -> Object:
     phase = c.Phase.SUCCEED if succeeded else c.Phase.FAILED
     return {"phase": phase.value, "message": "the job succeeded" if succeeded else "the job failed",
-            "podState": None, "admissions": None}
+            "podState": None, "admissions": None, "admissionSummary": None}
 
 
 def sent_back(phase: c.Phase, reason: str, attempts: int, requeue_at: float) -> Object:
@@ -62,6 +63,7 @@ def sent_back(phase: c.Phase, reason: str, attempts: int, requeue_at: float) -> 
         "message": reason,
         "requeueState": {"count": attempts, "requeueAt": rfc3339(requeue_at)},
         "admissions": None,
+        "admissionSummary": None,
         "admissionChecks": None,
         "podState": None,
     }
@@ -84,6 +86,36 @@ def pod_state(unit: UnitView, pods: PodCount) -> Object | None:
     return status
 
 
+def admission_summary(pod_sets: Sequence[Any]) -> str:
+    """The ADMISSIONS column of `kubectl get queueunit`: the pods admitted, per pod set
+    ("master=1,worker=3"); status.admissions itself is a page of JSON."""
+    return ",".join(f"{ps.get('name', '')}={ps.get('count', 0)}" for ps in pod_sets if isinstance(ps, Mapping))
+
+
 def _pod_request(pod_set: Mapping[str, Any]) -> Any:
     containers = ((pod_set.get("template") or {}).get("spec") or {}).get("containers") or [{}]
     return (containers[0].get("resources") or {}).get("requests") or {}
+
+
+def queue_binding(queue: Mapping[str, Any], quota: str | None, quota_exists: bool, now: float) -> Object | None:
+    """A Queue's status.quota and Bound condition, so that `kubectl get queue` says which quota takes
+    its jobs, or that none does; None when `queue` (as last written) already says so."""
+    if quota is None:
+        bound, reason = c.CONDITION_FALSE, c.QUEUE_REASON_UNBOUND
+        message = (f"bound to no ElasticQuota (label {c.LABEL_QUOTA_NAME}, or a quota of the same name): "
+                   "jobs sent to this queue wait")
+    elif not quota_exists:
+        bound, reason = c.CONDITION_FALSE, c.QUEUE_REASON_QUOTA_MISSING
+        message = f"bound to quota {quota}, which does not exist: jobs sent to this queue wait"
+    else:
+        bound, reason, message = c.CONDITION_TRUE, c.QUEUE_REASON_BOUND, f"jobs sent to this queue use quota {quota}"
+    status = queue.get("status") or {}
+    current = next((cond for cond in status.get("conditions") or ()
+                    if isinstance(cond, Mapping) and cond.get("type") == c.QUEUE_CONDITION_BOUND), None)
+    if status.get("quota") == quota and current is not None and \
+            (current.get("status"), current.get("reason"), current.get("message")) == (bound, reason, message):
+        return None
+    since = current.get("lastTransitionTime") if current is not None and current.get("status") == bound else None
+    condition = {"type": c.QUEUE_CONDITION_BOUND, "status": bound, "reason": reason, "message": message,
+                 "lastTransitionTime": since or rfc3339(now)}
+    return {"quota": quota, "conditions": [condition]}

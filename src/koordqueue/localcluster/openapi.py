@@ -41,6 +41,10 @@ PRESERVE = "x-kubernetes-preserve-unknown-fields"
 # --- a small vocabulary for writing schemas -----------------------------------------------
 
 
+CRD_METADATA = ("Standard object's metadata. More info: "
+                "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata")
+
+
 def ref(name: str) -> Schema:
     return {"$ref": _REF_PREFIX + name}
 
@@ -372,7 +376,7 @@ def _build_crd_schema(rt: ResourceType) -> Schema:
     props = schema.setdefault("properties", {})
     base = _kind("", {})["properties"]
     props["apiVersion"], props["kind"] = base["apiVersion"], base["kind"]
-    props["metadata"] = ref(META + "ObjectMeta")
+    props["metadata"] = {**ref(META + "ObjectMeta"), "description": CRD_METADATA}  # as kube-apiserver adds it
     schema.setdefault("type", "object")
     return schema
 

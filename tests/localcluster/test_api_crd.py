@@ -105,3 +105,21 @@ async def test_project_crds_are_installed_by_default(tmp_path: Path) -> None:
                      "/apis/kubeflow.org/v1/namespaces/default/pytorchjobs"):
             status, lst, _ = await api.get(path)
             assert status == 200 and lst["items"] == [], path
+
+
+async def test_a_crd_of_a_protected_group_needs_the_api_approval_annotation(api: APIClient) -> None:
+    """As kube-apiserver (KEP-1111): a group under k8s.io or kubernetes.io needs
+    api-approved.kubernetes.io; a group that only ends with -k8s.io (x-k8s.io) does not."""
+    protected = copy.deepcopy(GADGET_CRD)
+    protected["metadata"]["name"] = "gadgets.tools.sigs.k8s.io"
+    protected["spec"]["group"] = "tools.sigs.k8s.io"
+    status, body, _ = await api.post(CRDS, protected)
+    assert status == 422
+    assert body["details"]["causes"][0]["field"] == "metadata.annotations[api-approved.kubernetes.io]"
+    assert 'protected groups must have approval annotation "api-approved.kubernetes.io"' in body["message"]
+    protected["metadata"]["annotations"] = {"api-approved.kubernetes.io": "https://github.com/x/y/pull/1"}
+    assert (await api.post(CRDS, protected))[0] == 201
+    community = copy.deepcopy(GADGET_CRD)
+    community["metadata"]["name"] = "gadgets.tools.x-k8s.io"
+    community["spec"]["group"] = "tools.x-k8s.io"
+    assert (await api.post(CRDS, community))[0] == 201

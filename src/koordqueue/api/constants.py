@@ -47,6 +47,11 @@ LABEL_QUEUE_POLICY = "koord-queue/queue-policy"
 LABEL_QUOTA_PARENT = "quota.scheduling.koordinator.sh/parent"
 LABEL_QUOTA_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
 LABEL_ALLOW_LENT_RESOURCE = "quota.scheduling.koordinator.sh/allow-lent-resource"
+# kube-apiserver refuses a CRD whose group is k8s.io's or kubernetes.io's (or under them)
+# without this annotation (KEP-1111). ElasticQuota's group is one: its upstream CRD
+# (scheduler-plugins, which Koordinator installs too) names the PR that approved it.
+ANNOTATION_API_APPROVED = "api-approved.kubernetes.io"
+ELASTIC_QUOTA_API_APPROVAL = "https://github.com/kubernetes-sigs/scheduler-plugins/pull/52"
 ANNOTATION_SHARED_WEIGHT = "quota.scheduling.koordinator.sh/shared-weight"
 ANNOTATION_QUOTA_NAMESPACES = "quota.scheduling.koordinator.sh/namespaces"
 ANNOTATION_PRIORITY_THRESHOLD = "koord-queue/priority-threshold"

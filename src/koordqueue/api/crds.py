@@ -263,6 +263,11 @@ def _column(name: str, json_path: str, kind: str = "string") -> dict[str, str]:
     return {"name": name, "type": kind, "jsonPath": json_path}
 
 
+def protected_group(group: str) -> bool:
+    """Groups whose CRDs kube-apiserver accepts only with an api-approved.kubernetes.io annotation."""
+    return any(group == d or group.endswith("." + d) for d in ("k8s.io", "kubernetes.io"))
+
+
 def crd(
     group: str,
     version: str,
@@ -293,10 +298,13 @@ def crd(
     root: Schema = {"type": "object", "properties": properties}
     if schema.get("description"):
         root = {"description": schema["description"], **root}
+    metadata: dict[str, Any] = {"name": f"{plural}.{group}"}
+    if protected_group(group):
+        metadata["annotations"] = {c.ANNOTATION_API_APPROVED: c.ELASTIC_QUOTA_API_APPROVAL}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
+        "metadata": metadata,
         "spec": {
             "group": group,
             "names": names,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from koordqueue.api import constants as c
+from koordqueue.api.crds import protected_group
 from koordqueue.localcluster.registry import ResourceType
 from koordqueue.localcluster.validation import Cause, check_name
 
@@ -23,6 +25,11 @@ def validate_crd(crd: dict[str, Any]) -> list[Cause]:
     group = spec.get("group") or ""
     names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
     plural, kind = names.get("plural") or "", names.get("kind") or ""
+    approval = (crd.get("metadata", {}).get("annotations") or {}).get(c.ANNOTATION_API_APPROVED)
+    if group and protected_group(group) and not approval:
+        causes.append((f"metadata.annotations[{c.ANNOTATION_API_APPROVED}]",
+                       f'Required value: protected groups must have approval annotation "{c.ANNOTATION_API_APPROVED}", '
+                       "see https://github.com/kubernetes/enhancements/pull/1111"))
     if not group:
         causes.append(("spec.group", "Required value"))
     elif "." not in group:

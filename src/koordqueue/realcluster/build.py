@@ -47,7 +47,7 @@ class Module:
 
     def pinned(self, module: str) -> str:
         """The version go.mod requires of `module`."""
-        found = re.search(rf"^\s*{re.escape(module)}\s+(v\S+)", (self.path / "go.mod").read_text(), re.M)
+        found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", (self.path / "go.mod").read_text(), re.M)
         if not found:
             raise BuildError(f"{self.path / 'go.mod'} does not require {module}")
         return found.group(1)

@@ -310,6 +310,8 @@ class RealCluster:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={front_cert}", f"--proxy-client-key-file={front_key}",
             "--enable-aggregator-routing=true", "--profiling=false", "--v=1",
+            # The kubernetes Service cannot point at a loopback address; no pod here dials it.
+            "--endpoint-reconciler-type=none",
         ])
         self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=120)
 
@@ -318,8 +320,8 @@ class RealCluster:
         self._run("kube-controller-manager", [
             f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
             f"--service-account-private-key-file={self._sa_key}", f"--root-ca-file={self._ca_cert}",
-            "--use-service-account-credentials=false", "--kube-api-qps=200", "--kube-api-burst=400",
-            "--concurrent-gc-syncs=20", "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
+            "--use-service-account-credentials=true", "--kube-api-qps=200", "--kube-api-burst=400",
+            "--concurrent-gc-syncs=20", "--controllers=*,-node-ipam-controller",
             "--v=1",
         ])
 
@@ -338,6 +340,7 @@ class RealCluster:
             f"--kubeconfig={self.kubeconfig_path}", f"--config={STAGES}", "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
             f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16", "--node-ip=10.240.0.1",
+            "--node-lease-duration-seconds=40",  # kwok renews each node's Lease: the nodes stay Ready
         ])
 
     def _create_nodes(self) -> None:
@@ -428,14 +431,14 @@ def operator_certificate() -> tuple[CertificateAuthority, bytes, bytes]:
     them; the CA is what its certificate rotator checks and keeps (it names itself by a SAN).
     """
     OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
-    stored = OPERATOR_CERT_DIR / "koord-queue-harness.json"
+    stored = OPERATOR_CERT_DIR / "koord-queue-harness-v2.json"
     with _locked(OPERATOR_CERT_DIR / ".lock"):
         if stored.exists():
             saved = json.loads(stored.read_text())
             ca = CertificateAuthority.load("training-operator-ca", saved["ca"].encode(), saved["ca_key"].encode())
             cert, key = saved["cert"].encode(), saved["key"].encode()
         else:
-            ca = CertificateAuthority.create("training-operator-ca", hosts=("training-operator-ca",))
+            ca = CertificateAuthority.create("training-operator-ca", hosts=("training-operator-ca",), rsa_key=True)
             cert, key = ca.issue(OPERATOR_SERVICE, server=True,
                                  hosts=(f"{OPERATOR_SERVICE}.{OPERATOR_NAMESPACE}.svc", "127.0.0.1"))
             write_private(stored, json.dumps({"ca": ca.pem.decode(), "ca_key": ca.key_pem.decode(),

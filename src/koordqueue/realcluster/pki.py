@@ -22,9 +22,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 VALIDITY = dt.timedelta(days=3650)
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+def _pem_key(key: PrivateKey) -> bytes:
+    # RSA keys as PKCS #1 ("RSA PRIVATE KEY"): some readers take no other (cert-controller's CA).
+    form = serialization.PrivateFormat.TraditionalOpenSSL if isinstance(key, rsa.RSAPrivateKey) \
+        else serialization.PrivateFormat.PKCS8
+    return key.private_bytes(serialization.Encoding.PEM, form, serialization.NoEncryption())
 
 
 def _names(hosts: tuple[str, ...]) -> list[x509.GeneralName]:
@@ -48,12 +53,13 @@ def write_private(path: Path, data: bytes) -> Path:
 class CertificateAuthority:
     name: str
     cert: x509.Certificate
-    key: ec.EllipticCurvePrivateKey
+    key: PrivateKey
 
     @classmethod
-    def create(cls, name: str, hosts: tuple[str, ...] = ()) -> CertificateAuthority:
+    def create(cls, name: str, hosts: tuple[str, ...] = (), rsa_key: bool = False) -> CertificateAuthority:
         """A new CA; `hosts` become SANs (a CA that some verifier checks by name)."""
-        key = ec.generate_private_key(ec.SECP256R1())
+        key: PrivateKey = rsa.generate_private_key(public_exponent=65537, key_size=2048) if rsa_key \
+            else ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
         now = dt.datetime.now(dt.UTC)
         builder = (
@@ -74,8 +80,8 @@ class CertificateAuthority:
     @classmethod
     def load(cls, name: str, cert_pem: bytes, key_pem: bytes) -> CertificateAuthority:
         key = serialization.load_pem_private_key(key_pem, password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ValueError(f"CA {name}: not an EC key")
+        if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+            raise ValueError(f"CA {name}: not an EC or RSA key")
         return cls(name, x509.load_pem_x509_certificate(cert_pem), key)
 
     @property

@@ -33,9 +33,14 @@ async def test_seed_manifests_verbatim_run_to_pods_and_quota_is_charged_then_rel
     pods = await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=pytorch-training-job")
     names = sorted(p["metadata"]["name"] for p in pods["items"])
     assert names == ["pytorch-training-job-master-0", "pytorch-training-job-worker-0"]
+    # As the real training operator makes them: its labels, and its env after the seed's own
+    # (the last of a name wins), so RANK and MASTER_ADDR hold whatever the seed's fieldRefs read.
     worker = next(p for p in pods["items"] if p["metadata"]["name"].endswith("worker-0"))
-    assert worker["metadata"]["annotations"][c.ANNOTATION_RANK] == "1"
-    assert worker["metadata"]["annotations"][c.ANNOTATION_MASTER_ADDRESS] == "pytorch-training-job-master-0"
+    assert worker["metadata"]["labels"] == {
+        c.LABEL_JOB_NAME: "pytorch-training-job", c.LABEL_OPERATOR_NAME: "pytorchjob-controller",
+        c.LABEL_REPLICA_INDEX: "0", c.LABEL_REPLICA_TYPE: "worker"}
+    env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+    assert (env["RANK"], env["MASTER_ADDR"], env["WORLD_SIZE"]) == ("1", "pytorch-training-job-master-0", "2")
 
     async def pods_counted() -> bool:
         status = (await system.unit(SEED_UNIT))["status"]

@@ -27,6 +27,7 @@ from tests.simcluster.conftest import (
     seed_job,
     wait_for,
 )
+from tests.simcluster.test_rayjob import rayjob
 
 pytestmark = pytest.mark.timeout(40)
 NAMESPACE, ACCOUNT = "kube-system", "sim-cluster"
@@ -35,6 +36,7 @@ RBAC = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=Fa
 RBAC_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts")
 DEPLOYMENTS = Resource("apps", "v1", "deployments")
+RAYJOBS = Resource(c.RAY_GROUP, "v1", c.RAY_PLURAL)
 
 # What the simulated cluster asks of the API server: (group, resource, verbs).
 NEEDS = [
@@ -50,6 +52,8 @@ NEEDS = [
     ("kubeflow.org", "mpijobs", ["list", "watch"]),
     ("batch", "jobs", ["list", "watch"]),
     ("batch", "jobs/status", ["patch"]),
+    ("ray.io", "rayjobs", ["list", "watch"]),
+    ("ray.io", "rayjobs/status", ["patch"]),
     ("apps", "deployments", ["list", "watch"]),
     ("apps", "deployments/status", ["patch"]),
     ("apps", "replicasets", ["create", "list", "watch", "patch"]),
@@ -105,6 +109,13 @@ async def test_the_simulation_uses_every_rule_it_is_granted_and_no_other(server:
                                       c.BATCH_CONDITION_COMPLETE)
 
             await wait_for(complete, "the batch Job Complete")
+            await client.create(RAYJOBS, rayjob("ray", duration=0.1))
+
+            async def ray_complete() -> bool:
+                ray = await client.get(RAYJOBS, "ray", namespace="default")
+                return (ray.get("status") or {}).get("jobDeploymentStatus") == "Complete"
+
+            await wait_for(ray_complete, "the RayJob Complete")
             await client.create(DEPLOYMENTS, {"metadata": {"name": "web"}, "spec": {
                 "replicas": 2, "selector": {"matchLabels": {"app": "web"}},
                 "template": {"metadata": {"labels": {"app": "web"}},
@@ -145,7 +156,7 @@ async def test_kinds_it_may_not_list_are_left_alone(server: APIServer, client: K
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]})
     config = load_config(str(server.write_kubeconfig_for(NAMESPACE, ACCOUNT, tmp_path / "sim.kubeconfig")))
     async with KubeClient(config, qps=0, retry=FAST_RETRY) as as_sim, SimCluster(as_sim, nodes=1) as sim:
-        assert sorted(sim.job_informers) == [c.BATCH_JOB_KIND, c.PYTORCH_JOB_KIND]
+        assert sorted(sim.job_informers) == [c.BATCH_JOB_KIND, c.PYTORCH_JOB_KIND, c.RAY_JOB_KIND]
         await client.create(PYTORCHJOBS, seed_job("still-runs", duration=0.1))
 
         async def succeeded() -> bool:

@@ -210,7 +210,9 @@ class Controller:
         if old is not None and old.invalid is None and self.job_fingerprints.get(item) == fingerprint:
             try:
                 return replace(old, suspended=adapter.is_suspended(obj), state=adapter.status(obj),
-                               deleting=bool(meta.get("deletionTimestamp")))
+                               deleting=bool(meta.get("deletionTimestamp")),
+                               # a RayJob's pods are found by its status (its Ray cluster's name)
+                               pods=next(iter(adapter.pod_selector(obj).items()), None))
             except InvalidObject:
                 pass
         self.job_fingerprints[item] = fingerprint
@@ -591,7 +593,7 @@ class Controller:
 
     def _pod_owner_changed(self, pod: PodView) -> None:
         for kind, inf in self.job_informers.items():
-            job = inf.get(f"{pod.namespace}/{pod.job_name}")
+            job = inf.get(f"{pod.namespace}/{pod.owner_name}")
             if job is not None and job.pods is not None and job.pods[0] == pod.job_label:
                 self.jobs_queue.add(f"{kind}/{job.key}")
 

@@ -15,6 +15,7 @@ from koordqueue.api import constants as c
 # The labels that name a pod's job, per kind family (the adapters' pod selectors).
 JOB_NAME_LABELS = (c.LABEL_JOB_NAME, c.LABEL_BATCH_JOB_NAME, c.LABEL_RAY_CLUSTER)
 RUNNING, PENDING = "Running", "Pending"
+RAY_HEAD_ROLE = "head"  # the RayJob adapter's name for the head's pod set
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,9 +23,15 @@ class PodView:
     namespace: str
     name: str
     job_label: str  # which of JOB_NAME_LABELS names the job
-    job_name: str
-    role: str  # training.kubeflow.org/replica-type, or "" when the pod has none
+    job_name: str  # that label's value (for a RayJob's pods, its Ray cluster's name)
+    role: str  # training.kubeflow.org/replica-type; a Ray pod's role (head, or its worker group); or ""
     phase: str
+    owner: str = ""  # the job's own name when the label names something else (a RayJob's cluster)
+
+    @property
+    def owner_name(self) -> str:
+        """The name of the job the pod belongs to."""
+        return self.owner or self.job_name
 
     @property
     def job(self) -> tuple[str, str, str]:
@@ -38,13 +45,18 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
     for label in JOB_NAME_LABELS:
         job_name = labels.get(label)
         if job_name:
+            role, owner = labels.get(c.LABEL_REPLICA_TYPE, ""), ""
+            if label == c.LABEL_RAY_CLUSTER:  # KubeRay's labels: the RayJob, and the head or worker group
+                owner = labels.get(c.LABEL_RAY_ORIGINATED_FROM_CR_NAME, "")
+                role = RAY_HEAD_ROLE if labels.get(c.LABEL_RAY_NODE_TYPE) == "head" else labels.get(c.LABEL_RAY_GROUP, "")
             return PodView(
                 namespace=str(meta.get("namespace") or "default"),
                 name=str(meta.get("name", "")),
                 job_label=label,
                 job_name=str(job_name),
-                role=str(labels.get(c.LABEL_REPLICA_TYPE, "")),
+                role=str(role),
                 phase=str((obj.get("status") or {}).get("phase") or PENDING),
+                owner=str(owner),
             )
     return None
 

@@ -6,6 +6,15 @@ the kind's own field) it has no pods, and a running job suspended again loses th
 otherwise its pods are created, and its status (conditions, replica counts, start and
 completion times) is computed from its pods and written only when it changed.
 
+KubeRay's RayJobs get a Ray cluster: status.rayClusterName `<job>-raycluster-<5 characters>`, a
+head pod and the worker groups' pods (`<cluster>-head-…`, `<cluster>-<group>-worker-…`) with
+KubeRay's labels, owned by the RayJob itself (no RayCluster object: that CRD is not
+installed). jobDeploymentStatus goes Initializing, Running once every pod runs, then Complete
+(jobStatus SUCCEEDED) or Failed (FAILED) when the head pod ends (the simulation annotations
+go to the head only: the job runs there, workers serve until the cluster is taken down);
+Suspended while suspended, its pods gone. With shutdownAfterJobFinishes the cluster's pods
+are deleted at the end.
+
 Kubeflow jobs (PyTorchJob, TFJob, MPIJob) get one pod per replica, named
 `<job>-<replica type lower>-<index>`, with the training operator's labels, the
 `kubeflow.org/rank` and `kubeflow.org/master-address` annotations the seed's env reads,
@@ -22,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -33,6 +43,7 @@ from koordqueue.api.meta import InvalidObject
 from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobAdapter, Role
 from koordqueue.jobs.kubeflow import KubeflowAdapter
+from koordqueue.jobs.rayjob import RayJobAdapter
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import AlreadyExists, NotFound
 from koordqueue.kube.events import EventRecorder
@@ -59,14 +70,20 @@ class JobKind:
     def kubeflow(self) -> bool:
         return isinstance(self.adapter, KubeflowAdapter)
 
+    @property
+    def ray(self) -> bool:
+        return isinstance(self.adapter, RayJobAdapter)
+
 
 def job_kinds() -> list[JobKind]:
-    """The kinds the simulated operators run: the training operator's three and batch Job."""
+    """The kinds the simulated operators run: the training operator's three, KubeRay's RayJob
+    and batch Job."""
     out = []
     for api_version, kind, plural in (
         (c.KUBEFLOW_API_VERSION, c.PYTORCH_JOB_KIND, c.PYTORCH_JOB_PLURAL),
         (c.KUBEFLOW_API_VERSION, c.TF_JOB_KIND, c.TF_JOB_PLURAL),
         (c.KUBEFLOW_API_VERSION, c.MPI_JOB_KIND, c.MPI_JOB_PLURAL),
+        (c.RAY_API_VERSION, c.RAY_JOB_KIND, c.RAY_PLURAL),
         (c.BATCH_API_VERSION, c.BATCH_JOB_KIND, c.BATCH_JOB_PLURAL),
     ):
         adapter = adapter_for(api_version, kind)
@@ -263,6 +280,8 @@ class SimOperator:
                 if (pod := self.pods.get(pod_key)) is not None and (controller_of(pod) or {}).get("uid") == uid]
         if kind.kubeflow:
             await self._sync_kubeflow(item, kind, job, pods)
+        elif kind.ray:
+            await self._sync_ray(item, kind, job, pods)
         else:
             await self._sync_batch(item, kind, job, pods)
 
@@ -451,6 +470,101 @@ class SimOperator:
             doomed = []
         await self._delete_pods(kind, job, [p for p in doomed if not is_deleting(p)])
 
+    # --- KubeRay's RayJobs -------------------------------------------------------------
+
+    async def _sync_ray(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+        meta = job["metadata"]
+        spec = job.get("spec") or {}
+        status: Object = copy.deepcopy(job.get("status") or {})
+        old_status = copy.deepcopy(status)
+        now = now_rfc3339()
+        active = [p for p in pods if not is_deleting(p)]
+        try:
+            roles = kind.adapter.roles(job)
+            suspended = kind.adapter.is_suspended(job)
+        except InvalidObject as e:
+            status.update({"jobDeploymentStatus": c.RAY_DEPLOYMENT_VALIDATION_FAILED, "reason": "ValidationFailed",
+                           "message": str(e)})
+            await self._write_status(kind, job, old_status, status)
+            return
+        shutdown = spec.get("shutdownAfterJobFinishes") is True
+        deployment = status.get("jobDeploymentStatus")
+        if deployment in (c.RAY_DEPLOYMENT_COMPLETE, c.RAY_DEPLOYMENT_FAILED):
+            if shutdown:
+                await self._delete_pods(kind, job, active)
+            return
+        if suspended:
+            await self._delete_pods(kind, job, active)
+            if deployment != c.RAY_DEPLOYMENT_SUSPENDED:
+                for field_name in ("rayClusterName", "jobId", "jobStatus", "startTime", "message"):
+                    status.pop(field_name, None)
+                status["jobDeploymentStatus"] = c.RAY_DEPLOYMENT_SUSPENDED
+                self._event(job, c.EventType.NORMAL, c.RAY_DEPLOYMENT_SUSPENDED,
+                            f"Deleted the Ray cluster of RayJob {meta['name']}: it is suspended")
+            await self._write_status(kind, job, old_status, status)
+            return
+        cluster = status.get("rayClusterName") or f"{meta['name']}-raycluster-{_suffix(str(meta.get('uid')))}"
+        if not status.get("rayClusterName") or deployment == c.RAY_DEPLOYMENT_SUSPENDED or not deployment:
+            status.update({"rayClusterName": cluster, "jobDeploymentStatus": c.RAY_DEPLOYMENT_INITIALIZING,
+                           "startTime": now})
+        mine = [p for p in active if (p["metadata"].get("labels") or {}).get(c.LABEL_RAY_CLUSTER) == cluster]
+        await self._delete_pods(kind, job, [p for p in active if p not in mine])  # an earlier cluster's
+        head = next((p for p in mine if (p["metadata"].get("labels") or {}).get(c.LABEL_RAY_NODE_TYPE) == "head"),
+                    None)
+        if head is not None and pod_phase(head) in (c.POD_SUCCEEDED, c.POD_FAILED):
+            succeeded = pod_phase(head) == c.POD_SUCCEEDED
+            status.update({
+                "jobStatus": c.RAY_JOB_STATUS_SUCCEEDED if succeeded else c.RAY_JOB_STATUS_FAILED,
+                "jobDeploymentStatus": c.RAY_DEPLOYMENT_COMPLETE if succeeded else c.RAY_DEPLOYMENT_FAILED,
+                "endTime": now,
+                "message": "Job finished successfully." if succeeded else "Job failed.",
+            })
+            self._event(job, c.EventType.NORMAL if succeeded else c.EventType.WARNING,
+                        c.RAY_DEPLOYMENT_COMPLETE if succeeded else c.RAY_DEPLOYMENT_FAILED,
+                        f"RayJob {meta['name']} {'succeeded' if succeeded else 'failed'}")
+            if shutdown:
+                await self._delete_pods(kind, job, mine)
+            await self._write_status(kind, job, old_status, status)
+            return
+        live = [p for p in mine if pod_phase(p) not in (c.POD_SUCCEEDED, c.POD_FAILED)]
+        await self._reconcile_ray_pods(item, kind, job, roles, cluster, live)
+        wanted = sum(role.replicas for role in roles)
+        if len(live) == wanted and all(pod_phase(p) == c.POD_RUNNING for p in live):
+            if status.get("jobDeploymentStatus") != c.RAY_DEPLOYMENT_RUNNING:
+                status.update({"jobDeploymentStatus": c.RAY_DEPLOYMENT_RUNNING, "jobStatus": c.RAY_JOB_STATUS_RUNNING,
+                               "jobId": f"{meta['name']}-{_suffix(cluster)}"})
+                self._event(job, c.EventType.NORMAL, c.RAY_DEPLOYMENT_RUNNING,
+                            f"Submitted the job of RayJob {meta['name']} to its Ray cluster {cluster}")
+        await self._write_status(kind, job, old_status, status)
+
+    async def _reconcile_ray_pods(self, item: Item, kind: JobKind, job: Object, roles: list[Role], cluster: str,
+                                  live: list[Object]) -> None:
+        """The head pod and each worker group's pods: missing ones created, extra ones deleted."""
+        if self._creations_in_flight(item):
+            return
+        total = sum(role.replicas for role in roles)
+        meta = job["metadata"]
+        bodies: list[Object] = []
+        for role in roles:
+            head = role.name in kind.adapter.leader_roles
+            group = c.RAY_HEAD_GROUP if head else role.name
+            have = [p for p in live if (p["metadata"].get("labels") or {}).get(c.LABEL_RAY_GROUP) == group]
+            await self._delete_pods(kind, job, have[role.replicas:])
+            labels = {
+                c.LABEL_RAY_CLUSTER: cluster, c.LABEL_RAY_NODE_TYPE: "head" if head else "worker",
+                c.LABEL_RAY_GROUP: group, c.LABEL_RAY_IS_RAY_NODE: "yes", c.LABEL_CREATED_BY: c.RAY_OPERATOR,
+                c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: meta["name"], c.LABEL_RAY_ORIGINATED_FROM_CRD: kind.kind,
+            }
+            for _ in range(role.replicas - len(have)):
+                pod = self._pod_from_template(job, role.template, labels, {}, total, kind)
+                pod["metadata"]["generateName"] = f"{cluster}-head-" if head else f"{cluster}-{group}-worker-"
+                if not head:  # the job runs on the head: workers serve until the cluster is taken down
+                    for name in SIM_ANNOTATIONS:
+                        pod["metadata"]["annotations"].pop(name, None)
+                bodies.append(pod)
+        if bodies:
+            await self._create_pods(item, kind, job, bodies)
+
     # --- batch Jobs -------------------------------------------------------------------
 
     async def _sync_batch(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
@@ -629,9 +743,19 @@ def operator_name(kind: JobKind) -> str:
 
 
 def event_source(kind: JobKind) -> str:
-    """The component named on a kind's events: the training operator's per-kind controllers, or
-    kube-controller-manager's job-controller."""
+    """The component named on a kind's events: the training operator's per-kind controllers,
+    KubeRay's rayjob-controller, or kube-controller-manager's job-controller."""
+    if kind.ray:
+        return c.RAY_JOB_CONTROLLER
     return operator_name(kind) if kind.kubeflow else c.BATCH_JOB_CONTROLLER
+
+
+def _suffix(seed: str) -> str:
+    """Five name characters, the same for the same seed (a RayJob's uid): KubeRay draws them at
+    random and keeps them in status, which a lost status write would lose here."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    alphabet = "bcdfghjklmnpqrstvwxz2456789"
+    return "".join(alphabet[b % len(alphabet)] for b in digest[:5])
 
 
 def _count(spec: Mapping[str, Any], field_name: str, default: int) -> int:

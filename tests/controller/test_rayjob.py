@@ -1,0 +1,51 @@
+"""A RayJob under the controller, end to end: suspended on create by the webhook, queued as
+`<name>-ray-qu`, admitted against its quota, run by the simulated KubeRay operator on its Ray
+cluster, and its quota released when it completes (the next RayJob then runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from koordqueue.api import constants as c
+from tests.simcluster.test_rayjob import rayjob
+
+from .conftest import System, quota
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def queued_rayjob(name: str, duration: float) -> dict[str, object]:
+    job = rayjob(name, duration=duration)
+    job["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: "ray-team"}
+    return job
+
+
+async def test_rayjobs_queue_run_on_their_ray_cluster_and_release_their_quota(system: System) -> None:
+    await system.apply(quota("ray-team", 2, 2))  # 8 CPUs: one sample RayJob (5 CPUs) at a time
+    await system.apply(queued_rayjob("first", duration=3))
+    await system.wait_phase("first-ray-qu", c.Phase.RUNNING)
+    await system.apply(queued_rayjob("second", duration=1))
+    await system.wait_phase("second-ray-qu", c.Phase.ENQUEUED)
+    second = await system.get_json("rayjob", "second")
+    assert second["spec"]["suspend"] is True  # held by the webhook and the controller while it waits
+    assert "status" not in second or not second["status"].get("rayClusterName")
+
+    first = await system.get_json("rayjob", "first")
+    assert first["status"]["jobDeploymentStatus"] == "Running" and first["spec"]["suspend"] is False
+    pods = await system.get_json("pods", "-l", f"{c.LABEL_RAY_CLUSTER}={first['status']['rayClusterName']}")
+    assert len(pods["items"]) == 3
+    unit = await system.unit("first-ray-qu")
+    assert unit["spec"]["consumerRef"]["kind"] == c.RAY_JOB_KIND
+    assert unit["status"]["admissionSummary"] == "head=1,small-group=2"
+
+    async def pods_counted() -> bool:  # found by the cluster's name in the RayJob's status, per role
+        status = (await system.unit("first-ray-qu"))["status"]
+        return status.get("podState") == {"running": 3, "pending": 0} and \
+            [a["running"] for a in status["admissions"]] == [1, 2]
+
+    await system.wait_for(pods_counted, what="the Ray cluster's pods counted on the unit, head and workers")
+    await system.wait_phase("first-ray-qu", c.Phase.SUCCEED, timeout=30)
+    await system.wait_phase("second-ray-qu", c.Phase.RUNNING, timeout=30)  # the quota freed went to it
+    await system.wait_phase("second-ray-qu", c.Phase.SUCCEED, timeout=30)
+    done = await system.get_json("rayjob", "second")
+    assert done["status"]["jobStatus"] == "SUCCEEDED"

@@ -106,10 +106,10 @@ def established_status(crd: dict[str, Any], now: str) -> dict[str, Any]:
         {"type": "Established", "status": "True", "lastTransitionTime": now,
          "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
     ]
-    old = {c.get("type"): c for c in (crd.get("status") or {}).get("conditions") or ()}
-    for c in conditions:
-        if c["type"] in old and old[c["type"]].get("status") == "True":
-            c["lastTransitionTime"] = old[c["type"]].get("lastTransitionTime", now)
+    old = {cond.get("type"): cond for cond in (crd.get("status") or {}).get("conditions") or ()}
+    for cond in conditions:
+        if cond["type"] in old and old[cond["type"]].get("status") == "True":
+            cond["lastTransitionTime"] = old[cond["type"]].get("lastTransitionTime", now)
     return {"conditions": conditions, "acceptedNames": names, "storedVersions": [storage_version(crd)]}
 
 

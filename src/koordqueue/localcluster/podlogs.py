@@ -7,7 +7,8 @@ the container ends, `tailLines`, `sinceSeconds`/`sinceTime`, `timestamps`, `limi
 `previous`.
 
 The containers here are simulated, so what one "wrote" is told from its pod: a few lines
-the simulated training prints as it starts (with its rank, for a training job's pod), one
+the simulated training prints as it starts (with its rank and master, from the env the
+training operator gives a training job's pods, or their kubeflow.org annotations), one
 per step while it runs, and as it ends. A real process that stands for a pod's container
 (`koord-queue up`'s controller, for its Deployment's pod) attaches its own output instead
 (`PodLogs.attach`, a `LogBuffer` fed by a logging handler).
@@ -190,12 +191,15 @@ def _duration(pod: Mapping[str, Any]) -> float | None:
 
 
 def _env(pod: Mapping[str, Any], container: str, name: str) -> str:
+    """The value the container sees for `name`: the last entry of that name wins, as in Kubernetes
+    (the training operator appends its RANK, MASTER_ADDR, ... after the template's own)."""
+    found = ""
     for item in (pod.get("spec") or {}).get("containers") or []:
         if isinstance(item, Mapping) and item.get("name") == container:
             for var in item.get("env") or []:
-                if isinstance(var, Mapping) and var.get("name") == name and isinstance(var.get("value"), str):
-                    return str(var["value"])
-    return ""
+                if isinstance(var, Mapping) and var.get("name") == name:
+                    found = str(var["value"]) if isinstance(var.get("value"), str) else ""
+    return found
 
 
 def loss_at(step: int) -> float:
@@ -217,9 +221,9 @@ def simulated_output(pod: Mapping[str, Any], container: str, run: Run, now: floa
     texts: list[tuple[float, str]] = [
         (run.started, f"started: container {container} of pod {meta.get('namespace')}/{meta.get('name')} "
                       f"on node {node}, image {image}")]
-    rank = annotations.get(c.ANNOTATION_RANK)
-    if rank is not None and not run.init:
-        master = annotations.get(c.ANNOTATION_MASTER_ADDRESS, "")
+    rank = _env(pod, container, "RANK") or annotations.get(c.ANNOTATION_RANK)
+    if rank and not run.init:
+        master = _env(pod, container, "MASTER_ADDR") or annotations.get(c.ANNOTATION_MASTER_ADDRESS, "")
         port = _env(pod, container, "MASTER_PORT")
         texts.append((run.started, f"rank {rank}: joining the group at {master}{':' + port if port else ''}"))
     end = run.finished if run.finished is not None else now

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 import json
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -212,8 +213,23 @@ async def running_system(state: Path, nodes: int = 4, gpus_per_node: int = 8,
         await server.stop()
 
 
+SystemFactory = Callable[..., AbstractAsyncContextManager[System]]
+
+
 @pytest.fixture
-async def system(tmp_path: Path, control_plane: str, request: pytest.FixtureRequest) -> AsyncIterator[System]:
+def start_system(tmp_path: Path, control_plane: str, request: pytest.FixtureRequest) -> SystemFactory:
+    """`running_system` on this test's control plane: `async with start_system(config=...) as system`.
+    On the real one every start shares the session's cluster (a restart keeps what it holds)."""
     cluster = request.getfixturevalue("kube") if control_plane == "kube" else None
-    async with running_system(tmp_path / "state", cluster=cluster) as running:
+    starts = itertools.count()
+
+    def start(**kwargs: Any) -> AbstractAsyncContextManager[System]:
+        return running_system(tmp_path / f"state-{next(starts)}", cluster=cluster, **kwargs)
+
+    return start
+
+
+@pytest.fixture
+async def system(start_system: SystemFactory) -> AsyncIterator[System]:
+    async with start_system() as running:
         yield running

@@ -17,7 +17,7 @@ from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
 
-from .conftest import System, pytorch_job, quick_config, quota, running_system
+from .conftest import System, SystemFactory, pytorch_job, quick_config, quota
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -38,6 +38,7 @@ async def set_check(system: System, unit: str, name: str, state: str) -> None:
     await system.akubectl("patch", "queueunit", unit, "--subresource=status", "--type", "merge", "-p", body)
 
 
+@pytest.mark.both_control_planes
 async def test_admission_checks_hold_a_unit_reserved_until_ready_and_retry_sends_it_back(system: System) -> None:
     await system.apply(quota("team-c", 4, 8))
     await system.apply(queue("checked", "team-c", checks=[
@@ -72,9 +73,10 @@ async def test_admission_checks_hold_a_unit_reserved_until_ready_and_retry_sends
     await system.wait_phase("checked-job-py-qu", c.Phase.RUNNING)
 
 
-async def test_pods_not_running_in_time_send_the_job_back_and_it_is_retried(tmp_path: Path) -> None:
+@pytest.mark.both_control_planes
+async def test_pods_not_running_in_time_send_the_job_back_and_it_is_retried(start_system: SystemFactory) -> None:
     config = quick_config(wait_for_pods_running_seconds=1.5)
-    async with running_system(tmp_path / "state", config=config) as system:
+    async with start_system(config=config) as system:
         await system.apply(quota("team-w", 8, 16))
         await system.apply(queue("patient", "team-w", annotations={c.ANNOTATION_WAIT_FOR_PODS_RUNNING: c.TRUE}))
         # 9 GPUs per pod on 8-GPU nodes: quota lets it in, but its pods can never be placed.

@@ -10,7 +10,7 @@ from koordqueue.api import constants as c
 
 from .conftest import System, pytorch_job, quota
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.both_control_planes]
 
 
 def namespace(name: str) -> dict[str, object]:
@@ -54,12 +54,18 @@ async def test_a_quota_under_its_min_reclaims_borrowed_gpus_from_another(system:
     # One victim is enough (8 GPUs); it is told why and goes back to the queue.
     victims = [f"b{i}" for i, p in enumerate(phases) if p != c.Phase.RUNNING]
     assert len(victims) == 1, phases
-    unit = await system.unit(f"{victims[0]}-py-qu")
-    assert "team-b" in unit["status"]["message"] and "reclaimed" in unit["status"]["message"]
-    preempted = [e for e in await system.events(victims[0]) if e["reason"] == c.EventReason.PREEMPTED]
-    assert preempted, "the job is told it was preempted"
-    assert not (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}={victims[0]}"))["items"] or \
-        (await system.get_json("pytorchjob", victims[0]))["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+    # Told why on the unit's Preempted event (its status moves on to the back-off, then the queue).
+    preempted = [e for e in await system.events(f"{victims[0]}-py-qu") if e["reason"] == c.EventReason.PREEMPTED]
+    assert preempted and "team-b" in preempted[0]["message"] and "reclaimed" in preempted[0]["message"], preempted
+    assert [e for e in await system.events(victims[0]) if e["reason"] == c.EventReason.PREEMPTED], \
+        "the job is told it was preempted"
+    job = await system.get_json("pytorchjob", victims[0])
+    assert job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE and job["spec"]["runPolicy"]["suspend"]
+
+    async def no_pods() -> bool:  # the training operator deletes them once the job is suspended again
+        return not (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}={victims[0]}"))["items"]
+
+    await system.wait_for(no_pods, what="the victim's pods deleted")
 
 
 async def test_queues_follow_their_quotas_and_a_bad_quota_is_reported(system: System) -> None:

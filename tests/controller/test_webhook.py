@@ -74,6 +74,7 @@ def test_review_suspends_new_jobs_of_queued_kinds_and_leaves_the_rest() -> None:
         review({"kind": "AdmissionReview"}, frozenset())
 
 
+@pytest.mark.both_control_planes
 async def test_a_job_is_stored_suspended_before_any_controller_reconciles_it(system: System) -> None:
     await system.apply(quota("team-w", 0, 1))
     created = await system.akubectl("create", "-o", "json", "-f", "-",
@@ -84,6 +85,7 @@ async def test_a_job_is_stored_suspended_before_any_controller_reconciles_it(sys
     assert job["metadata"]["generation"] == 1  # suspended at creation, not patched afterwards
 
 
+@pytest.mark.both_control_planes
 async def test_two_replicas_each_with_its_own_ca_are_both_trusted_by_the_configuration(system: System) -> None:
     """The API server may call either replica: the caBundle must hold both CAs, and keep
     holding them when each replica writes it again (they once overwrote each other)."""

@@ -17,6 +17,7 @@ from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from tests.controller.conftest import start_system, system  # noqa: F401  (the fixtures, here too)
 
 ROOT = Path(__file__).parents[2]
 

@@ -16,7 +16,7 @@ from koordqueue.api import constants as c
 from koordqueue.kube.client import Resource
 from koordqueue.kube.errors import ApiError
 
-from ..controller.conftest import System, pytorch_job, quota, running_system
+from ..controller.conftest import System, SystemFactory, pytorch_job, quota
 
 pytestmark = pytest.mark.timeout(240)
 CORPUS = Path(__file__).parents[1] / "data" / "bad"
@@ -51,9 +51,11 @@ def test_the_corpus_is_complete_and_indexed() -> None:
         assert entry.get("about") and outcomes & set(entry), name
 
 
-async def test_the_whole_corpus_alongside_valid_jobs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.both_control_planes
+async def test_the_whole_corpus_alongside_valid_jobs(start_system: SystemFactory, caplog: pytest.LogCaptureFixture,
+                                                     control_plane: str) -> None:
     caplog.set_level(logging.ERROR, logger="koordqueue")
-    async with running_system(tmp_path / "state") as system:
+    async with start_system() as system:
         await system.apply(*(namespace(n) for n in ("bad-a", "bad-b", "bad-none", "good")))
         await system.apply(quota("bad-a-gpus", 2, 8, namespace="bad-a"), quota("bad-b-gpus", 1, 4, namespace="bad-b"),
                            quota("bad-a-other", 1, 4, namespace="bad-a"),

@@ -181,6 +181,7 @@ def test_queue_settings() -> None:
                 "koord-queue/priority-threshold": "10",
                 "koord-queue/max-depth": "50",
                 "koord-queue/queue-items-refresh-interval": "1m30s",
+                "koord-queue/hold-room-after": "2m",
             },
         },
         "spec": {
@@ -196,12 +197,13 @@ def test_queue_settings() -> None:
     parsed = parse_queue(obj, {"team-a"})
     q, s = parsed.queue, parsed.settings
     assert parsed.warnings == ()
-    assert (q.quota, q.policy, q.priority, q.priority_threshold, q.preemption) == (
+    assert (q.quota, q.policy, q.priority, q.priority_threshold, q.preemption, q.hold_room_after) == (
         "team-a",
         QueuePolicy.INTELLIGENT,
         1000,
         10,
         True,
+        120.0,
     )
     assert s.wait_for_pods_running and s.max_depth == 50 and s.refresh_seconds == 90.0
     assert s.priority_class_name == "high-priority"
@@ -220,6 +222,8 @@ def test_queue_settings() -> None:
         ({"koord-queue/queue-items-refresh-interval": "15"}, {}, "must be a duration"),
         ({"koord-queue/queue-items-refresh-interval": "-5s"}, {}, "must be positive"),
         ({"koord-queue/wait-for-pods-running": "yes"}, {}, 'must be "true" or "false"'),
+        ({"koord-queue/hold-room-after": "ten minutes"}, {}, "hold-room-after must be a duration"),
+        ({"koord-queue/hold-room-after": "-1m"}, {}, "hold-room-after must be 0 or more, got '-1m'; using 600s"),
     ],
 )
 def test_queue_warnings(annotations: dict[str, str], spec: dict[str, Any], warning: str) -> None:
@@ -229,6 +233,13 @@ def test_queue_warnings(annotations: dict[str, str], spec: dict[str, Any], warni
     assert parsed.queue.policy is QueuePolicy.PRIORITY
     assert parsed.settings.max_depth is None and parsed.settings.refresh_seconds == 15.0
     assert parsed.settings.wait_for_pods_running is False
+    assert parsed.queue.hold_room_after == 600.0
+
+
+def test_room_may_be_held_at_once() -> None:
+    obj = {"metadata": {"name": "q", "annotations": {"koord-queue/hold-room-after": "0s"}}}
+    parsed = parse_queue(obj, ())
+    assert parsed.warnings == () and parsed.queue.hold_room_after == 0.0
 
 
 def test_queue_max_depth_unlimited() -> None:

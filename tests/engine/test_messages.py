@@ -8,7 +8,7 @@ import pytest
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine.model import QuotaInfo, UnitInfo
 
-from .builders import MEM, engine_with, parent, quota, unit
+from .builders import MEM, engine_with, parent, quota, settle, unit
 
 GI = 1024**3 * 1000  # 1Gi in milli-units
 
@@ -62,22 +62,33 @@ CASES = {
         [("wait", 6, "team")],
         "can never fit quota team: nvidia.com/gpu asks 6, more than the 4 of the cluster",
     ),
-    "held-for-a-waiting-head": (
+    "held-for-a-higher-priority-head": (
         [parent("pool", 0, 8), quota("a", 0, 8, "pool"), quota("b", 0, 8, "pool")],
         None,
-        [("run", 4, "b"), ("big", 6, "a"), ("wait", 2, "b")],
-        "waiting for quota b: nvidia.com/gpu asks 2; the free 4 of quota pool is held for default/big "
-        "(priority 0), which waits ahead of it",
+        [("run", 4, "b"), ("big", 6, "a", 5), ("wait", 2, "b")],
+        "waiting for quota b: nvidia.com/gpu asks 2; the free 4 of quota pool is held for default/big, "
+        "of higher priority (5 > 0)",
+    ),
+    "held-for-a-head-that-waited-long": (
+        [parent("pool", 0, 8), quota("a", 0, 8, "pool"), quota("b", 0, 8, "pool")],
+        None,
+        [("run", 4, "b"), ("big", 6, "a"), ("wait", 2, "b", 0, 601.0)],
+        "waiting for quota b: nvidia.com/gpu asks 2; the free 4 of quota pool is held for default/big, "
+        "of the same priority (0), which has waited more than 10m (koord-queue/hold-room-after of its Queue)",
     ),
 }
 
 
 @pytest.mark.parametrize(("quotas", "capacity", "units", "expected"), list(CASES.values()), ids=list(CASES))
 def test_why_a_unit_waits(quotas, capacity, units, expected) -> None:
+    """Units are (name, GPUs, quota[, priority[, when]]), one a second unless ``when`` says."""
     engine = engine_with(*quotas, capacity=capacity)
-    for i, (name, gpus, quota_name) in enumerate(units):
-        engine.set_unit(unit(name, gpus, quota_name, created=i))
-        engine.schedule(float(i))
+    for i, (name, gpus, quota_name, *rest) in enumerate(units):
+        when = rest[1] if len(rest) > 1 else float(i)
+        priority = rest[0] if rest else 0
+        settle(engine, when)
+        engine.set_unit(unit(name, gpus, quota_name, priority=priority, created=when))
+        settle(engine, when)
     standing = engine.standing("default/wait")
     assert standing is not None and standing.message == expected
 

@@ -8,7 +8,7 @@ from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import core
 from koordqueue.engine.model import UnitInfo
 
-from .builders import engine_with, keys, parent, queue_of, quota, settle, unit, used
+from .builders import GPU, G, engine_with, keys, parent, queue_of, quota, settle, unit, used
 
 BLOCK, PRIORITY, INTELLIGENT = QueuePolicy.BLOCK, QueuePolicy.PRIORITY, QueuePolicy.INTELLIGENT
 
@@ -185,7 +185,10 @@ def test_a_unit_asking_nothing_is_admitted() -> None:
 
 class TestHolds:
     """Free room is held for a unit that waits for more of it, so that smaller units do
-    not starve it; but only against those it should go before."""
+    not starve it; but only against those it should go before (SEMANTICS.md section 4,
+    held room): units of lower priority at once, units of its own priority from other
+    quotas once it has waited past its Queue's koord-queue/hold-room-after (600 s by
+    default), units of higher priority never."""
 
     def pool(self):  # type: ignore[no-untyped-def]
         """A pool of 8 GPUs, 4 of them used by quota b; quotas a and b have no min."""
@@ -195,15 +198,82 @@ class TestHolds:
         engine.schedule(0.0)
         return engine
 
-    def test_borrowers_of_other_quotas_are_kept_away(self) -> None:
+    def test_borrowers_of_lower_priority_from_other_quotas_are_kept_away(self) -> None:
         engine = self.pool()
-        engine.set_unit(unit("a-big", 6, "a", created=1))
+        engine.set_unit(unit("a-big", 6, "a", priority=1, created=1))
         engine.set_unit(unit("b-small", 2, "b", created=2))
         result = engine.schedule(1.0)
         assert result.admitted == []
-        assert "is held for default/a-big" in result.messages["default/b-small"]
+        assert result.messages["default/b-small"] == (
+            "waiting for quota b: nvidia.com/gpu asks 2; the free 4 of quota pool is held for default/a-big, "
+            "of higher priority (1 > 0)")
         engine.remove_unit("default/b-run")
         assert keys(engine.schedule(2.0).admitted) == ["default/a-big", "default/b-small"]
+
+    def test_the_issue_16_pool_keeps_no_gpu_idle_for_an_equal_priority_unit_until_its_wait_is_long(self) -> None:
+        """Parent P of 10 GPUs: team 1 runs 6 with no end, team 2's 6-GPU job (same priority)
+        waits. Team 1's 2-GPU job was kept out by the room held for it, leaving 4 GPUs idle
+        as long as the first job ran; now it goes. Once team 2's job has waited 10 minutes,
+        the free room is held for it against team 1's next one, and the message says why."""
+        engine = engine_with(parent("P", 0, 10), quota("team-1", 0, 10, "P"), quota("team-2", 0, 10, "P"))
+        engine.set_unit(unit("t1-run", 6, "team-1"))
+        assert settle(engine, 0.0) == ["default/t1-run"]
+        engine.set_unit(unit("t2-big", 6, "team-2", created=1))
+        assert settle(engine, 1.0) == []
+        engine.set_unit(unit("t1-small", 2, "team-1", created=2))
+        assert settle(engine, 2.0) == ["default/t1-small"]
+        result = engine.schedule(3.0)
+        assert result.next_wakeup == 601.0  # team 2's job will have waited 600 s: its room is held anew
+        assert settle(engine, 601.0) == []
+        engine.set_unit(unit("t1-late", 2, "team-1", created=602))
+        assert settle(engine, 602.0) == []
+        standing = engine.standing("default/t1-late")
+        assert standing is not None and standing.message == (
+            "waiting for quota team-1: nvidia.com/gpu asks 2; the free 2 of quota P is held for default/t2-big, "
+            "of the same priority (0), which has waited more than 10m (koord-queue/hold-room-after of its Queue)")
+        engine.remove_unit("default/t1-small")
+        engine.remove_unit("default/t1-run")
+        assert sorted(settle(engine, 603.0)) == ["default/t1-late", "default/t2-big"]
+
+    def test_the_wait_is_the_holders_queues_annotation(self) -> None:
+        """koord-queue/hold-room-after on team 2's Queue: 0s holds at once, 1m after a minute."""
+        for after, kept_out_from in ((0.0, 1.0), (60.0, 61.0)):
+            team2 = quota("team-2", 0, 10, "P")
+            engine = engine_with(parent("P", 0, 10), quota("team-1", 0, 10, "P"), team2)
+            engine.set_queue(queue_of(team2, hold_room_after=after))
+            engine.set_unit(unit("t1-run", 6, "team-1"))
+            engine.set_unit(unit("t2-big", 6, "team-2", created=1))
+            settle(engine, 1.0)
+            for when in (kept_out_from - 1, kept_out_from):
+                if when < 1.0:
+                    continue
+                engine.set_unit(unit(f"t1-at-{when:g}", 1, "team-1", created=when))
+                admitted = settle(engine, when)
+                assert admitted == ([] if when >= kept_out_from else [f"default/t1-at-{when:g}"]), (after, when)
+
+    def test_a_unit_of_higher_priority_is_never_kept_out(self) -> None:
+        engine = self.pool()
+        engine.set_unit(unit("a-big", 6, "a", created=1))
+        settle(engine, 1.0)
+        engine.set_unit(unit("b-urgent", 2, "b", priority=3, created=5000))
+        assert settle(engine, 5000.0) == ["default/b-urgent"]  # a-big has waited long, but is below it
+
+    def test_the_wait_counts_from_the_return_out_of_back_off(self) -> None:
+        engine = engine_with(parent("P", 0, 10), quota("team-1", 0, 10, "P"), quota("team-2", 0, 10, "P"),
+                             backoff_jitter=0.0)
+        engine.set_unit(unit("t1-run", 6, "team-1"))
+        engine.set_unit(unit("t2-big", 2, "team-2", created=0))
+        assert settle(engine, 0.0) == ["default/t1-run", "default/t2-big"]
+        back = engine.requeue("default/t2-big", 700.0, "pods did not start")  # back at 710
+        engine.set_unit(unit("t1-more", 2, "team-1", created=700))
+        assert settle(engine, 700.0) == ["default/t1-more"]
+        grown = engine.unit("default/t2-big")
+        assert grown is not None
+        grown.request = {GPU: 6 * G}
+        engine.set_unit(grown)
+        settle(engine, back)
+        engine.set_unit(unit("t1-after", 2, "team-1", created=back + 1))
+        assert settle(engine, back + 1) == ["default/t1-after"]  # created 700 s ago, but back in line 1 s ago
 
     def test_lower_priority_units_of_its_own_quota_are_kept_away(self) -> None:
         engine = self.pool()
@@ -211,7 +281,7 @@ class TestHolds:
         engine.set_unit(unit("a-small", 2, "a", priority=1, created=2))
         result = engine.schedule(1.0)
         assert result.admitted == []
-        assert "is held for default/a-big (priority 5)" in result.messages["default/a-small"]
+        assert "is held for default/a-big, of higher priority (5 > 1)" in result.messages["default/a-small"]
 
     def test_a_quota_within_its_share_is_not_kept_away(self) -> None:
         engine = engine_with(parent("pool", 8, 8), quota("a", 0, 8, "pool"), quota("b", 4, 8, "pool"))

@@ -22,7 +22,7 @@ from koordqueue.engine import Engine
 from koordqueue.engine import tree as tree_module
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, ResourceList, UnitInfo
-from koordqueue.engine.tree import QuotaNode, QuotaTree
+from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
 from koordqueue.engine.waterfill import Level, fill_level, water_fill
 
@@ -110,7 +110,8 @@ def worlds(draw: st.DrawFn, name_every_resource: bool = False, protect: bool = T
         # At least the roots' mins, so that every min can be honoured.
         capacity = {r: sum(q.min.get(r, 0) for q in roots) + draw(st.integers(0, 20)) * G for r in resources}
     queues = {
-        q.name: queue_of(q, priority=draw(st.integers(0, 2)), preemption=draw(st.booleans()))
+        q.name: queue_of(q, priority=draw(st.integers(0, 2)), preemption=draw(st.booleans()),
+                         hold_room_after=draw(st.sampled_from((0.0, 30.0, 600.0))))
         for q in quotas
         if not q.is_parent
     }
@@ -416,7 +417,24 @@ def check_messages(run: Run, result: CycleResult, before: dict) -> None:  # type
                 # left capacity idle, e.g. by not waking its queue when room appeared).
                 info = run.units[key]
                 leaf = run.engine._tree.nodes[run.leaf_of[key]]
-                assert first_misfit(leaf, info.request, info.priority) is not None, f"{key} fits but waits"
+                misfit = first_misfit(leaf, info.request, info.priority)
+                assert misfit is not None, f"{key} fits but waits"
+                if misfit.hold is not None:
+                    check_held_room(run, info, misfit.hold)
+
+
+def check_held_room(run: Run, info: UnitInfo, hold: Hold) -> None:
+    """Room is held against a unit only for a unit of higher priority, or of its own
+    priority (from another quota) that has waited past its Queue's bound."""
+    assert hold.priority >= info.priority, f"{info.key} kept out for {hold.holder} of lower priority"
+    event("room held against a unit of lower priority" if hold.priority > info.priority else
+          "room held against a unit of the same priority")
+    if hold.priority == info.priority:
+        holder = run.engine.unit(hold.holder)
+        assert holder is not None and run.leaf_of[hold.holder] != run.leaf_of[info.key]
+        since = holder.created if holder.requeue_at is None else max(holder.created, holder.requeue_at)
+        bound = run.world.queues[run.leaf_of[hold.holder]].hold_room_after
+        assert run.now >= since + bound, f"{info.key} kept out for {hold.holder}, which waited {run.now - since} s"
 
 
 ALL_CHECKS = [check_limits, check_runtime, check_policies, check_messages]
@@ -436,6 +454,47 @@ def test_limits_runtime_and_policies_hold_after_every_cycle(world: World, stream
             event("preemption")
         if any("blocked" in text or "while high-priority" in text for _, text in messages):
             event("a queue blocked")
+
+
+@st.composite
+def contended_pools(draw: st.DrawFn) -> World:
+    """One parent of a few GPUs over 2-3 quotas without min, which all borrow: where room
+    is held for big jobs against small ones of other quotas."""
+    size = draw(st.integers(4, 12))
+    quotas = [QuotaInfo("pool", "default", {GPU: 0}, {GPU: size * G}, is_parent=True)]
+    quotas += [QuotaInfo(f"pool-{i}", "default", {GPU: 0}, {GPU: size * G}, parent="pool",
+                         policy=draw(st.sampled_from((QueuePolicy.PRIORITY, QueuePolicy.PRIORITY, QueuePolicy.BLOCK))))
+               for i in range(draw(st.integers(2, 3)))]
+    queues = {q.name: queue_of(q, hold_room_after=draw(st.sampled_from((0.0, 0.0, 30.0, 600.0))))
+              for q in quotas if not q.is_parent}
+    return World((GPU, CPU, MEM), quotas, queues, None, EngineConfig(reclaim=False))
+
+
+held_arrival = st.tuples(st.just("arrive"), st.integers(0, 2), st.tuples(st.integers(1, 8), st.just(0), st.just(0)),
+                         st.integers(0, 1), st.booleans(), st.integers(1, 3))
+held_room_steps = st.lists(
+    st.one_of(
+        held_arrival,
+        held_arrival,
+        held_arrival,
+        st.tuples(st.just("finish"), st.integers(0, 50)),
+        st.tuples(st.just("send-back"), st.integers(0, 50)),
+        st.tuples(st.just("wait"), st.sampled_from((1.0, 40.0, 700.0))),
+    ),
+    min_size=8,
+    max_size=30,
+)
+
+
+@settings(PROPERTY_SETTINGS, max_examples=150)
+@given(world=contended_pools(), stream=held_room_steps)
+def test_room_is_held_only_as_the_rule_says(world: World, stream: list) -> None:  # type: ignore[type-arg]
+    """check_messages asks of every settled waiting unit kept out by held room that the
+    rule allows it (check_held_room); and nothing that fits waits."""
+    run = Run(world)
+    for step in stream:
+        run.play(step, ALL_CHECKS)
+    run.quiesce(ALL_CHECKS)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -70,6 +70,10 @@ ANNOTATION_WAIT_FOR_PODS_RUNNING = "koord-queue/wait-for-pods-running"
 ANNOTATION_ENABLE_PREEMPTION = "koord-queue/enable-queueunit-preemption"
 ANNOTATION_MAX_DEPTH = "koord-queue/max-depth"
 DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS = 15.0
+# How long a unit waits before free room under a shared parent is held for it against
+# borrowing units of its own priority (units of lower priority are kept out at once).
+ANNOTATION_HOLD_ROOM_AFTER = "koord-queue/hold-room-after"
+DEFAULT_HOLD_ROOM_AFTER_SECONDS = 600.0
 
 # --- Simulated cluster (embedded control plane) -----------------------------------
 ANNOTATION_SIM_DURATION = "koord-queue.sim/duration"  # seconds a simulated pod runs

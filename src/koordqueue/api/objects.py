@@ -16,12 +16,14 @@ from typing import Any
 
 from koordqueue.api.constants import (
     ANNOTATION_ENABLE_PREEMPTION,
+    ANNOTATION_HOLD_ROOM_AFTER,
     ANNOTATION_MAX_DEPTH,
     ANNOTATION_PRIORITY_THRESHOLD,
     ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
     ANNOTATION_WAIT_FOR_PODS_RUNNING,
+    DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS,
     DEFAULT_QUEUE_POLICY,
     ELASTIC_QUOTA_KIND,
@@ -133,13 +135,16 @@ def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
         priority=0 if priority is None else read_int(priority, f"{where}: spec.priority"),
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
         preemption=_flag(meta, ANNOTATION_ENABLE_PREEMPTION, warnings),
+        hold_room_after=_duration(meta, ANNOTATION_HOLD_ROOM_AFTER, DEFAULT_HOLD_ROOM_AFTER_SECONDS, warnings,
+                                  zero=True),
     )
     settings = QueueSettings(
         priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
         admission_checks=_admission_checks(spec.get("admissionChecks"), where),
         wait_for_pods_running=_flag(meta, ANNOTATION_WAIT_FOR_PODS_RUNNING, warnings),
         max_depth=_max_depth(meta, warnings),
-        refresh_seconds=_refresh_seconds(meta, warnings),
+        refresh_seconds=_duration(meta, ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
+                                  DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS, warnings),
     )
     return ParsedQueue(queue, settings, tuple(warnings))
 
@@ -223,21 +228,20 @@ def _max_depth(meta: Meta, warnings: list[str]) -> int | None:
     return depth
 
 
-def _refresh_seconds(meta: Meta, warnings: list[str]) -> float:
-    text = meta.annotations.get(ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL)
+def _duration(meta: Meta, annotation: str, default: float, warnings: list[str], zero: bool = False) -> float:
+    """Seconds in a Go-duration annotation; ``zero``: 0 is allowed (else it must be positive)."""
+    text = meta.annotations.get(annotation)
     if text is None:
-        return DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
-    where = f"{meta.describe()}: annotation {ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL}"
+        return default
+    where = f"{meta.describe()}: annotation {annotation}"
     try:
         seconds = parse_go_duration(text, where)
     except InvalidObject as err:
-        warnings.append(f"{err.reason}; using {DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS:g}s")
-        return DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
-    if seconds <= 0:
-        warnings.append(
-            f"{where} must be positive, got {text!r}; using {DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS:g}s"
-        )
-        return DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
+        warnings.append(f"{err.reason}; using {default:g}s")
+        return default
+    if seconds < 0 or (seconds == 0 and not zero):
+        warnings.append(f"{where} must be {'0 or more' if zero else 'positive'}, got {text!r}; using {default:g}s")
+        return default
     return seconds
 
 

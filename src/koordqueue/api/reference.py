@@ -93,6 +93,11 @@ REFERENCE: tuple[Key, ...] = (
                 Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_MAX_DEPTH, Where.QUEUE, "positive integer, or `-1` for no limit",
                 "How many pending jobs `status.queueItemDetails` lists.", Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_HOLD_ROOM_AFTER, Where.QUEUE,
+                f"Go duration, e.g. `5m`; `0s`: at once; default `{c.DEFAULT_HOLD_ROOM_AFTER_SECONDS / 60:g}m`",
+                "How long a job of this Queue waits before free room under a shared parent quota is held for "
+                "it against borrowing jobs of its own priority (jobs of lower priority are kept out at once). "
+                "See policies.md, held room.", Origin.OURS),
     # --- on a job ---
     _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
            "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),

@@ -22,7 +22,7 @@ from itertools import islice
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import messages
 from koordqueue.engine.backoff import backoff_seconds
-from koordqueue.engine.fit import Misfit, borrowing, first_misfit, headroom
+from koordqueue.engine.fit import Misfit, borrowing, first_misfit, headroom, held_against_borrower
 from koordqueue.engine.model import (
     Admission,
     CycleResult,
@@ -82,8 +82,9 @@ class _Queue:
     told_blocker: str | None = None  # the blocker the units behind it were last told about
     version: int = 0  # of its entry in the cycle's heap
     # Since its last scan, only room at nodes it waits on woke it (these, with the least
-    # it asked there); nothing else that could change its decisions happened.
-    woken: list[tuple[QuotaNode, ResourceList, bool]] = field(default_factory=list)
+    # it asked there and, for room held, the priority it was held against: None when not
+    # held); nothing else that could change its decisions happened.
+    woken: list[tuple[QuotaNode, ResourceList, int | None]] = field(default_factory=list)
     rescan: bool = True  # something other than room woke it: scan it in any case
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
 
@@ -336,7 +337,7 @@ class Engine:
                 scan.admitted = True
                 return True
             # Same request, same or lower priority: the rest of this stream waits too.
-            told = self._note_misfit(record, state, misfit)
+            told = self._note_misfit(record, state, misfit, now)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -385,35 +386,44 @@ class Engine:
             if any(now_held.get(name, 0) < amount for name, amount in amounts.items()):
                 self._wake_node(node, exclude=state.key)
 
-    def _note_misfit(self, record: _Unit, state: _Queue, misfit: Misfit) -> bool:
+    def _note_misfit(self, record: _Unit, state: _Queue, misfit: Misfit, now: float) -> bool:
         """Say why the unit waits, wait for room where it lacks it, and hold what is free.
         Return whether it now waits for another limit (not only other amounts): the
         units behind it are told then, not each time an amount in the text moves."""
         leaf = state.leaf
         hold = misfit.hold
         key = (misfit.node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve,
-               hold.holder if hold else None, hold.priority if hold else None)
+               hold.holder if hold else None, hold.priority if hold else None, hold.waited_past if hold else None)
         reason = record.reason
         told = reason is None or reason[0][:2] != key[:2] or reason[0][4:] != key[4:]
+        info = record.info
         if reason is None or reason[0] != key:
-            reason = record.reason = (key, messages.waiting(leaf, misfit))
+            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority))
         self._say(record, reason[1])
+        node = misfit.node
         # Held room keeps away units of other quotas only while they borrow (fit.py);
         # whether this one borrows changes only with its own quota, which scans it again.
-        by_hold = misfit.hold is not None and borrowing(leaf, record.info.request)
-        waiters = misfit.node.hold_waiters if by_hold else misfit.node.waiters
-        need = waiters.setdefault(state.key, {})
+        if misfit.hold is not None and borrowing(leaf, info.request):
+            need = node.hold_waiters.setdefault(state.key, {})
+            if info.priority > node.hold_waiter_priority.get(state.key, -math.inf):
+                node.hold_waiter_priority[state.key] = info.priority
+        else:
+            need = node.waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
-        node = misfit.node
         if misfit.never or node is leaf:
             return told  # its own quota's limit: others' units are no competition (Priority skips it)
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
             return told  # nobody else uses that node: holding keeps nothing from anyone
         # Hold up to the node where it lacks room, not above: room above that node is of
         # no use to it until that node has room, and holding it would only keep others
-        # (who can use it now) waiting, perhaps for one another.
-        info = record.info
+        # (who can use it now) waiting, perhaps for one another. Against borrowers of its
+        # own priority only once it has waited past its Queue's bound: its queue is
+        # scanned again then, to hold anew.
+        after = state.info.hold_room_after
+        since = info.created if info.requeue_at is None else max(info.created, info.requeue_at)
+        ripe = since + after  # the very time its queue is woken at, so that it is ripe then
+        waited_past = after if now >= ripe else None
         child = leaf
         for upper in leaf.path[1 : leaf.path.index(node) + 1]:
             amounts: ResourceList = {}
@@ -422,9 +432,11 @@ class Engine:
                 if room is not None and room > 0:
                     amounts[name] = min(amount, room)
             if amounts:
-                hold = Hold(record.key, leaf, info.priority, amounts)
+                hold = Hold(record.key, leaf, info.priority, amounts, waited_past)
                 upper.add_hold(hold)
                 state.holds.append((upper, hold))
+                if waited_past is None:
+                    self._retry_later(state, ripe)
             child = upper
         return told
 
@@ -667,15 +679,21 @@ class Engine:
             waiters = node.hold_waiters if by_hold else node.waiters
             if not waiters:
                 continue
+            priorities = node.hold_waiter_priority
             still: dict[str, ResourceList] = {}
             for key, need in waiters.items():
                 state = self._qs.get(key) if key != exclude else None
+                priority = priorities.get(key) if by_hold else None
                 if state is None:
                     if key == exclude:
                         still[key] = need
-                elif self._has_room(node, need, by_hold, state.leaf):
-                    state.woken.append((node, need, by_hold))
+                    elif by_hold:
+                        priorities.pop(key, None)
+                elif self._has_room(node, need, priority, state.leaf):
+                    state.woken.append((node, need, priority))
                     self._touch(state, rescan=False)
+                    if by_hold:
+                        priorities.pop(key, None)
                 else:
                     still[key] = need
             if by_hold:
@@ -684,16 +702,18 @@ class Engine:
                 node.waiters = still
 
     @staticmethod
-    def _has_room(node: QuotaNode, need: ResourceList, by_hold: bool, leaf: QuotaNode) -> bool:
+    def _has_room(node: QuotaNode, need: ResourceList, priority: int | None, leaf: QuotaNode) -> bool:
         """Whether ``node`` has room for the least ask of some resource in ``need``; for
-        units that found its room held, room not held for units of other quotas."""
+        units that found its room held (``priority``: the highest of them), room not held
+        against them for units of other quotas."""
         limit, used, held = node.limit, node.used, node.held
-        own = node.holds.get(leaf, ()) if by_hold else ()
         for name, amount in need.items():
             room = limit.get(name, amount) - used.get(name, 0)
-            if by_hold:
-                room -= held.get(name, 0) - sum(hold.amounts.get(name, 0) for hold in own)
-            if amount <= room:
+            if amount > room:
+                continue
+            if priority is None or amount <= room - held.get(name, 0):
+                return True
+            if amount <= room - held_against_borrower(node, leaf, name, priority):
                 return True
         return False
 
@@ -701,13 +721,15 @@ class Engine:
         """Whether a node that woke ``state`` still has the room it was woken for; if
         none has, the queue waits at those nodes again."""
         woken = state.woken
-        if any(self._has_room(node, need, by_hold, state.leaf) for node, need, by_hold in woken):
+        if any(self._has_room(node, need, priority, state.leaf) for node, need, priority in woken):
             return True
-        for node, need, by_hold in woken:
-            waiting = (node.hold_waiters if by_hold else node.waiters).setdefault(state.key, {})
+        for node, need, priority in woken:
+            waiting = (node.waiters if priority is None else node.hold_waiters).setdefault(state.key, {})
             for name, amount in need.items():
                 if amount < waiting.get(name, math.inf):
                     waiting[name] = amount
+            if priority is not None and priority > node.hold_waiter_priority.get(state.key, -math.inf):
+                node.hold_waiter_priority[state.key] = priority
         state.woken = []
         return False
 
@@ -943,7 +965,7 @@ class Engine:
         text = reasons.get(key) if reasons is not None else None
         if text is None:
             misfit = first_misfit(state.leaf, info.request, info.priority)
-            text = "" if misfit is None else messages.waiting(state.leaf, misfit)
+            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority)
             if reasons is not None:
                 reasons[key] = text
         return text or record.message

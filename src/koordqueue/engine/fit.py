@@ -59,8 +59,8 @@ def first_misfit(
     """The first limit ``request`` runs into on ``leaf``'s path, or None if it fits.
 
     Capacity held for a waiting unit keeps away, within its own quota, units of lower
-    priority; from other quotas, only units that would borrow: a quota within its
-    runtime share is never kept from it.
+    priority; from other quotas, only units that would borrow (a quota within its
+    runtime share is never kept from it), and of those only whom ``keeps_out`` says.
     """
     borrows: bool | None = None
     child: QuotaNode | None = None
@@ -87,33 +87,48 @@ def first_misfit(
                 if asked > free:
                     return Misfit(node, name, asked, used, cap, reserve)
                 held = held_map.get(name, 0) if held_map else 0
-                if held:
-                    own_held = against = 0
-                    first: Hold | None = None
-                    for hold in node.holds.get(leaf, ()):
-                        amount = hold.amounts.get(name, 0)
-                        own_held += amount
-                        if amount and priority < hold.priority:
-                            against += amount
-                            first = first or hold
-                    if held > own_held:
-                        if borrows is None:
-                            borrows = borrowing(leaf, request)
-                        if borrows:
-                            against += held - own_held
+                if held and asked > free - held:
+                    # Some holds may keep it out: add up those that do (keeps_out).
+                    against = sum(h.amounts.get(name, 0) for h in node.holds.get(leaf, ()) if priority < h.priority)
+                    if borrows is None:
+                        borrows = borrowing(leaf, request)
+                    if borrows:
+                        against += held_against_borrower(node, leaf, name, priority)
                     if asked > free - against:
-                        first = first or _other_hold(node, leaf, name)
+                        first = next(h for h in node.holds_of[name] if keeps_out(h, leaf, priority)
+                                     and (h.leaf is leaf or borrows))
                         return Misfit(node, name, asked, used, cap, reserve, against, first)
         child = node
     return None
 
 
-def _other_hold(node: QuotaNode, leaf: QuotaNode, name: str) -> Hold | None:
-    """The oldest hold of ``name`` at ``node`` for a unit of another quota than ``leaf``."""
-    for hold in node.holds_of.get(name, ()):
-        if hold.leaf is not leaf:
-            return hold
-    return None
+def keeps_out(hold: Hold, leaf: QuotaNode, priority: int) -> bool:
+    """Whether ``hold`` keeps a unit of ``leaf`` and ``priority`` from the room it holds
+    (a unit of another quota only while it borrows; the caller checks that): units of
+    lower priority, and of the same priority from another quota once the holder has
+    waited past its Queue's bound. Room is never kept from a unit of higher priority."""
+    if hold.leaf is leaf:
+        return priority < hold.priority
+    return _keeps_borrowers_out(hold, priority)
+
+
+def _keeps_borrowers_out(hold: Hold, priority: int) -> bool:
+    """``keeps_out`` for a borrowing unit of another quota than the holder's."""
+    return priority < hold.priority or (priority == hold.priority and hold.waited_past is not None)
+
+
+def held_against_borrower(node: QuotaNode, leaf: QuotaNode, name: str, priority: int) -> int:
+    """How much of ``name`` at ``node`` is held for units of other quotas than ``leaf``
+    against a borrowing unit of ``leaf`` and ``priority``: from the sums by rank (a few),
+    less ``leaf``'s own holds among them."""
+    against = 0
+    for (rank, waited), amount in node.held_ranked.get(name, {}).items():
+        if rank > priority or (rank == priority and waited):
+            against += amount
+    for hold in node.holds.get(leaf, ()):
+        if _keeps_borrowers_out(hold, priority):
+            against -= hold.amounts.get(name, 0)
+    return against
 
 
 def headroom(node: QuotaNode, child: QuotaNode | None, name: str) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from koordqueue.api.constants import ANNOTATION_HOLD_ROOM_AFTER
 from koordqueue.api.quantity import format_quantity
 from koordqueue.engine.fit import Misfit
 from koordqueue.engine.tree import QuotaNode
@@ -23,8 +24,19 @@ def _where(node: QuotaNode) -> str:
     return "the cluster" if node.is_root else f"quota {node.name}"
 
 
-def waiting(leaf: QuotaNode, misfit: Misfit) -> str:
-    """Why a unit of ``leaf`` does not fit now."""
+def _duration(seconds: float) -> str:
+    """Seconds as a Go duration, as the annotations are written: 600 -> 10m, 90 -> 1m30s."""
+    whole = round(seconds)
+    if whole != seconds:
+        return f"{seconds:g}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + (f"{secs}s" if secs else "")
+    return text or "0s"
+
+
+def waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
+    """Why a unit of ``leaf`` and ``priority`` does not fit now."""
     name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
     if misfit.never:
         if node is leaf:
@@ -35,11 +47,17 @@ def waiting(leaf: QuotaNode, misfit: Misfit) -> str:
             f"can never fit quota {leaf.name}: {name} asks {asked}, more than the "
             f"{_q(misfit.limit)} of {_where(node)}"
         )
-    if misfit.hold is not None:
+    hold = misfit.hold
+    if hold is not None:
         free = misfit.limit - misfit.used - misfit.reserve
+        if hold.priority > priority:
+            rule = f"of higher priority ({hold.priority} > {priority})"
+        else:
+            rule = (f"of the same priority ({priority}), which has waited more than "
+                    f"{_duration(hold.waited_past or 0.0)} ({ANNOTATION_HOLD_ROOM_AFTER} of its Queue)")
         return (
             f"waiting for quota {leaf.name}: {name} asks {asked}; the free {_q(free)} of {_where(node)} "
-            f"is held for {misfit.hold.holder} (priority {misfit.hold.priority}), which waits ahead of it"
+            f"is held for {hold.holder}, {rule}"
         )
     kept = f", {_q(misfit.reserve)} of it kept by quotas that do not lend" if misfit.reserve > 0 else ""
     used = f"used {_q(misfit.used)} of max {_q(misfit.limit)}{kept}"

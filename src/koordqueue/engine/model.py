@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from koordqueue.api.constants import (
     AUTO_QUEUE_PRIORITY,
+    DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_PRIORITY_THRESHOLD,
     SYSTEM_NAMESPACE,
     QueuePolicy,
@@ -49,6 +50,9 @@ class QueueInfo:
     priority: int = 0
     priority_threshold: int | None = None  # wins over the quota's
     preemption: bool = False  # koord-queue/enable-queueunit-preemption
+    # koord-queue/hold-room-after: a unit of this Queue that has waited this long has free
+    # room held for it against borrowers of its own priority too (lower ones: at once).
+    hold_room_after: float = DEFAULT_HOLD_ROOM_AFTER_SECONDS
 
     @property
     def key(self) -> str:

@@ -30,12 +30,16 @@ LEVEL_GROUPS = 32
 @dataclass(slots=True, eq=False)
 class Hold:
     """Free capacity of a node kept, until its queue is scanned again, for a unit that
-    waits for more of it: others it holds against may not take it meanwhile."""
+    waits for more of it: others it holds against may not take it meanwhile (fit.py
+    says whom: units of lower priority, and of its own once it has waited long enough)."""
 
     holder: str  # unit key
     leaf: QuotaNode  # the holder's quota
     priority: int
     amounts: ResourceList
+    # The wait (its Queue's koord-queue/hold-room-after) its holder has waited past: it holds
+    # against borrowers of its own priority too. None: only against lower priorities.
+    waited_past: float | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -81,8 +85,10 @@ class QuotaNode:
         "holds",
         "holds_of",
         "held",
+        "held_ranked",
         "waiters",
         "hold_waiters",
+        "hold_waiter_priority",
         "partial",
     )
 
@@ -110,6 +116,9 @@ class QuotaNode:
         # Free capacity held here for waiting units, by the quota of the unit it is held for.
         self.holds: dict[QuotaNode, list[Hold]] = {}
         self.held: ResourceList = {}  # the sum of all those holds
+        # The same sums by resource, then by whom they keep out of other quotas (fit.keeps_out):
+        # (priority, waited past the bound). A check adds up a few sums, not every hold.
+        self.held_ranked: dict[str, dict[tuple[int, bool], int]] = {}
         self.holds_of: dict[str, dict[Hold, None]] = {}  # the same holds by resource, oldest first
         # Queues to scan again when room appears here, with the least they asked of each
         # resource that did not fit: less room than that cannot let any of them in.
@@ -117,6 +126,9 @@ class QuotaNode:
         # The same for units that found the room here held for others: for them, room is
         # what is not held for units of other quotas.
         self.hold_waiters: dict[str, ResourceList] = {}
+        # ... with the highest priority of its units that found the room held: the holds
+        # that keep it out depend on it (fit.keeps_out).
+        self.hold_waiter_priority: dict[str, int] = {}
         # An ancestor (not the root) limits a resource that this node, or a node between
         # them, does not: that ancestor's demand then follows this node's usage and
         # requests as they are, not only its capped demand, so every change goes up.
@@ -150,23 +162,33 @@ class QuotaNode:
         return floor - used if used < floor else 0
 
     def add_hold(self, hold: Hold) -> None:
+        self._count_hold(hold, 1)
         self.holds.setdefault(hold.leaf, []).append(hold)
-        held = self.held
         for name, amount in hold.amounts.items():
-            held[name] = held.get(name, 0) + amount
             if amount:
                 self.holds_of.setdefault(name, {})[hold] = None
 
     def remove_hold(self, hold: Hold) -> None:
+        self._count_hold(hold, -1)
         same = self.holds[hold.leaf]
         same.remove(hold)
         if not same:
             del self.holds[hold.leaf]
-        held = self.held
         for name, amount in hold.amounts.items():
-            held[name] -= amount
             if amount:
                 del self.holds_of[name][hold]
+
+    def _count_hold(self, hold: Hold, sign: int) -> None:
+        held = self.held
+        rank = (hold.priority, hold.waited_past is not None)
+        for name, amount in hold.amounts.items():
+            held[name] = held.get(name, 0) + sign * amount
+            ranked = self.held_ranked.setdefault(name, {})
+            left = ranked.get(rank, 0) + sign * amount
+            if left:
+                ranked[rank] = left
+            else:
+                ranked.pop(rank, None)
 
     def __repr__(self) -> str:
         return f"QuotaNode({self.name or '<cluster>'})"

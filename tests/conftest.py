@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from koordqueue.realcluster.cluster import RealCluster
+
 pytest_plugins = ["tests.realcluster"]
 
 
@@ -16,6 +18,12 @@ pytest_plugins = ["tests.realcluster"]
 def control_plane() -> str:
     """Which control plane a system runs on; parametrised by `both_control_planes`."""
     return "embedded"
+
+
+@pytest.fixture
+def real_or_none(control_plane: str, request: pytest.FixtureRequest) -> RealCluster | None:
+    """The session's real control plane, reset, when this case runs on it; else None."""
+    return request.getfixturevalue("kube") if control_plane == "kube" else None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

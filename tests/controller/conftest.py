@@ -217,10 +217,10 @@ SystemFactory = Callable[..., AbstractAsyncContextManager[System]]
 
 
 @pytest.fixture
-def start_system(tmp_path: Path, control_plane: str, request: pytest.FixtureRequest) -> SystemFactory:
+def start_system(tmp_path: Path, real_or_none: RealCluster | None) -> SystemFactory:
     """`running_system` on this test's control plane: `async with start_system(config=...) as system`.
     On the real one every start shares the session's cluster (a restart keeps what it holds)."""
-    cluster = request.getfixturevalue("kube") if control_plane == "kube" else None
+    cluster = real_or_none
     starts = itertools.count()
 
     def start(**kwargs: Any) -> AbstractAsyncContextManager[System]:

@@ -27,6 +27,7 @@ from koordqueue.kube.config import load_config
 from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.realcluster.cluster import RealCluster
 
 from .conftest import kubectl, pytorch_job, quota
 
@@ -139,7 +140,13 @@ class Watcher:
 
 
 @asynccontextmanager
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[APIServer, KubeClient]]:
+async def cluster(tmp_path: Path, real: RealCluster | None = None,
+                  ) -> AsyncIterator[tuple[APIServer | RealCluster, KubeClient]]:
+    """The embedded API server and simulated cluster, or the real control plane `real`."""
+    if real is not None:
+        async with KubeClient(load_config(str(real.kubeconfig_path)), qps=2000, burst=4000) as client:
+            yield real, client
+        return
     server = APIServer(tmp_path / "state", crds=all_crds())
     await server.start()
     try:
@@ -155,12 +162,14 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[APIServer, KubeClient]]
 
 
 def stream(count: int, quotas: list[str]) -> list[dict[str, Any]]:
-    """Jobs created suspended (as the webhook leaves them) with 1-2 GPUs and short runs."""
+    """Jobs created suspended (as the webhook leaves them: annotation and runPolicy) with 1-2 GPUs
+    and short runs."""
     jobs = []
     for i in range(count):
         job = pytorch_job(f"job-{i:03d}", gpus_per_pod=1 + i % 2, workers=0, duration=0.2 + (i % 5) * 0.1,
                           quota_name=quotas[i % len(quotas)],
                           annotations={c.ANNOTATION_SUSPEND: c.TRUE})
+        job["spec"].setdefault("runPolicy", {})["suspend"] = True
         jobs.append(job)
     return jobs
 
@@ -180,8 +189,10 @@ async def wait_until(check: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-async def test_a_controller_killed_mid_stream_loses_nothing_when_started_again(tmp_path: Path) -> None:
-    async with cluster(tmp_path) as (server, client):
+@pytest.mark.both_control_planes
+async def test_a_controller_killed_mid_stream_loses_nothing_when_started_again(
+        tmp_path: Path, real_or_none: RealCluster | None) -> None:
+    async with cluster(tmp_path, real_or_none) as (server, client):
         quotas = ["team-r1", "team-r2"]
         for name in quotas:
             await client.create(Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL),
@@ -217,8 +228,10 @@ async def test_a_controller_killed_mid_stream_loses_nothing_when_started_again(t
             await watcher.stop()
 
 
-async def test_a_killed_leader_is_replaced_and_two_never_lead_at_once(tmp_path: Path) -> None:
-    async with cluster(tmp_path) as (server, client):
+@pytest.mark.both_control_planes
+async def test_a_killed_leader_is_replaced_and_two_never_lead_at_once(
+        tmp_path: Path, real_or_none: RealCluster | None) -> None:
+    async with cluster(tmp_path, real_or_none) as (server, client):
         await client.create(Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL),
                             quota("team-l", 8, 8), namespace="default")
         watcher = Watcher(client, {"team-l": 8})

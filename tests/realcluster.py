@@ -36,8 +36,9 @@ def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
 
 
 def reset(cluster: RealCluster) -> None:
-    """Delete what tests make, and wait until it is gone (pods included)."""
+    """Delete what tests make, and wait until it is gone (pods included); our CRDs are there."""
     config = cluster.kubeconfig_path
+    install_crds(cluster)
     kubectl(config, "delete", "mutatingwebhookconfigurations", "-l", "app.kubernetes.io/name=koord-queue",
             "--ignore-not-found", "--wait=false")
     kubectl(config, "delete", "mutatingwebhookconfigurations", "koord-queue", "--ignore-not-found", "--wait=false")

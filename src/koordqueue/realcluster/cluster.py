@@ -128,12 +128,13 @@ class RealCluster:
     """Start with `start()` (or `with`), stop with `stop()`; `state_dir` keeps everything."""
 
     def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
-                 binaries: dict[str, Path] | None = None) -> None:
+                 binaries: dict[str, Path] | None = None, audit: bool = True) -> None:
         self.state_dir = state_dir.resolve()
         self.pki = self.state_dir / "pki"
         self.logs = self.state_dir / "logs"
         self.nodes = nodes or NodeShape()
         self.training_operator = training_operator
+        self.audit = audit
         self._binaries = binaries
         self.processes: dict[str, Process] = {}
         self.apiserver_port = 0
@@ -144,6 +145,21 @@ class RealCluster:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (JSON lines, one per request, metadata only)."""
+        return self.logs / "audit.log"
+
+    def requests_by(self, user: str) -> list[dict[str, Any]]:
+        """Every request `user` made, as the audit log has it (verb, objectRef, responseStatus)."""
+        out = []
+        with contextlib.suppress(FileNotFoundError), open(self.audit_log) as f:
+            for line in f:
+                entry = json.loads(line)
+                if entry.get("user", {}).get("username") == user:
+                    out.append(entry)
+        return out
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -297,7 +313,15 @@ class RealCluster:
         self.apiserver_port = free_port()
         cert, key = self._serving
         front_cert, front_key = self._front_client
+        audit: list[str] = []
+        if self.audit:
+            policy = self.state_dir / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump({"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                                              "omitStages": ["RequestReceived"], "rules": [{"level": "Metadata"}]}))
+            audit = [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+                     "--audit-log-format=json", "--audit-log-maxsize=0"]
         self._run("kube-apiserver", [
+            *audit,
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={cert}", f"--tls-private-key-file={key}", f"--client-ca-file={self._ca_cert}",

@@ -144,12 +144,19 @@ async def show_controller(client: KubeClient, config: ControllerConfig, seconds:
         await asyncio.sleep(0.1)
 
 
+class _CriFormatter(logging.Formatter):
+    """Log lines as a kubelet's container runtime writes them, for kwok to serve."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from koordqueue.realcluster.cluster import cri_line
+
+        return "".join(cri_line(line) for line in super().format(record).splitlines()).rstrip("\n")
+
+
 @contextlib.contextmanager
-def controller_log(buffer: LogBuffer) -> Iterator[None]:
-    """Write what the controller logs (INFO and up, as `koord-queue controller` does) into `buffer`;
-    the simulated cluster's own logs are not the controller's."""
-    handler = BufferHandler(buffer)
-    handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+def controller_log(handler: logging.Handler) -> Iterator[None]:
+    """Send what the controller logs (INFO and up, as `koord-queue controller` does) to `handler`,
+    its pod's log; the simulated cluster's own logs are not the controller's."""
     handler.addFilter(lambda record: not record.name.startswith(("koordqueue.localcluster", "koordqueue.up")))
     logger = logging.getLogger("koordqueue")
     level = logger.level
@@ -188,8 +195,7 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
     """Register the webhook, apply the example, and tell the user where everything is."""
     assert manager.webhook is not None
     await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
-    if isinstance(server, APIServer):  # (on the real control plane the chart's Deployment is for a later step)
-        await show_controller(client, config)
+    await show_controller(client, config)
     kind = "kube-apiserver" if isinstance(server, RealCluster) else "API server"
     print(f"koord-queue is up: {kind} {server.url}, {nodes} simulated nodes with "
           f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics", flush=True)
@@ -252,7 +258,9 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
     try:
         async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client, \
                 SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node):
-            with controller_log(log_buffer):
+            handler = BufferHandler(log_buffer)
+            handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+            with controller_log(handler):
                 manager = Manager(client, config)
                 task = asyncio.create_task(manager.run())
                 try:
@@ -292,19 +300,23 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
     try:
         await asyncio.to_thread(cluster.start, say)
         await asyncio.to_thread(install_crds, cluster)
+        handler = logging.FileHandler(cluster.controller_log)  # kwok serves it as the Deployment's pod log
+        handler.setFormatter(_CriFormatter(TEXT_FORMAT))
         async with KubeClient(load_config(str(cluster.kubeconfig_path)), qps=1000, burst=2000) as client:
             config = controller_config(metrics_port, dashboard_port)
-            manager = Manager(client, config)
-            task = asyncio.create_task(manager.run())
-            try:
-                await _started(task, manager.endpoints_ready, stop)
-                await _serve(cluster, client, manager, config, nodes, gpus_per_node, example, state_dir)
-                if ready is not None:
-                    ready.set()
-                await stop.wait()
-            finally:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            with controller_log(handler):
+                manager = Manager(client, config)
+                task = asyncio.create_task(manager.run())
+                try:
+                    await _started(task, manager.endpoints_ready, stop)
+                    await _serve(cluster, client, manager, config, nodes, gpus_per_node, example, state_dir)
+                    if ready is not None:
+                        ready.set()
+                    await stop.wait()
+                finally:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+        handler.close()
     finally:
         await asyncio.to_thread(cluster.stop)
 

@@ -313,6 +313,8 @@ class RealCluster:
         self.apiserver_port = free_port()
         cert, key = self._serving
         front_cert, front_key = self._front_client
+        kubelet_cert, kubelet_key = self._ca.write_issued(self.pki, "apiserver-kubelet-client",
+                                                          "kube-apiserver-kubelet-client", ("system:masters",))
         audit: list[str] = []
         if self.audit:
             policy = self.state_dir / "audit-policy.yaml"
@@ -334,6 +336,9 @@ class RealCluster:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={front_cert}", f"--proxy-client-key-file={front_key}",
             "--enable-aggregator-routing=true", "--profiling=false", "--v=1",
+            # Nodes are kwok's, reached at their InternalIP (127.0.0.1) for logs.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={kubelet_cert}", f"--kubelet-client-key={kubelet_key}",
             # The kubernetes Service cannot point at a loopback address; no pod here dials it.
             "--endpoint-reconciler-type=none",
         ])
@@ -359,11 +364,40 @@ class RealCluster:
         }))
         self._run("kube-scheduler", [f"--config={config}", "--secure-port=0", "--v=1"])
 
+    @property
+    def pod_logs(self) -> Path:
+        """Container logs kwok serves (CRI format, as a kubelet keeps them) through `kubectl logs`."""
+        return self.logs / "pods"
+
+    @property
+    def controller_log(self) -> Path:
+        """The log of the pods in our namespace: the controller's Deployment (written by `up`)."""
+        return self.pod_logs / f"{c.SYSTEM_NAMESPACE}.log"
+
     def _start_kwok(self) -> None:
+        """kwok with our stages, and as the nodes' kubelet for `kubectl logs`: kube-apiserver dials
+        the nodes' InternalIP (127.0.0.1) at kwok's port, and kwok reads the container logs from
+        the files its ClusterLogs name."""
+        self.pod_logs.mkdir(exist_ok=True)
+        self.controller_log.touch()
+        training = self.pod_logs / "simulated.log"
+        training.write_text("".join(cri_line(text) for text in (
+            "this pod runs no container: kwok simulates it on a fake node",
+            f"it ends after the seconds its annotation {c.ANNOTATION_SIM_DURATION} gives, or runs until deleted")))
+        logs = [{"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": name},
+                 "spec": {**({"selector": selector} if selector else {}),
+                          "logs": [{"containers": [], "logsFile": str(path), "follow": True}]}}
+                for name, selector, path in (("controller", {"matchNamespaces": [c.SYSTEM_NAMESPACE]},
+                                              self.controller_log), ("simulated", None, training))]
+        config = self.state_dir / "kwok.yaml"
+        config.write_text(STAGES.read_text() + "\n---\n" + yaml.safe_dump_all(logs))
+        cert, key = self._ca.write_issued(self.pki, "kwok", "kwok", server=True, hosts=("127.0.0.1",))
+        port = free_port()
         self._run("kwok", [
-            f"--kubeconfig={self.kubeconfig_path}", f"--config={STAGES}", "--manage-all-nodes=false",
+            f"--kubeconfig={self.kubeconfig_path}", f"--config={config}", "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-            f"--server-address=127.0.0.1:{free_port()}", "--cidr=10.244.0.0/16", "--node-ip=10.240.0.1",
+            f"--server-address=127.0.0.1:{port}", f"--node-port={port}", "--node-ip=127.0.0.1",
+            f"--tls-cert-file={cert}", f"--tls-private-key-file={key}", "--cidr=10.244.0.0/16",
             "--node-lease-duration-seconds=40",  # kwok renews each node's Lease: the nodes stay Ready
         ])
 
@@ -421,6 +455,13 @@ class RealCluster:
                     return
             time.sleep(0.2)
         raise ClusterError(f"CRDs {sorted(plurals)} were not served within {timeout:.0f} s")
+
+
+def cri_line(text: str, stream: str = "stdout") -> str:
+    """One line of a container log as the kubelet's runtime writes it (what kwok reads)."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e9):09d}Z"
+    return f"{stamp} {stream} F {text}\n"
 
 
 def install_crds(cluster: RealCluster) -> None:

@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 import yaml
 
-from koordqueue.api import constants as c
 from koordqueue.api.crds import our_crds
 from koordqueue.controller.webhook import MUTATE_PATH
 from koordqueue.kube.client import KubeClient
@@ -36,7 +35,13 @@ from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.controls import Access
 from koordqueue.realcluster.cluster import RealCluster, free_port
 from tests.chart.helmtool import CHART, NAMESPACE, RELEASE, args, helm, one, render
-from tests.chart.test_chart_in_cluster import PYTORCHJOBS, SERVICE_ACCOUNT, eventually, granted_by, run_seed_flow
+from tests.chart.test_chart_in_cluster import (
+    PYTORCHJOBS,
+    SERVICE_ACCOUNT,
+    eventually,
+    granted_by,
+    run_seed_flow,
+)
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 

@@ -37,6 +37,8 @@ pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installe
 ALLOWED_SKIPS = {
     "make test": "it is this test suite",
     "docker build -t koord-queue:0.1.0 .": "no Docker engine where the tests run",
+    "make run-kube": "needs Go and a first build; tests/kubecluster/test_up_kube.py runs koord-queue up --control-plane kube",
+    "make test-kube": "it is the real-cluster suite, which CI runs",
 }
 
 

@@ -151,6 +151,7 @@ REFERENCE: tuple[Key, ...] = (
 # Constants of constants.py that are labels or annotations but not part of what a user
 # writes or reads, and why.
 NOT_DOCUMENTED: dict[str, str] = {
+    "ANNOTATION_API_APPROVED": "kube-apiserver's, on our ElasticQuota CRD (its group is protected); users never set it",
     "LABEL_HOSTNAME": "Kubernetes' well-known node label; the simulated nodes carry it",
     "LABEL_OS": "Kubernetes' well-known node label; the simulated nodes carry it",
     "LABEL_ARCH": "Kubernetes' well-known node label; the simulated nodes carry it",

@@ -24,7 +24,7 @@ def main() -> None:
 @click.option("--compare", "compare_trace", type=click.Path(dir_okay=False),
               help="With --html: another trace (say, other quota settings) shown side by side.")
 def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: str | None) -> None:
-    """Replay TRACE (YAML) against the quotas and policies on a virtual clock."""
+    """Replay TRACE (YAML or JSON) against the quotas and policies on a virtual clock."""
     from koordqueue.sim.command import simulate_command
     from koordqueue.sim.htmlreport import html_report_command
     from koordqueue.sim.trace import TraceError

@@ -10,7 +10,7 @@ from koordqueue.api.quantity import format_quantity
 from koordqueue.sim.htmlreport import Run, amount_ticks, simulate_run
 from koordqueue.sim.report import render_json
 from koordqueue.sim.simulator import simulate
-from koordqueue.sim.trace import load_trace
+from koordqueue.sim.tracefile import load_trace
 
 TRACES = sorted((Path(__file__).parents[2] / "examples" / "traces").glob("*.yaml"))
 TRACE_DIR = TRACES[0].parent
@@ -28,7 +28,7 @@ def watched(request: pytest.FixtureRequest) -> tuple[Path, Run]:
 
 def test_watching_the_run_changes_nothing(watched: tuple[Path, Run]) -> None:
     path, run = watched
-    assert render_json(run.result) == render_json(simulate(load_trace(str(path))))
+    assert render_json(run.result) == render_json(simulate(load_trace(str(path), stream=False)))
 
 
 def test_usage_peaks_and_averages_are_the_usage_books(watched: tuple[Path, Run]) -> None:

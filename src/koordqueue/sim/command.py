@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 
 from .report import render_json, render_summary
-from .simulator import simulate
-from .trace import load_trace
+from .simulator import simulate_file
 
 
 def simulate_command(path: str, as_json: bool) -> None:
@@ -14,7 +13,7 @@ def simulate_command(path: str, as_json: bool) -> None:
 
     Raises ``TraceError`` when the file cannot be used at all.
     """
-    result = simulate(load_trace(path))
+    result, _ = simulate_file(path)
     if as_json:
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)

@@ -26,8 +26,7 @@ from typing import Any
 from koordqueue.api.quantity import format_quantity
 
 from .report import percentile, render_json, render_summary
-from .simulator import Holding, JobRecord, SimResult, Simulator
-from .trace import load_trace
+from .simulator import Holding, JobRecord, SimResult, simulate_file
 
 ASSETS = Path(__file__).resolve().parent
 QUANTITY_JS = ASSETS.parent / "dashboard" / "static" / "quantity.js"
@@ -55,9 +54,8 @@ class Run:
 
 
 def simulate_run(path: str) -> Run:
-    simulator = Simulator(load_trace(path), keep_holdings=True)
-    result = simulator.run()
-    holdings = simulator.holdings or []
+    result, kept = simulate_file(path, keep_holdings=True)
+    holdings = kept or []
     run = Run(Path(path).name, result)
     run.usage = usage_series(holdings, result)
     run.queue_length = queue_length_series(holdings, result)

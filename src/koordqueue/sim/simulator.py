@@ -10,7 +10,7 @@ controller would ask, and nothing depends on a tick length.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from time import process_time
@@ -38,6 +38,7 @@ from koordqueue.jobs.unit import unit_info
 
 from .nodes import NodePool, Placement
 from .trace import EventEntry, JobEntry, Trace
+from .tracefile import ReadWhole, load_trace
 from .usage import UsageBook
 
 T = TypeVar("T")
@@ -143,6 +144,8 @@ class Simulator:
         self.waiting_for_nodes: list[JobRecord] = []  # admitted, pods not placed yet, by admission
         self.reported_invalid: dict[str, str] = {}
         self.heap: list[tuple[float, int, int, Any]] = []
+        self.pending: Iterator[JobEntry] = iter(())  # the jobs not on the heap yet, in time order
+        self.last_arrival = 0.0
         self.seq = 0
         self.now = 0.0
         # Every admission and release, in order, when asked for (the HTML report).
@@ -162,8 +165,11 @@ class Simulator:
         for index, obj in enumerate(self.trace.objects):
             self._apply(obj, f"objects[{index}]", runtime=None)
         self._check_quotas()
-        for job in self.trace.jobs:
-            self._push(job.at, Step.ARRIVAL, job)
+        jobs = self.trace.jobs
+        if isinstance(jobs, list):
+            jobs = sorted(jobs, key=lambda job: _at(job.at))  # stable: at one time, in file order
+        self.pending = iter(jobs)
+        self._next_arrival()
         for event in self.trace.events:
             self._push(event.at, Step.EVENT, event)
         until = self.trace.until
@@ -183,6 +189,8 @@ class Simulator:
                 _, step, _, payload = heapq.heappop(self.heap)
                 self._handle(Step(step), payload)
             wakeup = self._cycle()
+        for _ in self.pending:
+            pass  # the rest of a streamed trace is still read: its errors, and keys after the jobs
         end = until if until is not None else last
         self.now = end
         self.usage.close(end)
@@ -206,6 +214,18 @@ class Simulator:
         )
         return None
 
+    def _next_arrival(self) -> None:
+        """Put the next job of the trace on the heap: one at a time, so a streamed trace
+        is read as the clock reaches it. Jobs come in time order (a list is sorted first)."""
+        job = next(self.pending, None)
+        if job is None:
+            return
+        at = _at(job.at)
+        if at < self.last_arrival:
+            raise ReadWhole()  # a streamed trace out of time order
+        self.last_arrival = at
+        self._push(at, Step.ARRIVAL, job)
+
     def _push(self, when: float, step: Step, payload: Any) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (_at(when), int(step), self.seq, payload))
@@ -219,6 +239,7 @@ class Simulator:
             self._event(payload)
         elif step is Step.ARRIVAL:
             self._arrive(payload)
+            self._next_arrival()
         elif step is Step.WAKE and payload.live and payload.phase is Phase.PREEMPTED:
             payload.phase = Phase.ENQUEUED
 
@@ -468,3 +489,17 @@ def _text(value: object) -> str | None:
 def simulate(trace: Trace, config: EngineConfig | None = None, capacity: ResourceList | None = None) -> SimResult:
     """Run ``trace`` to its end and return what happened."""
     return Simulator(trace, config, capacity).run()
+
+
+def simulate_file(path: str, keep_holdings: bool = False) -> tuple[SimResult, list[Holding] | None]:
+    """Run the trace file at ``path``: streamed when it can be, else read whole.
+
+    Returns what happened, and every admission and release when ``keep_holdings``.
+    """
+    try:
+        simulator = Simulator(load_trace(path), keep_holdings=keep_holdings)
+        result = simulator.run()
+    except ReadWhole:
+        simulator = Simulator(load_trace(path, stream=False), keep_holdings=keep_holdings)
+        result = simulator.run()
+    return result, simulator.holdings

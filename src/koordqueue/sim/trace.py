@@ -1,6 +1,6 @@
-"""A simulation trace: what the YAML file says, checked entry by entry.
+"""A simulation trace: what the file says, checked entry by entry.
 
-The loader only fails for a file it cannot read or whose top level is not a mapping.
+The loader (``tracefile.py``) only fails for a file it cannot read or whose top level is not a mapping.
 Every other problem stays attached to the entry it concerns (``problem`` on a job or an
 event, a line in ``warnings`` otherwise), so that one bad entry never hides the rest.
 Manifests are kept verbatim: they are parsed when the simulator applies them.
@@ -11,11 +11,9 @@ entries share (``x-pod: &pod {...}`` then ``template: *pod``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.engine.model import ResourceList
@@ -61,7 +59,7 @@ class EventEntry:
 class Trace:
     nodes: list[NodeGroup] = field(default_factory=list)
     objects: list[Any] = field(default_factory=list)  # manifests applied at t=0, in order
-    jobs: list[JobEntry] = field(default_factory=list)
+    jobs: Iterable[JobEntry] = field(default_factory=list)  # an iterator when streamed (tracefile.py)
     events: list[EventEntry] = field(default_factory=list)
     until: float | None = None
     warnings: list[str] = field(default_factory=list)
@@ -69,21 +67,6 @@ class Trace:
 
 TOP_LEVEL_KEYS = ("nodes", "objects", "jobs", "events", "until")
 ANCHOR_PREFIX = "x-"
-
-
-def load_trace(path: str | Path) -> Trace:
-    """Read and check a trace file; raise ``TraceError`` only when it is unusable."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(f"cannot read trace {path}: {err}") from None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise TraceError(f"trace {path} is not valid YAML: {err}") from None
-    if not isinstance(document, dict):
-        raise TraceError(f"trace {path} must be a YAML mapping with nodes/objects/jobs/events/until")
-    return parse_trace(document)
 
 
 def parse_trace(document: dict[str, Any]) -> Trace:
@@ -94,7 +77,7 @@ def parse_trace(document: dict[str, Any]) -> Trace:
             trace.warnings.append(f"unknown top-level key {key!r} ignored (known: {', '.join(TOP_LEVEL_KEYS)})")
     trace.nodes = _nodes(_as_list(document, "nodes", trace.warnings), trace.warnings)
     trace.objects = _as_list(document, "objects", trace.warnings)
-    trace.jobs = [_job(i, entry) for i, entry in enumerate(_as_list(document, "jobs", trace.warnings))]
+    trace.jobs = [job_entry(i, entry) for i, entry in enumerate(_as_list(document, "jobs", trace.warnings))]
     trace.events = [_event(i, entry) for i, entry in enumerate(_as_list(document, "events", trace.warnings))]
     if document.get("until") is not None:
         until, problem = _seconds(document["until"], "until")
@@ -142,7 +125,8 @@ def _seconds(value: Any, what: str) -> tuple[float | None, str | None]:
     return float(value), None
 
 
-def _job(index: int, entry: Any) -> JobEntry:
+def job_entry(index: int, entry: Any) -> JobEntry:
+    """One entry of ``jobs``, checked; what is wrong with it stays on it."""
     where = f"jobs[{index}]"
     if not isinstance(entry, dict):
         return JobEntry(index, 0.0, None, {}, f"{where}: must be a mapping with at, runtime, manifest")

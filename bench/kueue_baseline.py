@@ -352,7 +352,7 @@ def hops(records: list[JobRecord]) -> dict[str, float]:
 def simulator_figures(divisor: int) -> dict[str, Any]:
     trace = kueue_sim.build_trace(divisor)
     started = time.perf_counter()
-    result = Simulator(trace, capacity={c.CPU: parse_quantity(kueue_sim.CLUSTER_CPU)}).run()
+    result = Simulator(trace, capacity={c.CPU: parse_quantity(kueue_sim.CLUSTER_CPU)}, time_engine=True).run()
     return kueue_sim.figures(result, time.perf_counter() - started)
 
 

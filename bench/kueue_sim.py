@@ -120,7 +120,7 @@ class ProfiledSimulator(Simulator):
     """The simulator with cProfile switched on only inside the engine's cycles."""
 
     def __init__(self, trace: Trace, profile: cProfile.Profile) -> None:
-        super().__init__(trace, capacity={CPU: parse_quantity(CLUSTER_CPU)})
+        super().__init__(trace, capacity={CPU: parse_quantity(CLUSTER_CPU)}, time_engine=True)
         self.profile = profile
 
     def _cycle(self) -> float | None:
@@ -267,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     trace = build_trace(10 if args.small else 1, args.extra_hold)
     profile = cProfile.Profile() if args.profile else None
     simulator = (
-        ProfiledSimulator(trace, profile) if profile else Simulator(trace, capacity={CPU: parse_quantity(CLUSTER_CPU)})
+        ProfiledSimulator(trace, profile) if profile
+        else Simulator(trace, capacity={CPU: parse_quantity(CLUSTER_CPU)}, time_engine=True)
     )
     start = time.perf_counter()
     result = simulator.run()

@@ -224,3 +224,24 @@ def test_the_same_job_twice_is_one_job() -> None:
 def test_json_is_a_pure_function_of_the_result() -> None:
     document = {"objects": [TEAM], "jobs": [job(i, pytorch_job(f"j{i}", "team", gpus(3)), runtime=7) for i in range(6)]}
     assert render_json(run(document)) == render_json(run(document))
+
+
+def test_the_json_is_written_as_json_dumps_writes_it() -> None:
+    """Written a job at a time, it is still byte for byte what json.dumps with an indent made."""
+    import json
+
+    from koordqueue.sim.report import json_chunks
+    from koordqueue.sim.simulator import SimResult
+
+    result = run({"objects": [TEAM], "until": 300, "jobs": [
+        job(0, pytorch_job("été-✓", "team", gpus(4)), runtime=100.123456789),
+        job(0.1 + 0.2, pytorch_job("second", "team", gpus(8)), runtime=1e-5),
+        job(7, {"kind": "Mystery", "metadata": {"name": 'quo"te\\'}}),
+        job(9, pytorch_job("forever", "team", gpus(2))),
+        job(1e-5, pytorch_job("early", "team", gpus(1)), runtime=2e-5),  # times json writes as 1e-05
+    ]})
+    expected = json.dumps(result_json(result), indent=2, ensure_ascii=False)
+    assert "1e-05" in expected
+    assert render_json(result) == "".join(json_chunks(result)) == expected
+    empty = SimResult([], {}, {}, result.usage, 0.0, [], None, None)
+    assert render_json(empty) == json.dumps(result_json(empty), indent=2, ensure_ascii=False)

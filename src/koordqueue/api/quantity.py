@@ -8,6 +8,7 @@ float ever touches a quota. Parsing follows ``k8s.io/apimachinery`` ``resource.Q
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,19 @@ def parse_quantity(value: str | int | float, *, allow_negative: bool = False) ->
     Negative amounts are refused unless ``allow_negative`` (requests and quotas are
     never negative).
     """
+    if isinstance(value, str):
+        return _parse_text_once(value, allow_negative)
+    return _milli(value, allow_negative)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_text_once(value: str, allow_negative: bool) -> int:
+    """The same few texts come again and again (every pod of a kind asks for "4"): each is
+    parsed once. Errors are not kept: they are raised again, with the same message."""
+    return _milli(value, allow_negative)
+
+
+def _milli(value: str | int | float, allow_negative: bool) -> int:
     milli = _exact_value(value) * 1000
     result = math.ceil(milli)
     if result < 0 and not allow_negative:

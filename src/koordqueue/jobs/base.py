@@ -97,13 +97,13 @@ class JobAdapter(ABC):
     def pod_selector(self, job: Job) -> dict[str, str]:
         """The labels the job's pods carry, to find them."""
 
-    # --- shared by every kind ---------------------------------------------------------
+    # --- shared by every kind (``meta``: the job's, when already read) -----------------
 
     def meta(self, job: Job) -> Meta:
         return read_meta(job, self.kind)
 
-    def unit_name(self, job: Job) -> str:
-        meta = self.meta(job)
+    def unit_name(self, job: Job, meta: Meta | None = None) -> str:
+        meta = meta or self.meta(job)
         name = f"{meta.name}-{self.unit_suffix}" if self.unit_suffix else meta.name
         if len(name) > MAX_NAME_LENGTH:
             raise InvalidObject(
@@ -111,23 +111,23 @@ class JobAdapter(ABC):
                 f"{MAX_NAME_LENGTH}: name the job with at most {MAX_NAME_LENGTH - len(name) + len(meta.name)}")
         return name
 
-    def pod_sets(self, job: Job) -> list[PodSet]:
-        where = self.meta(job).describe()
+    def pod_sets(self, job: Job, meta: Meta | None = None) -> list[PodSet]:
+        where = (meta or self.meta(job)).describe()
         sets = []
         for role in self.roles(job):
             request = pod_request(role.template, f"{where}: {role.name}")
             sets.append(PodSet(role.name.lower(), role.replicas, request, role.template, role.min_count))
         return sets
 
-    def demand(self, job: Job) -> ResourceList:
+    def demand(self, job: Job, meta: Meta | None = None) -> ResourceList:
         """The whole job's request: per role, replicas times the pod's request."""
         total: ResourceList = {}
-        for pod_set in self.pod_sets(job):
+        for pod_set in self.pod_sets(job, meta):
             total = add(total, pod_set.total)
         too_big = [name for name, amount in total.items() if amount > MAX_MILLI]
         if too_big:
             raise InvalidObject(
-                f"{self.meta(job).describe()}: the total request of {', '.join(too_big)} is too large"
+                f"{(meta or self.meta(job)).describe()}: the total request of {', '.join(too_big)} is too large"
             )
         return total
 
@@ -139,9 +139,9 @@ class JobAdapter(ABC):
                 return name
         return None
 
-    def priority(self, job: Job, priority_classes: Mapping[str, int]) -> int:
+    def priority(self, job: Job, priority_classes: Mapping[str, int], meta: Meta | None = None) -> int:
         """The annotation ``scheduling.x-k8s.io/priority``, else the pod templates' class value, else 0."""
-        meta = self.meta(job)
+        meta = meta or self.meta(job)
         text = meta.annotations.get(ANNOTATION_PRIORITY, "")
         if text.strip():
             return parse_int_text(text, f"{meta.describe()}: annotation {ANNOTATION_PRIORITY}")
@@ -151,14 +151,14 @@ class JobAdapter(ABC):
                 return priority_classes[name]
         return 0
 
-    def requested_queue(self, job: Job) -> str | None:
-        return self.meta(job).annotations.get(ANNOTATION_QUEUE) or None
+    def requested_queue(self, job: Job, meta: Meta | None = None) -> str | None:
+        return (meta or self.meta(job)).annotations.get(ANNOTATION_QUEUE) or None
 
-    def requested_quota(self, job: Job) -> str | None:
-        return self.meta(job).labels.get(LABEL_QUOTA_NAME) or None
+    def requested_quota(self, job: Job, meta: Meta | None = None) -> str | None:
+        return (meta or self.meta(job)).labels.get(LABEL_QUOTA_NAME) or None
 
-    def preemptible(self, job: Job) -> bool:
-        return self.meta(job).labels.get(LABEL_PREEMPTIBLE, "").lower() != FALSE
+    def preemptible(self, job: Job, meta: Meta | None = None) -> bool:
+        return (meta or self.meta(job)).labels.get(LABEL_PREEMPTIBLE, "").lower() != FALSE
 
     def is_suspended(self, job: Job) -> bool:
         """Suspended by the annotation or by the kind's own field: either keeps pods away."""

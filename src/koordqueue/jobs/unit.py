@@ -10,14 +10,14 @@ from koordqueue.jobs.base import Job, JobAdapter
 
 def unit_info(job: Job, adapter: JobAdapter, priority_classes: Mapping[str, int], created: float) -> UnitInfo:
     """The engine's view of ``job``; raises ``InvalidObject`` (why, in words) when it is unusable."""
-    meta = adapter.meta(job)
+    meta = adapter.meta(job)  # read once: the simulator asks this for every job of a trace
     return UnitInfo(
         namespace=meta.namespace,
-        name=adapter.unit_name(job),
-        priority=adapter.priority(job, priority_classes),
+        name=adapter.unit_name(job, meta),
+        priority=adapter.priority(job, priority_classes, meta),
         created=created,
-        request=adapter.demand(job),
-        queue_name=adapter.requested_queue(job),
-        quota_name=adapter.requested_quota(job),
-        preemptible=adapter.preemptible(job),
+        request=adapter.demand(job, meta),
+        queue_name=adapter.requested_queue(job, meta),
+        quota_name=adapter.requested_quota(job, meta),
+        preemptible=adapter.preemptible(job, meta),
     )

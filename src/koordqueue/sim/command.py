@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .report import render_json, render_summary
+from .report import json_chunks, render_summary
 from .simulator import simulate_file
 
 
@@ -17,6 +17,7 @@ def simulate_command(path: str, as_json: bool) -> None:
     if as_json:
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-        print(render_json(result))
+        sys.stdout.writelines(json_chunks(result))
+        sys.stdout.write("\n")
     else:
         print(render_summary(result))

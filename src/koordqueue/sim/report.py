@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from koordqueue.api.quantity import format_quantity, format_resource_list
@@ -59,6 +60,11 @@ def job_json(record: JobRecord) -> dict[str, Any]:
 
 
 def result_json(result: SimResult) -> dict[str, Any]:
+    return {"jobs": [job_json(record) for record in result.jobs], "quotas": quotas_json(result),
+            "end": _seconds(result.end)}
+
+
+def quotas_json(result: SimResult) -> dict[str, Any]:
     quotas: dict[str, Any] = {}
     for name, quota in result.quotas.items():
         usage = result.usage.quotas.get(name)
@@ -69,11 +75,43 @@ def result_json(result: SimResult) -> dict[str, Any]:
             "peak_used": format_resource_list(peak),
             "runtime_at_end": format_resource_list(result.runtime_at_end.get(name, {})),
         }
-    return {"jobs": [job_json(record) for record in result.jobs], "quotas": quotas, "end": _seconds(result.end)}
+    return quotas
 
 
 def render_json(result: SimResult) -> str:
-    return json.dumps(result_json(result), indent=2, ensure_ascii=False)
+    return "".join(json_chunks(result))
+
+
+def json_chunks(result: SimResult) -> Iterator[str]:
+    """``json.dumps(result_json(result), indent=2, ensure_ascii=False)``, byte for byte, a
+    job at a time: a million jobs are never one dict, nor one string (and json.dumps
+    with an indent is the pure-Python encoder)."""
+    yield '{\n  "jobs": ['
+    keys = [f"      {encode_basestring(key)}: " for key in JOB_KEYS]
+    for index, record in enumerate(result.jobs):
+        values = job_json(record).values()
+        fields = ",\n".join([key + _json_scalar(value) for key, value in zip(keys, values, strict=True)])
+        yield ("\n" if index == 0 else ",\n") + "    {\n" + fields + "\n    }"
+    yield "\n  ]" if result.jobs else "]"
+    quotas = json.dumps(quotas_json(result), indent=2, ensure_ascii=False).replace("\n", "\n  ")
+    yield f',\n  "quotas": {quotas},\n  "end": {_json_scalar(_seconds(result.end))}\n}}'
+
+
+def _json_scalar(value: object) -> str:
+    """One value as json.dumps writes it: the C string escape, repr for numbers."""
+    if type(value) is str:
+        return encode_basestring(value)  # type: ignore[no-any-return]
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return encode_basestring(value)
+    if value is None or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        return json.dumps(value)
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return float.__repr__(value)
+    raise TypeError(f"not a JSON scalar: {value!r}")
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

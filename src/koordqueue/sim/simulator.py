@@ -10,7 +10,8 @@ controller would ask, and nothing depends on a tick length.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from time import process_time
@@ -47,6 +48,7 @@ TIME_QUANTUM = 1e-6  # times are rounded to this, so that 0.1 + 0.2 meets 0.3
 # Cycles run at one instant while the engine says it has work left for that instant;
 # beyond this, the engine is deemed stuck: the simulator says so and moves on.
 MAX_CYCLES_PER_INSTANT = 100
+REQUEST_SHAPES = 1024  # distinct requests kept for sharing
 
 
 class Step(IntEnum):
@@ -79,8 +81,8 @@ class JobRecord:
     message: str | None = None
     unit_key: str | None = None
     request: ResourceList = field(default_factory=dict)
-    pods: list[ResourceList] = field(default_factory=list)
-    charged: list[str] = field(default_factory=list)  # quotas its request is counted on
+    pods: Sequence[ResourceList] = ()
+    charged: Sequence[str] = ()  # quotas its request is counted on
     placement: Placement | None = None
     run: int = 0  # bumped on every admission, so a stale finish is ignored
     requeue_at: float | None = None
@@ -139,7 +141,8 @@ class Simulator:
         self.warnings = list(trace.warnings)
         self.jobs: list[JobRecord] = []
         self.by_name: dict[tuple[str, str, str], JobRecord] = {}  # (kind, namespace, name)
-        self.by_unit: dict[str, JobRecord] = {}
+        self.by_unit: dict[str, JobRecord] = {}  # the live jobs
+        self.requests: dict[tuple[tuple[str, int], ...], ResourceList] = {}  # one dict per request shape
         self.quotas: dict[str, QuotaInfo] = {}
         self.priority_classes: dict[str, int] = {}
         self.usage = UsageBook()
@@ -270,9 +273,10 @@ class Simulator:
     def _new_record(self, manifest: dict[str, Any], runtime: float | None) -> JobRecord:
         metadata = manifest.get("metadata")
         metadata = metadata if isinstance(metadata, dict) else {}
-        record = JobRecord(
-            kind=_text(manifest.get("kind")),
-            namespace=_text(metadata.get("namespace")) or "default" if metadata.get("name") else None,
+        kind, namespace = _text(manifest.get("kind")), _text(metadata.get("namespace"))
+        record = JobRecord(  # the strings every job repeats are kept once (a trace may have millions)
+            kind=None if kind is None else sys.intern(kind),
+            namespace=(sys.intern(namespace) if namespace else "default") if metadata.get("name") else None,
             name=_text(metadata.get("name")),
             runtime=runtime,
         )
@@ -294,23 +298,35 @@ class Simulator:
             self.warnings.append(f"{where}: {meta.describe()} already finished; applying it again changes nothing")
             return
         record = self._new_record(manifest, runtime)
-        record.namespace = meta.namespace
+        record.namespace = sys.intern(meta.namespace)
         try:
             unit = unit_info(manifest, adapter, self.priority_classes, self.now)
             # Pod by pod only where nodes place them (unit_info has checked the pod sets).
-            pods = [dict(ps.request) for ps in adapter.pod_sets(manifest) for _ in range(ps.count)] if self.nodes else []
+            pods = [dict(ps.request) for ps in adapter.pod_sets(manifest) for _ in range(ps.count)] if self.nodes else ()
         except InvalidObject as err:
             record.message = f"rejected: {err.reason}"
             return
-        if unit.key in self.by_unit and self.by_unit[unit.key].live:
-            record.message = f"rejected: QueueUnit {unit.key} already belongs to another live job"
+        key = unit.key
+        if key in self.by_unit:
+            record.message = f"rejected: QueueUnit {key} already belongs to another live job"
             return
-        record.unit_key, record.submitted, record.priority = unit.key, self.now, unit.priority
-        record.request, record.pods, record.phase = dict(unit.request), pods, Phase.ENQUEUED
+        record.unit_key, record.submitted, record.priority = key, self.now, unit.priority
+        record.request, record.pods, record.phase = self._shared(unit.request), pods, Phase.ENQUEUED
         record.message = unit.invalid
         self.by_name[name] = record
-        self.by_unit[unit.key] = record
+        self.by_unit[key] = record
         self._call(self.engine.set_unit, unit)
+
+    def _shared(self, request: ResourceList) -> ResourceList:
+        """An equal request another job already holds (never changed), so that a million jobs
+        of a few shapes keep a few dicts; the cache is emptied when it grows past its bound."""
+        key = tuple(request.items())
+        shared = self.requests.get(key)
+        if shared is None:
+            if len(self.requests) >= REQUEST_SHAPES:
+                self.requests.clear()
+            shared = self.requests[key] = dict(request)
+        return shared
 
     def _update(self, record: JobRecord, manifest: dict[str, Any], adapter: JobAdapter, where: str) -> None:
         """A live job applied again: new priority or request; an admission it holds stays."""
@@ -332,7 +348,7 @@ class Simulator:
         record.run += 1
         if record.admitted is None:
             record.admitted = self.now
-        record.quota, record.queue, record.requeue_at = quota, queue, None
+        record.quota, record.queue, record.requeue_at = quota, sys.intern(queue), None
         record.phase, record.message = Phase.DEQUEUED, None
         record.charged = self.usage.chain(quota, self.quotas)
         self.usage.charge(record.charged, record.request, self.now, 1)
@@ -369,7 +385,7 @@ class Simulator:
             self.usage.charge(record.charged, record.request, self.now, -1)
             if self.holdings is not None:
                 self.holdings.append(Holding(self.now, record, record.charged, -1, requeued=record.live))
-            record.charged = []
+            record.charged = ()
         if record in self.waiting_for_nodes:
             self.waiting_for_nodes.remove(record)
         if record.placement is not None and self.nodes is not None:
@@ -380,6 +396,7 @@ class Simulator:
     def _finish(self, record: JobRecord) -> None:
         assert record.unit_key is not None
         record.finished, record.phase = self.now, Phase.SUCCEED
+        del self.by_unit[record.unit_key]
         self._call(self.engine.remove_unit, record.unit_key)
         self._release(record)
 
@@ -452,6 +469,7 @@ class Simulator:
         assert record.unit_key is not None
         record.deleted = self.now
         record.message = f"deleted at {self.now:g} s while {record.phase}"
+        del self.by_unit[record.unit_key]
         self._call(self.engine.remove_unit, record.unit_key)
         self._release(record)
 

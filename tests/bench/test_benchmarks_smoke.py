@@ -63,3 +63,22 @@ def test_scale_in_small_admits_one_wave_within_the_quotas_and_a_restart_writes_n
     # A restart finds every unit as it left it: it rewrites none.
     assert not any("queueunits" in kind for kind in f["restart"]["writes_while_syncing"])
     assert f["controller"]["peak_rss"] > 0
+
+
+def test_sim_speed_in_small_runs_both_programs_on_every_trace_alike() -> None:
+    f = run("sim_speed.py", "--small", "--rounds", "1")
+    assert set(f["traces"]) == {f"{fmt}, {layout}" for fmt in ("yaml", "json")
+                                for layout in ("in time order", "leaf after leaf")}
+    for trace in f["traces"].values():
+        assert trace["admitted"] == {"ours": 1500, "greedy": 1500}
+        for program in ("ours", "greedy"):
+            (figures,) = trace["runs"][program]
+            assert all(number(figures[key]) and figures[key] > 0 for key in ("wall", "cpu", "rss_mib"))
+        assert all(number(ratio) and ratio > 0 for ratio in trace["ratio_ours_to_greedy"].values())
+
+
+def test_sim_scale_in_small_finishes_every_job_of_the_generated_trace() -> None:
+    f = run("sim_scale.py", "--jobs", "2000")
+    assert f["quotas"] == 1000 and f["jobs"] == 2000 and f["trace_bytes"] > 0
+    assert f["output"]["jobs"] == f["output"]["succeeded"] == 2000 and f["output"]["never_admitted"] == 0
+    assert number(f["wall_seconds"]) and number(f["cpu_seconds"]) and f["peak_rss_mib"] > 0

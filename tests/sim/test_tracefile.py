@@ -168,8 +168,11 @@ def test_json_is_read_in_chunks_cut_anywhere(monkeypatch: pytest.MonkeyPatch, tm
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["yaml", "json"])
-def test_a_large_trace_is_read_as_the_clock_reaches_its_jobs(as_json: bool, tmp_path: Path) -> None:
+def test_a_large_trace_is_read_as_the_clock_reaches_its_jobs(
+    as_json: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Only the keys before the jobs are read at first, and the jobs a few at a time."""
+    monkeypatch.setattr(tracefile, "CHUNK", 1 << 16)
     document = {"objects": [TEAM], "jobs": jobs(9000)}
     path = write_trace(tmp_path, document, as_json=True)
     if not as_json:  # YAML with each entry in flow style (JSON is YAML), written fast
@@ -182,6 +185,10 @@ def test_a_large_trace_is_read_as_the_clock_reaches_its_jobs(as_json: bool, tmp_
     assert file.tell() < size / 2
     first = next(iter(trace.jobs))
     assert first.manifest["metadata"]["name"] == "job-0" and file.tell() < size / 2
+    if as_json:  # what is buffered stays about a chunk, however far the file is read
+        reader = trace.jobs.gi_frame.f_locals["self"]  # type: ignore[attr-defined]
+        buffered = [len(reader.text) for _ in trace.jobs]
+        assert len(buffered) == 8999 and max(buffered) <= 2 * tracefile.CHUNK < size
 
 
 def test_a_syntax_error_after_the_jobs_is_still_an_error(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from yaml.nodes import ScalarNode
 from .trace import ANCHOR_PREFIX, JobEntry, Trace, TraceError, job_entry, parse_trace
 
 JOBS = "jobs"
-CHUNK = 1 << 20  # bytes read at a time from a JSON trace
+CHUNK = 1 << 20  # bytes read at a time from a JSON trace (more only for a longer value)
 SCALAR_CACHE = 4096  # distinct scalars kept resolved; cleared when full
 _MAP_TAGS = (None, "!", "tag:yaml.org,2002:map")
 _SEQ_TAGS = (None, "!", "tag:yaml.org,2002:seq")
@@ -121,7 +121,7 @@ class _JsonStream:
         self.text = ""
         self.pos = 0
         self.decoder = json.JSONDecoder()
-        self.reader = _utf8_chunks(file)
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
 
     def trace(self) -> Trace:
         head: dict[str, Any] = {}
@@ -163,14 +163,16 @@ class _JsonStream:
             self._end()
 
     # --- the text, a chunk at a time -----------------------------------------------
-    def _more(self) -> bool:
-        """Read on (at least as much again as is buffered); False at the end of the file."""
-        chunk: str | None = ""
-        while chunk == "":
-            chunk = next(self.reader, None)
-        if chunk is None:
+    def _more(self, size: int = 0) -> bool:
+        """Read on, ``size`` bytes or a chunk; False at the end of the file."""
+        data = self.file.read(size or CHUNK)
+        try:
+            text = self.utf8.decode(data, final=not data)
+        except UnicodeDecodeError:
+            raise ReadWhole() from None  # the whole read says where
+        if not data:
             return False
-        self.text = self.text[self.pos:] + chunk
+        self.text = self.text[self.pos:] + text
         self.pos = 0
         return True
 
@@ -200,8 +202,8 @@ class _JsonStream:
             try:
                 value, end = self.decoder.raw_decode(self.text, self.pos)
             except ValueError:
-                if self._more():
-                    continue  # the value may go on in the next chunk
+                if self._more(len(self.text) - self.pos):
+                    continue  # the value may go on: read as much again (a long value takes few tries)
                 raise ReadWhole() from None  # not JSON after all: PyYAML will say what it is
             if end == len(self.text) and self._more():
                 continue  # a number may go on in the next chunk
@@ -211,19 +213,6 @@ class _JsonStream:
     def _end(self) -> None:
         if self._peek() != "":
             raise ReadWhole()  # more after the document: let the whole read say what
-
-
-def _utf8_chunks(file: IO[bytes]) -> Iterator[str]:
-    """The file's text, in chunks that grow with the file (a long value is decoded in few tries)."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    size = CHUNK
-    try:
-        while data := file.read(size):
-            yield decoder.decode(data)
-            size = min(size * 2, 64 * CHUNK)
-        yield decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        raise ReadWhole() from None  # the whole read says where
 
 
 class _YamlStream:

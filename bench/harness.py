@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from koordqueue.children import die_with_parent
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 
@@ -88,7 +89,8 @@ class Process:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT)
+            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
+                                          preexec_fn=die_with_parent)
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None

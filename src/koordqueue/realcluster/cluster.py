@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.children import die_with_parent
 from koordqueue.realcluster import build
 from koordqueue.realcluster.pki import CertificateAuthority, write_private, write_service_account_key
 
@@ -96,7 +97,8 @@ class Process:
         out = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it
         try:
             self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env={**os.environ, **(self.env or {})}, start_new_session=True)
+                                          env={**os.environ, **(self.env or {})}, start_new_session=True,
+                                          preexec_fn=die_with_parent)
         finally:
             out.close()
 

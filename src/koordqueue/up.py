@@ -129,7 +129,7 @@ def controller_deployment(config: ControllerConfig) -> dict[str, Any]:
     }
 
 
-async def show_controller(client: KubeClient, config: ControllerConfig, seconds: float = 10.0) -> None:
+async def show_controller(client: KubeClient, config: ControllerConfig, seconds: float = 30.0) -> None:
     """Create (or bring up to date) the controller's Deployment and wait, a while, for its pod."""
     body = controller_deployment(config)
     try:
@@ -257,7 +257,7 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
             loop.add_signal_handler(sig, stop.set)
     try:
         async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client, \
-                SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node):
+                SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node, workloads=True):
             handler = BufferHandler(log_buffer)
             handler.setFormatter(logging.Formatter(TEXT_FORMAT))
             with controller_log(handler):

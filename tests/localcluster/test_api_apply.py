@@ -53,9 +53,14 @@ async def test_fields_a_manager_stops_applying_are_removed_and_no_others(api: AP
     assert obj["metadata"]["labels"] == {"team": "y"}
     managers = {e["manager"]: e["fieldsV1"] for e in obj["metadata"]["managedFields"]}
     assert managers["other"] == {"f:data": {".": {}, "f:shared": {}}}
-    # A merge patch keeps the appliers' managedFields (no Update entries are recorded).
+    # A merge patch is an Update by its client (the User-Agent's name): it owns what it set, and the
+    # appliers' entries stay as they were.
     _, patched, _ = await api.patch(f"{CMS}/a", {"data": {"byhand": "h2"}})
-    assert patched["metadata"]["managedFields"] == obj["metadata"]["managedFields"]
+    entries = patched["metadata"]["managedFields"]
+    assert [e for e in entries if e["operation"] == "Apply"] == [
+        e for e in obj["metadata"]["managedFields"] if e["operation"] == "Apply"]
+    assert [(e["manager"], e["fieldsV1"]) for e in entries if e["operation"] == "Update"] == [
+        ("Python", {"f:data": {"f:byhand": {}}})]
 
 
 async def test_lists_with_keys_merge_by_key_and_lose_items_no_longer_applied(api: APIClient) -> None:
@@ -129,3 +134,75 @@ async def test_json_body_is_yaml_too(api: APIClient) -> None:
     status, body, _ = await api.request("PATCH", f"{CMS}/j", raw=orjson.dumps(configmap("j", k="v")),
                                         content_type=APPLY, params={"fieldManager": "helm", "force": "false"})
     assert status == 201 and body["data"] == {"k": "v"}
+
+
+def _who_owns(obj: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    return {(e["manager"], e["operation"]): e["fieldsV1"] for e in obj["metadata"]["managedFields"]}
+
+
+async def test_an_apply_that_changes_another_managers_field_is_a_conflict_unless_forced(api: APIClient) -> None:
+    """kube-apiserver's answer, word for word: 409, one FieldManagerConflict cause per field."""
+    await apply(api, f"{CMS}/a", configmap("a", k="v", keep="1"), manager="first")
+    status, body = await apply(api, f"{CMS}/a", configmap("a", k="w"), manager="second")
+    assert status == 409 and body["reason"] == "Conflict"
+    assert body["message"] == 'Apply failed with 1 conflict: conflict with "first": .data.k'
+    assert body["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "first"', "field": ".data.k"}]
+    assert (await api.get(f"{CMS}/a"))[1]["data"] == {"k": "v", "keep": "1"}  # nothing written
+    # The same value is no conflict: both own it.
+    status, shared = await apply(api, f"{CMS}/a", configmap("a", keep="1"), manager="second")
+    assert status == 200 and _who_owns(shared)[("second", "Apply")] == {"f:data": {".": {}, "f:keep": {}}}
+    assert _who_owns(shared)[("first", "Apply")] == {"f:data": {".": {}, "f:k": {}, "f:keep": {}}}
+    # Forced, the field changes hands.
+    status, forced = await apply(api, f"{CMS}/a", configmap("a", k="w", keep="1"), manager="second", force="true")
+    assert status == 200 and forced["data"] == {"k": "w", "keep": "1"}
+    owners = _who_owns(forced)
+    assert owners[("second", "Apply")] == {"f:data": {".": {}, "f:k": {}, "f:keep": {}}}
+    assert owners[("first", "Apply")] == {"f:data": {".": {}, "f:keep": {}}}
+
+
+async def test_fields_set_by_create_update_and_patch_belong_to_their_manager(api: APIClient) -> None:
+    """An Update's manager: the fieldManager parameter, else the User-Agent's product name."""
+    status, created, _ = await api.request("POST", CMS, raw=orjson.dumps(configmap("a", labels={"t": "1"}, k="v")),
+                                           content_type="application/json", params={"fieldManager": "kubectl-create"})
+    assert status == 201
+    (entry,) = created["metadata"]["managedFields"]
+    assert {k: v for k, v in entry.items() if k != "time"} == {
+        "manager": "kubectl-create", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:data": {".": {}, "f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:t": {}}}}}
+    status, body = await apply(api, f"{CMS}/a", configmap("a", k="w", other="o"), manager="applier")
+    assert status == 409
+    assert body["message"] == 'Apply failed with 1 conflict: conflict with "kubectl-create" using v1: .data.k'
+    # A patch takes the fields it sets from their owner; a removed field is nobody's.
+    _, patched, _ = await api.request("PATCH", f"{CMS}/a", raw=orjson.dumps({"data": {"k": "x"}, "metadata": {
+        "labels": None}}), content_type="application/merge-patch+json", params={"fieldManager": "editor"})
+    owners = _who_owns(patched)
+    assert owners[("editor", "Update")] == {"f:data": {"f:k": {}}}
+    assert owners[("kubectl-create", "Update")] == {"f:data": {}}  # the map itself, still its own
+    status, body = await apply(api, f"{CMS}/a", configmap("a", k="y", n="1", m="2"), manager="applier")
+    assert status == 409 and body["message"] == 'Apply failed with 1 conflict: conflict with "editor" using v1: .data.k'
+
+
+async def test_several_conflicts_are_listed_by_manager(api: APIClient) -> None:
+    await apply(api, f"{DEPLOYMENTS}/d", deployment([{"name": "app", "image": "nginx"}]), manager="ops")
+    await apply(api, f"{DEPLOYMENTS}/d", {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+        "name": "d", "labels": {"team": "a"}}}, manager="labeller")
+    change = deployment([{"name": "app", "image": "nginx:2"}], replicas=5)
+    change["metadata"]["labels"] = {"team": "b"}
+    status, body = await apply(api, f"{DEPLOYMENTS}/d", change, manager="dev")
+    assert status == 409
+    assert body["message"] == (
+        'Apply failed with 3 conflicts: conflicts with "labeller":\n- .metadata.labels.team\n'
+        'conflicts with "ops":\n- .spec.replicas\n- .spec.template.spec.containers[name="app"].image')
+    assert [c["field"] for c in body["details"]["causes"]] == [
+        ".metadata.labels.team", ".spec.replicas", '.spec.template.spec.containers[name="app"].image']
+
+
+async def test_status_writes_are_entries_of_the_status_subresource(api: APIClient) -> None:
+    await api.post(WIDGETS, widget("w", size=1))
+    _, written, _ = await api.request("PATCH", f"{WIDGETS}/w/status", raw=orjson.dumps({"status": {"ready": True}}),
+                                      content_type="application/merge-patch+json", params={"fieldManager": "ctl"})
+    (status_entry,) = [e for e in written["metadata"]["managedFields"] if e.get("subresource") == "status"]
+    assert (status_entry["manager"], status_entry["fieldsV1"]) == ("ctl", {"f:status": {".": {}, "f:ready": {}}})
+    main = [e for e in written["metadata"]["managedFields"] if not e.get("subresource")]
+    assert all("f:status" not in e["fieldsV1"] for e in main)

@@ -388,3 +388,28 @@ def test_explain_describes_our_fields_and_the_operators_run_policy(kubectl: Kube
     assert re.search(r"^  suspend\s+<boolean>$", run_policy, re.M), run_policy
     assert re.search(r"^  cleanPodPolicy\s+<string>$", run_policy, re.M)
     assert "Koord-Queue sets it while the job waits" in text("pytorchjob.spec.runPolicy.suspend")
+
+
+def test_server_side_apply_conflicts_are_reported_as_kube_apiserver_reports_them(kubectl: Kubectl) -> None:
+    """Issue 16: `kubectl apply --server-side --field-manager=other` of a field another manager owns
+    succeeded; kube-apiserver answers 409, and --force-conflicts takes the field over."""
+    def config(value: str) -> str:
+        return f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  x: {value}\n"
+
+    kubectl.run("create", "-f", "-", stdin=config("one"))  # an Update by kubectl-create
+    refused = kubectl.run("apply", "--server-side", "--field-manager=other", "-f", "-", stdin=config("two"),
+                          check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith('error: Apply failed with 1 conflict: conflict with "kubectl-create" using v1: '
+                                     ".data.x\n"), refused.stderr
+    assert "--force-conflicts" in refused.stderr  # kubectl's advice, as for kube-apiserver's 409
+    assert kubectl.json("get", "configmap", "ssa")["data"] == {"x": "one"}
+    forced = kubectl.out("apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", "-",
+                         stdin=config("two"))
+    assert forced.strip() == "configmap/ssa serverside-applied"
+    owners = {(e["manager"], e["operation"]): e["fieldsV1"] for e in kubectl.json(
+        "get", "configmap", "ssa", "--show-managed-fields")["metadata"]["managedFields"]}
+    assert owners[("other", "Apply")] == {"f:data": {".": {}, "f:x": {}}}
+    assert "f:x" not in json.dumps(owners[("kubectl-create", "Update")])
+    again = kubectl.run("apply", "--server-side", "-f", "-", stdin=config("three"), check=False)  # manager kubectl
+    assert 'Apply failed with 1 conflict: conflict with "other": .data.x' in again.stderr

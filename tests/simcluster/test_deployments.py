@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+from koordqueue.kube.client import KubeClient
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
 from tests.simcluster.conftest import wait_for
@@ -44,7 +45,12 @@ async def rows(server: APIServer, *args: str) -> list[list[str]]:
     return [line.split() for line in (await kubectl(server, "get", *args, "--no-headers")).splitlines()]
 
 
-async def test_a_deployment_rolls_out_scales_rolls_and_goes(server: APIServer, cluster: SimCluster) -> None:
+async def test_a_deployment_rolls_out_scales_rolls_and_goes(server: APIServer, client: KubeClient) -> None:
+    async with SimCluster(client, workloads=True):
+        await rolls_out_scales_rolls_and_goes(server)
+
+
+async def rolls_out_scales_rolls_and_goes(server: APIServer) -> None:
     await kubectl(server, "apply", "-f", "-", stdin=WEB)
     await kubectl(server, "rollout", "status", "deployment/web", "--timeout=30s")
     [deployment] = await rows(server, "deployment")

@@ -85,7 +85,7 @@ async def test_the_simulation_uses_every_rule_it_is_granted_and_no_other(server:
     async with KubeClient(config, qps=0, retry=FAST_RETRY) as as_sim:
         async with SimCluster(as_sim, nodes=2):
             pass  # registers the nodes
-        async with SimCluster(as_sim, nodes=2):  # finds them there: brings their status up to date
+        async with SimCluster(as_sim, nodes=2, workloads=True):  # finds them there: brings their status up to date
             await client.create(PYTORCHJOBS, seed_job("ranked"))
 
             async def running() -> bool:

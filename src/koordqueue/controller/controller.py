@@ -373,7 +373,7 @@ class Controller:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
         if not quota.is_parent:
             await self._ensure_auto_queue(auto_queue_for(quota))
-        await self._refeed_queues()
+        self._refeed_queues()
         self.wake.set()
 
     def _quota_in_use(self, name: str) -> Object | None:
@@ -420,7 +420,7 @@ class Controller:
                 pass
             except KubeError as e:
                 log.warning("could not delete the Queue of quota %s: %s", name, e)
-        await self._refeed_queues()
+        self._refeed_queues()
         self.wake.set()
 
     async def _ensure_auto_queue(self, queue: QueueInfo) -> None:
@@ -447,26 +447,25 @@ class Controller:
         if existing is None:  # feed it now rather than wait for the watch: units may need it this cycle
             self.engine.set_queue(replace(queue, namespace=self.config.system_namespace))
 
-    async def _refeed_queues(self) -> None:
-        """Feed every Queue again (a quota came or went: bindings by name may change) and say so."""
+    def _refeed_queues(self) -> None:
         for _, obj in self.queue_informer.items():
-            queue = self._feed_queue(obj)
-            if queue is not None:
-                await self._write_binding(queue)
+            self._feed_queue(obj)
 
-    async def _write_binding(self, queue: QueueInfo) -> None:
-        """The Queue's status.quota and Bound condition, when they changed."""
-        written = {"status": self.queue_bindings.get(queue.key) or {}}  # (the cache keeps no status)
-        status = st.queue_binding(written, queue.quota, queue.quota in self.quotas, self.clock())
+    async def _write_binding(self, key: str, quota: str | None) -> None:
+        """The Queue's status.quota and Bound condition, when they changed (from the status loop,
+        never from an informer's handler: a slow write must not hold back its events)."""
+        written = {"status": self.queue_bindings.get(key) or {}}  # (the cache keeps no status)
+        status = st.queue_binding(written, quota, quota in self.quotas, self.clock())
         if status is None:
             return
+        namespace, _, name = key.partition("/")
         try:
-            await self.client.patch_status(QUEUES, queue.name, {"status": status}, namespace=queue.namespace)
-            self.queue_bindings[queue.key] = status
+            await self.client.patch_status(QUEUES, name, {"status": status}, namespace=namespace)
+            self.queue_bindings[key] = status
         except NotFound:
             pass
         except KubeError as e:
-            log.info("binding of queue %s not written: %s", queue.key, e)
+            log.info("binding of queue %s not written: %s", key, e)
 
     def _feed_queue(self, obj: Object, warn: bool = False) -> QueueInfo | None:
         """Parse a Queue into the engine; ``warn``: say which of its settings were not usable
@@ -489,8 +488,6 @@ class Controller:
         queue = self._feed_queue(obj, warn=self.sync_done or settling)
         if not self.sync_done and not settling:
             return  # its quota may not be listed yet: _settle_quotas_and_queues feeds it again
-        if queue is not None:
-            await self._write_binding(queue)
         if queue is not None and queue.quota is None:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUEUE,
                         "bound to no ElasticQuota (label quota.scheduling.koordinator.sh/name, or a quota "
@@ -1171,6 +1168,9 @@ class Controller:
                     last_used[name] = used
                 except KubeError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
+            if self.sync_done:
+                for key, quota in list(self.queue_quotas.items()):
+                    await self._write_binding(key, quota)
             now = self.clock()
             due = [key for key, settings in self.queue_settings.items()
                    if now - last_queue_write.get(key, -1e18) >= self._refresh_seconds(key, settings)]

@@ -1,5 +1,4 @@
-"""Server-side apply, a minimal subset: what `helm install` (helm 4's default) and
-`kubectl apply --server-side` need.
+"""Server-side apply: what `helm install` (helm 4's default) and `kubectl apply --server-side` need.
 
 A PATCH of type `application/apply-patch+yaml` with a `fieldManager` sends an apply
 configuration: the fields that manager wants set. The server:
@@ -9,21 +8,21 @@ configuration: the fields that manager wants set. The server:
   item by item (by their keys), of list-type `set` as a union, every other list and
   atomic maps (`x-kubernetes-map-type: atomic`, patch strategy `replace`) whole;
 - removes the fields that manager applied last time and no longer applies, unless
-  another applier applies them too (so `helm upgrade` of a chart that dropped a field
+  another manager owns them too (so `helm upgrade` of a chart that dropped a field
   drops it);
-- records each applier's fields in `metadata.managedFields` (operation Apply,
-  FieldsV1, in kube-apiserver's notation), kept through other writes.
+- records and checks ownership in `metadata.managedFields` (managedfields.py): a field
+  another manager owns and the configuration would change is a 409 conflict unless
+  forced.
 
-Left out, on purpose: conflict detection between managers (`force` is accepted and
-has nothing to override: an apply always wins), `Update` entries for the other write
-verbs (so fields set by a PUT or PATCH never take ownership away from an applier), and
-apply to subresources (415). A `null` in the configuration means "not applied".
+Left out: apply to subresources (415). A `null` in the configuration means "not applied".
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import orjson
 
 from koordqueue.localcluster import openapi
 from koordqueue.localcluster.patch import deep_copy
@@ -39,8 +38,41 @@ _META_SKIPPED = ("managedFields", "resourceVersion", "uid", "creationTimestamp",
 
 # --- the schema's merge metadata --------------------------------------------------------
 
-def _list_type(schema: Schema) -> tuple[str, list[str]]:
+# What each schema says about merging, by id (schemas are long-lived and never changed; the
+# schema is kept with its answer so that an id is never taken for another's): every write
+# asks it of every field it walks.
+_TRAITS: dict[int, tuple[Schema, tuple[str, list[str]], bool, bool]] = {}
+_TRAITS_MAX = 20_000
+
+
+def _traits(schema: Schema) -> tuple[tuple[str, list[str]], bool, bool]:
+    """(list type, atomic map, granular map) of a schema."""
+    cached = _TRAITS.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1], cached[2], cached[3]
+    if len(_TRAITS) >= _TRAITS_MAX:
+        _TRAITS.clear()
+    answer = (_list_type(schema), _atomic_map(schema), _granular_map(schema))
+    _TRAITS[id(schema)] = (schema, *answer)
+    return answer
+
+
+def list_type(schema: Schema) -> tuple[str, list[str]]:
     """("map", keys), ("set", []) or ("atomic", []) for a list field."""
+    return _traits(schema)[0] if schema is not None else ("atomic", [])
+
+
+def atomic_map(schema: Schema) -> bool:
+    """A map set whole (a LabelSelector): `x-kubernetes-map-type: atomic` or patch strategy replace."""
+    return _traits(schema)[1] if schema is not None else False
+
+
+def granular_map(schema: Schema) -> bool:
+    """A map of arbitrary keys (labels, data), as opposed to a struct of known fields."""
+    return _traits(schema)[2] if schema is not None else True
+
+
+def _list_type(schema: Schema) -> tuple[str, list[str]]:
     schema = openapi.resolve(schema) or {}
     kind = schema.get("x-kubernetes-list-type")
     keys = list(schema.get("x-kubernetes-list-map-keys") or ())
@@ -53,25 +85,23 @@ def _list_type(schema: Schema) -> tuple[str, list[str]]:
 
 
 def _atomic_map(schema: Schema) -> bool:
-    """A map set whole (a LabelSelector): `x-kubernetes-map-type: atomic` or patch strategy replace."""
     schema = openapi.resolve(schema) or {}
     return schema.get("x-kubernetes-map-type") == "atomic" or \
         "replace" in str(schema.get("x-kubernetes-patch-strategy", "")).split(",")
 
 
 def _granular_map(schema: Schema) -> bool:
-    """A map of arbitrary keys (labels, data), as opposed to a struct of known fields."""
     schema = openapi.resolve(schema) or {}
     return not schema.get("properties")
 
 
-def _item_key(item: Any, keys: list[str]) -> str:
+def item_key(item: Any, keys: list[str]) -> str:
     values = {k: item.get(k) for k in keys if isinstance(item, dict) and k in item}
-    return "k:" + json.dumps(values, separators=(",", ":"), sort_keys=True)
+    return "k:" + orjson.dumps(values, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _value_key(item: Any) -> str:
-    return "v:" + json.dumps(item, separators=(",", ":"), sort_keys=True)
+def value_key(item: Any) -> str:
+    return "v:" + orjson.dumps(item, option=orjson.OPT_SORT_KEYS).decode()
 
 
 # --- field sets ---------------------------------------------------------------------------
@@ -96,22 +126,22 @@ def _fields_of_map(value: dict[str, Any], schema: Schema, top: bool = False) -> 
             if not out["f:metadata"]:
                 del out["f:metadata"]
             continue
-        out[f"f:{key}"] = _fields_of(item, openapi.child_schema(schema, key))
+        out[f"f:{key}"] = fields_of(item, openapi.child_schema(schema, key))
     return out
 
 
-def _fields_of(value: Any, schema: Schema) -> FieldSet:
-    if isinstance(value, dict) and value and not _atomic_map(schema):
+def fields_of(value: Any, schema: Schema) -> FieldSet:
+    if isinstance(value, dict) and value and not atomic_map(schema):
         inner = _fields_of_map(value, schema)
-        return {".": {}, **inner} if _granular_map(schema) else inner
+        return {".": {}, **inner} if granular_map(schema) else inner
     if isinstance(value, list) and value:
-        kind, keys = _list_type(schema)
+        kind, keys = list_type(schema)
         if kind == "map":
             items = openapi.item_schema(schema)
-            return {_item_key(i, keys): {".": {}, **(_fields_of_map(i, items) if isinstance(i, dict) else {})}
+            return {item_key(i, keys): {".": {}, **(_fields_of_map(i, items) if isinstance(i, dict) else {})}
                     for i in value}
         if kind == "set":
-            return {_value_key(i): {} for i in value}
+            return {value_key(i): {} for i in value}
     return {}
 
 
@@ -128,7 +158,7 @@ def _find(node: Any, key: str) -> tuple[Any, Any]:
                 wanted = json.loads(key[2:])
                 if isinstance(item, dict) and all(item.get(k) == v for k, v in wanted.items()):
                     return node, index
-            elif _value_key(item) == key:
+            elif value_key(item) == key:
                 return node, index
     return None, None
 
@@ -178,16 +208,16 @@ def _merge_map(live: dict[str, Any], config: dict[str, Any], schema: Schema) -> 
 
 
 def _merge_value(current: Any, value: Any, schema: Schema) -> Any:
-    if isinstance(value, dict) and isinstance(current, dict) and not _atomic_map(schema):
+    if isinstance(value, dict) and isinstance(current, dict) and not atomic_map(schema):
         return _merge_map(current, value, schema)
     if isinstance(value, list) and isinstance(current, list):
-        kind, keys = _list_type(schema)
+        kind, keys = list_type(schema)
         if kind == "map":
             items = openapi.item_schema(schema)
             out = list(current)
             for item in value:
-                key = _item_key(item, keys)
-                found = next((i for i, old in enumerate(out) if _item_key(old, keys) == key), None)
+                key = item_key(item, keys)
+                found = next((i for i, old in enumerate(out) if item_key(old, keys) == key), None)
                 if found is None:
                     out.append(_without_nulls(item))
                 else:
@@ -209,39 +239,15 @@ def _without_nulls(value: Any) -> Any:
 # --- managedFields ------------------------------------------------------------------------------
 
 def applied_by(meta: dict[str, Any], manager: str) -> tuple[FieldSet | None, list[FieldSet]]:
-    """(the fields `manager` applied last, the fields every other applier applies)."""
+    """(the fields `manager` applied last, the fields every other manager owns)."""
     mine: FieldSet | None = None
     others: list[FieldSet] = []
     for entry in meta.get("managedFields") or ():
-        if not isinstance(entry, dict) or entry.get("operation") != APPLY or entry.get("subresource"):
+        if not isinstance(entry, dict):
             continue
         fields: FieldSet = entry["fieldsV1"] if isinstance(entry.get("fieldsV1"), dict) else {}
-        if entry.get("manager") == manager:
+        if entry.get("manager") == manager and entry.get("operation") == APPLY and not entry.get("subresource"):
             mine = fields
         else:
             others.append(fields)
     return mine, others
-
-
-def managed_fields(meta: dict[str, Any], manager: str, fields: FieldSet, api_version: str,
-                   now: str) -> list[dict[str, Any]]:
-    """`meta`'s managedFields with `manager`'s Apply entry set to `fields` (its time kept when
-    its fields did not change, so a repeated apply changes nothing)."""
-    out: list[dict[str, Any]] = []
-    replaced = False
-    for entry in meta.get("managedFields") or ():
-        if isinstance(entry, dict) and entry.get("manager") == manager and entry.get("operation") == APPLY \
-                and not entry.get("subresource"):
-            same = entry.get("fieldsV1") == fields and entry.get("apiVersion") == api_version
-            out.append(entry if same else _entry(manager, fields, api_version, now))
-            replaced = True
-        else:
-            out.append(entry)
-    if not replaced:
-        out.append(_entry(manager, fields, api_version, now))
-    return out
-
-
-def _entry(manager: str, fields: FieldSet, api_version: str, now: str) -> dict[str, Any]:
-    return {"manager": manager, "operation": APPLY, "apiVersion": api_version, "time": now,
-            "fieldsType": "FieldsV1", "fieldsV1": fields}

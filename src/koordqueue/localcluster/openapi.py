@@ -388,8 +388,28 @@ def resolve(schema: Schema | None) -> Schema | None:
     return schema
 
 
+# child_schema's answers by (id of the schema, key): every write walks the schema (validation,
+# field ownership), and schemas are long-lived and never changed. The schema is kept with the
+# answer so that an id is never taken for another schema's.
+_CHILDREN: dict[tuple[int, str], tuple[Schema, Schema | None]] = {}
+_CHILDREN_MAX = 50_000
+
+
 def child_schema(schema: Schema | None, key: str) -> Schema | None:
     """The schema of field ``key`` of an object schema (a property, or additionalProperties)."""
+    if schema is None:
+        return None
+    cached = _CHILDREN.get((id(schema), key))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    if len(_CHILDREN) >= _CHILDREN_MAX:
+        _CHILDREN.clear()
+    found = _child_schema(schema, key)
+    _CHILDREN[(id(schema), key)] = (schema, found)
+    return found
+
+
+def _child_schema(schema: Schema | None, key: str) -> Schema | None:
     schema = resolve(schema)
     if schema is None:
         return None

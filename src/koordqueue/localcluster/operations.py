@@ -23,6 +23,7 @@ import orjson
 
 from koordqueue.localcluster import apply as ssa
 from koordqueue.localcluster import builtin, crd, errors
+from koordqueue.localcluster import managedfields as mf
 from koordqueue.localcluster.builtin import CRD_KEY, NAMESPACE_KEY
 from koordqueue.localcluster.patch import (
     PatchError,
@@ -176,8 +177,9 @@ class Operations:
     # --- create --------------------------------------------------------------------
     async def create(
         self, rt: ResourceType, namespace: str, body: Any, dry_run: bool = False, subresource: str = "",
-        managed_fields: ManagedFields | None = None,
+        managed_fields: ManagedFields | None = None, manager: str = "",
     ) -> dict[str, Any]:
+        """`managed_fields`: server-side apply's; else `manager` (when given) owns what it created."""
         obj = self._check_body(rt, body)
         meta = obj["metadata"]
         if rt.namespaced:
@@ -221,6 +223,11 @@ class Operations:
         if self.admit is not None:
             obj = await self.admit("CREATE", rt, subresource, obj, None)
             self._check_admitted(rt, obj, namespace if rt.namespaced else "", name)
+        if managed_fields is None and manager:
+            changed, _ = mf.changes(None, obj, rt, "")
+            entries = mf.record_update(None, manager, rt.api_version, "", changed, {}, now_rfc3339())
+            if entries:
+                obj["metadata"]["managedFields"] = entries
         key = rt.storage_key
         if self.store.get(key, meta.get("namespace", ""), name) is not None:
             raise errors.already_exists(rt, name)
@@ -301,7 +308,7 @@ class Operations:
     # --- update and patch ------------------------------------------------------------
     async def update(
         self, rt: ResourceType, namespace: str, name: str, body: Any, subresource: str = "",
-        dry_run: bool = False,
+        dry_run: bool = False, manager: str = "",
     ) -> dict[str, Any]:
         new = self._check_body(rt, body)
         meta = new["metadata"]
@@ -315,12 +322,12 @@ class Operations:
             raise errors.invalid(rt, name, [("metadata.resourceVersion",
                                              "Invalid value: 0x0: must be specified for an update")])
         old = self.get(rt, namespace, name)
-        return await self._write_update(rt, old, new, subresource, dry_run)
+        return await self._write_update(rt, old, new, subresource, dry_run, manager=manager)
 
     async def patch(
         self, rt: ResourceType, namespace: str, name: str, patch_type: str, body: bytes,
         subresource: str = "", dry_run: bool = False,
-        check: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None,
+        check: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None, manager: str = "",
     ) -> dict[str, Any]:
         """Apply a patch of `patch_type`; `check` sees the patched object (and the stored one) before
         it is written."""
@@ -359,14 +366,15 @@ class Operations:
             check(new, old)
         if new["metadata"].get("name") != name:
             raise errors.bad_request("the name of the object cannot be changed by a patch")
-        return await self._write_update(rt, old, new, subresource, dry_run)
+        return await self._write_update(rt, old, new, subresource, dry_run, manager=manager)
 
     async def apply(
         self, rt: ResourceType, namespace: str, name: str, body: Any, manager: str, dry_run: bool = False,
-        check: Callable[[dict[str, Any]], Any] | None = None,
+        check: Callable[[dict[str, Any]], Any] | None = None, force: bool = False,
     ) -> tuple[dict[str, Any], bool]:
         """Server-side apply of the configuration `body` by field manager `manager` (see apply.py);
-        (the object, whether it was created). `check` sees the object before it is written."""
+        (the object, whether it was created). `check` sees the object before it is written; `force`
+        takes over fields other managers own (else they are a 409 conflict)."""
         if not isinstance(body, dict) or not body.get("apiVersion") or not body.get("kind"):
             raise errors.bad_request("apply configuration must be an object with apiVersion and kind")
         config = self._check_body(rt, deep_copy(body))
@@ -386,7 +394,7 @@ class Operations:
             new["metadata"]["name"] = name
             if check is not None:
                 check(new)
-            managed = ssa.managed_fields({}, manager, fields, rt.api_version, now)
+            managed = mf.record_apply(None, manager, rt.api_version, fields, fields, {}, force, now)
             return await self.create(rt, namespace, new, dry_run, managed_fields=managed), True
         mine, others = ssa.applied_by(current["metadata"], manager)
         new = deep_copy(current)
@@ -395,14 +403,20 @@ class Operations:
         new = ssa.merge(new, config, rt)
         if check is not None:
             check(new)
-        managed = ssa.managed_fields(current["metadata"], manager, fields, rt.api_version, now)
+        changed, removed = mf.changes(current, new, rt, "")
+        managed = mf.record_apply(current["metadata"].get("managedFields"), manager, rt.api_version, fields,
+                                  changed, removed, force, now)
         return await self._write_update(rt, current, new, "", dry_run, managed), False
 
     async def _write_update(
         self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], subresource: str, dry_run: bool,
-        managed_fields: ManagedFields | None = None,
+        managed_fields: ManagedFields | None = None, manager: str = "",
     ) -> dict[str, Any]:
+        """`managed_fields`: server-side apply's; else an Update by `manager` (when given) takes the
+        fields it changed (managedfields.py). A request's own non-empty managedFields replace the
+        stored ones first, as kube-apiserver lets a client set them (not through a subresource)."""
         name = old["metadata"]["name"]
+        requested = new["metadata"].get("managedFields")
         rv = new["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(rt, name, errors.STALE_OBJECT)
@@ -421,11 +435,12 @@ class Operations:
                     meta[attr] = old_meta[attr]
                 else:
                     meta.pop(attr, None)
-            # Set by server-side apply only; other writes keep what is there.
             if managed_fields is not None:
                 meta["managedFields"] = managed_fields
+            elif isinstance(requested, list) and requested:
+                meta["managedFields"] = requested
             elif "managedFields" in old_meta:
-                meta["managedFields"] = deep_copy(old_meta["managedFields"])
+                meta["managedFields"] = old_meta["managedFields"]  # never mutated: entries are replaced whole
             else:
                 meta.pop("managedFields", None)
             if rt.has_status:
@@ -448,6 +463,14 @@ class Operations:
         if self.admit is not None:
             result = await self.admit("UPDATE", rt, subresource, result, old)
             self._check_admitted(rt, result, old["metadata"].get("namespace", ""), name)
+        if managed_fields is None and manager:
+            changed, removed = mf.changes(old, result, rt, subresource)
+            entries = mf.record_update(result["metadata"].get("managedFields"), manager, rt.api_version, subresource,
+                                       changed, removed, now_rfc3339())
+            if entries is not None:
+                result["metadata"] = {**result["metadata"], "managedFields": entries}
+                if not entries:
+                    del result["metadata"]["managedFields"]
         current = self.store.get(rt.storage_key, old["metadata"].get("namespace", ""), name)
         if current is None:
             raise errors.not_found(rt, name)

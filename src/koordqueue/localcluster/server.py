@@ -21,7 +21,16 @@ import yaml
 from aiohttp import web
 
 from koordqueue.api.crds import all_crds
-from koordqueue.localcluster import discovery, errors, openapi, podlogs, printing, protobuf, rbac
+from koordqueue.localcluster import (
+    discovery,
+    errors,
+    managedfields,
+    openapi,
+    podlogs,
+    printing,
+    protobuf,
+    rbac,
+)
 from koordqueue.localcluster.access import review, token_request
 from koordqueue.localcluster.admission import Admission
 from koordqueue.localcluster.auth import (
@@ -450,13 +459,15 @@ class APIServer:
         if verb == "create" and sub == "binding":
             return await self._bind(request, rt, ns, name)
         warnings: list[str] = []
+        manager = managedfields.manager_name(q.get("fieldManager", ""), request.headers.get("User-Agent", ""))
+        managedfields.check_manager(manager)
         if verb == "create":
             body = self._validate_fields(request, rt, await self._read_object(request), warnings)
-            obj = await self._ops.create(rt, ns, body, dry_run)
+            obj = await self._ops.create(rt, ns, body, dry_run, manager=manager)
             return self._respond(request, rt, obj, 201, warnings)
         if verb == "update":
             body = self._validate_fields(request, rt, await self._read_object(request), warnings)
-            obj = await self._ops.update(rt, ns, name, body, sub, dry_run)
+            obj = await self._ops.update(rt, ns, name, body, sub, dry_run, manager=manager)
             return self._respond(request, rt, obj, 200, warnings)
         if verb == "patch":
             patch_type = request.content_type
@@ -465,7 +476,8 @@ class APIServer:
             if patch_type == APPLY_PATCH:
                 return await self._apply(request, rt, ns, name, sub, dry_run)
             obj = await self._ops.patch(rt, ns, name, patch_type, await request.read(), sub, dry_run,
-                                        check=lambda o, old: self._validate_fields(request, rt, o, warnings, old))
+                                        check=lambda o, old: self._validate_fields(request, rt, o, warnings, old),
+                                        manager=manager)
             return self._respond(request, rt, obj, 200, warnings)
         opts = await self._delete_options(request)
         obj, _gone = self._ops.delete(rt, ns, name, opts)
@@ -592,7 +604,8 @@ class APIServer:
         if self._store.get(rt.storage_key, ns if rt.namespaced else "", name) is None:
             self._authorize(request, "create", rt, ns, name, "")  # an apply that creates needs create too
         obj, created = await self._ops.apply(rt, ns, name, config, manager, dry_run,
-                                             check=lambda o: self._validate_fields(request, rt, o, warnings))
+                                             check=lambda o: self._validate_fields(request, rt, o, warnings),
+                                             force=request.query.get("force") == "true")
         return self._respond(request, rt, obj, 201 if created else 200, warnings)
 
     async def _delete_options(self, request: web.Request) -> DeleteOptions:

@@ -119,25 +119,32 @@ def controller(**opts: Any) -> None:
     run(opts["kubeconfig"], config, opts["log_format"], opts["log_level"])
 
 
+CONTROLLER_NAMESPACE = click.option(
+    "--controller-namespace", default=c.SYSTEM_NAMESPACE, show_default=True,
+    help="The controller's namespace (its --namespace), where it publishes the settings it loads objects with.")
+
+
 @main.command()
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
-def status(kubeconfig: str | None) -> None:
+@CONTROLLER_NAMESPACE
+def status(kubeconfig: str | None, controller_namespace: str) -> None:
     """Quotas (min / used / runtime / max) and queues with their pending units."""
     from koordqueue.reports import status_command
 
-    click.echo(status_command(kubeconfig))
+    click.echo(status_command(kubeconfig, controller_namespace))
 
 
 @main.command()
 @click.argument("target", metavar="KIND/NAME")
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
-def explain(target: str, namespace: str, kubeconfig: str | None) -> None:
+@CONTROLLER_NAMESPACE
+def explain(target: str, namespace: str, kubeconfig: str | None, controller_namespace: str) -> None:
     """Why a job waits, where it stands in its queue, and what would let it in."""
     from koordqueue.reports import ReportError, explain_command
 
     try:
-        click.echo(explain_command(kubeconfig, target, namespace))
+        click.echo(explain_command(kubeconfig, target, namespace, controller_namespace))
     except ReportError as e:
         raise click.ClickException(str(e)) from None
 

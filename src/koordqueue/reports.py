@@ -1,7 +1,9 @@
 """`koord-queue status` and `koord-queue explain`: the queue as text, from any cluster.
 
-Both read the cluster's objects, load them into an engine as a restarted controller
-would (controller/snapshot.py) and print the same overview the dashboard shows.
+Both read the cluster's objects and the settings the controller published, load them
+into an engine as the controller does (controller/snapshot.py, loader.py), run the
+cycle it would run now (to know who blocks whom), and print the same overview and
+explanation the dashboard shows, with reasons worked out now.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from koordqueue import aio
+from koordqueue.api import constants as c
 from koordqueue.api.quantity import format_quantity
 from koordqueue.controller.overview import Overview, explain, overview
-from koordqueue.controller.snapshot import take_snapshot
+from koordqueue.controller.snapshot import Snapshot, look_now, take_snapshot
 from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
@@ -81,29 +84,34 @@ def explain_text(why: Mapping[str, Any]) -> str:
         lines.append("  Ahead of it:")
         for item in why["ahead"]:
             lines.append(f"    {item['unit']} (priority {item['priority']}): {item['message']}")
-    if why["shortfall"]:
-        lines.append("  What would let it in:")
-        for s in why["shortfall"]:
-            lines.append(f"    {format_quantity(s['short'])} {s['resource']} freed in {s['where']} "
-                         f"(used {format_quantity(s['used'])} + asks {format_quantity(s['asks'])} "
-                         f"> max {format_quantity(s['limit'])})")
-    elif why["quota"]:
-        lines.append("  What would let it in: its quota has room; it waits for its turn in the queue "
-                     "(the units ahead of it, or a unit that blocks the queue).")
+    lines.append("  What would let it in:")
+    lines += [f"    {line}" for line in why["advice"]]
     return "\n".join(lines)
 
 
-async def _status(kubeconfig: str | None) -> str:
-    async with KubeClient(load_config(kubeconfig)) as client:
-        snap = await take_snapshot(client)
-    view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(), written_messages=True, queue_quotas=snap.queue_quotas)
-    text = status_text(view)
+async def _snapshot(client: KubeClient, controller_namespace: str) -> tuple[Snapshot, dict[str, str], float]:
+    """The objects loaded as the controller loads them, after the cycle it would run now."""
+    snap = await take_snapshot(client, controller_namespace)
+    now = time.time()
+    return snap, look_now(snap, now), now
+
+
+def _footer(snap: Snapshot) -> str:
+    text = f"\n\nSettings: {snap.settings_source}."
     if snap.problems:
         text += "\n\nObjects not used:\n" + "\n".join(f"  {p}" for p in snap.problems)
     return text
 
 
-async def _explain(kubeconfig: str | None, target: str, namespace: str) -> str:
+async def _status(kubeconfig: str | None, controller_namespace: str) -> str:
+    async with KubeClient(load_config(kubeconfig)) as client:
+        snap, told, now = await _snapshot(client, controller_namespace)
+    view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, now, queue_quotas=snap.queue_quotas,
+                    told=told)
+    return status_text(view) + _footer(snap)
+
+
+async def _explain(kubeconfig: str | None, target: str, namespace: str, controller_namespace: str) -> str:
     kind_text, _, name = target.partition("/")
     kind = KIND_ALIASES.get(kind_text.lower())
     if not name or kind is None:
@@ -115,18 +123,19 @@ async def _explain(kubeconfig: str | None, target: str, namespace: str) -> str:
             job = await client.get(resource, name, namespace=namespace)
         except NotFound:
             raise ReportError(f"{kind} {namespace}/{name} not found") from None
-        snap = await take_snapshot(client)
+        snap, told, _ = await _snapshot(client, controller_namespace)
     unit_key = f"{namespace}/{adapter.unit_name(job)}"
     unit = snap.units.get(unit_key)
     if unit is None:
         return (f"{kind}/{namespace}/{name} has no QueueUnit yet: the controller has not seen it, or the job "
                 f"cannot be queued (see `kubectl describe {kind.lower()} {name} -n {namespace}` for InvalidJob events).")
-    return explain_text(explain(snap.engine, snap.quotas, unit, snap.capacity))
+    return explain_text(explain(snap.engine, snap.quotas, unit, snap.capacity, told)) + _footer(snap)
 
 
-def status_command(kubeconfig: str | None) -> str:
-    return aio.run(_status(kubeconfig))
+def status_command(kubeconfig: str | None, controller_namespace: str = c.SYSTEM_NAMESPACE) -> str:
+    return aio.run(_status(kubeconfig, controller_namespace))
 
 
-def explain_command(kubeconfig: str | None, target: str, namespace: str) -> str:
-    return aio.run(_explain(kubeconfig, target, namespace))
+def explain_command(kubeconfig: str | None, target: str, namespace: str,
+                    controller_namespace: str = c.SYSTEM_NAMESPACE) -> str:
+    return aio.run(_explain(kubeconfig, target, namespace, controller_namespace))

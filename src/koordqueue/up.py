@@ -32,7 +32,7 @@ from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.logs import TEXT_FORMAT
 from koordqueue.controller.manager import Manager
 from koordqueue.controller.overview import overview
-from koordqueue.controller.snapshot import UNITS, take_snapshot
+from koordqueue.controller.snapshot import UNITS, look_now, take_snapshot
 from koordqueue.controller.webhook import MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
@@ -206,9 +206,11 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
         print("Applied the seed guide's example: " + (", ".join(applied) or "(already there)"), flush=True)
         phase = await _wait_for_phase(client, EXAMPLE_UNIT, {c.Phase.RUNNING.value}, 15.0)
         print(f"QueueUnit {EXAMPLE_UNIT}: {phase or 'not created yet'}", flush=True)
-        snap = await take_snapshot(client)
-        view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, time.time(),
-                        written_messages=True, queue_quotas=snap.queue_quotas)
+        snap = await take_snapshot(client, config.system_namespace)
+        now = time.time()
+        told = look_now(snap, now)
+        view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, now, queue_quotas=snap.queue_quotas,
+                        told=told)
         print(status_text(view), flush=True)
     print("\nTry:")
     print(f"  export KUBECONFIG={server.kubeconfig_path}")

@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from koordqueue.api.constants import SETTINGS_CONFIG_MAP
 from koordqueue.api.crds import file_name, our_crds
 from koordqueue.api.crds import render as render_crd
 from koordqueue.cli import controller as controller_command
@@ -136,7 +137,7 @@ def test_what_is_rendered() -> None:
     assert "ServiceMonitor" in kinds(case("every-extension"))
     bare = case("no-webhook-no-leader-election")
     assert "MutatingWebhookConfiguration" not in kinds(bare)
-    assert "Role" not in kinds(bare) and "RoleBinding" not in kinds(bare)
+    assert grants(one(bare, "Role")["rules"]) == SETTINGS  # no Lease to keep
     assert "PodDisruptionBudget" not in kinds(bare)  # one replica: a PDB would block every drain
 
 
@@ -215,13 +216,18 @@ def test_cluster_role_grants_exactly_what_the_controller_uses(name: str) -> None
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "koord-queue", "namespace": NAMESPACE}]
 
 
-def test_the_lease_is_granted_in_the_release_namespace_only() -> None:
+# The ConfigMap the controller publishes its settings in (created, then patched by name).
+SETTINGS = expand("", ["configmaps"], "create") | expand("", ["configmaps"], "patch", SETTINGS_CONFIG_MAP)
+
+
+def test_the_lease_and_the_settings_are_granted_in_the_release_namespace_only() -> None:
     objects = case("defaults")
     role = one(objects, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert grants(role["rules"]) == (
         expand("coordination.k8s.io", ["leases"], "create")
         | expand("coordination.k8s.io", ["leases"], "get update", "koord-queue-controller")
+        | SETTINGS
     )
     assert flag(objects, "lease-name") == ["koord-queue-controller"]
     assert one(objects, "RoleBinding")["subjects"][0]["name"] == "koord-queue"

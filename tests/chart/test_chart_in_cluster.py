@@ -68,7 +68,7 @@ def test_kubectl_applies_the_rendered_crds_service_account_and_rbac(bare_cluster
                                   for o in objects if o["kind"] == "CustomResourceDefinition")
     role = bare_cluster.get_json("clusterrole", "koord-queue")
     assert role["rules"] == one(objects, "ClusterRole")["rules"]  # stored as sent, nothing dropped
-    binding = bare_cluster.get_json("rolebinding", "-n", NAMESPACE, "koord-queue-leader-election")
+    binding = bare_cluster.get_json("rolebinding", "-n", NAMESPACE, "koord-queue")
     assert binding["subjects"][0] == {"kind": "ServiceAccount", "name": "koord-queue", "namespace": NAMESPACE}
     # The chart's CRDs serve the seed's objects: kubectl validates them against the
     # CRDs' schemas (OpenAPI v3 from the server) and creates them.

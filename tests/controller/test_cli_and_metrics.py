@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.reports import explain_text, status_text
 
-from .conftest import System, pytorch_job, quota
+from .conftest import System, SystemFactory, pytorch_job, quick_config, quota
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,6 +62,8 @@ async def test_status_and_explain_say_why_a_job_waits_and_what_would_let_it_in(s
         "  Asks: cpu 2, memory 2Gi, nvidia.com/gpu 4",
         "  What would let it in:",
         "    2 nvidia.com/gpu freed in quota team-s (used 2 + asks 4 > max 4)",
+        "",
+        f"Settings: the controller's, from ConfigMap {c.SYSTEM_NAMESPACE}/{c.SETTINGS_CONFIG_MAP}.",
     ]
     small = await asyncio.to_thread(cli, system, "explain", "pytorchjob/small")
     assert "  Ahead of it:" in small.stdout and "default/big-py-qu (priority 4)" in small.stdout
@@ -68,6 +71,65 @@ async def test_status_and_explain_say_why_a_job_waits_and_what_would_let_it_in(s
     assert missing.returncode == 1 and "PyTorchJob default/nope not found" in missing.stderr
     bad = await asyncio.to_thread(cli, system, "explain", "sparkjob/x")
     assert bad.returncode == 1 and "give KIND/NAME" in bad.stderr
+
+
+async def test_status_and_explain_answer_as_the_controller_with_its_settings(start_system: SystemFactory) -> None:
+    """The controller runs with an oversell rate and a default policy of its own: `status`
+    and `explain` load the objects with the settings it published, and say what its own
+    views say (they once took the cluster for half its size and the quota for Priority)."""
+    config = quick_config(oversell_rate=2.0, default_queue_policy=c.QueuePolicy.BLOCK)
+    async with start_system(config=config) as system:  # 4 nodes of 8 GPUs: 64 to share
+        await system.apply(quota("wide", 0, 40))  # no policy label: the controller's default, Block
+        await system.apply(pytorch_job("a", gpus_per_pod=8, workers=3))  # 32 GPUs: every node full
+        await system.wait_phase("a-py-qu", c.Phase.RUNNING)
+        await system.apply(pytorch_job("b", gpus_per_pod=8, workers=0, quota_name="wide"))  # 40 of 64
+        await system.wait_phase("b-py-qu", c.Phase.DEQUEUED)
+        await system.apply(pytorch_job("big", gpus_per_pod=8, quota_name="wide"),
+                           pytorch_job("small", gpus_per_pod=1, workers=0, quota_name="wide"))
+
+        async def both_told() -> bool:
+            small = (await system.unit("small-py-qu")).get("status", {}).get("message", "")
+            return "blocked behind default/big-py-qu (Block policy" in small
+
+        await system.wait_for(both_told, what="small told it waits behind big")
+        controller = system.controller
+        published = f"\n\nSettings: the controller's, from ConfigMap {c.SYSTEM_NAMESPACE}/{c.SETTINGS_CONFIG_MAP}."
+
+        async def same() -> tuple[str, str] | None:
+            status = await asyncio.to_thread(cli, system, "status")
+            explained = await asyncio.to_thread(cli, system, "explain", "pytorchjob/big")
+            ours = (status_text(controller.overview()) + published,
+                    explain_text(controller.explain("default/big-py-qu")) + published)
+            return None if (status.stdout.rstrip("\n"), explained.stdout.rstrip("\n")) != ours else ours
+
+        status, explained = await system.wait_for(same, what="status and explain as the controller says")
+        assert next(line.split() for line in status.splitlines() if line.startswith("wide"))[:3] == [
+            "wide", "-", "Block"]
+        assert "  What would let it in:\n    16 nvidia.com/gpu freed in quota wide (used 40 + asks 16 > max 40)" \
+            in explained  # and nothing to free in the cluster: 40 + 16 of 64
+
+
+async def test_a_waiting_units_message_is_told_its_reason_again_when_the_amounts_move(
+        start_system: SystemFactory) -> None:
+    """A unit told "used 2 of max 8" kept it while 4 were used (its queue was not looked at
+    again); `explain` printed that line beside "used 4". Now explain works the reason out
+    now, and the message is told again within the controller's reason refresh."""
+    async with start_system(config=quick_config(reason_refresh_seconds=0.5)) as system:
+        await system.apply(quota("team", 0, 8))
+        await system.apply(pytorch_job("run", gpus_per_pod=2, workers=0, quota_name="team"))
+        await system.wait_phase("run-py-qu", c.Phase.RUNNING)
+        await system.apply(pytorch_job("big", gpus_per_pod=4, quota_name="team"))
+
+        async def told(used: int) -> bool:
+            message = (await system.unit("big-py-qu")).get("status", {}).get("message", "")
+            return message == f"waiting for quota team: nvidia.com/gpu asks 8, used {used} of max 8"
+
+        await system.wait_for(lambda: told(2), what="big told 2 are used")
+        await system.apply(pytorch_job("mid", gpus_per_pod=2, workers=0, quota_name="team"))
+        await system.wait_phase("mid-py-qu", c.Phase.RUNNING)
+        explained = await asyncio.to_thread(cli, system, "explain", "pytorchjob/big")
+        assert "  Why: waiting for quota team: nvidia.com/gpu asks 8, used 4 of max 8" in explained.stdout.splitlines()
+        await system.wait_for(lambda: told(4), what="big told 4 are used")
 
 
 async def test_the_queue_shows_positions_and_metrics_count_what_happened(system: System) -> None:

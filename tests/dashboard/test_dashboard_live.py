@@ -142,7 +142,8 @@ async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Pat
         await expect(dialog).to_be_visible()
         why = dialog.locator("#explain-why")
         await expect(why).to_contain_text("waiting for quota", timeout=WAIT)
-        # The reason is the unit's status.message (written at most once a second: read both again until equal).
+        # The reason is worked out now; the unit's status.message says the same once written (read both again
+        # until equal).
         for _ in range(20):
             shown, written = await why.inner_text(), await unit_message(kubeconfig, BIG_UNIT)
             if shown == written:
@@ -152,9 +153,12 @@ async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Pat
         # The page says what `koord-queue explain` says.
         cli = await run(str(Path(sys.executable).parent / "koord-queue"), "explain", "pytorchjob/big-training-job",
                         "--kubeconfig", str(kubeconfig))
-        shortfall = await dialog.locator("#explain-shortfall li").all_inner_texts()
-        assert shortfall == [f"2 {c.GPU} freed in quota {QUOTA} (used 2 + asks 8 > max 8)"]
-        assert f"    {shortfall[0]}" in cli.splitlines()
+        advice = await dialog.locator("#explain-advice li").all_inner_texts()
+        # The urgent job ahead of it goes first: what it asks counts too.
+        ahead = "8 for the 1 unit ahead of it in its queue"
+        assert advice == [f"10 {c.GPU} freed in quota {QUOTA} (used 2 + {ahead} + asks 8 > max 8)",
+                          f"2 {c.GPU} freed in the cluster (used 2 + {ahead} + asks 8 > capacity 16)"]
+        assert f"    {advice[0]}" in cli.splitlines()
         assert f"  Why: {written}" in cli.splitlines()
         await expect(dialog).to_contain_text("position 2, priority 10")
         await page.screenshot(path=screenshot_path("dashboard-explain.png"))

@@ -252,6 +252,17 @@ BACKOFF_FACTOR = 2.0
 BACKOFF_CAP_SECONDS = 15 * 60.0
 BACKOFF_JITTER = 0.10
 
+# --- The controller's settings, published for `koord-queue status` and `explain` ---
+# A ConfigMap in the controller's namespace, written by the leader when it starts, so
+# that they load the objects into the engine as it does (loader.py).
+SETTINGS_CONFIG_MAP = "koord-queue-settings"
+SETTING_DEFAULT_QUEUE_POLICY = "defaultQueuePolicy"
+SETTING_OVERSELL_RATE = "oversellRate"
+SETTING_PROTECT_SECONDS = "protectSeconds"
+SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
+SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
+SETTING_JOB_KINDS = "jobKinds"  # comma-separated
+
 # --- Core kinds the simulator reads from a trace -----------------------------------
 NAMESPACE_KIND = "Namespace"
 

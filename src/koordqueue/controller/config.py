@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
+from koordqueue.loader import ALL_JOB_KINDS, Settings
 
-ALL_JOB_KINDS = frozenset({c.PYTORCH_JOB_KIND, c.TF_JOB_KIND, c.MPI_JOB_KIND, c.BATCH_JOB_KIND, c.RAY_JOB_KIND})
+__all__ = ["ALL_JOB_KINDS", "ControllerConfig"]
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,10 @@ class ControllerConfig:
     wait_for_pods_running_seconds: float = 300.0  # with the Queue annotation wait-for-pods-running
     queue_status_refresh_seconds: float = c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
     quota_status_refresh_seconds: float = 2.0
+    # A waiting unit's status.message, once it gives a reason, is told the engine's reason
+    # of now at least this often when it moved (amounts, the unit it waits behind): with
+    # the message writes' own pacing it is never more than ~45 s behind (docs/dashboard.md).
+    reason_refresh_seconds: float = 30.0
     # Koord-Queue's oversellrate: the cluster total the root quota may hand out is the
     # nodes' allocatable times this.
     oversell_rate: float = 1.0
@@ -53,3 +58,10 @@ class ControllerConfig:
     webhook_cert_dir: str = ""
     webhook_config_name: str = "koord-queue"  # the MutatingWebhookConfiguration to keep the caBundle of
     webhook_hosts: tuple[str, ...] = field(default=("127.0.0.1",))  # names in the self-made certificate
+
+    @property
+    def settings(self) -> Settings:
+        """What of these the objects are loaded into the engine with (loader.py); the
+        controller publishes them for `koord-queue status` and `explain`."""
+        return Settings(self.default_queue_policy, self.oversell_rate, self.protect_seconds, self.backoff_base,
+                        self.backoff_cap, self.job_kinds)

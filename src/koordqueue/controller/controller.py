@@ -27,7 +27,7 @@ import orjson
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.objects import QueueSettings, parse_elastic_quota, parse_queue
+from koordqueue.api.objects import QueueSettings, parse_queue
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
 from koordqueue.controller import status as st
 from koordqueue.controller.config import ControllerConfig
@@ -37,6 +37,7 @@ from koordqueue.controller.overview import Overview, explain, overview
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.snapshot import (
+    CONFIG_MAPS,
     FINISHED,
     HOLDING,
     NODES,
@@ -65,9 +66,9 @@ from koordqueue.engine import Engine
 from koordqueue.engine.model import (
     Admission,
     CycleResult,
-    EngineConfig,
     QueueInfo,
     QuotaInfo,
+    Standing,
     UnitInfo,
     auto_queue_for,
 )
@@ -127,13 +128,8 @@ class Controller:
         self.config = config or ControllerConfig()
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.engine = Engine(
-            EngineConfig(
-                protect_seconds=self.config.protect_seconds,
-                backoff_base=self.config.backoff_base,
-                backoff_cap=self.config.backoff_cap,
-            )
-        )
+        self.settings = self.config.settings  # how objects are loaded into the engine (loader.py)
+        self.engine = Engine(self.settings.engine_config())
         self.events = EventRecorder(client, "koord-queue")
         self.priority_classes: dict[str, int] = {}
         self.pc_version = 0
@@ -224,6 +220,7 @@ class Controller:
         self._wire()
         self._tasks += [asyncio.create_task(self._event_writer(), name=f"event-writer-{i}")
                         for i in range(EVENT_WRITERS)]
+        await self._publish_settings()
         await self._start_informers()
         await self._settle_quotas_and_queues()
         self._load_units()
@@ -278,12 +275,7 @@ class Controller:
         self.pc_informer.on_delete(pcs_changed)
 
         def nodes_changed(*_: Any) -> None:
-            total: dict[str, int] = {}
-            for _name, alloc in self.node_informer.items():
-                for r, v in alloc.items():
-                    total[r] = total.get(r, 0) + v
-            rate = self.config.oversell_rate
-            self.capacity = {r: int(v * rate) for r, v in total.items()} or None
+            self.capacity = self.settings.capacity(alloc for _name, alloc in self.node_informer.items())
             self.engine.set_cluster_capacity(self.capacity)
             self.wake.set()
 
@@ -325,6 +317,20 @@ class Controller:
             await self.event_bucket.acquire()
             await self.events.record(ref, event_type, reason, message)
 
+    async def _publish_settings(self) -> None:
+        """Write the settings the objects are loaded with where `koord-queue status` and
+        `explain` read them, so that they load them as this controller does."""
+        data = self.settings.to_data()
+        namespace = self.config.system_namespace
+        try:
+            try:
+                await self.client.patch(CONFIG_MAPS, c.SETTINGS_CONFIG_MAP, {"data": data}, namespace=namespace)
+            except NotFound:
+                await self.client.create(CONFIG_MAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                    "name": c.SETTINGS_CONFIG_MAP, "namespace": namespace}, "data": data}, namespace=namespace)
+        except KubeError as e:  # status and explain then say they assume the defaults
+            log.warning("settings not published in ConfigMap %s/%s: %s", namespace, c.SETTINGS_CONFIG_MAP, e)
+
     # --- quotas and queues --------------------------------------------------------
 
     async def _settle_quotas_and_queues(self) -> None:
@@ -351,7 +357,7 @@ class Controller:
             return  # another namespace's quota has this name: this one is refused
         self.quota_namespaces[name] = str(meta.get("namespace") or "")
         try:
-            parsed = parse_elastic_quota(obj)
+            parsed = self.settings.quota(obj)
         except (InvalidObject, QuantityError) as e:
             self.engine.remove_quota(name)
             self.quotas.pop(name, None)
@@ -359,8 +365,6 @@ class Controller:
             self.wake.set()
             return
         quota = parsed.quota
-        if c.LABEL_QUEUE_POLICY not in (meta.get("labels") or {}):
-            quota = replace(quota, policy=self.config.default_queue_policy)
         for warning in parsed.warnings:  # used all the same, with a fallback for what is wrong
             reason = c.EventReason.UNKNOWN_POLICY if warning == parsed.policy_warning else c.EventReason.INVALID_QUOTA
             self._event(obj, c.EventType.WARNING, reason, warning)
@@ -1149,6 +1153,7 @@ class Controller:
         last_used: dict[str, dict[str, str]] = {}
         last_positions: dict[str, Any] = {}
         last_queue_write: dict[str, float] = {}
+        last_reasons = self.clock()
         while True:
             await asyncio.sleep(self.config.quota_status_refresh_seconds)
             for name, quota in self.engine.quota_status().items():
@@ -1174,9 +1179,13 @@ class Controller:
             now = self.clock()
             due = [key for key, settings in self.queue_settings.items()
                    if now - last_queue_write.get(key, -1e18) >= self._refresh_seconds(key, settings)]
-            if not due:
+            reasons_due = now - last_reasons >= self.config.reason_refresh_seconds
+            if not due and not reasons_due:
                 continue  # every queue's positions are fresh: not worth ordering every pending unit again
             positions = self.engine.queue_positions()  # 0.3 s with 100k pending units: only when some are due
+            if reasons_due:
+                last_reasons = now
+                self._retell_reasons(positions)
             for queue_key, standings in positions.items():
                 self.metrics.pending_units.labels(queue_key).set(len(standings))
                 settings = self.queue_settings.get(queue_key, QueueSettings())
@@ -1201,6 +1210,19 @@ class Controller:
                     last_queue_write[queue_key] = now  # a quota's Queue not created yet, or gone
                 except KubeError as e:
                     log.info("positions of queue %s not written: %s", queue_key, e)
+
+    def _retell_reasons(self, positions: dict[str, list[Standing]]) -> None:
+        """Tell again the waiting units whose written reason moved since: the engine tells a
+        unit why it waits when it looks at it, and amounts (what is used, what is held for
+        whom) move with every admission elsewhere. A unit only queued so far ("waiting for
+        its turn") keeps that until the engine tells it a reason: true, and with 100k
+        pending units not worth 100k writes."""
+        for standings in positions.values():
+            for standing in standings:
+                written = self.written_messages.get(standing.unit)
+                if written is not None and standing.message and written != standing.message \
+                        and not _waiting_its_turn(written):
+                    self.pending_messages.setdefault(standing.unit, standing.message)
 
     def _refresh_seconds(self, queue_key: str, settings: QueueSettings) -> float:
         """The Queue's own refresh interval annotation, else the controller's setting."""

@@ -3,7 +3,7 @@
 One function builds it from an engine and the unit views, whoever holds them: the
 controller (for its dashboard's JSON endpoint) or `koord-queue status` / `explain`
 (from a snapshot of the cluster's objects). Amounts are milli-units, as in the engine;
-readers format them.
+readers format them, but for the advice of ``explain``, which is words.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from koordqueue.api.quantity import format_quantity
 from koordqueue.controller.snapshot import SENT_BACK
 from koordqueue.controller.views import UnitView
 from koordqueue.engine import Engine
-from koordqueue.engine.model import QuotaInfo, ResourceList
+from koordqueue.engine.model import QuotaInfo, ResourceList, Standing
 
 Overview = dict[str, Any]
 
@@ -27,16 +28,18 @@ def overview(
     now: float,
     recent: Iterable[Mapping[str, Any]] = (),
     queue_limit: int = 100,
-    written_messages: bool = False,
     queue_quotas: Mapping[str, str | None] | None = None,
+    told: Mapping[str, str] | None = None,
 ) -> Overview:
     """Quotas (flat, each naming its parent), queues with their first pending units,
     the cluster's capacity, and the recent decisions.
 
-    ``written_messages``: say why units wait with the message on the unit (what the
-    controller wrote), for an engine loaded from a snapshot that has not run a cycle.
-    ``queue_quotas``: queue key -> the quota it is bound to, so that an empty queue
-    still names its quota. Units waiting out a back-off are listed with their queue."""
+    Why a unit waits is worked out now by the engine (not the unit's status.message,
+    which may lag); ``told``: units whose reason the caller knows better (a snapshot's
+    units that the controller admits at its next cycle). ``queue_quotas``: queue key ->
+    the quota it is bound to, so that an empty queue still names its quota. Units
+    waiting out a back-off are listed with their queue and the reason they were sent back."""
+    told = told or {}
     statuses = engine.quota_status()
     quota_rows = []
     for name, status in statuses.items():
@@ -77,7 +80,7 @@ def overview(
                 "position": standing.position,
                 "priority": standing.priority,
                 "age": max(0.0, now - unit.created) if unit else None,
-                "message": unit.message if written_messages and unit and unit.message else standing.message,
+                "message": told.get(standing.unit, standing.message),
             })
         waiting_out = sorted(backing_off.get(key, []), key=lambda b: (b["requeue_at"] or 0.0, b["unit"]))
         queue_rows.append({"key": key, "quota": bindings.get(key) or (standings[0].quota if standings else None),
@@ -94,41 +97,61 @@ def overview(
 
 def explain(
     engine: Engine, quotas: Mapping[str, QuotaInfo], unit: UnitView, capacity: ResourceList | None,
+    told: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Why one unit waits, where it stands, and what would let it in."""
+    """Why one unit waits (worked out now), where it stands, and what would let it in
+    (``advice``, in words). ``told`` as for ``overview``."""
     standing = engine.standing(unit.key)
     info = engine.unit(unit.key)
     request = dict(unit.request or {})
+    admitted = bool(info and info.admitted_quota)
+    waiting = standing is not None and standing.position is not None
+    if unit.key in (told or {}):
+        message = (told or {})[unit.key]
+    elif waiting and standing is not None:
+        message = standing.message
+    else:  # admitted, backing off (its status says why it was sent back), or parked
+        message = unit.message or (standing.message if standing else "")
     result: dict[str, Any] = {
         "unit": unit.key,
         "job": f"{unit.consumer_kind}/{unit.namespace}/{unit.consumer_name}",
         "phase": unit.phase or "Enqueued",
-        "message": unit.message or (standing.message if standing else ""),
+        "message": message,
         "priority": info.priority if info else None,
         "request": request,
         "quota": standing.quota if standing else None,
         "queue": standing.queue if standing else None,
         "position": standing.position if standing else None,
         "ahead": [],
-        "shortfall": [],
-        "admitted": bool(info and info.admitted_quota),
+        "advice": [],
+        "admitted": admitted,
     }
-    if standing is not None and standing.queue and standing.position:
-        rows = engine.queue_positions().get(standing.queue, [])
-        result["ahead"] = [{"unit": s.unit, "priority": s.priority, "message": s.message}
-                           for s in rows[: standing.position - 1][:10]]
-    if standing is None or not standing.quota or result["admitted"]:
+    if unit.key in (told or {}):
+        result["advice"] = ["nothing more: it fits now"]
         return result
+    if admitted or standing is None or not standing.quota:
+        if not admitted:
+            result["advice"] = ["It is in no queue: see why above."]
+        return result
+    ahead: list[Standing] = []
+    if standing.queue and standing.position:
+        ahead = engine.queue_positions().get(standing.queue, [])[: standing.position - 1]
+        result["ahead"] = [{"unit": s.unit, "priority": s.priority, "message": s.message} for s in ahead[:10]]
+    result["advice"] = advice(engine, quotas, standing.quota, request, ahead, capacity)
+    return result
+
+
+def advice(engine: Engine, quotas: Mapping[str, QuotaInfo], quota: str, request: ResourceList,
+           ahead: list[Standing], capacity: ResourceList | None) -> list[str]:
+    """What would let a request into ``quota``, in words: for each limit on its path (the
+    quota's max, its parents', the cluster's), either a change that can happen when the
+    request is more than the limit itself (raise it, or ask for less), or how much must
+    be freed there for it and for the units ahead of it in its queue (they go first)."""
     statuses = engine.quota_status()
-    name: str | None = standing.quota
+    limits: list[tuple[str, str | None, ResourceList, ResourceList]] = []  # where, quota, max, used
+    name: str | None = quota
     while name is not None and name in statuses:
-        status = statuses[name]
-        for resource, asks in sorted(request.items()):
-            limit = status.max.get(resource)
-            used = status.used.get(resource, 0)
-            if limit is not None and used + asks > limit:
-                result["shortfall"].append({"where": f"quota {name}", "resource": resource, "asks": asks,
-                                            "used": used, "limit": limit, "short": used + asks - limit})
+        limits.append((f"quota {name}", name, statuses[name].max, statuses[name].used))
         parent = quotas.get(name)
         name = parent.parent if parent else None
     if capacity is not None:
@@ -137,10 +160,49 @@ def explain(
             if top in quotas and quotas[top].parent is None:
                 for resource, amount in status.used.items():
                     used_all[resource] = used_all.get(resource, 0) + amount
+        limits.append(("the cluster", None, capacity, used_all))
+    never: list[str] = []
+    short: list[str] = []
+    asked_ahead: ResourceList = {}
+    counted = 0
+    for other in ahead:
+        info = engine.unit(other.unit)
+        if info is None or _never_fits(info.request, limits):
+            continue  # it will never take room: it is no competition
+        counted += 1
+        for resource, amount in info.request.items():
+            asked_ahead[resource] = asked_ahead.get(resource, 0) + amount
+    for where, name, limit_map, used_map in limits:
         for resource, asks in sorted(request.items()):
-            limit = capacity.get(resource)
-            used = used_all.get(resource, 0)
-            if limit is not None and used + asks > limit:
-                result["shortfall"].append({"where": "the cluster", "resource": resource, "asks": asks,
-                                            "used": used, "limit": limit, "short": used + asks - limit})
-    return result
+            limit = limit_map.get(resource)
+            if limit is None:
+                continue
+            if asks > limit:
+                change = (f"raise the max {resource} of {where} to at least {_q(asks)}" if name is not None
+                          else f"add nodes until the cluster has {_q(asks)} {resource} to share")
+                never.append(f"it can never fit as it is: {change} (now {_q(limit)}), or ask for at most "
+                             f"{_q(limit)} {resource}")
+                continue
+            used = used_map.get(resource, 0)
+            before = asked_ahead.get(resource, 0)
+            if used + before + asks > limit:
+                them = "unit" if counted == 1 else "units"
+                behind = f" + {_q(before)} for the {counted} {them} ahead of it in its queue" if before else ""
+                bound = "max" if name is not None else "capacity"
+                short.append(f"{_q(used + before + asks - limit)} {resource} freed in {where} "
+                             f"(used {_q(used)}{behind} + asks {_q(asks)} > {bound} {_q(limit)})")
+    if never:
+        return never
+    if short:
+        return short
+    return ["its quotas have room for it now: it waits for its turn (see why above: the units ahead of it, "
+            "a unit that blocks its queue, or room held for a unit of another quota)"]
+
+
+def _never_fits(request: ResourceList, limits: list[tuple[str, str | None, ResourceList, ResourceList]]) -> bool:
+    return any(asks > limit_map.get(resource, asks) for _, _, limit_map, _ in limits
+               for resource, asks in request.items())
+
+
+def _q(amount: int) -> str:
+    return format_quantity(amount)

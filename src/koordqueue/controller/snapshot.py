@@ -1,5 +1,6 @@
 """Loading the engine from the objects' status: what a restarted controller does, and
-what `koord-queue status` and `explain` do to see the queue as the controller sees it.
+what `koord-queue status` and `explain` do to see the queue as the controller sees it,
+with the settings it published (loader.py).
 """
 
 from __future__ import annotations
@@ -10,19 +11,21 @@ from dataclasses import dataclass, field, replace
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.objects import parse_elastic_quota, parse_queue
+from koordqueue.api.objects import parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.controller.views import JOB_PLURALS, UnitView, adapter_of_kind, unit_view
-from koordqueue.engine import Engine
+from koordqueue.engine import Engine, messages
 from koordqueue.engine.model import QuotaInfo, ResourceList, UnitInfo
 from koordqueue.kube.client import KubeClient, Object, Resource
-from koordqueue.kube.errors import NotFound
+from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import key_of
+from koordqueue.loader import Settings
 
 QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
 QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
 UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
 NODES = Resource("", "v1", "nodes", namespaced=False)
+CONFIG_MAPS = Resource("", "v1", "configmaps")
 HOLDING = {p.value for p in c.PHASES_HOLDING_QUOTA}
 FINISHED = {p.value for p in c.PHASES_FINISHED}
 SENT_BACK = {c.Phase.PREEMPTED.value, c.Phase.TIMEOUT_BACKOFF.value}
@@ -81,6 +84,8 @@ def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | N
 @dataclass
 class Snapshot:
     engine: Engine
+    settings: Settings = field(default_factory=Settings)
+    settings_source: str = ""  # where the settings come from, in words
     quotas: dict[str, QuotaInfo] = field(default_factory=dict)
     units: dict[str, UnitView] = field(default_factory=dict)
     queue_quotas: dict[str, str | None] = field(default_factory=dict)  # queue key -> bound quota
@@ -88,17 +93,33 @@ class Snapshot:
     problems: list[str] = field(default_factory=list)  # objects that could not be read
 
 
-async def take_snapshot(client: KubeClient) -> Snapshot:
-    """Read quotas, queues, units and nodes and load them into a fresh engine."""
-    snap = Snapshot(Engine())
-    total: ResourceList = {}
+async def read_settings(client: KubeClient, namespace: str) -> tuple[Settings, str, list[str]]:
+    """The settings the controller published in ``namespace`` (loader.py), where they come
+    from in words, and what in them could not be read; the defaults when there are none."""
+    where = f"ConfigMap {namespace}/{c.SETTINGS_CONFIG_MAP}"
+    try:
+        obj = await client.get(CONFIG_MAPS, c.SETTINGS_CONFIG_MAP, namespace=namespace)
+    except NotFound:
+        return Settings(), (f"the defaults: the controller's settings are not published ({where} not found; "
+                            "is the controller running in that namespace?)"), []
+    except KubeError as e:
+        return Settings(), f"the defaults: {where} could not be read ({e})", []
+    settings, problems = Settings.from_data(obj.get("data") or {})
+    return settings, f"the controller's, from {where}", [f"{where}: {p}" for p in problems]
+
+
+async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE) -> Snapshot:
+    """Read the controller's settings (in ``namespace``), quotas, queues, units and nodes
+    and load them into a fresh engine as the controller does."""
+    settings, source, problems = await read_settings(client, namespace)
+    snap = Snapshot(Engine(settings.engine_config()), settings, source, problems=problems)
+    allocatables: list[ResourceList] = []
     for node in (await client.list_all(NODES)).items:
         try:
-            for name, amount in parse_resource_list((node.get("status") or {}).get("allocatable") or {}).items():
-                total[name] = total.get(name, 0) + amount
+            allocatables.append(parse_resource_list((node.get("status") or {}).get("allocatable") or {}))
         except QuantityError as e:
             snap.problems.append(f"node {node['metadata'].get('name')}: {e}")
-    snap.capacity = total or None
+    snap.capacity = settings.capacity(allocatables)
     snap.engine.set_cluster_capacity(snap.capacity)
     used: dict[str, Object] = {}  # quota name -> the object used under it
     for obj in sorted((await client.list_all(QUOTAS)).items, key=quota_age):
@@ -110,12 +131,10 @@ async def take_snapshot(client: KubeClient) -> Snapshot:
                 f"in namespace {(first.get('metadata') or {}).get('namespace')} (quota names are cluster-wide)")
             continue
         try:
-            quota = parse_elastic_quota(obj).quota
+            quota = settings.quota(obj).quota
         except (InvalidObject, QuantityError) as e:
             snap.problems.append(str(e))
             continue
-        if c.LABEL_QUEUE_POLICY not in (obj["metadata"].get("labels") or {}):
-            quota = replace(quota, policy=c.DEFAULT_QUEUE_POLICY)
         snap.quotas[quota.name] = quota
         snap.engine.set_quota(quota)
     for obj in (await client.list_all(QUEUES)).items:
@@ -126,9 +145,9 @@ async def take_snapshot(client: KubeClient) -> Snapshot:
         except InvalidObject as e:
             snap.problems.append(str(e))
     jobs: dict[str, set[str]] = {}
-    for kind, plural in JOB_PLURALS.items():
+    for kind in sorted(settings.job_kinds & set(JOB_PLURALS)):
         try:
-            listed = await client.list_all(Resource.of(adapter_of_kind(kind).api_version, plural))
+            listed = await client.list_all(Resource.of(adapter_of_kind(kind).api_version, JOB_PLURALS[kind]))
         except NotFound:  # the kind is not served here: no job of it
             listed = None
         jobs[kind] = set() if listed is None else {key_of(o) for o in listed.items}  # as the informers key them
@@ -142,3 +161,21 @@ async def take_snapshot(client: KubeClient) -> Snapshot:
             continue
         load_unit(snap.engine, unit, now)
     return snap
+
+
+def look_now(snap: Snapshot, now: float) -> dict[str, str]:
+    """Run on the snapshot the cycle the controller would run now, for its views to know
+    what only a cycle works out (who blocks a queue, which room is held for whom), then
+    undo its decisions: the objects say who holds quota, and so must the views. Returns,
+    for each unit the cycle admitted, why it still waits: only for the controller's next
+    cycle (it admits it then, preempting the same victims)."""
+    result = snap.engine.schedule(now)
+    victims: dict[str, list[str]] = {}
+    for preemption in result.preempted:
+        victims.setdefault(preemption.preemptor, []).append(preemption.unit)
+        unit = snap.units.get(preemption.unit)
+        if unit is not None:
+            load_unit(snap.engine, unit, now)  # it holds its quota again, as its object says
+    for admission in result.admitted:
+        snap.engine.revert_admission(admission.unit)
+    return {a.unit: messages.next_cycle(victims.get(a.unit, [])) for a in result.admitted}

@@ -101,3 +101,10 @@ def outranked(preemptor: str, priority: int, quota: str) -> str:
 
 def backing_off(reason: str, seconds: float, attempts: int) -> str:
     return f"{reason}; queued again in {seconds:.0f} s (attempt {attempts})"
+
+
+def next_cycle(victims: list[str]) -> str:
+    """For a unit that fits now, seen from a snapshot of the objects (`koord-queue explain`)."""
+    preempting = f", preempting {', '.join(sorted(victims))}" if victims else ""
+    return (f"fits now: the controller admits it at its next cycle{preempting} "
+            "(if it does not, see that the controller runs)")

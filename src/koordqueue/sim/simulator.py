@@ -25,7 +25,7 @@ from koordqueue.api.constants import (
     Phase,
 )
 from koordqueue.api.meta import InvalidObject, read_int, read_meta
-from koordqueue.api.objects import parse_elastic_quota, parse_queue
+from koordqueue.api.objects import parse_queue
 from koordqueue.engine.core import Engine
 from koordqueue.engine.model import (
     CycleResult,
@@ -36,6 +36,7 @@ from koordqueue.engine.model import (
 )
 from koordqueue.jobs import JobAdapter, adapter_for
 from koordqueue.jobs.unit import unit_info
+from koordqueue.loader import Settings
 
 from .nodes import NodePool, Placement
 from .trace import EventEntry, JobEntry, Trace
@@ -122,8 +123,10 @@ def _at(seconds: float) -> float:
 
 
 class Simulator:
-    """One run of one trace. ``capacity`` overrides the nodes' total, and ``time_engine``
-    counts the CPU time spent in the engine (benchmarks)."""
+    """One run of one trace. Objects are loaded into the engine as the controller loads
+    them with ``settings`` (loader.py); ``config`` overrides the engine's settings,
+    ``capacity`` the nodes' total, and ``time_engine`` counts the CPU time spent in the
+    engine (tests, benchmarks)."""
 
     def __init__(
         self,
@@ -132,12 +135,15 @@ class Simulator:
         capacity: ResourceList | None = None,
         keep_holdings: bool = False,
         time_engine: bool = False,
+        settings: Settings | None = None,
     ) -> None:
         self.trace = trace
-        self.engine = Engine(config or EngineConfig())
+        self.settings = settings or Settings()
+        self.engine = Engine(config or self.settings.engine_config())
         self.engine_seconds: float | None = 0.0 if time_engine else None
         self.nodes = NodePool(trace.nodes) if trace.nodes else None
-        self.capacity = capacity if capacity is not None else (self.nodes.capacity() if self.nodes else None)
+        self.capacity = capacity if capacity is not None else \
+            self.settings.capacity([self.nodes.capacity()] if self.nodes else [])
         self.warnings = list(trace.warnings)
         self.jobs: list[JobRecord] = []
         self.by_name: dict[tuple[str, str, str], JobRecord] = {}  # (kind, namespace, name)
@@ -435,7 +441,7 @@ class Simulator:
                 self.warnings.append(f"{where}: {err.reason}; ignored")
 
     def _apply_quota(self, obj: dict[str, Any], where: str) -> None:
-        parsed = parse_elastic_quota(obj)
+        parsed = self.settings.quota(obj)
         self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
         self.quotas[parsed.quota.name] = parsed.quota
         self._call(self.engine.set_quota, parsed.quota)

@@ -174,17 +174,9 @@
       rows.push(h("dt", {}, "Ahead of it"), h("dd", {}, h("ol", {}, why.ahead.map((item) =>
         h("li", {}, `${item.unit} (priority ${item.priority}): ${item.message}`)))));
     }
+    // The advice is words from the server, the very lines `koord-queue explain` prints.
     rows.push(h("dt", {}, "What would let it in"));
-    if (why.shortfall.length) {
-      rows.push(h("dd", {}, h("ul", { id: "explain-shortfall" }, why.shortfall.map((s) =>
-        h("li", {}, `${formatQuantity(s.short)} ${s.resource} freed in ${s.where} (used ${formatQuantity(s.used)} ` +
-          `+ asks ${formatQuantity(s.asks)} > max ${formatQuantity(s.limit)})`)))));
-    } else if (why.quota) {
-      rows.push(h("dd", {}, "Its quota has room; it waits for its turn in the queue (the units ahead of it, " +
-        "or a unit that blocks the queue)."));
-    } else {
-      rows.push(h("dd", {}, "It is not in any queue yet: see the reason above."));
-    }
+    rows.push(h("dd", {}, h("ul", { id: "explain-advice" }, why.advice.map((line) => h("li", {}, line)))));
     return [title, h("dl", { class: "why" }, rows)];
   }
 

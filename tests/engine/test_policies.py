@@ -275,6 +275,25 @@ class TestHolds:
         engine.set_unit(unit("t1-after", 2, "team-1", created=back + 1))
         assert settle(engine, back + 1) == ["default/t1-after"]  # created 700 s ago, but back in line 1 s ago
 
+    def test_room_held_by_a_unit_that_waited_less_lets_in_those_the_last_holder_kept_out(self) -> None:
+        """u6 (waited 10 minutes) holds the free room against pool-0's small job; then u5, ahead
+        of it in its queue, comes back from a back-off and holds the same room, having waited
+        only since: the small job fits now, and is let in (the room held was the same amount,
+        which was all the engine once compared: the job waited with 4 GPUs idle)."""
+        engine = engine_with(parent("pool", 0, 9), quota("pool-0", 0, 9, "pool"), quota("pool-1", 0, 9, "pool"),
+                             backoff_jitter=0.0)
+        engine.set_unit(unit("run", 5, "pool-0"))
+        engine.set_unit(unit("u5", 7, "pool-1"))
+        engine.set_unit(unit("u6", 7, "pool-1"))
+        assert settle(engine, 0.0) == ["default/run"]
+        back = engine.requeue("default/u5", 600.0, "pods did not start")
+        assert settle(engine, 600.0) == []
+        engine.set_unit(unit("small", 3, "pool-0", created=601))
+        assert settle(engine, 601.0) == []
+        standing = engine.standing("default/small")
+        assert standing is not None and "held for default/u6, of the same priority (0)" in standing.message
+        assert settle(engine, back) == ["default/small"]
+
     def test_lower_priority_units_of_its_own_quota_are_kept_away(self) -> None:
         engine = self.pool()
         engine.set_unit(unit("a-big", 6, "a", priority=5, created=1))

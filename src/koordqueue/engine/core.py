@@ -105,13 +105,16 @@ class _Scan:
     """A queue's scan within one cycle, resumed at each of its turns."""
 
     heads: list[tuple[Entry, Shape]]
-    old_holds: dict[QuotaNode, ResourceList]
+    old_holds: dict[QuotaNode, _Held]
     rounds: int
     admitted: bool = False
     restart: bool = False
     done: bool = False
     borrows: bool = False  # its next unit would borrow: it waits for the turns of those that do not
 
+
+_Held = dict[tuple[str, int, bool], int]
+"""What a queue's holds at one node keep: (resource, priority, ripe) -> amount."""
 
 _Turn = tuple[int, bool, float, str, int]
 """A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version)."""
@@ -353,12 +356,9 @@ class Engine:
         return False
 
     def _start_scan(self, state: _Queue, rounds: int) -> _Scan:
-        old: dict[QuotaNode, ResourceList] = {}
         for node, hold in state.holds:
             node.remove_hold(hold)
-            total = old.setdefault(node, {})
-            for name, amount in hold.amounts.items():
-                total[name] = total.get(name, 0) + amount
+        old = _held_by_node(state.holds)
         state.holds = []
         state.blocker = None
         state.rescan = False
@@ -376,14 +376,13 @@ class Engine:
             state.rescan = True
         if scan.admitted or not scan.old_holds:
             return
-        new: dict[QuotaNode, ResourceList] = {}
-        for node, hold in state.holds:
-            total = new.setdefault(node, {})
-            for name, amount in hold.amounts.items():
-                total[name] = total.get(name, 0) + amount
-        for node, amounts in scan.old_holds.items():
+        # Where its holds keep out less than before (less of some resource, or the same
+        # for a unit that has not waited as long, or of lower priority), units they kept
+        # out may fit now.
+        new = _held_by_node(state.holds)
+        for node, held in scan.old_holds.items():
             now_held = new.get(node, {})
-            if any(now_held.get(name, 0) < amount for name, amount in amounts.items()):
+            if any(now_held.get(rank, 0) < amount for rank, amount in held.items()):
                 self._wake_node(node, exclude=state.key)
 
     def _note_misfit(self, record: _Unit, state: _Queue, misfit: Misfit, now: float) -> bool:
@@ -969,6 +968,17 @@ class Engine:
             if reasons is not None:
                 reasons[key] = text
         return text or record.message
+
+
+def _held_by_node(holds: list[tuple[QuotaNode, Hold]]) -> dict[QuotaNode, _Held]:
+    out: dict[QuotaNode, _Held] = {}
+    for node, hold in holds:
+        held = out.setdefault(node, {})
+        ripe = hold.waited_past is not None
+        for name, amount in hold.amounts.items():
+            rank = (name, hold.priority, ripe)
+            held[rank] = held.get(rank, 0) + amount
+    return out
 
 
 def _limits_only(old: QuotaInfo, new: QuotaInfo) -> bool:

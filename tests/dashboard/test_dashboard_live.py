@@ -144,7 +144,7 @@ async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Pat
         await expect(why).to_contain_text("waiting for quota", timeout=WAIT)
         # The reason is worked out now; the unit's status.message says the same once written (read both again
         # until equal).
-        for _ in range(20):
+        for _ in range(90):  # a written reason is at most ~45 s behind (docs/dashboard.md)
             shown, written = await why.inner_text(), await unit_message(kubeconfig, BIG_UNIT)
             if shown == written:
                 break

@@ -64,7 +64,14 @@ async def test_seed_job_status_commands(server: APIServer, cluster: SimCluster, 
     pod = await run(server, "describe", "pod", f"{name}-worker-0")
     assert re.search(r"^Status:\s+Succeeded$", pod, re.M)
     assert re.search(r"^Node:\s+sim-node-\d+/10\.0\.0\.\d+$", pod, re.M)
-    assert re.search(r"kubeflow\.org/rank: 1", pod)
+    # The training operator's env after the seed's own: the last RANK (1) is the one the container sees,
+    # the seed's fieldRef reads an annotation nobody writes; its init container waits for the master.
+    assert re.search(r"^\s+RANK:\s+\(v1:metadata\.annotations\['kubeflow\.org/rank'\]\)$", pod, re.M)
+    assert re.search(r"^\s+RANK:\s+1$", pod, re.M) and re.search(r"^\s+WORLD_SIZE:\s+2$", pod, re.M)
+    assert re.search(r"^\s+MASTER_ADDR:\s+pytorch-training-job-master-0$", pod, re.M)
+    assert re.search(r"^Init Containers:\n  init-pytorch:$", pod, re.M)
+    assert re.search(r"^\s+Port:\s+23456/TCP$", pod, re.M)
+    assert "kubeflow.org/rank:" not in pod  # no such annotation
     assert re.search(rf"Normal\s+Scheduled\s+\S+\s+default-scheduler\s+Successfully assigned default/{name}-worker-0 "
                      "to sim-node-", pod)
     nodes = (await run(server, "get", "nodes")).splitlines()

@@ -62,12 +62,13 @@ async def test_kubectl_logs_of_a_training_pod_and_follow_until_it_ends(server: A
     assert followed[0] == f"started: container pytorch of pod default/{MASTER} on node " \
                           f"{(await client.get(PODS, MASTER, namespace='default'))['spec']['nodeName']}, " \
                           "image pytorch/pytorch:1.12.1-cuda11.3-cudnn8-runtime"
-    assert followed[1] == f"rank 0: joining the group at {MASTER}:29500"
+    # The env the container sees: the training operator's MASTER_PORT (23456) comes after the seed's 29500.
+    assert followed[1] == f"rank 0: joining the group at {MASTER}:23456"
     steps = [line for line in followed[2:-1]]
     assert [int(STEP.match(line)[1]) for line in steps if STEP.match(line)] == list(range(1, 11)), steps
     assert followed[-1] == "finished with exit code 0"
     worker = (await logs(server, f"{JOB}-worker-0")).splitlines()
-    assert worker[1] == f"rank 1: joining the group at {MASTER}:29500"
+    assert worker[1] == f"rank 1: joining the group at {MASTER}:23456"
 
     # after the end, the same log at once; --tail, --timestamps, --limit-bytes, --since, -c
     assert (await logs(server, MASTER)).splitlines() == followed

@@ -9,7 +9,7 @@ import pytest
 from koordqueue.api import constants as c
 from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobState
-from koordqueue.kube.client import KubeClient
+from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.localcluster.simcluster import SimCluster
 from tests.simcluster.conftest import (
     EVENTS,
@@ -25,6 +25,7 @@ from tests.simcluster.conftest import (
 )
 
 pytestmark = pytest.mark.timeout(30)
+SERVICES = Resource("", "v1", c.SERVICES_PLURAL)
 ADAPTER = adapter_for(c.KUBEFLOW_API_VERSION, c.PYTORCH_JOB_KIND)
 assert ADAPTER is not None
 
@@ -35,6 +36,10 @@ async def get_job(client: KubeClient, name: str) -> Object:
 
 async def job_pods(client: KubeClient, name: str) -> list[Object]:
     return await pods_of(client, c.LABEL_JOB_NAME, name)
+
+
+async def job_services(client: KubeClient, name: str) -> list[Object]:
+    return (await client.list(SERVICES, namespace="default", label_selector=f"{c.LABEL_JOB_NAME}={name}")).items
 
 
 async def test_nodes_are_registered_ready_with_their_sizes(client: KubeClient, cluster: SimCluster) -> None:
@@ -64,12 +69,17 @@ async def test_seed_job_gets_two_labelled_pods_that_run_then_it_succeeds(client:
     assert [p["metadata"]["name"] for p in pods] == [f"{name}-master-0", f"{name}-worker-0"]
     for pod, rtype, rank in ((master, "master", "0"), (worker, "worker", "1")):
         meta = pod["metadata"]
-        assert meta["labels"][c.LABEL_JOB_NAME] == name
-        assert meta["labels"][c.LABEL_REPLICA_TYPE] == rtype
-        assert meta["labels"][c.LABEL_REPLICA_INDEX] == "0"
-        assert meta["annotations"][c.ANNOTATION_RANK] == rank
-        assert meta["annotations"][c.ANNOTATION_MASTER_ADDRESS] == f"{name}-master-0"
+        # The training operator's four labels (job-role on the master), and no annotation of its own: the
+        # rank and the master's address are in the env it appends after the seed's (the last of a name wins).
+        assert meta["labels"] == {c.LABEL_JOB_NAME: name, c.LABEL_OPERATOR_NAME: "pytorchjob-controller",
+                                  c.LABEL_REPLICA_TYPE: rtype, c.LABEL_REPLICA_INDEX: "0"} | (
+            {c.LABEL_JOB_ROLE: c.JOB_ROLE_MASTER} if rtype == "master" else {})
+        assert set(meta["annotations"]) == {c.ANNOTATION_SIM_DURATION, c.ANNOTATION_GANG_NAME,
+                                            c.ANNOTATION_GANG_MIN_AVAILABLE}  # the simulation's own
         assert meta["annotations"][c.ANNOTATION_SIM_DURATION] == str(duration)
+        env = {var["name"]: var.get("value") for var in pod["spec"]["containers"][0]["env"]}
+        assert (env["RANK"], env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"]) == \
+            (rank, f"{name}-master-0", "23456", "2")
         [owner] = meta["ownerReferences"]
         assert owner["kind"] == c.PYTORCH_JOB_KIND and owner["name"] == name and owner["controller"] is True
         assert pod["spec"]["nodeName"].startswith("sim-node-")
@@ -79,7 +89,14 @@ async def test_seed_job_gets_two_labelled_pods_that_run_then_it_succeeds(client:
         assert condition_true(pod, c.POD_CONDITION_SCHEDULED) and condition_true(pod, c.POD_CONDITION_READY)
         assert status["podIP"] and status["startTime"]
         assert "running" in status["containerStatuses"][0]["state"]
-    assert master["metadata"]["labels"][c.LABEL_JOB_ROLE] == c.JOB_ROLE_MASTER
+
+    async def both_services() -> list[Object] | None:  # made after the pods, in the same sync
+        services = await job_services(client, name)
+        return services if len(services) == 2 else None
+
+    services = await wait_for(both_services, "a Service per pod")
+    assert sorted(s["metadata"]["name"] for s in services) == [f"{name}-master-0", f"{name}-worker-0"]
+    assert all(s["spec"]["clusterIP"] == "None" for s in services)
 
     async def job_running() -> Object | None:
         job = await get_job(client, name)
@@ -186,6 +203,11 @@ async def test_suspending_a_running_job_deletes_its_pods_and_resuming_recreates_
         return job if not pods and condition_true(job, c.KUBEFLOW_CONDITION_SUSPENDED) else None
 
     job = await wait_for(suspended_without_pods, "pods deleted and Suspended")
+
+    async def services_gone() -> bool:  # each pod's Service goes with it (DeletePodsAndServices)
+        return not await job_services(client, "flip")
+
+    await wait_for(services_gone, "the Services deleted with the pods")
     assert conditions(job)[c.KUBEFLOW_CONDITION_RUNNING]["status"] == c.CONDITION_FALSE
     assert conditions(job)[c.KUBEFLOW_CONDITION_RUNNING]["reason"] == "PyTorchJobSuspended"
     assert ADAPTER.status(job) is JobState.PENDING
@@ -195,6 +217,19 @@ async def test_suspending_a_running_job_deletes_its_pods_and_resuming_recreates_
     second = await wait_for(running_pods, "pods Running again after resume")
     assert {p["metadata"]["uid"] for p in second}.isdisjoint(p["metadata"]["uid"] for p in first)
     await wait_for(job_running, "the Running condition after resume")
+
+    async def services_back() -> list[str] | None:
+        names = sorted(s["metadata"]["name"] for s in await job_services(client, "flip"))
+        return names if names == ["flip-master-0", "flip-worker-0"] else None
+
+    await wait_for(services_back, "the Services made again")
+
+    async def service_events() -> bool:
+        reasons = [e["reason"] for e in (await client.list(EVENTS, namespace="default",
+                                                           field_selector="involvedObject.name=flip")).items]
+        return c.EVENT_SUCCESSFUL_DELETE_SERVICE in reasons and c.EVENT_SUCCESSFUL_CREATE_SERVICE in reasons
+
+    await wait_for(service_events, "the operator's events for the Services it deleted and made")
     job = await get_job(client, "flip")
     resumed = conditions(job)[c.KUBEFLOW_CONDITION_SUSPENDED]
     assert resumed["status"] == c.CONDITION_FALSE and resumed["reason"] == "PyTorchJobResumed"
@@ -322,6 +357,24 @@ async def test_invalid_job_fails_validation_and_gets_no_pods(client: KubeClient,
     assert "spec.pytorchReplicaSpecs.Worker: replicas" in cond["message"] and "'two'" in cond["message"]
     assert ADAPTER.status(job) is JobState.FAILED
     assert await job_pods(client, "malformed") == []
+
+
+async def test_job_without_a_pytorch_container_fails_validation_as_the_webhook_says(client: KubeClient,
+                                                                                   cluster: SimCluster) -> None:
+    # The operator's validating webhook refuses it; its pods would have no port for MASTER_PORT.
+    job = seed_job("nameless")
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "trainer"
+    await client.create(PYTORCHJOBS, job)
+
+    async def failed() -> Object | None:
+        job = await get_job(client, "nameless")
+        return job if condition_true(job, c.KUBEFLOW_CONDITION_FAILED) else None
+
+    cond = conditions(await wait_for(failed, "the Failed condition"))[c.KUBEFLOW_CONDITION_FAILED]
+    assert cond["reason"] == "PyTorchJobFailedValidation"
+    assert cond["message"].endswith("spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required value: "
+                                    "must have at least one container with name pytorch")
+    assert await job_pods(client, "nameless") == [] and await job_services(client, "nameless") == []
 
 
 async def test_scheduling_gates_hold_a_pod_until_removed(client: KubeClient, cluster: SimCluster) -> None:

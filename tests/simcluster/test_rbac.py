@@ -45,6 +45,7 @@ NEEDS = [
     ("", "pods", ["create", "delete", "list", "watch"]),
     ("", "pods/binding", ["create"]),
     ("", "pods/status", ["patch"]),
+    ("", "services", ["create", "delete", "list", "watch"]),  # the training operator's, one per replica
     ("", "events", ["create", "patch"]),
     ("kubeflow.org", "pytorchjobs", ["list", "watch"]),
     ("kubeflow.org", "pytorchjobs/status", ["patch"]),

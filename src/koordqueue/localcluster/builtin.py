@@ -121,6 +121,17 @@ def _pod_create(obj: dict[str, Any]) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
+    for key in ("containers", "initContainers"):
+        for container in spec.get(key) or []:
+            if not isinstance(container, dict):
+                continue
+            for port in container.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+            for var in container.get("env") or []:
+                field_ref = (var.get("valueFrom") or {}).get("fieldRef") if isinstance(var, dict) else None
+                if isinstance(field_ref, dict):
+                    field_ref.setdefault("apiVersion", "v1")
     obj["status"] = {"phase": "Pending"}
 
 
@@ -170,7 +181,22 @@ def _secret_write(obj: dict[str, Any]) -> None:
 
 
 def _service_create(obj: dict[str, Any]) -> None:
-    obj.setdefault("spec", {}).setdefault("type", "ClusterIP")
+    """core/v1's defaults for a ClusterIP Service: a port's protocol TCP and target port the
+    port itself; the cluster IP (only None, headless, is kept: none is allocated here) as a list too."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    if spec["type"] == "ClusterIP":
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        if spec.get("clusterIP"):
+            spec.setdefault("clusterIPs", [spec["clusterIP"]])
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
     obj["status"] = {"loadBalancer": {}}
 
 

@@ -8,7 +8,7 @@ the container ends, `tailLines`, `sinceSeconds`/`sinceTime`, `timestamps`, `limi
 
 The containers here are simulated, so what one "wrote" is told from its pod: a few lines
 the simulated training prints as it starts (with its rank and master, from the env the
-training operator gives a training job's pods, or their kubeflow.org annotations), one
+training operator gives a PyTorchJob's pods), one
 per step while it runs, and as it ends. A real process that stands for a pod's container
 (`koord-queue up`'s controller, for its Deployment's pod) attaches its own output instead
 (`PodLogs.attach`, a `LogBuffer` fed by a logging handler).
@@ -210,10 +210,9 @@ def loss_at(step: int) -> float:
 def simulated_output(pod: Mapping[str, Any], container: str, run: Run, now: float) -> tuple[list[LogLine], float | None]:
     """What the simulated training in `container` has written by `now`, and when it writes its
     next line (None: only when it ends). Lines: it started (where, which image), its rank and
-    master (a training job's pod), a step with its loss every tenth of its duration (or every
+    master (from the RANK and MASTER_ADDR its container sees: a PyTorchJob's), a step with its loss every tenth of its duration (or every
     STEP_SECONDS when it runs until deleted), and how it ended."""
     meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
     node = (pod.get("spec") or {}).get("nodeName") or ""
     image = next((str(item.get("image", "")) for key in ("containers", "initContainers")
                   for item in (pod.get("spec") or {}).get(key) or []
@@ -221,10 +220,10 @@ def simulated_output(pod: Mapping[str, Any], container: str, run: Run, now: floa
     texts: list[tuple[float, str]] = [
         (run.started, f"started: container {container} of pod {meta.get('namespace')}/{meta.get('name')} "
                       f"on node {node}, image {image}")]
-    rank = _env(pod, container, "RANK") or annotations.get(c.ANNOTATION_RANK)
+    rank = _env(pod, container, c.ENV_RANK)
     if rank and not run.init:
-        master = _env(pod, container, "MASTER_ADDR") or annotations.get(c.ANNOTATION_MASTER_ADDRESS, "")
-        port = _env(pod, container, "MASTER_PORT")
+        master = _env(pod, container, c.ENV_MASTER_ADDR)
+        port = _env(pod, container, c.ENV_MASTER_PORT)
         texts.append((run.started, f"rank {rank}: joining the group at {master}{':' + port if port else ''}"))
     end = run.finished if run.finished is not None else now
     due: float | None = None

@@ -27,7 +27,7 @@ from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, SimKubelet, now_rfc3339
 from koordqueue.localcluster.simnodes import check_node_sizes, node_name, node_object
-from koordqueue.localcluster.simoperator import JobKind, SimOperator, job_kinds
+from koordqueue.localcluster.simoperator import SERVICES, JobKind, SimOperator, job_kinds
 from koordqueue.localcluster.simworkloads import DEPLOYMENTS, REPLICA_SETS, SimWorkloads
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ class SimCluster:
         self.pod_informer: Informer[Object] = Informer(client, PODS)
         self.node_informer: Informer[Object] = Informer(client, NODES)
         self.job_informers: dict[str, tuple[JobKind, Informer[Object]]] = {}
+        self.service_informer: Informer[Object] | None = None  # the training operator's Services
         self.workload_informers: list[Informer[Object]] = []
         self.kubelet: SimKubelet | None = None
         self.operator: SimOperator | None = None
@@ -100,10 +101,12 @@ class SimCluster:
                 self.job_informers[kind.kind] = (kind, Informer(self.client, kind.resource))
             else:
                 log.info("simulated cluster: %s is not served; its jobs are not run", kind.kind)
+        if any(kind.kubeflow for kind, _ in self.job_informers.values()) and await self._served(SERVICES):
+            self.service_informer = Informer(self.client, SERVICES)
         self.kubelet = SimKubelet(self.client, self.pod_informer, self.node_informer, self.background,
                                   self.record_events, self.workers)
         self.operator = SimOperator(self.client, self.pod_informer, self.job_informers, self.background,
-                                    self.record_events, self.workers)
+                                    self.record_events, self.workers, self.service_informer)
         if self.run_workloads and await self._served(DEPLOYMENTS) and await self._served(REPLICA_SETS):
             deployments, replica_sets = Informer(self.client, DEPLOYMENTS), Informer(self.client, REPLICA_SETS)
             self.workload_informers = [deployments, replica_sets]
@@ -120,7 +123,7 @@ class SimCluster:
 
     def _informers(self) -> list[Informer[Object]]:
         return [self.node_informer, self.pod_informer, *(inf for _, inf in self.job_informers.values()),
-                *self.workload_informers]
+                *([self.service_informer] if self.service_informer is not None else []), *self.workload_informers]
 
     async def stop(self) -> None:
         if self.operator is not None:

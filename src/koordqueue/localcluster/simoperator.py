@@ -15,11 +15,11 @@ go to the head only: the job runs there, workers serve until the cluster is take
 Suspended while suspended, its pods gone. With shutdownAfterJobFinishes the cluster's pods
 are deleted at the end.
 
-Kubeflow jobs (PyTorchJob, TFJob, MPIJob) get one pod per replica, named
-`<job>-<replica type lower>-<index>`, with the training operator's labels, the
-`kubeflow.org/rank` and `kubeflow.org/master-address` annotations the seed's env reads,
-and conditions Created, Running, Succeeded, Failed, Suspended worded as the operator
-words them. Batch Jobs get `parallelism` pods at a time until `completions` succeeded,
+Kubeflow jobs (PyTorchJob, TFJob, MPIJob) get the pods and headless Services the training
+operator v1.9.2 makes (simtraining.py: its labels, env, ports and init containers, no
+annotation of its own), and conditions Created, Running, Succeeded, Failed, Suspended
+worded as the operator words them; a pod deleted (suspended, cleaned up, scaled down)
+takes its Service along, as the operator's DeletePodsAndServices does. Batch Jobs get `parallelism` pods at a time until `completions` succeeded,
 or Failed past `backoffLimit`. Pods are owned by their job (controller reference, so
 the garbage collector removes them with it), carry the job's simulation annotations
 (`koord-queue.sim/duration`, `koord-queue.sim/fail`) and Koordinator's gang
@@ -51,6 +51,7 @@ from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, now_rfc3339
+from koordqueue.localcluster.simtraining import TEMPLATE_RESTART_POLICY_MESSAGE, Replica, replicas_of
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ Object = dict[str, Any]
 Item = tuple[str, str]  # (kind, namespace/name)
 EXPECTATION_TTL = 30.0  # seconds after which creations never seen are no longer waited for
 SIM_ANNOTATIONS = (c.ANNOTATION_SIM_DURATION, c.ANNOTATION_SIM_FAIL)
+SERVICES = Resource("", c.CORE_API_VERSION, c.SERVICES_PLURAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +184,13 @@ class SimOperator:
         background: Background,
         record_events: bool = True,
         workers: int = 8,
+        services: Informer[Object] | None = None,
     ) -> None:
-        """`jobs`: kind -> (kind, informer of its jobs), for the kinds whose API is served."""
+        """`jobs`: kind -> (kind, informer of its jobs), for the kinds whose API is served;
+        `services`: an informer of Services (None: the training operator makes none)."""
         self.client = client
         self.pods = pods
+        self.services = services
         self.jobs = jobs
         self.background = background
         # Events come from each kind's controller, as on a cluster: pytorchjob-controller, job-controller...
@@ -195,11 +200,16 @@ class SimOperator:
         self.queue: WorkQueue[Item] = WorkQueue()
         self._pods_of: dict[Item, set[str]] = {}  # job -> keys of the pods it controls
         self._job_of_pod: dict[str, Item] = {}
+        self._services_of: dict[Item, set[str]] = {}  # job -> keys of the Services it controls
         self._expected: dict[Item, tuple[int, float]] = {}  # job -> (pods created, not yet seen; since)
         self._tasks: list[asyncio.Task[None]] = []
         pods.on_add(self._on_pod_added)
         pods.on_update(lambda _old, new: self._on_pod(new))
         pods.on_delete(self._on_pod_gone)
+        if services is not None:
+            services.on_add(self._on_service)
+            services.on_update(lambda _old, new: self._on_service(new))
+            services.on_delete(self._on_service_gone)
         for kind, (_, informer) in jobs.items():
             informer.on_add(functools.partial(self._on_job, kind))
             informer.on_update(functools.partial(self._on_job_update, kind))
@@ -258,6 +268,20 @@ class SimOperator:
                 del self._pods_of[item]
         self.queue.add(item)
 
+    def _on_service(self, service: Object) -> None:
+        """Services are only looked up (a job's are made and deleted with its pods): no sync."""
+        item = self._job_item(service)
+        if item is not None:
+            self._services_of.setdefault(item, set()).add(key_of(service))
+
+    def _on_service_gone(self, service: Object) -> None:
+        item = self._job_item(service)
+        keys = self._services_of.get(item) if item is not None else None
+        if item is not None and keys is not None:
+            keys.discard(key_of(service))
+            if not keys:
+                del self._services_of[item]
+
     def _on_job(self, kind: str, job: Object) -> None:
         self.queue.add((kind, key_of(job)))
 
@@ -315,6 +339,7 @@ class SimOperator:
         try:
             roles = adapter.roles(job)
             suspended = adapter.is_suspended(job)
+            replicas = replicas_of(kind.kind, job)
         except InvalidObject as e:
             set_condition(c.KUBEFLOW_CONDITION_FAILED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_FAILED_VALIDATION, str(e))
             status["conditions"] = conditions
@@ -324,9 +349,9 @@ class SimOperator:
         finished = condition_is_true(conditions, c.KUBEFLOW_CONDITION_SUCCEEDED) or condition_is_true(
             conditions, c.KUBEFLOW_CONDITION_FAILED)
         if finished:
-            await self._clean_finished(kind, job, pods)
+            await self._clean_finished(item, kind, job, pods)
         elif suspended:
-            await self._delete_pods(kind, job, [p for p in pods if not is_deleting(p)])
+            await self._delete_pods_and_services(item, kind, job, [p for p in pods if not is_deleting(p)])
             pods = []
             message = f"{kind.kind} {name} is suspended."
             if condition_is_true(conditions, c.KUBEFLOW_CONDITION_RUNNING):
@@ -341,7 +366,7 @@ class SimOperator:
                 status["startTime"] = now
                 self._event(job, c.EventType.NORMAL, f"{kind.kind}{c.KUBEFLOW_REASON_RESUMED}", message)
             status.setdefault("startTime", now)
-            await self._reconcile_kubeflow_pods(item, kind, job, roles, pods)
+            await self._reconcile_kubeflow_pods(item, kind, job, replicas, pods)
 
         replica_statuses: Object = {}
         by_role: dict[str, list[Object]] = {}
@@ -399,65 +424,66 @@ class SimOperator:
         text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         return {"labelSelector": {"matchLabels": labels}, "selector": text}
 
-    async def _reconcile_kubeflow_pods(self, item: Item, kind: JobKind, job: Object, roles: list[Role],
+    async def _reconcile_kubeflow_pods(self, item: Item, kind: JobKind, job: Object, replicas: list[Replica],
                                        pods: list[Object]) -> None:
-        """One pod per replica: create the missing, delete those beyond the replica counts."""
-        name = job["metadata"]["name"]
-        wanted: dict[str, tuple[Role, int]] = {}
-        for role in roles:
-            for index in range(role.replicas):
-                wanted[f"{name}-{role.name.lower()}-{index}"] = (role, index)
+        """The operator's pods: create the missing, delete those it no longer wants; then the
+        Services of the pods it wants (ReconcilePods, then ReconcileServices)."""
+        wanted = {replica.name: replica for replica in replicas}
         existing = {pod["metadata"]["name"] for pod in pods}
         extra = [pod for pod in pods if pod["metadata"]["name"] not in wanted and not is_deleting(pod)]
         await self._delete_pods(kind, job, extra)
-        if self._creations_in_flight(item):
-            return
-        missing = [(pod_name, role, index) for pod_name, (role, index) in wanted.items() if pod_name not in existing]
-        if not missing:
-            return
-        total = sum(role.replicas for role in roles)
-        bodies = [self._kubeflow_pod(kind, job, roles, role, index, pod_name, total)
-                  for pod_name, role, index in missing]
-        await self._create_pods(item, kind, job, bodies)
+        if not self._creations_in_flight(item):
+            missing = [replica for name, replica in wanted.items() if name not in existing]
+            if missing:
+                await self._create_pods(item, kind, job, [self._kubeflow_pod(kind, job, replica, len(replicas))
+                                                          for replica in missing],
+                                        [replica.created for replica in missing])
+        await self._reconcile_services(item, kind, job, replicas)
 
-    def _kubeflow_pod(self, kind: JobKind, job: Object, roles: list[Role], role: Role, index: int, pod_name: str,
-                      total: int) -> Object:
-        meta = job["metadata"]
-        name = meta["name"]
-        leaders = [r for r in roles if r.name in kind.adapter.leader_roles]
-        first = (leaders or roles)[0]
-        rank = index
-        for other in leaders + [r for r in roles if r not in leaders]:
-            if other is role:
-                break
-            rank += other.replicas
-        labels = {
-            c.LABEL_JOB_NAME: name, c.LABEL_OPERATOR_NAME: operator_name(kind),
-            c.LABEL_REPLICA_TYPE: role.name.lower(), c.LABEL_REPLICA_INDEX: str(index),
-        }
-        if role in leaders and index == 0:
-            labels[c.LABEL_JOB_ROLE] = c.JOB_ROLE_MASTER
-        annotations = {
-            c.ANNOTATION_RANK: str(rank),
-            c.ANNOTATION_MASTER_ADDRESS: f"{name}-{first.name.lower()}-0",
-        }
-        pod = self._pod_from_template(job, role.template, labels, annotations, total, kind)
-        pod["metadata"]["name"] = pod_name
-        restart = self._restart_policy(kind, job, role)
-        if restart:
-            pod["spec"]["restartPolicy"] = restart
+    def _kubeflow_pod(self, kind: JobKind, job: Object, replica: Replica, gang_size: int) -> Object:
+        pod = self._pod_from_template(job, replica.template, replica.labels, {}, gang_size, kind)
+        pod["metadata"]["name"] = replica.name
+        if replica.template_restart_policy:
+            self._event(job, c.EventType.WARNING, replica.template_restart_policy,
+                        TEMPLATE_RESTART_POLICY_MESSAGE)
         return pod
 
-    def _restart_policy(self, kind: JobKind, job: Object, role: Role) -> str | None:
-        adapter = kind.adapter
-        assert isinstance(adapter, KubeflowAdapter)
-        spec = ((job.get("spec") or {}).get(adapter.replica_specs_key) or {}).get(role.name) or {}
-        policy = spec.get("restartPolicy") if isinstance(spec, Mapping) else None
-        if not isinstance(policy, str) or not policy:
-            return None
-        return c.RESTART_POLICY_NEVER if policy == c.RESTART_POLICY_EXIT_CODE else policy
+    async def _reconcile_services(self, item: Item, kind: JobKind, job: Object, replicas: list[Replica]) -> None:
+        """A headless Service per replica that has one: the missing are created, those of no
+        wanted replica deleted."""
+        if self.services is None:
+            return
+        namespace = job["metadata"]["namespace"]
+        wanted = {replica.name: replica.service for replica in replicas if replica.service is not None}
+        have = {key.partition("/")[2] for key in self._services_of.get(item, ())}
+        await asyncio.gather(*(self._delete_service(job, name) for name in sorted(have - set(wanted))))
+        owner = self._owner(kind, job)
 
-    async def _clean_finished(self, kind: JobKind, job: Object, pods: list[Object]) -> None:
+        async def create(service: Object) -> None:
+            body = {"apiVersion": c.CORE_API_VERSION, "kind": c.SERVICE_KIND, **copy.deepcopy(service)}
+            body["metadata"]["ownerReferences"] = [owner]
+            try:
+                await self.client.create(SERVICES, body, namespace=namespace)
+            except AlreadyExists:
+                return  # made by an earlier sync its informer has not shown yet
+            self._event(job, c.EventType.NORMAL, c.EVENT_SUCCESSFUL_CREATE_SERVICE,
+                        f"Created service: {service['metadata']['name']}")
+
+        results = await asyncio.gather(*(create(service) for name, service in wanted.items() if name not in have),
+                                       return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
+
+    async def _delete_service(self, job: Object, name: str) -> None:
+        namespace = job["metadata"]["namespace"]
+        try:
+            await self.client.delete(SERVICES, name, namespace=namespace)
+        except NotFound:
+            return
+        self._event(job, c.EventType.NORMAL, c.EVENT_SUCCESSFUL_DELETE_SERVICE, f"Deleted service: {name}")
+
+    async def _clean_finished(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
         """runPolicy.cleanPodPolicy: None (the default) keeps every pod; Running removes those
         still running or pending; All removes all."""
         run_policy = (job.get("spec") or {}).get("runPolicy") or {}
@@ -468,7 +494,15 @@ class SimOperator:
             doomed = [p for p in pods if pod_phase(p) in (c.POD_RUNNING, c.POD_PENDING)]
         else:
             doomed = []
-        await self._delete_pods(kind, job, [p for p in doomed if not is_deleting(p)])
+        await self._delete_pods_and_services(item, kind, job, [p for p in doomed if not is_deleting(p)])
+
+    async def _delete_pods_and_services(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+        """Each pod, and the Service of its name (the operator's DeletePodsAndServices)."""
+        await self._delete_pods(kind, job, pods)
+        namespace = job["metadata"]["namespace"]
+        have = self._services_of.get(item, set())
+        await asyncio.gather(*(self._delete_service(job, p["metadata"]["name"]) for p in pods
+                               if f"{namespace}/{p['metadata']['name']}" in have))
 
     # --- KubeRay's RayJobs -------------------------------------------------------------
 
@@ -665,8 +699,7 @@ class SimOperator:
         if c.ANNOTATION_GANG_NAME not in pod_annotations:
             pod_annotations[c.ANNOTATION_GANG_NAME] = f"{kind.kind.lower()}-{meta['name']}"
             pod_annotations[c.ANNOTATION_GANG_MIN_AVAILABLE] = str(gang_size)
-        owner = {"apiVersion": kind.resource.api_version, "kind": kind.kind, "name": meta["name"],
-                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+        owner = self._owner(kind, job)
         return {
             "apiVersion": c.CORE_API_VERSION,
             "kind": c.POD_KIND,
@@ -675,9 +708,20 @@ class SimOperator:
             "spec": copy.deepcopy(dict(template.get("spec") or {})),
         }
 
-    async def _create_pods(self, item: Item, kind: JobKind, job: Object, bodies: list[Object]) -> None:
+    @staticmethod
+    def _owner(kind: JobKind, job: Object) -> Object:
+        meta = job["metadata"]
+        return {"apiVersion": kind.resource.api_version, "kind": kind.kind, "name": meta["name"],
+                "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+    async def _create_pods(self, item: Item, kind: JobKind, job: Object, bodies: list[Object],
+                           created: list[tuple[str, str]] | None = None) -> None:
+        """`created`: the event (reason, message) of each body once created; by default the
+        kind's controller's "Created pod: <name>"."""
         self._expected[item] = (len(bodies), time.monotonic())
-        results = await asyncio.gather(*(self._create_pod(kind, job, body) for body in bodies),
+        events: list[tuple[str, str] | None] = list(created) if created else [None] * len(bodies)
+        results = await asyncio.gather(*(self._create_pod(kind, job, body, event)
+                                         for body, event in zip(bodies, events, strict=True)),
                                        return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         unseen = sum(1 for r in results if r is False or isinstance(r, BaseException))
@@ -690,14 +734,15 @@ class SimOperator:
         if failures:
             raise failures[0]
 
-    async def _create_pod(self, kind: JobKind, job: Object, body: Object) -> bool:
+    async def _create_pod(self, kind: JobKind, job: Object, body: Object, event: tuple[str, str] | None) -> bool:
         """True if created; False when a pod of that name is already there."""
         try:
             pod = await self.client.create(PODS, body, namespace=job["metadata"]["namespace"])
         except AlreadyExists:
             return False
         reason = c.EVENT_SUCCESSFUL_CREATE_POD if kind.kubeflow else c.EVENT_BATCH_SUCCESSFUL_CREATE
-        self._event(job, c.EventType.NORMAL, reason, f"Created pod: {pod['metadata']['name']}")
+        reason, message = event or (reason, f"Created pod: {pod['metadata']['name']}")
+        self._event(job, c.EventType.NORMAL, reason, message)
         return True
 
     async def _delete_pods(self, kind: JobKind, job: Object, pods: list[Object]) -> None:

@@ -50,6 +50,9 @@ async def test_batch_job_runs_its_pods_and_completes(client: KubeClient, cluster
         assert pod["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] == job["metadata"]["uid"]
         [owner] = pod["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"], owner["controller"]) == ("Job", "crunch", True)
+        # No gang: the Job controller writes none, and kube-scheduler places a Job's pods one by one. (A
+        # gang sized by the wave stalled the Job when its last, smaller wave came while one pod still ran.)
+        assert set(pod["metadata"]["annotations"]) == {c.ANNOTATION_SIM_DURATION}
 
     async def complete() -> Object | None:
         job = await get_job(client, "crunch")

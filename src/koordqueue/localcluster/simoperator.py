@@ -19,11 +19,13 @@ Kubeflow jobs (PyTorchJob, TFJob, MPIJob) get the pods and headless Services the
 operator v1.9.2 makes (simtraining.py: its labels, env, ports and init containers, no
 annotation of its own), and conditions Created, Running, Succeeded, Failed, Suspended
 worded as the operator words them; a pod deleted (suspended, cleaned up, scaled down)
-takes its Service along, as the operator's DeletePodsAndServices does. Batch Jobs get `parallelism` pods at a time until `completions` succeeded,
-or Failed past `backoffLimit`. Pods are owned by their job (controller reference, so
-the garbage collector removes them with it), carry the job's simulation annotations
-(`koord-queue.sim/duration`, `koord-queue.sim/fail`) and Koordinator's gang
-annotations, so the simulated scheduler binds a job's pods all together or none.
+takes its Service along, as the operator's DeletePodsAndServices does. Batch Jobs get
+`parallelism` pods at a time until `completions` succeeded, or Failed past `backoffLimit`.
+Pods are owned by their job (controller reference, so the garbage collector removes them
+with it) and carry the job's simulation annotations (`koord-queue.sim/duration`,
+`koord-queue.sim/fail`). A training job's and a RayJob's pods also get Koordinator's gang
+annotations (the real operators write none: the simulation's own), so the simulated
+scheduler binds them all together or none; a batch Job's pods are placed one by one.
 """
 
 from __future__ import annotations
@@ -678,7 +680,7 @@ class SimOperator:
             template = (job.get("spec") or {}).get("template") or {}
             bodies = []
             for _ in range(want - len(active)):
-                pod = self._pod_from_template(job, template, {}, {}, want, kind)
+                pod = self._pod_from_template(job, template, {}, {}, None, kind)
                 pod["metadata"]["generateName"] = f"{job['metadata']['name']}-"
                 bodies.append(pod)
             await self._create_pods(item, kind, job, bodies)
@@ -687,7 +689,9 @@ class SimOperator:
     # --- pods -------------------------------------------------------------------------
 
     def _pod_from_template(self, job: Object, template: Mapping[str, Any], labels: dict[str, str],
-                           annotations: dict[str, str], gang_size: int, kind: JobKind) -> Object:
+                           annotations: dict[str, str], gang_size: int | None, kind: JobKind) -> Object:
+        """`gang_size`: the job's pods are one Koordinator gang of that size (None: no gang; a
+        batch Job's pods are placed one by one, as kube-scheduler places them)."""
         meta = job["metadata"]
         tmeta = template.get("metadata") or {}
         pod_labels = {**(tmeta.get("labels") or {}), **labels}
@@ -696,7 +700,7 @@ class SimOperator:
             value = (meta.get("annotations") or {}).get(name)
             if value is not None:
                 pod_annotations[name] = value
-        if c.ANNOTATION_GANG_NAME not in pod_annotations:
+        if gang_size is not None and c.ANNOTATION_GANG_NAME not in pod_annotations:
             pod_annotations[c.ANNOTATION_GANG_NAME] = f"{kind.kind.lower()}-{meta['name']}"
             pod_annotations[c.ANNOTATION_GANG_MIN_AVAILABLE] = str(gang_size)
         owner = self._owner(kind, job)

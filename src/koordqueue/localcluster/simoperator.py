@@ -203,6 +203,8 @@ class SimOperator:
         self._pods_of: dict[Item, set[str]] = {}  # job -> keys of the pods it controls
         self._job_of_pod: dict[str, Item] = {}
         self._services_of: dict[Item, set[str]] = {}  # job -> keys of the Services it controls
+        self._services_made: dict[Item, dict[str, float]] = {}  # job -> Services created, not yet seen: since
+        self._replicas: dict[Item, tuple[tuple[str, str], list[Replica]]] = {}  # per (uid, generation) of the job
         self._expected: dict[Item, tuple[int, float]] = {}  # job -> (pods created, not yet seen; since)
         self._tasks: list[asyncio.Task[None]] = []
         pods.on_add(self._on_pod_added)
@@ -275,9 +277,13 @@ class SimOperator:
         item = self._job_item(service)
         if item is not None:
             self._services_of.setdefault(item, set()).add(key_of(service))
+            made = self._services_made.get(item)
+            if made is not None:
+                made.pop(service["metadata"]["name"], None)
 
     def _on_service_gone(self, service: Object) -> None:
         item = self._job_item(service)
+        self._services_made.get(item or ("", ""), {}).pop(service["metadata"]["name"], None)
         keys = self._services_of.get(item) if item is not None else None
         if item is not None and keys is not None:
             keys.discard(key_of(service))
@@ -291,7 +297,10 @@ class SimOperator:
         self.queue.add((kind, key_of(new)))
 
     def _on_job_gone(self, kind: str, job: Object) -> None:
-        self._expected.pop((kind, key_of(job)), None)  # its pods go with it (garbage collector)
+        item = (kind, key_of(job))
+        self._expected.pop(item, None)  # its pods (and Services) go with it (garbage collector)
+        self._services_made.pop(item, None)
+        self._replicas.pop(item, None)
 
     # --- reconcile --------------------------------------------------------------------
 
@@ -310,6 +319,17 @@ class SimOperator:
             await self._sync_ray(item, kind, job, pods)
         else:
             await self._sync_batch(item, kind, job, pods)
+
+    def _replicas_of(self, item: Item, kind: JobKind, job: Object) -> list[Replica]:
+        """What the training operator makes of the job, worked out again only when its spec changed."""
+        meta = job["metadata"]
+        version = (str(meta.get("uid")), str(meta.get("generation") or meta.get("resourceVersion")))
+        cached = self._replicas.get(item)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        replicas = replicas_of(kind.kind, job)
+        self._replicas[item] = (version, replicas)
+        return replicas
 
     def _creations_in_flight(self, item: Item) -> bool:
         expected = self._expected.get(item)
@@ -341,7 +361,7 @@ class SimOperator:
         try:
             roles = adapter.roles(job)
             suspended = adapter.is_suspended(job)
-            replicas = replicas_of(kind.kind, job)
+            replicas = self._replicas_of(item, kind, job)
         except InvalidObject as e:
             set_condition(c.KUBEFLOW_CONDITION_FAILED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_FAILED_VALIDATION, str(e))
             status["conditions"] = conditions
@@ -459,6 +479,10 @@ class SimOperator:
         wanted = {replica.name: replica.service for replica in replicas if replica.service is not None}
         have = {key.partition("/")[2] for key in self._services_of.get(item, ())}
         await asyncio.gather(*(self._delete_service(job, name) for name in sorted(have - set(wanted))))
+        made = self._services_made.setdefault(item, {})
+        now = time.monotonic()
+        for name in [name for name, since in made.items() if now - since > EXPECTATION_TTL]:
+            del made[name]  # never seen: look again
         owner = self._owner(kind, job)
 
         async def create(service: Object) -> None:
@@ -468,11 +492,13 @@ class SimOperator:
                 await self.client.create(SERVICES, body, namespace=namespace)
             except AlreadyExists:
                 return  # made by an earlier sync its informer has not shown yet
+            if f"{namespace}/{service['metadata']['name']}" not in self._services_of.get(item, ()):
+                made[service["metadata"]["name"]] = time.monotonic()  # until its informer shows it
             self._event(job, c.EventType.NORMAL, c.EVENT_SUCCESSFUL_CREATE_SERVICE,
                         f"Created service: {service['metadata']['name']}")
 
-        results = await asyncio.gather(*(create(service) for name, service in wanted.items() if name not in have),
-                                       return_exceptions=True)
+        results = await asyncio.gather(*(create(service) for name, service in wanted.items()
+                                         if name not in have and name not in made), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise failures[0]
@@ -501,10 +527,10 @@ class SimOperator:
     async def _delete_pods_and_services(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
         """Each pod, and the Service of its name (the operator's DeletePodsAndServices)."""
         await self._delete_pods(kind, job, pods)
-        namespace = job["metadata"]["namespace"]
-        have = self._services_of.get(item, set())
+        have = {key.partition("/")[2] for key in self._services_of.get(item, ())} | set(
+            self._services_made.pop(item, {}))
         await asyncio.gather(*(self._delete_service(job, p["metadata"]["name"]) for p in pods
-                               if f"{namespace}/{p['metadata']['name']}" in have))
+                               if p["metadata"]["name"] in have))
 
     # --- KubeRay's RayJobs -------------------------------------------------------------
 

@@ -32,15 +32,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import heapq
 import json
 import logging
+import math
 import os
 import random
 import signal
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +66,7 @@ from koordqueue.kube.errors import AlreadyExists, ApiError
 from koordqueue.localcluster import errors as api_errors
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
-from koordqueue.localcluster.store import DELETED, Event
+from koordqueue.localcluster.store import ADDED, DELETED, Event
 
 UNITS_KEY = f"{c.QUEUE_GROUP}/{c.QUEUE_UNIT_PLURAL}"
 JOBS_KEY = f"{c.KUBEFLOW_GROUP}/{c.PYTORCH_JOB_PLURAL}"
@@ -74,6 +76,16 @@ QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
 JOBS = Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL)
 NAMESPACE = "default"
 SEED_MANIFESTS = Path(koordqueue.__file__).parent / "examples" / "seed.yaml"
+PODS_KEY = "/pods"
+TRAIL = 12  # a job's last transitions said with its violations
+# A status.used written at t must lie between what the quota's units held all through
+# [t - W, t + W] and what they held at any time in it (the controller's view runs ahead
+# of the objects by the admissions it is writing, and behind them by the releases it has
+# not seen yet).
+USED_WINDOW = 15.0
+# A job's pods are gone (deleted, or ended) this long after its unit stopped holding quota:
+# a killed controller's successor waits out the lease, syncs, then suspends the job.
+POD_BOUND = 40.0
 
 
 # --- the checker -------------------------------------------------------------------------
@@ -83,6 +95,18 @@ SEED_MANIFESTS = Path(koordqueue.__file__).parent / "examples" / "seed.yaml"
 class _Quota:
     parent: str | None
     max: dict[str, int]
+    used: dict[str, int] | None = None  # status.used as last written
+
+
+@dataclass(eq=False)
+class _Held:
+    """One stretch of time during which a unit held quota (charged to `quota`)."""
+
+    quota: str
+    unit: str
+    request: dict[str, int]
+    start: float
+    end: float = math.inf
 
 
 @dataclass
@@ -93,41 +117,81 @@ class _Unit:
     holding: bool = False
     epoch: int = 0  # admissions so far
     released_in: int = -1  # the admission epoch in which its job was last released
+    phase: str = ""
+    allocated: object = None  # status.lastAllocateTime of its current admission
+    held: list[_Held] = field(default_factory=list)  # its current admission, in each quota it is charged to
+    unheld_at: float = 0.0  # when it last stopped holding quota (or was first seen)
+    inherited: bool = False  # its admission was made before the checker looked (Koord-Queue's, say)
+
+
+@dataclass(frozen=True)
+class _UsedWrite:
+    rv: int
+    quota: str
+    at: float
+    used: dict[str, int]
 
 
 class HistoryChecker:
-    """Replays the store's writes in order and records every broken invariant."""
+    """Replays the store's writes in order and records every broken invariant.
 
-    def __init__(self) -> None:
+    `now` is when a write was made (seconds, monotonic); the checks of a status.used and of
+    pods outliving their quota are settled `used_window` and `pod_bound` seconds later, by
+    the writes that come after, or by `finish()`.
+    """
+
+    def __init__(self, used_window: float = USED_WINDOW, pod_bound: float = POD_BOUND) -> None:
+        self.used_window = used_window
+        self.pod_bound = pod_bound
         self.quotas: dict[str, _Quota] = {}
         self.units: dict[str, _Unit] = {}
+        self.unit_of: dict[str, str] = {}  # job key -> its unit's key
         self.suspended: dict[str, bool] = {}  # job key -> suspended now
+        self.ever_released: set[str] = set()  # jobs released at least once
         self.used: dict[str, dict[str, int]] = {}  # quota (leaf or parent) -> admitted usage
         self.peak_gpus: dict[str, int] = {}
+        self.held: dict[str, list[_Held]] = {}  # quota -> the stretches its units held it, recent ones
+        self.used_writes: deque[_UsedWrite] = deque()  # status.used written, not yet settled
+        self.pods: dict[str, set[str]] = {}  # job key -> its live pods (not ended, not being deleted)
+        self.pod_owner: dict[str, str] = {}  # pod key -> its job's key
+        self.pod_deadlines: list[tuple[float, str, int]] = []  # (when, unit key, epoch): its pods gone by then
         self.violations: list[str] = []
+        self.said: set[tuple[str, ...]] = set()  # violations that are said once (per unit and admission)
+        # Job key -> its last suspensions, releases, unit phases and pods (rv and what): said
+        # with each violation of that job, so that a violation read alone says how it came about.
+        self.trails: dict[str, deque[str]] = {}
+        self.now = 0.0
         self.writes = 0
         self.admissions = 0
         self.releases = 0
         self.suspensions = 0
+        self.used_checked = 0
+        self._priming = False
 
     def prime(self, quotas: list[dict[str, Any]], units: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
         """Start from objects that exist already (a cluster taken over): their state, no verdicts."""
-        for obj in quotas:
-            self.feed(Event(0, QUOTAS_KEY, "ADDED", obj, None))
-        for obj in units:
-            self.feed(Event(0, UNITS_KEY, "ADDED", obj, None))
-        for obj in jobs:
-            meta = obj["metadata"]
-            key = f"{meta.get('namespace', '')}/{meta['name']}"
-            self.suspended[key] = _suspended(obj)
-            unit = self.units.get(f"{key}-{c.UNIT_SUFFIX_PYTORCH}")
-            if unit is not None and unit.holding and not self.suspended[key]:
-                unit.released_in = unit.epoch
+        self._priming = True
+        try:
+            for obj in quotas:
+                self.feed(Event(0, QUOTAS_KEY, ADDED, obj, None))
+            for obj in units:
+                self.feed(Event(0, UNITS_KEY, ADDED, obj, None))
+            for obj in jobs:
+                key = _key(obj)
+                self.suspended[key] = _suspended(obj)
+                unit = self.units.get(self._unit_key(key))
+                if not self.suspended[key]:
+                    self.ever_released.add(key)
+                    if unit is not None and unit.holding:
+                        unit.released_in = unit.epoch
+        finally:
+            self._priming = False
         self.admissions = self.writes = 0
 
     # Called by the store for every write, inside the server: never raise.
-    def feed(self, event: Event) -> None:
+    def feed(self, event: Event, now: float | None = None) -> None:
         try:
+            self.now = time.monotonic() if now is None else now
             self.writes += 1
             if event.key == QUOTAS_KEY:
                 self._quota(event)
@@ -135,8 +199,33 @@ class HistoryChecker:
                 self._unit(event)
             elif event.key == JOBS_KEY:
                 self._job(event)
+            elif event.key == PODS_KEY:
+                self._pod(event)
+            self._settle(self.now)
         except Exception as e:  # a checker bug must not become a server bug
             self.violations.append(f"checker failed on {event.type} {event.key} rv {event.rv}: {e!r}")
+
+    def finish(self, now: float | None = None) -> None:
+        """Settle what waits for later writes: the run is over, nothing more comes."""
+        self.now = time.monotonic() if now is None else now
+        self._settle(math.inf)
+
+    def _violation(self, job: str | None, text: str, once: tuple[str, ...] | None = None) -> None:
+        """Record a violation (of `job`'s, with what its job and unit did last)."""
+        if self._priming or (once is not None and once in self.said):
+            return
+        if once is not None:
+            self.said.add(once)
+        trail = self.trails.get(job) if job else None
+        self.violations.append(f"{text} [history: {', '.join(trail)}]" if trail else text)
+
+    def _trail(self, job: str, rv: int, what: str) -> None:
+        self.trails.setdefault(job, deque(maxlen=TRAIL)).append(f"{rv} {what}")
+
+    def _unit_key(self, job: str) -> str:
+        return self.unit_of.get(job) or f"{job}-{c.UNIT_SUFFIX_PYTORCH}"
+
+    # --- quotas: max and status.used ---------------------------------------------------
 
     def _quota(self, event: Event) -> None:
         meta = event.obj["metadata"]
@@ -148,7 +237,20 @@ class HistoryChecker:
         except QuantityError:
             maximum = {}
         parent = (meta.get("labels") or {}).get(c.LABEL_QUOTA_PARENT) or None
-        self.quotas[meta["name"]] = _Quota(parent, maximum)
+        old = self.quotas.get(meta["name"])
+        quota = self.quotas[meta["name"]] = _Quota(parent, maximum, old.used if old else None)
+        written = (event.obj.get("status") or {}).get("used")
+        if written is None:
+            return
+        try:
+            used = parse_resource_list(written)
+        except QuantityError as e:
+            self._violation(None, f"rv {event.rv}: quota {meta['name']}: status.used unreadable: {e}")
+            return
+        if used != quota.used:
+            quota.used = used
+            if not self._priming:
+                self.used_writes.append(_UsedWrite(event.rv, meta["name"], self.now, used))
 
     def _chain(self, quota: str | None) -> list[str]:
         chain: list[str] = []
@@ -158,24 +260,68 @@ class HistoryChecker:
             quota = node.parent if node else None
         return chain
 
-    def _charge(self, unit: _Unit, sign: int) -> None:
-        for name in self._chain(unit.quota):
+    def _admit(self, unit: _Unit, key: str, rv: int) -> None:
+        """Charge the unit's request to its quota and the parents above it; none over max."""
+        unit.held = [_Held(name, key, unit.request, self.now) for name in self._chain(unit.quota)]
+        for held in unit.held:
+            name = held.quota
+            self.held.setdefault(name, []).append(held)
             used = self.used.setdefault(name, {})
             for resource, amount in unit.request.items():
-                used[resource] = used.get(resource, 0) + sign * amount
-
-    def _check_max(self, quota: str | None, rv: int, unit_key: str) -> None:
-        for name in self._chain(quota):
-            used = self.used.get(name, {})
+                used[resource] = used.get(resource, 0) + amount
             self.peak_gpus[name] = max(self.peak_gpus.get(name, 0), used.get(c.GPU, 0) // 1000)
             node = self.quotas.get(name)
-            if node is None:
-                continue
-            for resource, limit in node.max.items():
+            for resource, limit in (node.max if node else {}).items():
                 if used.get(resource, 0) > limit:
-                    self.violations.append(
-                        f"rv {rv}: quota {name} holds {used[resource] / 1000:g} {resource}, over its max "
-                        f"{limit / 1000:g} (after the write of unit {unit_key})")
+                    self._violation(
+                        unit.job, f"rv {rv}: quota {name} holds {used[resource] / 1000:g} {resource}, over its max "
+                        f"{limit / 1000:g} (after the write of unit {key})")
+
+    def _release_quota(self, unit: _Unit) -> None:
+        for held in unit.held:
+            held.end = self.now
+            used = self.used.setdefault(held.quota, {})
+            for resource, amount in unit.request.items():
+                used[resource] = used.get(resource, 0) - amount
+        unit.held = []
+
+    def _settle(self, until: float) -> None:
+        """Check the status.used writes and pod deadlines whose time has come."""
+        window = self.used_window
+        while self.used_writes and self.used_writes[0].at + window <= until:
+            self._check_used(self.used_writes.popleft())
+        while self.pod_deadlines and self.pod_deadlines[0][0] <= until:
+            _, key, epoch = heapq.heappop(self.pod_deadlines)
+            self._check_pods_gone(key, epoch)
+        if self.writes % 1000 == 0:  # forget stretches no write left to check can see
+            horizon = (self.used_writes[0].at if self.used_writes else self.now) - window
+            for name, stretches in self.held.items():
+                self.held[name] = [h for h in stretches if h.end >= horizon]
+
+    def _check_used(self, write: _UsedWrite) -> None:
+        """status.used written at t lies, for each resource, between what the quota's units held
+        all through [t - W, t + W] and what they held at any time in it: the controller writes
+        its own view, which may be ahead of the objects (admissions being written) or behind
+        them (releases not yet seen), but never by more than W."""
+        self.used_checked += 1
+        start, end = write.at - self.used_window, min(write.at + self.used_window, self.now)
+        low: dict[str, int] = {}
+        high: dict[str, int] = {}
+        for held in self.held.get(write.quota, ()):
+            if held.start <= end and held.end >= start:
+                for resource, amount in held.request.items():
+                    high[resource] = high.get(resource, 0) + amount
+                    if held.start <= start and held.end >= end:
+                        low[resource] = low.get(resource, 0) + amount
+        for resource in sorted(set(write.used) | set(high)):
+            got = write.used.get(resource, 0)
+            if not low.get(resource, 0) <= got <= high.get(resource, 0):
+                self._violation(
+                    None, f"rv {write.rv}: quota {write.quota} status.used {resource} {got / 1000:g}, but its units "
+                    f"held {low.get(resource, 0) / 1000:g} all through and {high.get(resource, 0) / 1000:g} at most "
+                    f"within {self.used_window:g} s of that write")
+
+    # --- units -------------------------------------------------------------------------
 
     def _unit(self, event: Event) -> None:
         meta = event.obj["metadata"]
@@ -188,62 +334,138 @@ class HistoryChecker:
             except QuantityError:
                 request = {}
             ref = spec.get("consumerRef") or {}
-            unit = _Unit((meta.get("labels") or {}).get(c.LABEL_QUOTA_NAME), request,
-                         f"{ref.get('namespace') or meta.get('namespace', '')}/{ref.get('name', '')}")
+            unit = _Unit(None, request, f"{ref.get('namespace') or meta.get('namespace', '')}/{ref.get('name', '')}",
+                         unheld_at=self.now)
             self.units[key] = unit
-        phase = str((event.obj.get("status") or {}).get("phase") or "")
+            self.unit_of[unit.job] = key
+        status = event.obj.get("status") or {}
+        phase = str(status.get("phase") or "")
+        deleted = event.type == DELETED
+        if phase != unit.phase or deleted:
+            self._trail(unit.job, event.rv, "unit deleted" if deleted else f"unit {phase}")
         older = c.KOORD_QUEUE_OLDER_PHASES.get(phase)  # a unit Koord-Queue wrote
-        holding = event.type != DELETED and (older.value if older else phase) in HOLDING
-        if holding == unit.holding:
-            return
-        if holding:
+        holding = not deleted and (older.value if older else phase) in HOLDING
+        allocated = status.get("lastAllocateTime")
+        if holding and unit.holding:
+            if allocated != unit.allocated or (unit.phase == c.Phase.RUNNING and phase != unit.phase):
+                self._violation(unit.job, f"rv {event.rv}: unit {key} admitted again while it holds quota "
+                                f"({unit.phase} to {phase}, allocated at {allocated}; no release between)")
+        elif holding:
+            unit.quota = (meta.get("labels") or {}).get(c.LABEL_QUOTA_NAME)
             if unit.quota is None:
-                self.violations.append(f"rv {event.rv}: unit {key} holds quota but names none")
+                self._violation(unit.job, f"rv {event.rv}: unit {key} holds quota but names none")
             if not self.suspended.get(unit.job, True):
-                self.violations.append(
-                    f"rv {event.rv}: unit {key} admitted while its job {unit.job} still runs from before "
+                self._violation(
+                    unit.job, f"rv {event.rv}: unit {key} admitted while its job {unit.job} still runs from before "
                     "(released twice without a suspension between)")
             unit.epoch += 1
             self.admissions += 1
+            unit.inherited = self._priming
+            self._admit(unit, key, event.rv)
+        elif unit.holding:
+            self._release_quota(unit)
+            unit.unheld_at = self.now
+            heapq.heappush(self.pod_deadlines, (self.now + self.pod_bound, key, unit.epoch))
         unit.holding = holding
-        self._charge(unit, 1 if holding else -1)
-        if holding:
-            self._check_max(unit.quota, event.rv, key)
-        if event.type == DELETED:
+        unit.allocated = allocated
+        unit.phase = phase
+        if phase and not deleted and not (holding and unit.inherited):
+            admissions = status.get("admissions")
+            if holding != bool(isinstance(admissions, list) and admissions):
+                self._violation(unit.job, f"rv {event.rv}: unit {key} is {phase} but its status.admissions is "
+                                f"{json.dumps(admissions)}", once=("admissions", key, str(unit.epoch), str(holding)))
+        if deleted:
             del self.units[key]
+            self.unit_of.pop(unit.job, None)
+
+    # --- jobs and their pods --------------------------------------------------------------
 
     def _job(self, event: Event) -> None:
-        meta = event.obj["metadata"]
-        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        key = _key(event.obj)
         if event.type == DELETED:
             self.suspended.pop(key, None)
             return
         suspended = _suspended(event.obj)
         was = self.suspended.get(key, True)
         self.suspended[key] = suspended
-        if was and not suspended:
+        if was == suspended:
+            return
+        self._trail(key, event.rv, "job suspended" if suspended else "job released")
+        unit = self.units.get(self._unit_key(key))
+        if not suspended:
             self.releases += 1
-            unit = self.units.get(f"{key}-{c.UNIT_SUFFIX_PYTORCH}")
+            self.ever_released.add(key)
             if unit is None or not unit.holding:
-                self.violations.append(f"rv {event.rv}: job {key} released while its unit holds no quota")
+                self._violation(key, f"rv {event.rv}: job {key} released while its unit holds no quota")
             elif unit.released_in == unit.epoch:
-                self.violations.append(
-                    f"rv {event.rv}: job {key} released twice in one admission (no suspension and "
+                self._violation(
+                    key, f"rv {event.rv}: job {key} released twice in one admission (no suspension and "
                     "re-admission between)")
             else:
                 unit.released_in = unit.epoch
-        elif suspended and not was:
+        else:
             self.suspensions += 1
+            if unit is not None and unit.holding:
+                self._violation(key, f"rv {event.rv}: job {key} suspended while its unit holds quota (a "
+                                "suspension is for a unit sent back, after its status says so)")
+
+    def _pod(self, event: Event) -> None:
+        meta = event.obj["metadata"]
+        pod = f"{meta.get('namespace', '')}/{meta['name']}"
+        job = self.pod_owner.get(pod)
+        if job is None:
+            owner = next((ref for ref in meta.get("ownerReferences") or ()
+                          if ref.get("controller") and ref.get("kind") == c.PYTORCH_JOB_KIND), None)
+            if owner is None:
+                return
+            job = self.pod_owner[pod] = f"{meta.get('namespace', '')}/{owner.get('name', '')}"
+        phase = (event.obj.get("status") or {}).get("phase")
+        live = event.type != DELETED and not meta.get("deletionTimestamp") and \
+            phase not in (c.POD_SUCCEEDED, c.POD_FAILED)
+        pods = self.pods.setdefault(job, set())
+        if not live:
+            if event.type == DELETED:
+                self.pod_owner.pop(pod, None)
+            if pod in pods:
+                pods.discard(pod)
+                self._trail(job, event.rv, f"pod {meta['name']} {'deleted' if event.type == DELETED else 'gone'}")
+            return
+        if pod not in pods:
+            pods.add(pod)
+            self._trail(job, event.rv, f"pod {meta['name']} {phase or 'created'}")
+            if job not in self.ever_released:
+                self._violation(job, f"rv {event.rv}: pod {pod} exists, but its job {job} was never released",
+                                once=("never released", pod))
+        unit = self.units.get(self._unit_key(job))
+        if unit is not None and not unit.holding and self.now - unit.unheld_at > self.pod_bound:
+            self._violation(job, f"rv {event.rv}: pod {pod} lives {self.now - unit.unheld_at:.0f} s after its "
+                            f"job's unit stopped holding quota (bound {self.pod_bound:g} s)",
+                            once=("pod outlives", pod, str(unit.epoch)))
+
+    def _check_pods_gone(self, key: str, epoch: int) -> None:
+        unit = self.units.get(key)
+        if unit is None or unit.holding or unit.epoch != epoch:
+            return  # gone, or admitted again since
+        pods = sorted(self.pods.get(unit.job, ()))
+        if pods:
+            self._violation(unit.job, f"job {unit.job}: pods {', '.join(pods)} still live {self.pod_bound:g} s "
+                            f"after its unit stopped holding quota", once=("pods outlive", key, str(epoch)))
 
     def holding_usage(self) -> dict[str, dict[str, int]]:
         """Admitted usage of every quota now, parents included (a copy)."""
         return {name: dict(used) for name, used in self.used.items()}
 
 
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
 def _suspended(job: dict[str, Any]) -> bool:
     annotations = job["metadata"].get("annotations") or {}
     run_policy = (job.get("spec") or {}).get("runPolicy") or {}
     return annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE or run_policy.get("suspend") is True
+
 
 
 # --- the workload ------------------------------------------------------------------------
@@ -472,6 +694,7 @@ class ChaosRun:
                     await sim.stop()
         finally:
             await server.stop()
+            self.checker.finish()
         if self.problems and config.verbose:
             log = (state / "controller.log").read_text(errors="replace").splitlines()
             self._say("controller log, last lines:\n" + "\n".join(log[-30:]))

@@ -164,6 +164,10 @@ class Controller:
         self.wake = asyncio.Event()
         self.unit_rv: dict[str, str] = {}  # latest resourceVersion of each unit we know of
         self.unit_locks = KeyedLock()  # one status write per unit at a time
+        # One suspension or release of a job at a time, each landing before the next is sent, and
+        # a unit sent back only once its job's release on its way has landed: writes that take
+        # long to land (retried after a 429 or a 500) must not land after what was decided later.
+        self.job_locks = KeyedLock()
         self.written_messages: dict[str, str] = {}
         self.pending_messages: dict[str, str] = {}  # waiting units' new messages, not yet written
         self.message_written_at: dict[str, float] = {}  # when each waiting unit's message was written
@@ -706,7 +710,9 @@ class Controller:
         item = f"{job.kind}/{job.key}"
         self.resumed_at.pop(item, None)
         owed = self.suspension_owed.get(item)
-        await self.client.patch(job_resource(job.kind), job.name, adapter.suspend_patch({}), namespace=job.namespace)
+        async with self.job_locks.hold(item):
+            await self.client.patch(job_resource(job.kind), job.name, adapter.suspend_patch({}),
+                                    namespace=job.namespace)
         if owed is not None and self.suspension_owed.get(item) == owed:  # not owed anew while we wrote
             del self.suspension_owed[item]
 
@@ -717,17 +723,22 @@ class Controller:
 
     async def _resume(self, job: JobView) -> None:
         """Resume a job, once: the admission and the reconciler of its unit's admission may both
-        find it suspended before our watch brings the first resume back."""
+        find it suspended before our watch brings the first resume back. In its turn after the
+        job's suspensions on their way, and only while its unit is still admitted then."""
         item = f"{job.kind}/{job.key}"
-        if self.clock() - self.resumed_at.get(item, -RESUME_AGAIN_AFTER_SECONDS) < RESUME_AGAIN_AFTER_SECONDS:
-            return
-        self.resumed_at[item] = self.clock()
-        try:
-            await self.client.patch(job_resource(job.kind), job.name, adapter_of_kind(job.kind).resume_patch({}),
-                                    namespace=job.namespace)
-        except KubeError:
-            self.resumed_at.pop(item, None)
-            raise
+        async with self.job_locks.hold(item):
+            held = self.engine.unit(job.unit_key)
+            if held is None or held.admitted_quota is None:
+                return  # sent back while this waited for its turn
+            if self.clock() - self.resumed_at.get(item, -RESUME_AGAIN_AFTER_SECONDS) < RESUME_AGAIN_AFTER_SECONDS:
+                return
+            self.resumed_at[item] = self.clock()
+            try:
+                await self.client.patch(job_resource(job.kind), job.name,
+                                        adapter_of_kind(job.kind).resume_patch({}), namespace=job.namespace)
+            except KubeError:
+                self.resumed_at.pop(item, None)
+                raise
 
     async def _finish(self, unit: UnitView, job: JobView) -> None:
         if unit.phase in FINISHED:
@@ -830,8 +841,9 @@ class Controller:
         requeue_at = self.engine.requeue(unit.key, self.clock(), reason)
         info = self.engine.unit(unit.key)
         try:
-            await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
-                                                                  requeue_at))
+            async with self.job_locks.hold(unit.job_key):  # after its job's release on its way, if any
+                await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
+                                                                      requeue_at))
         except KubeError:
             hold(self.engine, held, unit.allocated_at or unit.created)  # its object still holds quota
             raise
@@ -991,8 +1003,9 @@ class Controller:
             return True
         info = self.engine.unit(key)
         try:
-            await self._write_unit_status(
-                key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at))
+            async with self.job_locks.hold(unit.job_key):  # after its job's release on its way, if any
+                await self._write_unit_status(
+                    key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at))
         except KubeError as e:
             log.warning("preemption of %s not written: %s; it keeps its quota", key, e)
             if info is not None:  # its object still says it holds quota: so does the engine

@@ -1126,13 +1126,17 @@ class Controller:
         unit = self.unit_informer.get(key)
         if not self._waiting(key) or (unit is not None and unit.phase in SENT_BACK):
             return  # admitted, gone, or backing off since: its own status says why
-        if unit is None:  # created, but our watch has not brought it yet: try again at the next flush
+        if unit is None or not self._newer(key, unit.resource_version):
+            # Created, but our watch has not brought it yet; or our view of it is older than our
+            # own last write (an admission, a send-back), and would take it for a new unit: try
+            # again at the next flush.
             self.pending_messages.setdefault(key, message)
             return
         first = not unit.phase  # a new unit: its first status is its phase and this message
+        seen = unit.resource_version
 
-        def still_waiting() -> bool:  # not admitted while this write waited for its turn
-            return self._waiting(key) and self.written_messages.get(key) != message
+        def still_waiting() -> bool:  # not admitted, nor written otherwise, while this write waited for its turn
+            return self._waiting(key) and self.written_messages.get(key) != message and self._newer(key, seen)
 
         try:
             if first:

@@ -1,36 +1,54 @@
 """Chaos run: PyTorchJobs over a tree of ElasticQuotas while the API server misbehaves
 and the controller is killed, with a checker that replays every write the server makes.
 
-What runs: the embedded API server and the simulated cluster in this process, the
-controller (`koord-queue controller`) in a process of its own. While jobs of random
-sizes, priorities and runtimes stream in, the server fails a share of requests (500,
-429 with Retry-After, 409 on writes), drops every watch every few seconds and forgets
-its history (watches and lists resume with 410 Gone), and the controller is killed
-with SIGKILL at random moments and started again.
+What runs (`--control-plane embedded`, the default): the embedded API server and the
+simulated cluster in this process, the controller (`koord-queue controller`) in a process
+of its own. While jobs of random sizes, priorities and runtimes stream in, the server
+fails a share of requests (500, 429 with Retry-After, 409 on writes), drops every watch
+every few seconds and forgets its history (watches and lists resume with 410 Gone), and
+the controller is killed with SIGKILL at random moments and started again. The checker
+is a listener on the server's store: it sees every write, in order, as it is made.
 
-The checker is a listener on the server's store: it sees every write, in order, as it
-is made (no watch to lose, no history to compact away) and asserts after each one:
+With `--control-plane kube`, the same workload runs on the real control plane (etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler, kwok's fake GPU nodes, the
+Kubeflow training operator; `make e2e-tools` builds them): the controller is SIGKILLed as
+above, and kube-apiserver is SIGKILLed and started again at random moments (etcd keeps
+the state). kube-apiserver has no error injection. The checker reads every write from
+etcd's own history (its JSON gateway, from revision 1, with each object's previous
+version), which no restart of kube-apiserver disturbs: kube-apiserver runs with
+`--etcd-compaction-interval=0` and stores objects as JSON.
+
+The checker asserts, after each write:
 - no quota, leaf or parent, has admitted usage (units in Reserved, Dequeued, Running)
   above its max, for any resource its max names;
 - a job is released (its suspension lifted) only while its unit holds quota, at most
-  once per admission; and a unit is admitted only while its job is suspended, so
-  between two releases of a job there is always a suspension (preemption is one).
+  once per admission; it is suspended only while its unit holds none (a send-back is
+  written first); a unit is admitted only while its job is suspended, and not again
+  while it holds quota; so between two releases of a job there is always a suspension;
+- a unit's status.admissions names its pod sets while it holds quota, and nothing else;
+- every status.used written lies between what the quota's units held all through, and
+  what they held at any time, within USED_WINDOW seconds of that write;
+- no pod of a job that was never released; a job's pods are gone (deleted or ended)
+  POD_BOUND seconds after its unit stopped holding quota.
 At the end: every job ended Succeed, every job has exactly its unit and every unit its
 job (none orphaned, none missing), and, with one long job running in every quota, the
 `status.used` the controller writes equals the sum of the units holding quota, parents
 included.
 
     .venv/bin/python bench/chaos.py [--jobs 2000] [--quotas 20] [--kills 10] [--seed N]
+    .venv/bin/python bench/chaos.py --control-plane kube [--apiserver-restarts 1] ...
 
 The seed (printed) makes the workload, the fault schedule and the injected errors
 reproducible; the timing of a multi-process run is not, so a replay with the same
-seed is the same storm, not the same interleaving.
+seed is the same storm, not the same interleaving. bench/chaos_soak.py runs it over
+many seeds and shapes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import copy
 import heapq
 import json
@@ -42,6 +60,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.error
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,11 +81,12 @@ from koordqueue.api.crds import all_crds
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
-from koordqueue.kube.errors import AlreadyExists, ApiError
+from koordqueue.kube.errors import AlreadyExists, KubeError
 from koordqueue.localcluster import errors as api_errors
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
-from koordqueue.localcluster.store import ADDED, DELETED, Event
+from koordqueue.localcluster.store import ADDED, DELETED, MODIFIED, Event
+from koordqueue.realcluster.cluster import NodeShape, RealCluster, install_crds
 
 UNITS_KEY = f"{c.QUEUE_GROUP}/{c.QUEUE_UNIT_PLURAL}"
 JOBS_KEY = f"{c.KUBEFLOW_GROUP}/{c.PYTORCH_JOB_PLURAL}"
@@ -74,8 +94,11 @@ QUOTAS_KEY = f"{c.QUOTA_GROUP}/{c.ELASTIC_QUOTA_PLURAL}"
 HOLDING = frozenset(p.value for p in c.PHASES_HOLDING_QUOTA)
 QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
 JOBS = Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL)
+UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
 NAMESPACE = "default"
 SEED_MANIFESTS = Path(koordqueue.__file__).parent / "examples" / "seed.yaml"
+log = logging.getLogger("chaos")
 PODS_KEY = "/pods"
 TRAIL = 12  # a job's last transitions said with its violations
 # A status.used written at t must lie between what the quota's units held all through
@@ -166,6 +189,7 @@ class HistoryChecker:
         self.releases = 0
         self.suspensions = 0
         self.used_checked = 0
+        self.pods_seen = 0
         self._priming = False
 
     def prime(self, quotas: list[dict[str, Any]], units: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
@@ -419,6 +443,7 @@ class HistoryChecker:
             if owner is None:
                 return
             job = self.pod_owner[pod] = f"{meta.get('namespace', '')}/{owner.get('name', '')}"
+            self.pods_seen += 1
         phase = (event.obj.get("status") or {}).get("phase")
         live = event.type != DELETED and not meta.get("deletionTimestamp") and \
             phase not in (c.POD_SUCCEEDED, c.POD_FAILED)
@@ -482,13 +507,17 @@ class ChaosConfig:
     gpus_per_parent: int = 24
     runtime: tuple[float, float] = (0.5, 4.0)  # seconds a job's pods run
     submit_per_second: float = 25.0
+    watch_drops: bool = True
     drop_watches_every: tuple[float, float] = (2.0, 5.0)
+    compactions: bool = True
     compact_every: tuple[float, float] = (5.0, 12.0)
     tail_runtime: float = 12.0  # the long jobs that are running when status.used is compared
     # Leader election of the controller (duration, renew deadline, retry period): the
     # defaults of the chart; a replacement leads once the killed one's lease runs out.
     lease: tuple[float, float, float] = (10.0, 7.0, 2.0)
-    timeout: float = 1800.0
+    control_plane: str = "embedded"  # or "kube": kube-apiserver, etcd, kwok and the training operator
+    apiserver_restarts: int = 1  # kube-apiserver SIGKILLed and started again (kube only)
+    timeout: float = 1800.0  # seconds the storm and the checks after it may take
     state_dir: Path | None = None
     verbose: bool = True
 
@@ -496,6 +525,7 @@ class ChaosConfig:
 @dataclass
 class ChaosReport:
     seed: int
+    control_plane: str
     jobs: int
     quotas: int
     seconds: float
@@ -503,6 +533,8 @@ class ChaosReport:
     faults: Counter[str]
     restarts: int
     writes_checked: int
+    used_checked: int
+    pods: int
     admissions: int
     releases: int
     suspensions: int
@@ -510,24 +542,41 @@ class ChaosReport:
     violations: list[str] = field(default_factory=list)
 
     def figures(self) -> str:
-        injected = sum(self.faults[k] for k in ("500", "429", "409"))
-        share = injected / self.requests if self.requests else 0.0
-        lines = [
-            f"seed: {self.seed}",
-            f"jobs: {self.jobs} over {self.quotas} quotas, all checked in {self.seconds:.0f} s",
-            f"requests: {self.requests}, errors injected: {injected} ({share:.1%}): "
-            f"500 x{self.faults['500']}, 429 x{self.faults['429']}, 409 x{self.faults['409']}",
-            f"watch drops: {self.faults['watch drops']} ({self.faults['watches dropped']} streams), "
-            f"compactions (410): {self.faults['compactions']}",
+        lines = [f"seed: {self.seed}",
+                 f"control plane: {self.control_plane}",
+                 f"jobs: {self.jobs} over {self.quotas} quotas, all checked in {self.seconds:.0f} s"]
+        if self.control_plane == "kube":
+            lines += [
+                "errors injected: none (kube-apiserver has no error injection; that is the embedded server's "
+                "test controls): the faults here are kube-apiserver restarts and controller SIGKILLs",
+                f"kube-apiserver restarts (SIGKILL, etcd keeps the state): {self.faults['apiserver restarts']}, "
+                f"down {self.faults['apiserver down seconds']:.0f} s in all",
+            ]
+        else:
+            injected = sum(self.faults[k] for k in ("500", "429", "409"))
+            share = injected / self.requests if self.requests else 0.0
+            lines += [
+                f"requests: {self.requests}, errors injected: {injected} ({share:.1%}): "
+                f"500 x{self.faults['500']}, 429 x{self.faults['429']}, 409 x{self.faults['409']}",
+                f"watch drops: {self.faults['watch drops']} ({self.faults['watches dropped']} streams), "
+                f"compactions (410): {self.faults['compactions']}",
+            ]
+        lines += [
             f"controller SIGKILLs: {self.faults['sigkill']}, restarts: {self.restarts}",
-            f"writes checked: {self.writes_checked}, admissions: {self.admissions}, releases: {self.releases}, "
-            f"suspensions: {self.suspensions}",
+            f"writes checked: {self.writes_checked} (status.used writes: {self.used_checked}, pods: {self.pods}), "
+            f"admissions: {self.admissions}, releases: {self.releases}, suspensions: {self.suspensions}",
             f"violations: {len(self.violations)}",
         ]
         lines += [f"  - {v}" for v in self.violations[:50]]
         if len(self.violations) > 50:
             lines.append(f"  ... and {len(self.violations) - 50} more")
         return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "control_plane": self.control_plane, "jobs": self.jobs, "quotas": self.quotas,
+                "seconds": round(self.seconds, 1), "requests": self.requests, "faults": dict(self.faults),
+                "restarts": self.restarts, "writes_checked": self.writes_checked, "used_checked": self.used_checked,
+                "pods": self.pods, "violations": self.violations}
 
 
 def quota_manifests(config: ChaosConfig, rng: random.Random) -> list[dict[str, Any]]:
@@ -558,17 +607,22 @@ def quota_manifests(config: ChaosConfig, rng: random.Random) -> list[dict[str, A
 
 def job_manifest(name: str, quota: str, gpus_per_pod: int, workers: int, runtime: float,
                  priority: int) -> dict[str, Any]:
-    """The seed's PyTorchJob, resized, created suspended (as the admission webhook leaves it)."""
+    """The seed's PyTorchJob, resized, created suspended (as the admission webhook leaves it).
+    Its run time is on the job (our simulated operator reads it there) and on its pod
+    templates (the real training operator copies those to its pods, where kwok reads it)."""
     job: dict[str, Any] = copy.deepcopy([d for d in yaml.safe_load_all(SEED_MANIFESTS.read_text()) if d][2])
+    duration = f"{runtime:.2f}"
     job["metadata"] = {"name": name, "namespace": NAMESPACE,
                        "labels": {c.LABEL_QUOTA_NAME: quota},
                        "annotations": {c.ANNOTATION_SUSPEND: c.TRUE, c.ANNOTATION_PRIORITY: str(priority),
-                                       c.ANNOTATION_SIM_DURATION: f"{runtime:.2f}"}}
+                                       c.ANNOTATION_SIM_DURATION: duration}}
+    job["spec"].setdefault("runPolicy", {})["suspend"] = True
     specs = job["spec"]["pytorchReplicaSpecs"]
     specs["Worker"]["replicas"] = workers
     if workers == 0:
         del specs["Worker"]
     for role in specs.values():
+        role["template"].setdefault("metadata", {}).setdefault("annotations", {})[c.ANNOTATION_SIM_DURATION] = duration
         res = role["template"]["spec"]["containers"][0]["resources"]
         for part in ("requests", "limits"):
             res[part] = {"cpu": "1", "memory": "1Gi", c.GPU: str(gpus_per_pod)}
@@ -621,6 +675,312 @@ class Controller(harness.Process):
         self.stop(signal.SIGKILL)
 
 
+# --- the control planes ----------------------------------------------------------------------
+
+Listener = Callable[..., None]  # (event) from the embedded store, (event, now) from etcd
+
+
+class EmbeddedPlane:
+    """The embedded API server and the simulated cluster in this process. The checker is a
+    listener on the server's store: it sees every write as it is made. The server fails a
+    share of requests, drops every watch every few seconds and forgets its history."""
+
+    name = "embedded"
+
+    def __init__(self, run: ChaosRun) -> None:
+        self.run = run
+        self.config = run.config
+        self.server: APIServer | None = None
+        self.sim: SimCluster | None = None
+        self.client: KubeClient | None = None
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.server is not None
+        return self.server.kubeconfig_path
+
+    async def start(self, state: Path, listeners: list[Listener]) -> None:
+        self.server = APIServer(state / "api", crds=all_crds(), seed=self.run.seed)
+        await self.server.start()
+        self.server.store.listeners.extend(listeners)
+        self._count_requests(self.server)
+
+    async def start_cluster(self, client: KubeClient) -> None:
+        self.client = client
+        self.sim = SimCluster(client, nodes=self.config.parents * self.config.gpus_per_parent // 8, gpus_per_node=8)
+        await self.sim.start()
+
+    async def stop(self) -> None:
+        if self.sim is not None:
+            await self.sim.stop()
+        if self.server is not None:
+            await self.server.stop()
+
+    def _count_requests(self, server: APIServer) -> None:
+        """Wrap the server's error injection to count requests and the errors it injects."""
+        check = server.controls.check
+
+        def counting(verb: str, rt: Any, name: str) -> None:
+            self.run.requests += 1
+            try:
+                check(verb, rt, name)
+            except api_errors.APIError as e:
+                self.run.faults[str(e.code)] += 1
+                raise
+
+        server.controls.check = counting  # type: ignore[method-assign]
+
+    def storms(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """Errors injected, watches dropped and history compacted, until `stop` is set."""
+        assert self.server is not None
+        # 2 % each of 500 and 429 on every request, 409 on 2 % of writes (more than half the
+        # requests): about 5 % in all, the share measured and printed.
+        for code, verbs in ((500, None), (429, None), (409, {"update", "patch"})):
+            self.server.controls.inject_errors(code, rate=self.config.error_rate * 0.4, verbs=verbs, retry_after=1)
+        tasks = []
+        if self.config.watch_drops:
+            tasks.append(asyncio.create_task(self._drop_watches(self.server, stop)))
+        if self.config.compactions:
+            tasks.append(asyncio.create_task(self._compact(self.server, stop)))
+        return tasks
+
+    def calm(self) -> None:
+        assert self.server is not None
+        self.server.controls.clear_errors()
+
+    async def _drop_watches(self, server: APIServer, stop: asyncio.Event) -> None:
+        while not await _wait(stop, self.run.rng.uniform(*self.config.drop_watches_every)):
+            self.run.faults["watch drops"] += 1
+            self.run.faults["watches dropped"] += server.controls.drop_watches()
+
+    async def _compact(self, server: APIServer, stop: asyncio.Event) -> None:
+        while not await _wait(stop, self.run.rng.uniform(*self.config.compact_every)):
+            server.controls.compact()
+            self.run.faults["compactions"] += 1
+
+    async def objects(self, key: str) -> list[dict[str, Any]]:
+        assert self.server is not None
+        return self.server.store.items(key, NAMESPACE)
+
+    async def caught_up(self) -> None:
+        """The checker has seen every write so far (it sees them as they are made)."""
+
+
+class KubePlane:
+    """The real control plane (kube-apiserver, etcd, kube-controller-manager, kube-scheduler,
+    kwok's fake GPU nodes, the Kubeflow training operator). The checker reads every write
+    from etcd's own history, through its JSON gateway: kube-apiserver never compacts it
+    (`--etcd-compaction-interval=0`) and stores objects as JSON, and a restart of
+    kube-apiserver does not disturb a watch on etcd. kube-apiserver is SIGKILLed and
+    started again at random moments; it has no error injection."""
+
+    name = "kube"
+
+    def __init__(self, run: ChaosRun) -> None:
+        self.run = run
+        self.config = run.config
+        self.cluster: RealCluster | None = None
+        self.history: EtcdHistory | None = None
+        self.client: KubeClient | None = None
+        self.down = 0.0  # seconds kube-apiserver was down so far: the checker's clock stops meanwhile
+        self.restarting_since: float | None = None
+        self.syncs = 0
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.cluster is not None
+        return self.cluster.kubeconfig_path
+
+    def clock(self) -> float:
+        """Time with kube-apiserver's restarts taken out (it stands still meanwhile): pods cannot
+        be deleted while it is down. Never goes back."""
+        now = time.monotonic() if self.restarting_since is None else self.restarting_since
+        return now - self.down
+
+    async def start(self, state: Path, listeners: list[Listener]) -> None:
+        nodes = NodeShape(count=self.config.parents * self.config.gpus_per_parent // 8, gpus=8)
+        self.cluster = RealCluster(state / "kube", nodes=nodes, audit=False, full_history=True)
+        try:
+            await asyncio.to_thread(self.cluster.start, self.run._say)
+            await asyncio.to_thread(install_crds, self.cluster)
+            await self._served(f"/apis/{c.QUOTA_GROUP}/{c.QUOTA_VERSION}", c.ELASTIC_QUOTA_PLURAL)
+            await self._served(f"/apis/{c.QUEUE_GROUP}/{c.QUEUE_VERSION}", c.QUEUE_UNIT_PLURAL)
+        except BaseException:
+            await asyncio.to_thread(self.cluster.stop)
+            raise
+        self.history = EtcdHistory(f"http://127.0.0.1:{self.cluster.etcd_port}", listeners, self.clock)
+        self.history.start()
+
+    async def _served(self, path: str, plural: str, timeout: float = 60.0) -> None:
+        """Wait until kube-apiserver serves a CRD just created (it takes a moment to establish)."""
+        assert self.cluster is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                found = await asyncio.to_thread(self.cluster.request, "GET", path)
+                if plural in {r["name"] for r in found["resources"]}:
+                    return
+            except urllib.error.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"{path}/{plural} not served within {timeout:g} s")
+
+    async def start_cluster(self, client: KubeClient) -> None:
+        self.client = client
+
+    async def stop(self) -> None:
+        if self.history is not None:
+            await self.history.stop()
+        if self.cluster is not None:
+            await asyncio.to_thread(self.cluster.stop)
+
+    def storms(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        return []  # kube-apiserver's restarts are scheduled with the kills (ChaosRun._storm)
+
+    def calm(self) -> None:
+        pass
+
+    async def restart_apiserver(self) -> float:
+        """SIGKILL kube-apiserver and start it again; the seconds it was down."""
+        assert self.cluster is not None
+        self.restarting_since = started = time.monotonic()
+        try:
+            await asyncio.to_thread(self.cluster.restart_apiserver, True)
+        finally:
+            down = time.monotonic() - started
+            self.down += down
+            self.restarting_since = None
+        return down
+
+    async def objects(self, key: str) -> list[dict[str, Any]]:
+        assert self.client is not None
+        resource = {QUOTAS_KEY: QUOTAS, UNITS_KEY: UNITS, JOBS_KEY: JOBS}[key]
+        return list((await self.client.list_all(resource, namespace=NAMESPACE)).items)
+
+    async def caught_up(self) -> None:
+        """Wait until the checker has seen every write made so far: a Lease written now comes
+        after them in etcd's history."""
+        assert self.client is not None and self.history is not None
+        self.syncs += 1
+        name = f"chaos-sync-{self.syncs}"
+        seen = self.history.expect(f"/registry/leases/{NAMESPACE}/{name}")
+        await self.client.create(LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                          "metadata": {"name": name, "namespace": NAMESPACE}}, namespace=NAMESPACE)
+        try:
+            await asyncio.wait_for(seen.wait(), 60)
+        except TimeoutError:
+            raise TimeoutError(f"etcd's history did not bring Lease {name} within 60 s (last revision seen: "
+                               f"{self.history.revision})") from None
+
+
+class EtcdHistory:
+    """Every write to the objects the checker reads, in etcd's order, from revision 1, fed
+    to `listeners` as the embedded store's events: one watch (with the previous version of
+    each object) on the keys from kubeflow.org's to scheduling.x-k8s.io's, which holds
+    PyTorchJobs, pods, ElasticQuotas and QueueUnits (and leases, used to sync), resumed
+    after the last revision seen should the stream end."""
+
+    RANGE = ("/registry/kubeflow.org/", "/registry/scheduling.x-k8s.io0")
+    KEYS = {f"/registry/{c.KUBEFLOW_GROUP}/{c.PYTORCH_JOB_PLURAL}/": JOBS_KEY,
+            "/registry/pods/": PODS_KEY,
+            f"/registry/{c.QUOTA_GROUP}/{c.ELASTIC_QUOTA_PLURAL}/": QUOTAS_KEY,
+            f"/registry/{c.QUEUE_GROUP}/{c.QUEUE_UNIT_PLURAL}/": UNITS_KEY}
+
+    def __init__(self, url: str, listeners: list[Listener], clock: Callable[[], float]) -> None:
+        self.url = url
+        self.listeners = listeners
+        self.clock = clock
+        self.revision = 0  # the last one seen
+        self.events = 0
+        self.undecodable = 0
+        self._keys_seen: dict[str, asyncio.Event] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="etcd-history")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def expect(self, key: str) -> asyncio.Event:
+        """An event set once a write of `key` (not yet made) is seen."""
+        return self._keys_seen.setdefault(key, asyncio.Event())
+
+    async def _run(self) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as session:
+            while True:
+                request = {"create_request": {
+                    "key": _b64(self.RANGE[0]), "range_end": _b64(self.RANGE[1]),
+                    "start_revision": str(self.revision + 1), "prev_kv": True}}
+                try:
+                    async with session.post(f"{self.url}/v3/watch", json=request) as response:
+                        response.raise_for_status()
+                        buffer = b""
+                        decoder = json.JSONDecoder()
+                        async for chunk in response.content.iter_any():
+                            buffer += chunk
+                            text = buffer.decode(errors="replace")
+                            position = 0
+                            while True:
+                                while position < len(text) and text[position].isspace():
+                                    position += 1
+                                try:
+                                    message, end = decoder.raw_decode(text, position)
+                                except json.JSONDecodeError:
+                                    break
+                                self._message(message)
+                                position = end
+                            buffer = text[position:].encode()
+                except aiohttp.ClientError as e:
+                    log.warning("etcd watch ended (%s); resuming after revision %d", e, self.revision)
+                await asyncio.sleep(0.5)
+
+    def _message(self, message: dict[str, Any]) -> None:
+        result = message.get("result") or {}
+        if "error" in message:
+            raise RuntimeError(f"etcd watch failed: {message['error']}")
+        for event in result.get("events") or ():
+            self._event(event)
+
+    def _event(self, raw: dict[str, Any]) -> None:
+        kv = raw.get("kv") or {}
+        revision = int(kv.get("mod_revision") or 0)
+        if revision <= self.revision:
+            return  # seen before the stream was resumed
+        self.revision = revision
+        key = base64.b64decode(kv.get("key") or "").decode()
+        waiting = self._keys_seen.get(key)
+        if waiting is not None:
+            waiting.set()
+        store_key = next((k for prefix, k in self.KEYS.items() if key.startswith(prefix)), None)
+        if store_key is None:
+            return
+        prev = raw.get("prev_kv")
+        try:
+            old = json.loads(base64.b64decode(prev["value"])) if prev else None
+            if raw.get("type") == "DELETE":
+                if old is None:
+                    self.undecodable += 1
+                    return
+                event = Event(revision, store_key, DELETED, old, old)
+            else:
+                obj = json.loads(base64.b64decode(kv.get("value") or ""))
+                event = Event(revision, store_key, MODIFIED if old is not None else ADDED, obj, old)
+        except ValueError:  # not JSON: kube-apiserver stores this one as protobuf
+            self.undecodable += 1
+            return
+        self.events += 1
+        now = self.clock()
+        for listener in self.listeners:
+            listener(event, now)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 # --- the run -----------------------------------------------------------------------------
 
 
@@ -629,34 +989,22 @@ class ChaosRun:
         self.config = config
         self.seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self.rng = random.Random(self.seed)
-        self.checker = HistoryChecker()
+        self.checker = HistoryChecker(
+            pod_bound=max(POD_BOUND, 2 * config.lease[0] + 20))  # a killed leader's lease, then a sync
         self.faults: Counter[str] = Counter()
         self.requests = 0
         self.phases: dict[str, str] = {}  # unit key -> phase, for progress
         self.problems: list[str] = []
+        self.plane: EmbeddedPlane | KubePlane = KubePlane(self) if config.control_plane == "kube" \
+            else EmbeddedPlane(self)
 
     def _say(self, text: str) -> None:
         if self.config.verbose:
             print(f"[chaos {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
-    def _count_requests(self, server: APIServer) -> None:
-        """Wrap the server's error injection to count requests and the errors it injects."""
-        check = server.controls.check
-
-        def counting(verb: str, rt: Any, name: str) -> None:
-            self.requests += 1
-            try:
-                check(verb, rt, name)
-            except api_errors.APIError as e:
-                self.faults[str(e.code)] += 1
-                raise
-
-        server.controls.check = counting  # type: ignore[method-assign]
-
-    def _track_phases(self, event: Event) -> None:
+    def _track_phases(self, event: Event, now: float | None = None) -> None:
         if event.key == UNITS_KEY:
-            meta = event.obj["metadata"]
-            key = f"{meta.get('namespace', '')}/{meta['name']}"
+            key = _key(event.obj)
             if event.type == DELETED:
                 self.phases.pop(key, None)
             else:
@@ -672,68 +1020,71 @@ class ChaosRun:
             return await self._run(Path(tmp))
 
     async def _run(self, state: Path) -> ChaosReport:
-        config = self.config
+        config, plane = self.config, self.plane
         started = time.monotonic()
-        server = APIServer(state / "api", crds=all_crds(), seed=self.seed)
-        await server.start()
-        server.store.listeners.append(self.checker.feed)
-        server.store.listeners.append(self._track_phases)
-        self._count_requests(server)
-        controller = Controller(server.kubeconfig_path, state / "controller.log", config.lease)
+        controller: Controller | None = None
         try:
-            async with KubeClient(load_config(str(server.kubeconfig_path)), qps=2000, burst=4000) as client:
-                nodes = config.parents * config.gpus_per_parent // 8
-                sim = SimCluster(client, nodes=nodes, gpus_per_node=8)
-                await sim.start()
+            await plane.start(state, [self.checker.feed, self._track_phases])
+            controller = Controller(plane.kubeconfig, state / "controller.log", config.lease)
+            async with KubeClient(load_config(str(plane.kubeconfig)), qps=2000, burst=4000) as client:
+                await plane.start_cluster(client)
                 try:
-                    await self._storm(server, client, controller, started)
+                    await self._storm(client, controller, started)
+                    await plane.caught_up()
                 except TimeoutError as e:
-                    self.problems.append(str(e))
+                    self.problems.append(str(e) or "timed out")
                 finally:
                     controller.stop()
-                    await sim.stop()
         finally:
-            await server.stop()
-            self.checker.finish()
+            await plane.stop()
+            self.checker.finish(plane.clock() if isinstance(plane, KubePlane) else None)
         if self.problems and config.verbose:
             log = (state / "controller.log").read_text(errors="replace").splitlines()
             self._say("controller log, last lines:\n" + "\n".join(log[-30:]))
         return ChaosReport(
-            seed=self.seed, jobs=config.jobs + config.quotas, quotas=config.quotas,
+            seed=self.seed, control_plane=plane.name, jobs=config.jobs + config.quotas, quotas=config.quotas,
             seconds=time.monotonic() - started, requests=self.requests, faults=self.faults,
-            restarts=controller.starts - 1, writes_checked=self.checker.writes,
-            admissions=self.checker.admissions, releases=self.checker.releases,
-            suspensions=self.checker.suspensions, peak_gpus=dict(self.checker.peak_gpus),
-            violations=self.checker.violations + self.problems)
+            restarts=controller.starts - 1 if controller else 0, writes_checked=self.checker.writes,
+            used_checked=self.checker.used_checked, pods=self.checker.pods_seen, admissions=self.checker.admissions,
+            releases=self.checker.releases, suspensions=self.checker.suspensions,
+            peak_gpus=dict(self.checker.peak_gpus), violations=self.checker.violations + self.problems)
 
-    async def _storm(self, server: APIServer, client: KubeClient, controller: Controller, started: float) -> None:
-        config, rng = self.config, self.rng
+    async def _storm(self, client: KubeClient, controller: Controller, started: float) -> None:
+        config, rng, plane = self.config, self.rng, self.plane
         quotas = quota_manifests(config, rng)
         for obj in quotas:
             await client.create(QUOTAS, obj, namespace=NAMESPACE)
         leaves = [q["metadata"]["name"] for q in quotas if c.LABEL_QUOTA_PARENT in q["metadata"]["labels"]]
         jobs = workload(config, rng, leaves)
         units = {f"{NAMESPACE}/{j['metadata']['name']}-{c.UNIT_SUFFIX_PYTORCH}" for j in jobs}
-        # Kill at random points of the run: when a drawn share of the jobs is done, plus a jitter.
-        kill_at = sorted(rng.uniform(0.05, 0.9) for _ in range(config.kills))
-        deadline = started + config.timeout
+        # Kill at random points of the run: when a drawn share of the jobs is done, plus a jitter;
+        # on the real control plane, restart kube-apiserver likewise.
+        faults = sorted((rng.uniform(0.05, 0.9), "kill") for _ in range(config.kills))
+        if isinstance(plane, KubePlane):
+            faults = sorted(faults + [(rng.uniform(0.1, 0.8), "restart") for _ in range(config.apiserver_restarts)])
+        deadline = time.monotonic() + config.timeout  # (the control plane is up by now)
         controller.start()
-        self._say(f"seed {self.seed}: {len(jobs)} jobs over {len(leaves)} quotas, {config.kills} kills planned")
-        # 2 % each of 500 and 429 on every request, 409 on 2 % of writes (more than half the
-        # requests): about 5 % in all, the share measured and printed.
-        for code, verbs in ((500, None), (429, None), (409, {"update", "patch"})):
-            server.controls.inject_errors(code, rate=config.error_rate * 0.4, verbs=verbs, retry_after=1)
+        self._say(f"seed {self.seed}: {len(jobs)} jobs over {len(leaves)} quotas on the {plane.name} control plane, "
+                  f"{config.kills} kills" + (f" and {config.apiserver_restarts} kube-apiserver restarts"
+                                             if isinstance(plane, KubePlane) else "") + " planned")
         stop = asyncio.Event()
-        storms = [asyncio.create_task(self._drop_watches(server, stop)),
-                  asyncio.create_task(self._compact(server, stop))]
+        storms = plane.storms(stop)
         creating = asyncio.create_task(self._create(client, jobs))
         session = aiohttp.ClientSession()
         try:
-            for share in kill_at:
-                while self.succeeded(units) < share * len(jobs) or not await controller.leading(session):
-                    self._check_deadline(deadline, units, "the next kill")
+            for share, fault in faults:
+                while self.succeeded(units) < share * len(jobs) or \
+                        (fault == "kill" and not await controller.leading(session)):
+                    self._check_deadline(deadline, units, f"the next {fault}")
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(rng.uniform(0.0, 1.0))
+                if fault == "restart" and isinstance(plane, KubePlane):
+                    down = await plane.restart_apiserver()
+                    self.faults["apiserver restarts"] += 1
+                    self.faults["apiserver down seconds"] += round(down)
+                    self._say(f"kube-apiserver restart {self.faults['apiserver restarts']} at "
+                              f"{self.succeeded(units)}/{len(jobs)} done: down {down:.1f} s")
+                    continue
                 controller.kill()
                 self.faults["sigkill"] += 1
                 self._say(f"SIGKILL {self.faults['sigkill']} at {self.succeeded(units)}/{len(jobs)} done")
@@ -756,9 +1107,9 @@ class ChaosRun:
             stop.set()
             creating.cancel()
             await asyncio.gather(creating, *storms, return_exceptions=True)
-            server.controls.clear_errors()
-        self._check_objects(server, jobs)
-        await self._check_used(server, client, leaves, deadline)
+            plane.calm()
+        await self._check_objects(jobs)
+        await self._check_used(client, leaves, deadline)
 
     def _check_deadline(self, deadline: float, units: set[str], what: str) -> None:
         if time.monotonic() > deadline:
@@ -778,23 +1129,13 @@ class ChaosRun:
                 return
             except AlreadyExists:
                 return  # an earlier try went through
-            except ApiError:
-                await asyncio.sleep(0.1)  # an injected 500 or 409: nothing was written
+            except KubeError:
+                await asyncio.sleep(0.1)  # an injected 500 or 409, or kube-apiserver restarting
 
-    async def _drop_watches(self, server: APIServer, stop: asyncio.Event) -> None:
-        while not await _wait(stop, self.rng.uniform(*self.config.drop_watches_every)):
-            self.faults["watch drops"] += 1
-            self.faults["watches dropped"] += server.controls.drop_watches()
-
-    async def _compact(self, server: APIServer, stop: asyncio.Event) -> None:
-        while not await _wait(stop, self.rng.uniform(*self.config.compact_every)):
-            server.controls.compact()
-            self.faults["compactions"] += 1
-
-    def _check_objects(self, server: APIServer, jobs: list[dict[str, Any]]) -> None:
+    async def _check_objects(self, jobs: list[dict[str, Any]]) -> None:
         """Every job Succeeded with its one unit Succeed; every unit owned by a job that exists."""
-        stored_jobs = {obj["metadata"]["name"]: obj for obj in server.store.items(JOBS_KEY, NAMESPACE)}
-        stored_units = {obj["metadata"]["name"]: obj for obj in server.store.items(UNITS_KEY, NAMESPACE)}
+        stored_jobs = {obj["metadata"]["name"]: obj for obj in await self.plane.objects(JOBS_KEY)}
+        stored_units = {obj["metadata"]["name"]: obj for obj in await self.plane.objects(UNITS_KEY)}
         for job in jobs:
             name = job["metadata"]["name"]
             stored = stored_jobs.get(name)
@@ -818,8 +1159,7 @@ class ChaosRun:
             if not owners or not set(owners) <= uids:
                 self.problems.append(f"unit {name} is orphaned (owners {owners})")
 
-    async def _check_used(self, server: APIServer, client: KubeClient, leaves: list[str],
-                          deadline: float) -> None:
+    async def _check_used(self, client: KubeClient, leaves: list[str], deadline: float) -> None:
         """One long job per quota; once all run, status.used must equal the admitted units' sum."""
         tail = [job_manifest(f"tail-{q}", q, 1, 0, self.config.tail_runtime, 0) for q in leaves]
         names = {f"{NAMESPACE}/{j['metadata']['name']}-{c.UNIT_SUFFIX_PYTORCH}" for j in tail}
@@ -832,9 +1172,10 @@ class ChaosRun:
         written: dict[str, dict[str, int]] = {}
         settle = time.monotonic() + 10.0
         while time.monotonic() < settle:
+            await self.plane.caught_up()
             expected = self.checker.holding_usage()
             written = {}
-            for obj in server.store.items(QUOTAS_KEY, NAMESPACE):
+            for obj in await self.plane.objects(QUOTAS_KEY):
                 try:
                     written[obj["metadata"]["name"]] = parse_resource_list(
                         (obj.get("status") or {}).get("used") or {})
@@ -853,7 +1194,7 @@ class ChaosRun:
         while self.succeeded(names) < len(names):
             self._check_deadline(deadline, names, "the long jobs to end")
             await asyncio.sleep(0.2)
-        self._check_objects(server, tail)
+        await self._check_objects(tail)
 
 
 def _same_usage(expected: dict[str, dict[str, int]], written: dict[str, dict[str, int]]) -> bool:
@@ -880,11 +1221,17 @@ def run_chaos(config: ChaosConfig) -> ChaosReport:
 
 def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--control-plane", choices=("embedded", "kube"), default="embedded",
+                        help="kube: the real control plane (built with `make e2e-tools`)")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--quotas", type=int, default=20)
     parser.add_argument("--parents", type=int, default=4)
     parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--error-rate", type=float, default=0.05)
+    parser.add_argument("--apiserver-restarts", type=int, default=1, help="kube: kube-apiserver SIGKILLed and "
+                        "started again this many times")
+    parser.add_argument("--error-rate", type=float, default=0.05, help="embedded: the share of requests failed")
+    parser.add_argument("--no-watch-drops", action="store_true", help="embedded: never drop the watches")
+    parser.add_argument("--no-compactions", action="store_true", help="embedded: never forget the history")
     parser.add_argument("--seed", type=int, default=None, help="replay a run (default: a random one, printed)")
     parser.add_argument("--submit-per-second", type=float, default=25.0)
     parser.add_argument("--runtime", type=float, nargs=2, default=(0.5, 4.0), metavar=("MIN", "MAX"))
@@ -893,20 +1240,20 @@ def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -
                         metavar=("DURATION", "RENEW", "RETRY"), help="the controller's leader election timings")
     parser.add_argument("--state-dir", type=Path, default=None, help="keep the state (and controller.log) here")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON object")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines, only the figures")
     args = parser.parse_args(argv)
     # The simulated cluster and the event recorder log every refused write at length.
     logging.basicConfig(level=logging.ERROR)
     config = ChaosConfig(jobs=args.jobs, quotas=args.quotas, parents=args.parents, kills=args.kills,
                          error_rate=args.error_rate, seed=args.seed, submit_per_second=args.submit_per_second,
                          runtime=tuple(args.runtime), timeout=args.timeout, state_dir=args.state_dir,
-                         lease=tuple(args.lease))
+                         lease=tuple(args.lease), control_plane=args.control_plane,
+                         apiserver_restarts=args.apiserver_restarts, watch_drops=not args.no_watch_drops,
+                         compactions=not args.no_compactions, verbose=not args.quiet)
     result = run_chaos(config)
     report(result.figures())
     if args.json:
-        report(json.dumps({"seed": result.seed, "jobs": result.jobs, "quotas": result.quotas,
-                           "seconds": round(result.seconds, 1), "requests": result.requests,
-                           "faults": dict(result.faults), "restarts": result.restarts,
-                           "writes_checked": result.writes_checked, "violations": result.violations}))
+        report(json.dumps(result.as_json()))
     return 1 if result.violations else 0
 
 

@@ -130,8 +130,11 @@ class RealCluster:
     """Start with `start()` (or `with`), stop with `stop()`; `state_dir` keeps everything."""
 
     def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
-                 binaries: dict[str, Path] | None = None, audit: bool = True) -> None:
+                 binaries: dict[str, Path] | None = None, audit: bool = True, full_history: bool = False) -> None:
+        """`full_history`: kube-apiserver never compacts etcd's history and stores every object
+        as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write."""
         self.state_dir = state_dir.resolve()
+        self.full_history = full_history
         self.pki = self.state_dir / "pki"
         self.logs = self.state_dir / "logs"
         self.nodes = nodes or NodeShape()
@@ -343,6 +346,7 @@ class RealCluster:
             f"--kubelet-client-certificate={kubelet_cert}", f"--kubelet-client-key={kubelet_key}",
             # The kubernetes Service cannot point at a loopback address; no pod here dials it.
             "--endpoint-reconciler-type=none",
+            *(["--etcd-compaction-interval=0", "--storage-media-type=application/json"] if self.full_history else []),
         ])
         self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=120)
 

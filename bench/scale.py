@@ -46,7 +46,7 @@ from harness import fmt, mib  # noqa: E402
 from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
 from koordqueue.controller import status as st  # noqa: E402
-from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest, rfc3339, unit_view  # noqa: E402
+from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest, rfc3339  # noqa: E402
 from koordqueue.engine import messages  # noqa: E402
 from koordqueue.kube.client import KubeClient, Resource  # noqa: E402
 
@@ -104,7 +104,7 @@ async def samples(client: KubeClient, leaf: str, running: bool) -> tuple[dict[st
     name = unit["metadata"]["name"]
     if running:
         now = time.time()
-        status = {**st.admitted(unit_view(unit), leaf, f"{c.SYSTEM_NAMESPACE}/{leaf}", [], 1, now),
+        status = {**st.admitted(unit["spec"], leaf, f"{c.SYSTEM_NAMESPACE}/{leaf}", [], 1, now),
                   **st.running(), "lastUpdateTime": rfc3339(now)}
         await client.patch_status(UNITS, name, {"status": status}, namespace=NS)
         await client.patch(JOBS, "sample", ADAPTER.resume_patch({}), namespace=NS)

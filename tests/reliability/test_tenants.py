@@ -1,20 +1,26 @@
 """Tenants kept apart, beyond tests/controller/test_quotas_and_tenants.py: a quota named
 like another tenant's takes nothing from it, the namespaces annotation binds exactly the
 namespaces it lists, the default-quota rules of SEMANTICS §5 (and their ambiguous case),
-and hand edits of a QueueUnit's labels and queue undone like those of its priority."""
+and hand edits of a QueueUnit's labels, queue and priority: undone, and never used, however
+fast they come."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.controller.snapshot import HOLDING, UNITS
+from koordqueue.localcluster.store import Event
 
 from ..controller.conftest import System, pytorch_job, quota, running_system
 
 pytestmark = pytest.mark.timeout(120)
+
+UNITS_KEY = f"{c.QUEUE_GROUP}/{c.QUEUE_UNIT_PLURAL}"
 
 
 def namespace(name: str) -> dict[str, object]:
@@ -179,3 +185,66 @@ async def test_hand_edits_of_a_units_labels_and_queue_are_undone(tmp_path: Path)
         assert await system.phase("runner-py-qu", "solo") == c.Phase.RUNNING
         job = await system.get_json("pytorchjob", "runner", "-n", "solo")
         assert c.ANNOTATION_SUSPEND not in job["metadata"].get("annotations", {})
+
+
+async def test_units_edited_as_fast_as_the_api_goes_are_admitted_as_their_jobs_say(tmp_path: Path) -> None:
+    """A tenant patches its waiting units' quota label, spec.queue and spec.priority over and
+    over, against scheduling cycles (each patch wakes one), while its jobs name a full quota
+    and a job of higher priority waits beside them. Every admission the API server ever
+    records is the one the jobs say: into their own quota, the higher priority first. (The
+    engine once took these fields from the unit: a cycle between an edit and its undoing
+    admitted several units into the tenant's other quota, or ahead of the higher job.)"""
+    async with running_system(tmp_path / "state") as system:
+        admitted: list[tuple[str, str]] = []  # (unit, status.message) of every write that admits
+
+        def record(event: Event) -> None:
+            status = event.obj.get("status") or {}
+            before = (event.old or {}).get("status") or {}
+            if event.key == UNITS_KEY and event.namespace == "race" and \
+                    status.get("phase") in HOLDING and before.get("phase") not in HOLDING:
+                admitted.append((event.obj["metadata"]["name"], str(status.get("message"))))
+
+        system.server.store.listeners.append(record)
+        await system.apply(namespace("race"))
+        await system.apply(quota("small", 0, 1, namespace="race"), quota("big", 0, 16, namespace="race"))
+        await system.apply(pytorch_job("runner", namespace="race", quota_name="small", workers=0))
+        await system.wait_phase("runner-py-qu", c.Phase.RUNNING, namespace="race")
+        lows = [f"low-{i}" for i in range(12)]
+        await system.apply(*[pytorch_job(j, namespace="race", quota_name="small", workers=0) for j in lows],
+                           pytorch_job("high", namespace="race", quota_name="small", workers=0, priority=10))
+        for job in [*lows, "high"]:
+            assert "quota small" in await message_of(system, job, "race")
+        edits: list[dict[str, object]] = [
+            {"metadata": {"labels": {c.LABEL_QUOTA_NAME: "big"}}},
+            {"spec": {"queue": "big"}},
+            {"spec": {"priority": 1000}},
+            {"metadata": {"labels": {c.LABEL_QUOTA_NAME: "big"}}, "spec": {"queue": "big", "priority": 1000}},
+        ]
+        patches = 0
+
+        async def edit_for(seconds: float) -> None:
+            nonlocal patches
+            deadline = asyncio.get_running_loop().time() + seconds
+            while asyncio.get_running_loop().time() < deadline:
+                for job in lows:
+                    await system.client.patch(UNITS, f"{job}-py-qu", edits[patches % len(edits)], namespace="race")
+                    patches += 1
+
+        await edit_for(3.0)
+        assert admitted == [("runner-py-qu", "admitted into quota small through queue koord-queue/small")]
+        # The runner ends while the edits go on: its room is the higher job's, nobody else's.
+        editing = asyncio.create_task(edit_for(3.0))
+        await system.akubectl("delete", "pytorchjob", "runner", "-n", "race")
+
+        async def next_admitted() -> bool:
+            return len(admitted) > 1
+
+        await system.wait_for(next_admitted, what="the runner's room to be given")
+        await editing
+        assert patches > 200, f"only {patches} edits raced the cycles"
+        await asyncio.sleep(1.0)  # any cycle the last edits woke is over
+        assert admitted == [("runner-py-qu", "admitted into quota small through queue koord-queue/small"),
+                            ("high-py-qu", "admitted into quota small through queue koord-queue/small")]
+        big = await system.get_json("elasticquota", "big", "-n", "race")
+        assert big.get("status", {}).get("used", {}).get(c.GPU, "0") == "0"
+        await system.wait_phase("high-py-qu", c.Phase.RUNNING, namespace="race")

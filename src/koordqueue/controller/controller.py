@@ -42,6 +42,7 @@ from koordqueue.controller.snapshot import (
     HOLDING,
     NODES,
     ORPHAN,
+    PRIORITY_CLASSES,
     QUEUES,
     QUOTAS,
     SENT_BACK,
@@ -58,8 +59,10 @@ from koordqueue.controller.views import (
     UnitView,
     adapter_of_kind,
     job_view,
+    orphan_info,
     queue_unit_manifest,
     rfc3339,
+    unit_info,
     unit_view,
 )
 from koordqueue.engine import Engine
@@ -82,7 +85,6 @@ from koordqueue.kube.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
-PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 PODS = Resource("", "v1", "pods")
 RUNNABLE = {c.Phase.DEQUEUED.value, c.Phase.RUNNING.value}
 BATCH_SECONDS = 0.002  # after a wake, let a burst of events land in one cycle
@@ -301,8 +303,8 @@ class Controller:
         self.pod_informer.on_update(lambda old, new: self._pod_changed(new, old))
         self.pod_informer.on_delete(self._pod_deleted)
         for kind, inf in self.job_informers.items():
-            inf.on_add(lambda j, k=kind: self._enqueue_job(f"{k}/{j.key}", j))
-            inf.on_update(lambda _o, j, k=kind: self._enqueue_job(f"{k}/{j.key}", j))
+            inf.on_add(lambda j, k=kind: self._job_changed(f"{k}/{j.key}", j))
+            inf.on_update(lambda _o, j, k=kind: self._job_changed(f"{k}/{j.key}", j))
             inf.on_delete(self._job_deleted)
 
     def _event(self, ref: ObjectRef | Object, event_type: c.EventType, reason: c.EventReason, message: str) -> None:
@@ -523,9 +525,9 @@ class Controller:
             self.unit_rv[unit.key] = unit.resource_version
             orphan = self._orphan_reason(unit)
             if orphan is not None:
-                self.engine.set_unit(replace(unit.unit_info(), invalid=orphan))
+                self.engine.set_unit(orphan_info(unit, orphan))
                 continue
-            requeue_at = load_unit(self.engine, unit, now)
+            requeue_at = load_unit(self.engine, unit, self._unit_info(unit), now)
             if requeue_at is not None:
                 heapq.heappush(self.backoffs, (requeue_at, unit.key))
             job = self._job_of(unit)
@@ -536,6 +538,15 @@ class Controller:
 
     def _orphan_reason(self, unit: UnitView) -> str | None:
         return orphan_reason(unit, self.job_informers)
+
+    def _unit_info(self, unit: UnitView) -> UnitInfo:
+        """The engine's view of a unit: what its job asks for (see views.unit_info), or why it
+        stands for no job."""
+        orphan = self._orphan_reason(unit)
+        job = self._job_of(unit)
+        if orphan is not None or job is None:
+            return orphan_info(unit, orphan or ORPHAN)
+        return unit_info(unit, job)
 
     def _newer(self, key: str, rv: str) -> bool:
         mine = self.unit_rv.get(key)
@@ -548,32 +559,36 @@ class Controller:
         if not self.sync_done:
             return
         current = self.engine.unit(unit.key)
-        orphan = self._orphan_reason(unit)
         if unit.phase in FINISHED:
             if current is not None:
                 self.engine.remove_unit(unit.key)
                 self.wake.set()
         elif current is None:
-            info = unit.unit_info()
+            orphan = self._orphan_reason(unit)
             if orphan is not None:
-                info.invalid = orphan
-                self.engine.set_unit(info)
+                self.engine.set_unit(orphan_info(unit, orphan))
             elif unit.phase in HOLDING:
-                hold(self.engine, info, unit.allocated_at or unit.created)
+                hold(self.engine, self._unit_info(unit), unit.allocated_at or unit.created)
             else:
-                self.engine.set_unit(info)
+                self.engine.set_unit(self._unit_info(unit))
             self.wake.set()
         else:
-            info = unit.unit_info()
-            info.invalid = orphan or info.invalid
-            if _spec_changed(current, info):
-                # The engine owns admission state while we run; the object only its spec.
-                info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
-                info.admitted_at, info.requeue_at = current.admitted_at, current.requeue_at
-                info.attempts = current.attempts
-                self.engine.set_unit(info)
-                self.wake.set()
+            self._refresh_asks(unit, current)
         self._enqueue_job(unit.job_key, self._job_of(unit))
+
+    def _refresh_asks(self, unit: UnitView, current: UnitInfo) -> None:
+        """Give the engine what the unit's job asks for now, its admission state kept (the
+        engine owns that while we run)."""
+        info = self._unit_info(unit)
+        if not _spec_changed(current, info):
+            return
+        info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
+        info.admitted_at, info.requeue_at = current.admitted_at, current.requeue_at
+        info.attempts = current.attempts
+        if current.admitted_quota is not None and info.invalid is not None:
+            info.request = current.request  # its job unusable now: it holds what it was admitted with
+        self.engine.set_unit(info)
+        self.wake.set()
 
     async def _unit_deleted(self, unit: UnitView) -> None:
         self._remember_deletion(unit.key, f"QueueUnit {unit.key} was deleted")
@@ -603,6 +618,15 @@ class Controller:
                 self.jobs_queue.add(f"{kind}/{job.key}")
 
     # --- jobs -----------------------------------------------------------------------
+
+    def _job_changed(self, item: str, job: JobView) -> None:
+        """What the job asks for goes to the engine at once (not through its unit's spec,
+        which the job's reconciler rewrites later); then the job is reconciled."""
+        unit = self.unit_informer.get(job.unit_key)
+        current = self.engine.unit(job.unit_key) if self.sync_done else None
+        if unit is not None and current is not None and unit.phase not in FINISHED:
+            self._refresh_asks(unit, current)
+        self._enqueue_job(item, job)
 
     def _enqueue_job(self, item: str, job: JobView | None) -> None:
         """A job that ended goes ahead of the others: reconciling it releases its quota, and
@@ -688,8 +712,7 @@ class Controller:
         adopt = not job.suspended and item in self.initial_jobs and (
             job.state is JobState.RUNNING or self._pod_count(job).running > 0)
         if adopt:
-            info = unit_view(body).unit_info()
-            hold(self.engine, info, job.created)
+            hold(self.engine, unit_info(unit_view(body), job), job.created)
         try:
             created = await self.client.create(UNITS, body, namespace=job.namespace)
         except AlreadyExists:
@@ -958,12 +981,17 @@ class Controller:
             self.engine.revert_admission(key)
             self._look_again(key, unit)
             return
+        job = self._job_of(unit)
+        if job is None or job.unit_spec is None:  # gone or unusable since the cycle: its unit waits
+            self.engine.revert_admission(key)
+            self.wake.set()
+            return
         now = self.clock()
         settings = self.queue_settings.get(queue)
-        labels = dict(unit.labels)
+        labels = dict(job.unit_labels)  # the job's: a unit's labels edited by hand would skip its checks
         checks = [check.name for check in (settings.admission_checks if settings else ())
                   if selector_matches(check.label_selector, labels)]
-        status = st.admitted(unit, quota, queue, checks, info.attempts + 1, now)
+        status = st.admitted(job.unit_spec, quota, queue, checks, info.attempts + 1, now)
         try:
             await self._write_unit_status(key, status, precondition=True)
         except (Conflict, NotFound) as e:

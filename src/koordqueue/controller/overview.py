@@ -103,7 +103,7 @@ def explain(
     (``advice``, in words). ``told`` as for ``overview``."""
     standing = engine.standing(unit.key)
     info = engine.unit(unit.key)
-    request = dict(unit.request or {})
+    request = dict(info.request) if info else dict(unit.request or {})  # the job's, as the engine has it
     admitted = bool(info and info.admitted_quota)
     waiting = standing is not None and standing.position is not None
     if unit.key in (told or {}):

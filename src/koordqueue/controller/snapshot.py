@@ -13,7 +13,16 @@ from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
-from koordqueue.controller.views import JOB_PLURALS, UnitView, adapter_of_kind, unit_view
+from koordqueue.controller.views import (
+    JOB_PLURALS,
+    JobView,
+    UnitView,
+    adapter_of_kind,
+    job_view,
+    orphan_info,
+    unit_info,
+    unit_view,
+)
 from koordqueue.engine import Engine, messages
 from koordqueue.engine.model import QuotaInfo, ResourceList, UnitInfo
 from koordqueue.kube.client import KubeClient, Object, Resource
@@ -26,6 +35,7 @@ QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
 UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
 NODES = Resource("", "v1", "nodes", namespaced=False)
 CONFIG_MAPS = Resource("", "v1", "configmaps")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
 HOLDING = {p.value for p in c.PHASES_HOLDING_QUOTA}
 FINISHED = {p.value for p in c.PHASES_FINISHED}
 SENT_BACK = {c.Phase.PREEMPTED.value, c.Phase.TIMEOUT_BACKOFF.value}
@@ -44,11 +54,11 @@ def hold(engine: Engine, info: UnitInfo, since: float) -> None:
     engine.set_unit(info)
 
 
-def load_unit(engine: Engine, unit: UnitView, now: float) -> float | None:
-    """Put a unit into the engine as its object says; return when it leaves back-off."""
+def load_unit(engine: Engine, unit: UnitView, info: UnitInfo, now: float) -> float | None:
+    """Put a unit into the engine (``info``: what its job asks for) where its object says it
+    is: holding quota, backing off or waiting; return when it leaves back-off."""
     if unit.phase in FINISHED:
         return None
-    info = unit.unit_info()
     if unit.phase in HOLDING:
         hold(engine, info, unit.allocated_at or unit.created)
         return None
@@ -68,14 +78,18 @@ def quota_age(obj: Object) -> tuple[str, str]:
 
 
 def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | None:
-    """Why a unit stands for no job we queue (made by hand, or for a kind not queued):
-    such a unit waits and is never admitted nor accounted as holding quota, or anyone who
-    may create a QueueUnit could hold quota (or jump the queue) with no job at all.
+    """Why a unit stands for no job we queue (made by hand, for a kind not queued, or
+    naming a job whose unit is another): such a unit waits and is never admitted nor
+    accounted as holding quota, or anyone who may create a QueueUnit could hold quota (or
+    jump the queue, or borrow another job's quota) with no job of its own.
     ``jobs``: by kind, the keys (namespace/name) of the jobs there are."""
     known = jobs.get(unit.consumer_kind)
     job = f"{unit.consumer_kind or 'consumer'} {unit.namespace}/{unit.consumer_name or '(unnamed)'}"
     if known is None:
         return f"{ORPHAN} this controller queues ({job})"
+    own = adapter_of_kind(unit.consumer_kind).unit_name_for(unit.consumer_name)
+    if unit.name != own:
+        return f"{ORPHAN}: the QueueUnit of {job} is {own}"
     if f"{unit.namespace}/{unit.consumer_name}" not in known:
         return f"{ORPHAN}: {job} does not exist"
     return None
@@ -144,22 +158,26 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
             snap.queue_quotas[queue.key] = queue.quota
         except InvalidObject as e:
             snap.problems.append(str(e))
-    jobs: dict[str, set[str]] = {}
+    priority_classes = {key_of(pc): pc["value"] for pc in (await client.list_all(PRIORITY_CLASSES)).items
+                        if isinstance(pc.get("value"), int)}
+    jobs: dict[str, dict[str, JobView]] = {}  # by kind, as the informers key them
     for kind in sorted(settings.job_kinds & set(JOB_PLURALS)):
+        adapter = adapter_of_kind(kind)
         try:
-            listed = await client.list_all(Resource.of(adapter_of_kind(kind).api_version, JOB_PLURALS[kind]))
+            listed = (await client.list_all(Resource.of(adapter.api_version, JOB_PLURALS[kind]))).items
         except NotFound:  # the kind is not served here: no job of it
-            listed = None
-        jobs[kind] = set() if listed is None else {key_of(o) for o in listed.items}  # as the informers key them
+            listed = []
+        jobs[kind] = {key_of(o): job_view(o, adapter, priority_classes) for o in listed}
     now = time.time()
     for obj in (await client.list_all(UNITS)).items:
         unit = unit_view(obj)
         snap.units[unit.key] = unit
         orphan = orphan_reason(unit, jobs)
         if orphan is not None:  # as the controller does: it waits, holding nothing
-            snap.engine.set_unit(replace(unit.unit_info(), invalid=orphan))
+            snap.engine.set_unit(orphan_info(unit, orphan))
             continue
-        load_unit(snap.engine, unit, now)
+        job = jobs[unit.consumer_kind][f"{unit.namespace}/{unit.consumer_name}"]
+        load_unit(snap.engine, unit, unit_info(unit, job), now)
     return snap
 
 
@@ -173,9 +191,9 @@ def look_now(snap: Snapshot, now: float) -> dict[str, str]:
     victims: dict[str, list[str]] = {}
     for preemption in result.preempted:
         victims.setdefault(preemption.preemptor, []).append(preemption.unit)
-        unit = snap.units.get(preemption.unit)
-        if unit is not None:
-            load_unit(snap.engine, unit, now)  # it holds its quota again, as its object says
+        unit, info = snap.units.get(preemption.unit), snap.engine.unit(preemption.unit)
+        if unit is not None and info is not None:
+            load_unit(snap.engine, unit, info, now)  # it holds its quota again, as its object says
     for admission in result.admitted:
         snap.engine.revert_admission(admission.unit)
     return {a.unit: messages.next_cycle(victims.get(a.unit, [])) for a in result.admitted}

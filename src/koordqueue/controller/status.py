@@ -18,8 +18,9 @@ def enqueued(message: str) -> Object:
     return {"phase": c.Phase.ENQUEUED.value, "message": message}
 
 
-def admitted(unit: UnitView, quota: str, queue: str, checks: Sequence[str], attempts: int, now: float) -> Object:
-    """Dequeued, or Reserved while the named admission checks are pending."""
+def admitted(spec: Object, quota: str, queue: str, checks: Sequence[str], attempts: int, now: float) -> Object:
+    """Dequeued, or Reserved while the named admission checks are pending. ``spec``: the unit's,
+    as its job says it (the pod sets admitted)."""
     where = f"quota {quota} through queue {queue}"
     status: Object = {
         "phase": (c.Phase.RESERVED if checks else c.Phase.DEQUEUED).value,
@@ -30,9 +31,9 @@ def admitted(unit: UnitView, quota: str, queue: str, checks: Sequence[str], atte
         "admissions": [
             {"name": ps.get("name", ""), "replicas": ps.get("count", 0), "running": 0,
              "resources": _pod_request(ps)}
-            for ps in unit.spec.get("podSet") or () if isinstance(ps, Mapping)
+            for ps in spec.get("podSet") or () if isinstance(ps, Mapping)
         ],
-        "admissionSummary": admission_summary(unit.spec.get("podSet") or ()),
+        "admissionSummary": admission_summary(spec.get("podSet") or ()),
         "admissionChecks": [
             {"name": name, "state": c.AdmissionCheckState.PENDING.value, "lastTransitionTime": rfc3339(now)}
             for name in checks

@@ -100,7 +100,7 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         spec = unit_spec(obj, adapter, priority_classes)
     except (InvalidObject, QuantityError) as e:
         invalid = str(e)
-        unit_name = f"{name}-{adapter.unit_suffix}" if adapter.unit_suffix else name
+        unit_name = adapter.unit_name_for(name)
         labels = {}
     try:
         suspended = adapter.is_suspended(obj)
@@ -193,7 +193,8 @@ def queue_unit_manifest(job: JobView) -> Object:
 
 @dataclass(frozen=True, slots=True)
 class UnitView:
-    """One QueueUnit: the engine's inputs plus the status fields the controller compares."""
+    """One QueueUnit: where it stands (its status) and what it says it asks for (its spec,
+    which the controller compares with its job's; the engine takes the job's, see unit_info)."""
 
     namespace: str
     name: str
@@ -207,8 +208,7 @@ class UnitView:
     requeue_at: float | None
     consumer_kind: str
     consumer_name: str
-    request: ResourceList | None
-    invalid: str | None
+    request: ResourceList | None  # None when spec.resource does not parse
     allocated_at: float | None = None  # status.lastAllocateTime
     checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
     pod_state: tuple[int, int] | None = None  # status.podState: (running, pending)
@@ -225,22 +225,6 @@ class UnitView:
     def label(self, name: str) -> str | None:
         return dict(self.labels).get(name)
 
-    def unit_info(self) -> UnitInfo:
-        priority = self.spec.get("priority")
-        return UnitInfo(
-            namespace=self.namespace,
-            name=self.name,
-            priority=priority if isinstance(priority, int) else 0,
-            created=self.created,
-            request=self.request or {},
-            queue_name=self.spec.get("queue") or None,
-            quota_name=self.label(c.LABEL_QUOTA_NAME),
-            preemptible=(self.label(c.LABEL_PREEMPTIBLE) or "").lower() != c.FALSE,
-            attempts=self.attempts,
-            requeue_at=self.requeue_at,
-            invalid=self.invalid,
-        )
-
 
 def unit_view(obj: Object) -> UnitView:
     meta = obj.get("metadata") or {}
@@ -251,11 +235,10 @@ def unit_view(obj: Object) -> UnitView:
     if not isinstance(status, dict):
         status = {}
     ref = spec.get("consumerRef") or {}
-    invalid = None
     try:
         request: ResourceList | None = parse_resource_list(spec.get("resource") or {})
-    except QuantityError as e:
-        request, invalid = None, f"bad spec.resource: {e}"
+    except QuantityError:
+        request = None
     requeue = (status.get("requeueState") or {}).get("requeueAt")
     attempts = status.get("attempts")
     labels = meta.get("labels") or {}
@@ -279,13 +262,44 @@ def unit_view(obj: Object) -> UnitView:
         consumer_kind=str(ref.get("kind", "")),
         consumer_name=str(ref.get("name", "")),
         request=request,
-        invalid=invalid,
         allocated_at=parse_time(status.get("lastAllocateTime")) or None,
         checks=checks,
         pod_state=(_count(pod_state.get("running")), _count(pod_state.get("pending")))
         if isinstance(pod_state, dict) else None,
         admissions_running=tuple(_count(a.get("running")) for a in admissions),
     )
+
+
+def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
+    """The engine's view of a unit that stands for ``job``. What it asks for (priority,
+    request, queue, quota, preemptible) is the job's, never the unit's own spec or labels:
+    whoever may edit QueueUnits could change those, and although the controller puts them
+    back, a scheduling cycle may come first. The unit gives only its age and its attempts."""
+    spec = job.unit_spec
+    if spec is None:  # the job is unusable: its unit waits, saying why (or, admitted before, holds what it held)
+        return UnitInfo(namespace=unit.namespace, name=unit.name, priority=0, created=unit.created,
+                        request=unit.request or {}, attempts=unit.attempts, requeue_at=unit.requeue_at,
+                        invalid=job.invalid or "unreadable")
+    labels = dict(job.unit_labels)
+    return UnitInfo(
+        namespace=unit.namespace,
+        name=unit.name,
+        priority=spec["priority"],
+        created=unit.created,
+        request=parse_resource_list(spec["resource"]),  # formatted from amounts we computed: it parses
+        queue_name=spec.get("queue") or None,
+        quota_name=labels.get(c.LABEL_QUOTA_NAME) or None,
+        preemptible=(labels.get(c.LABEL_PREEMPTIBLE) or "").lower() != c.FALSE,
+        attempts=unit.attempts,
+        requeue_at=unit.requeue_at,
+    )
+
+
+def orphan_info(unit: UnitView, reason: str) -> UnitInfo:
+    """The engine's view of a unit that stands for no usable job: it waits, saying ``reason``,
+    and asks for nothing (so nothing on it can be edited to any effect)."""
+    return UnitInfo(namespace=unit.namespace, name=unit.name, priority=0, created=unit.created, request={},
+                    attempts=unit.attempts, requeue_at=unit.requeue_at, invalid=reason)
 
 
 def _phase(value: object) -> str:

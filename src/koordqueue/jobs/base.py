@@ -102,9 +102,13 @@ class JobAdapter(ABC):
     def meta(self, job: Job) -> Meta:
         return read_meta(job, self.kind)
 
+    def unit_name_for(self, job_name: str) -> str:
+        """The name of the QueueUnit of the job named ``job_name``."""
+        return f"{job_name}-{self.unit_suffix}" if self.unit_suffix else job_name
+
     def unit_name(self, job: Job, meta: Meta | None = None) -> str:
         meta = meta or self.meta(job)
-        name = f"{meta.name}-{self.unit_suffix}" if self.unit_suffix else meta.name
+        name = self.unit_name_for(meta.name)
         if len(name) > MAX_NAME_LENGTH:
             raise InvalidObject(
                 f"{meta.describe()}: its QueueUnit's name would be {len(name)} characters, more than "

@@ -1,0 +1,61 @@
+"""`koord-queue status` and `explain` load the engine as the controller does: what a unit
+asks for (priority, quota, queue, request) is its job's, whatever its own spec and labels
+say, and a unit naming a job that has a unit of its own stands for no job."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.api.crds import all_crds
+from koordqueue.controller.snapshot import QUOTAS, UNITS, take_snapshot
+from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.config import load_config
+from koordqueue.localcluster.server import APIServer
+
+from .conftest import pytorch_job, quota
+
+pytestmark = pytest.mark.timeout(60)
+PYTORCH_JOBS = Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL)
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[KubeClient]:
+    server = APIServer(tmp_path / "state", crds=all_crds())
+    await server.start()
+    try:
+        async with KubeClient(load_config(str(server.kubeconfig_path))) as kube:
+            yield kube
+    finally:
+        await server.stop()
+
+
+async def test_a_units_asks_are_its_jobs_in_the_snapshot(client: KubeClient) -> None:
+    await client.create(QUOTAS, quota("small", 0, 1), namespace="default")
+    await client.create(QUOTAS, quota("big", 0, 8), namespace="default")
+    job = await client.create(PYTORCH_JOBS, pytorch_job("wide", quota_name="small", priority=3), namespace="default")
+    unit: dict[str, Any] = queue_unit_manifest(job_view(job, adapter_of_kind(c.PYTORCH_JOB_KIND), {}))
+    edited = copy.deepcopy(unit)  # as a tenant who may edit QueueUnits left it
+    edited["metadata"]["labels"][c.LABEL_QUOTA_NAME] = "big"
+    edited["spec"].update(priority=1000, queue="big", resource={c.GPU: "0"})
+    await client.create(UNITS, edited, namespace="default")
+    thief = copy.deepcopy(unit)  # made by hand, naming the same job
+    thief["metadata"]["name"] = "thief-py-qu"
+    await client.create(UNITS, thief, namespace="default")
+
+    snap = await take_snapshot(client)
+    info = snap.engine.unit("default/wide-py-qu")
+    assert info is not None
+    assert (info.priority, info.quota_name, info.queue_name, info.request[c.GPU]) == (3, "small", None, 2000)
+    standing = snap.engine.standing("default/wide-py-qu")
+    assert standing is not None and standing.quota == "small"
+    thief_info = snap.engine.unit("default/thief-py-qu")
+    assert thief_info is not None
+    assert thief_info.invalid == ("this QueueUnit stands for no job: the QueueUnit of PyTorchJob default/wide "
+                                  "is wide-py-qu")

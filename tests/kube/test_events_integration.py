@@ -53,7 +53,7 @@ async def test_repeats_bump_the_count_of_one_event(client: KubeClient) -> None:
 
 async def test_the_memory_of_written_events_is_bounded(client: KubeClient) -> None:
     recorder = EventRecorder(client, "koord-queue", cache_size=2)
-    ref = ObjectRef("v1", "ConfigMap", "job-1", "default")
+    ref = ObjectRef("v1", "ConfigMap", "job-1", "default", "uid-1")
     for message in ("a", "b", "c", "a"):  # "a" was forgotten when "c" came
         await recorder.record(ref, EventType.NORMAL, EventReason.ENQUEUED, message)
     events = await events_about(client, "job-1")
@@ -62,7 +62,7 @@ async def test_the_memory_of_written_events_is_bounded(client: KubeClient) -> No
 
 async def test_an_event_deleted_meanwhile_is_written_again(client: KubeClient) -> None:
     recorder = EventRecorder(client, "koord-queue")
-    ref = ObjectRef("v1", "ConfigMap", "job-1", "default")
+    ref = ObjectRef("v1", "ConfigMap", "job-1", "default", "uid-1")
     await recorder.record(ref, EventType.NORMAL, EventReason.DEQUEUED, "admitted")
     [first] = await events_about(client, "job-1")
     await client.delete(EVENTS, first["metadata"]["name"], namespace="default")
@@ -75,7 +75,7 @@ async def test_failures_are_logged_never_raised(server: APIServer, client: KubeC
                                                 caplog: pytest.LogCaptureFixture) -> None:
     server.controls.inject_errors(500, resources={"events"})
     recorder = EventRecorder(client, "koord-queue")
-    ref = ObjectRef("v1", "ConfigMap", "job-1", "default")
+    ref = ObjectRef("v1", "ConfigMap", "job-1", "default", "uid-1")
     with caplog.at_level(logging.WARNING, logger="koordqueue.kube.events"):
         await recorder.record(ref, EventType.WARNING, EventReason.INVALID_QUOTA, "min > max")
     assert "not recorded" in caplog.text

@@ -718,7 +718,7 @@ class Controller:
         except AlreadyExists:
             return
         self.unit_rv[job.unit_key] = str(created["metadata"]["resourceVersion"])
-        ref = _unit_ref_of(job)
+        ref = ObjectRef.of(created)
         if adopt:
             await self._write_unit_status(job.unit_key, {**st.running(), "message": "adopted: it was already running"})
             return
@@ -1380,11 +1380,7 @@ def _pod_set_shape(pod_sets: object) -> list[tuple[Any, ...]] | None:
 
 
 def _unit_ref(unit: UnitView) -> ObjectRef:
-    return ObjectRef(c.QUEUE_API_VERSION, c.QUEUE_UNIT_KIND, unit.name, unit.namespace)
-
-
-def _unit_ref_of(job: JobView) -> ObjectRef:
-    return ObjectRef(c.QUEUE_API_VERSION, c.QUEUE_UNIT_KIND, job.unit_name, job.namespace)
+    return ObjectRef(c.QUEUE_API_VERSION, c.QUEUE_UNIT_KIND, unit.name, unit.namespace, unit.uid)
 
 
 def _job_ref(job: JobView) -> ObjectRef:

@@ -198,6 +198,7 @@ class UnitView:
 
     namespace: str
     name: str
+    uid: str  # for its Events: kubectl describe finds them by it
     resource_version: str
     spec: Object
     labels: tuple[tuple[str, str], ...]
@@ -251,6 +252,7 @@ def unit_view(obj: Object) -> UnitView:
     return UnitView(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name", "")),
+        uid=str(meta.get("uid") or ""),
         resource_version=str(meta.get("resourceVersion", "")),
         spec=spec,
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),

@@ -30,13 +30,15 @@ MAX_MESSAGE_CHARS = 1024
 
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
-    """The involvedObject of an Event; build it from a raw object with `ObjectRef.of`."""
+    """The involvedObject of an Event; build it from a raw object with `ObjectRef.of`. The uid
+    is not optional: `kubectl describe` lists only the Events whose involvedObject.uid is
+    its object's."""
 
     api_version: str
     kind: str
     name: str
-    namespace: str = ""
-    uid: str = ""
+    namespace: str  # "" for a cluster-scoped object
+    uid: str
 
     @classmethod
     def of(cls, obj: dict[str, Any]) -> ObjectRef:

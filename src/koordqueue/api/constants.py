@@ -287,6 +287,7 @@ class EventReason(StrEnum):
     SUCCEED = "Succeed"
     FAILED = "Failed"
     SPEC_RESTORED = "SpecRestored"  # a hand edit of a QueueUnit's spec was undone
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # a job is held for a class that does not exist
 
 
 class EventType(StrEnum):

@@ -59,11 +59,14 @@ from koordqueue.controller.views import (
     UnitView,
     adapter_of_kind,
     job_view,
+    missing_class_reason,
     orphan_info,
+    priority_classes_changed,
     queue_unit_manifest,
     rfc3339,
     unit_info,
     unit_view,
+    with_priority_classes,
 )
 from koordqueue.engine import Engine
 from koordqueue.engine.model import (
@@ -143,6 +146,7 @@ class Controller:
         # Its unit is not admitted again before that suspension is written.
         self.suspension_owed: dict[str, int] = {}
         self.suspensions_owed = 0  # tokens handed out
+        self.warned_of_classes: dict[str, tuple[str, ...]] = {}  # job item -> missing PriorityClasses it was told of
         self.pc_informer = Informer(client, PRIORITY_CLASSES, project=_priority_value)
         self.node_informer = Informer(client, NODES, project=_allocatable)
         self.quota_informer = Informer(client, QUOTAS, project=_without_status)
@@ -275,6 +279,7 @@ class Controller:
             self.pc_version += 1  # jobs' priorities may change: their next views are made afresh
             self.priority_classes.clear()
             self.priority_classes.update({k: v for k, v in self.pc_informer.items() if v is not None})
+            self._priority_classes_changed()
 
         self.pc_informer.on_add(pcs_changed)
         self.pc_informer.on_update(pcs_changed)
@@ -619,6 +624,16 @@ class Controller:
 
     # --- jobs -----------------------------------------------------------------------
 
+    def _priority_classes_changed(self) -> None:
+        """The jobs naming a PriorityClass that came, went or changed: the engine gets their
+        new priority (or holds them, or lets them go) now, their units are rewritten."""
+        if not self.sync_done:
+            return  # _load_units reads every job's view as it is then
+        for kind, informer in self.job_informers.items():
+            for key, job in informer.items():
+                if job.priority_classes and priority_classes_changed(job, self.priority_classes):
+                    self._job_changed(f"{kind}/{key}", with_priority_classes(job, self.priority_classes))
+
     def _job_changed(self, item: str, job: JobView) -> None:
         """What the job asks for goes to the engine at once (not through its unit's spec,
         which the job's reconciler rewrites later); then the job is reconciled."""
@@ -637,6 +652,7 @@ class Controller:
         self.job_fingerprints.pop(f"{job.kind}/{job.key}", None)
         self.resumed_at.pop(f"{job.kind}/{job.key}", None)
         self.suspension_owed.pop(f"{job.kind}/{job.key}", None)
+        self.warned_of_classes.pop(f"{job.kind}/{job.key}", None)
         self._remember_deletion(job.unit_key, f"{job.kind} {job.key} was deleted")
         self.engine.remove_unit(job.unit_key)
         self.wake.set()
@@ -646,6 +662,7 @@ class Controller:
         job = self._job_view(item)
         if job is None or job.deleting:
             return
+        self._warn_of_missing_classes(item, job)
         adapter = adapter_of_kind(kind)
         unit = self.unit_informer.get(job.unit_key)
         if unit is None:
@@ -699,6 +716,16 @@ class Controller:
             said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
             self._event(_unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         f"labels set from the job: {said} (edit the job instead)")
+
+    def _warn_of_missing_classes(self, item: str, job: JobView) -> None:
+        """A Warning on the job, once for each set of PriorityClasses it is held for."""
+        missing = job.missing_priority_classes if job.unit_spec is not None and not job.state.ended else ()
+        if not missing:
+            self.warned_of_classes.pop(item, None)
+        elif self.warned_of_classes.get(item) != missing:
+            self.warned_of_classes[item] = missing
+            self._event(_job_ref(job), c.EventType.WARNING, c.EventReason.PRIORITY_CLASS_NOT_FOUND,
+                        f"not admitted: {missing_class_reason(missing)}")
 
     async def _create_unit(self, item: str, job: JobView, adapter: JobAdapter) -> None:
         if job.invalid or job.unit_spec is None:
@@ -846,10 +873,14 @@ class Controller:
         return job is not None and job.state.ended
 
     def _job_view(self, item: str) -> JobView | None:
-        """Our view of the job ``kind/namespace/name``, if we have one."""
+        """Our view of the job ``kind/namespace/name``, if we have one, as of the PriorityClasses
+        there are now."""
         kind, _, key = item.partition("/")
         informer = self.job_informers.get(kind)
-        return informer.get(key) if informer is not None else None
+        job = informer.get(key) if informer is not None else None
+        if job is not None and job.priority_classes and priority_classes_changed(job, self.priority_classes):
+            job = with_priority_classes(job, self.priority_classes)
+        return job
 
     def _pod_count(self, job: JobView) -> Any:
         label = job.pods[0] if job.pods else c.LABEL_JOB_NAME

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Container, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject

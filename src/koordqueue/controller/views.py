@@ -10,7 +10,7 @@ import datetime as dt
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from koordqueue.api import constants as c
@@ -18,7 +18,7 @@ from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
 from koordqueue.engine.model import ResourceList, UnitInfo
 from koordqueue.jobs import ADAPTERS
-from koordqueue.jobs.base import JobAdapter, JobState
+from koordqueue.jobs.base import JobAdapter, JobState, class_priority
 
 Object = dict[str, Any]
 
@@ -77,6 +77,10 @@ class JobView:
     invalid: str | None
     deleting: bool
     pods: tuple[str, str] | None = None  # (label, value) that its pods carry
+    # Each PriorityClass its pod templates name (leaders first), with its value when this
+    # view was made (None: it did not exist); see with_priority_classes.
+    priority_classes: tuple[tuple[str, int | None], ...] = ()
+    priority_annotated: bool = False  # its priority is its annotation's, whatever the classes
 
     @property
     def key(self) -> str:
@@ -86,6 +90,10 @@ class JobView:
     def unit_key(self) -> str:
         return f"{self.namespace}/{self.unit_name}"
 
+    @property
+    def missing_priority_classes(self) -> tuple[str, ...]:
+        return tuple(name for name, value in self.priority_classes if value is None)
+
 
 def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> JobView:
     """Project a job; a job we cannot read still gets a view, with the reason in ``invalid``."""
@@ -94,10 +102,14 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
     namespace = str(meta.get("namespace") or "default")
     invalid: str | None = None
     spec: Object | None = None
+    classes: tuple[tuple[str, int | None], ...] = ()
+    annotated = False
     try:
         unit_name = adapter.unit_name(obj)
         labels = adapter.meta(obj).labels
         spec = unit_spec(obj, adapter, priority_classes)
+        classes = tuple((pc, priority_classes.get(pc)) for pc in adapter.priority_class_names(obj))
+        annotated = adapter.annotated_priority(obj) is not None
     except (InvalidObject, QuantityError) as e:
         invalid = str(e)
         unit_name = adapter.unit_name_for(name)
@@ -130,7 +142,34 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         invalid=invalid,
         deleting=bool(meta.get("deletionTimestamp")),
         pods=pods,
+        priority_classes=classes,
+        priority_annotated=annotated,
     )
+
+
+def priority_classes_changed(job: JobView, priority_classes: Mapping[str, int]) -> bool:
+    """Whether a PriorityClass the job names came, went or changed its value since its view was made."""
+    return any(priority_classes.get(name) != value for name, value in job.priority_classes)
+
+
+def with_priority_classes(job: JobView, priority_classes: Mapping[str, int]) -> JobView:
+    """The job's view as it would be made now: a view is made when its job changes, and the
+    PriorityClasses it names may have come, gone or changed since (its priority, and
+    whether it is held for a class that does not exist, follow them)."""
+    classes = tuple((name, priority_classes.get(name)) for name, _ in job.priority_classes)
+    spec = job.unit_spec
+    if spec is not None and not job.priority_annotated:
+        spec = {**spec, "priority": class_priority(tuple(name for name, _ in classes), priority_classes)}
+    return replace(job, unit_spec=spec, priority_classes=classes)
+
+
+def missing_class_reason(names: tuple[str, ...]) -> str:
+    """Why a job naming PriorityClasses that do not exist is held: on a cluster the API
+    server (its Priority admission plugin) refuses pods naming such a class, so admitted,
+    the job would hold quota with no pod; at priority 0 it would also be ordered wrong."""
+    which = f"PriorityClass {names[0]}, which does not exist" if len(names) == 1 else \
+        f"PriorityClasses {', '.join(names)}, which do not exist"
+    return f"its pods name {which} (the API server would refuse them); it is queued once created"
 
 
 def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> Object:
@@ -283,6 +322,7 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
                         request=unit.request or {}, attempts=unit.attempts, requeue_at=unit.requeue_at,
                         invalid=job.invalid or "unreadable")
     labels = dict(job.unit_labels)
+    missing = job.missing_priority_classes
     return UnitInfo(
         namespace=unit.namespace,
         name=unit.name,
@@ -294,6 +334,7 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         preemptible=(labels.get(c.LABEL_PREEMPTIBLE) or "").lower() != c.FALSE,
         attempts=unit.attempts,
         requeue_at=unit.requeue_at,
+        invalid=missing_class_reason(missing) if missing else None,  # held: it waits, saying why
     )
 
 

@@ -137,23 +137,32 @@ class JobAdapter(ABC):
 
     def priority_class_name(self, job: Job) -> str | None:
         """The first ``priorityClassName`` of the pod templates, leader roles first."""
+        names = self.priority_class_names(job)
+        return names[0] if names else None
+
+    def priority_class_names(self, job: Job) -> tuple[str, ...]:
+        """Every ``priorityClassName`` of the pod templates, leader roles first, each once."""
+        names: dict[str, None] = {}
         for role in self._leaders_first(job):
             name = section(role.template, "spec", "template").get("priorityClassName")
             if isinstance(name, str) and name:
-                return name
-        return None
+                names[name] = None
+        return tuple(names)
+
+    def annotated_priority(self, job: Job, meta: Meta | None = None) -> int | None:
+        """The annotation ``scheduling.x-k8s.io/priority``, when the job has one."""
+        meta = meta or self.meta(job)
+        text = meta.annotations.get(ANNOTATION_PRIORITY, "")
+        if not text.strip():
+            return None
+        return parse_int_text(text, f"{meta.describe()}: annotation {ANNOTATION_PRIORITY}")
 
     def priority(self, job: Job, priority_classes: Mapping[str, int], meta: Meta | None = None) -> int:
         """The annotation ``scheduling.x-k8s.io/priority``, else the pod templates' class value, else 0."""
-        meta = meta or self.meta(job)
-        text = meta.annotations.get(ANNOTATION_PRIORITY, "")
-        if text.strip():
-            return parse_int_text(text, f"{meta.describe()}: annotation {ANNOTATION_PRIORITY}")
-        for role in self._leaders_first(job):
-            name = section(role.template, "spec", "template").get("priorityClassName")
-            if isinstance(name, str) and name in priority_classes:
-                return priority_classes[name]
-        return 0
+        annotated = self.annotated_priority(job, meta)
+        if annotated is not None:
+            return annotated
+        return class_priority(self.priority_class_names(job), priority_classes)
 
     def requested_queue(self, job: Job, meta: Meta | None = None) -> str | None:
         return (meta or self.meta(job)).annotations.get(ANNOTATION_QUEUE) or None
@@ -184,6 +193,11 @@ class JobAdapter(ABC):
         roles = self.roles(job)
         rank = {name: index for index, name in enumerate(self.leader_roles)}
         return sorted(roles, key=lambda role: rank.get(role.name, len(rank)))
+
+
+def class_priority(names: tuple[str, ...], priority_classes: Mapping[str, int]) -> int:
+    """The value of the first of ``names`` that is a PriorityClass, else 0."""
+    return next((priority_classes[name] for name in names if name in priority_classes), 0)
 
 
 def replicas(value: object, where: str, default: int = 1) -> int:

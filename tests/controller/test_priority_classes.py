@@ -13,7 +13,7 @@ from koordqueue.api import constants as c
 
 from .conftest import System, pytorch_job, quota
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.both_control_planes]
 
 
 def missing(name: str) -> str:

@@ -396,3 +396,29 @@ async def test_scheduling_gates_hold_a_pod_until_removed(client: KubeClient, clu
         return (await client.get(PODS, "gated", namespace="default"))["status"]["phase"] == c.POD_RUNNING
 
     await wait_for(running, "the pod Running once its gate was removed")
+
+
+@pytest.mark.parametrize("suspend", [True, False], ids=["suspended", "running"])
+async def test_a_job_with_two_billion_workers_neither_stalls_the_server_nor_gets_pods(
+        client: KubeClient, cluster: SimCluster, suspend: bool) -> None:
+    """The operator once built every pod of such a job on each sync, suspended or not: the
+    embedded server stopped answering for minutes (the bad-input corpus' replicas-huge)."""
+    await client.create(PYTORCHJOBS, seed_job("huge", workers=2**31 - 1, suspend=suspend))
+    await client.create(PYTORCHJOBS, seed_job("other", duration=0.2))
+
+    async def other_done() -> bool:
+        return condition_true(await get_job(client, "other"), c.KUBEFLOW_CONDITION_SUCCEEDED)
+
+    await wait_for(other_done, "a job created after it Succeeded")
+    if suspend:
+        assert condition_true(await get_job(client, "huge"), c.KUBEFLOW_CONDITION_SUSPENDED)
+    else:
+        async def refused() -> list[str]:
+            events = (await client.list(EVENTS, namespace="default",
+                                        field_selector="involvedObject.name=huge")).items
+            return [e["message"] for e in events if e["reason"] == c.EVENT_FAILED_CREATE_POD]
+
+        assert await wait_for(refused, "the FailedCreatePod Warning") == [
+            "PyTorchJob default/huge wants 2147483648 pods; the simulated training operator makes at most 10000 "
+            "for a job, and made none"]
+    assert await job_pods(client, "huge") == []

@@ -208,6 +208,7 @@ EVENT_BATCH_SUCCESSFUL_DELETE = "SuccessfulDelete"
 EVENT_SCHEDULED = "Scheduled"
 EVENT_FAILED_SCHEDULING = "FailedScheduling"
 EVENT_INVALID_SIM_ANNOTATION = "InvalidSimulationAnnotation"
+EVENT_FAILED_CREATE_POD = "FailedCreatePod"  # the operator's, when a pod cannot be made
 BATCH_JOB_CONTROLLER = "job-controller"  # the source of batch Job events
 # Deployments and ReplicaSets, as kube-controller-manager's controllers keep them.
 APPS_API_VERSION = "apps/v1"

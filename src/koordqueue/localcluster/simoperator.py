@@ -53,7 +53,13 @@ from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, now_rfc3339
-from koordqueue.localcluster.simtraining import TEMPLATE_RESTART_POLICY_MESSAGE, Replica, replicas_of
+from koordqueue.localcluster.simtraining import (
+    TEMPLATE_RESTART_POLICY_MESSAGE,
+    Replica,
+    TooManyPods,
+    replicas_of,
+    validate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +367,7 @@ class SimOperator:
         try:
             roles = adapter.roles(job)
             suspended = adapter.is_suspended(job)
-            replicas = self._replicas_of(item, kind, job)
+            validate(kind.kind, job)  # the pods themselves are worked out only when it runs
         except InvalidObject as e:
             set_condition(c.KUBEFLOW_CONDITION_FAILED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_FAILED_VALIDATION, str(e))
             status["conditions"] = conditions
@@ -388,7 +394,12 @@ class SimOperator:
                 status["startTime"] = now
                 self._event(job, c.EventType.NORMAL, f"{kind.kind}{c.KUBEFLOW_REASON_RESUMED}", message)
             status.setdefault("startTime", now)
-            await self._reconcile_kubeflow_pods(item, kind, job, replicas, pods)
+            try:
+                replicas = self._replicas_of(item, kind, job)
+            except TooManyPods as e:
+                self._event(job, c.EventType.WARNING, c.EVENT_FAILED_CREATE_POD, str(e))
+            else:
+                await self._reconcile_kubeflow_pods(item, kind, job, replicas, pods)
 
         replica_statuses: Object = {}
         by_role: dict[str, list[Object]] = {}

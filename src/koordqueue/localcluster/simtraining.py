@@ -100,11 +100,31 @@ class _Spec:
     template: Object  # defaulted: the default port added
 
 
+MAX_PODS = 10_000  # the most pods the simulated operator makes for one job
+
+
+class TooManyPods(Exception):
+    """The job wants more pods than the simulated operator makes (the real one would try to
+    make them all, one by one, for ever): it makes none and says so."""
+
+
+def validate(kind_name: str, job: Mapping[str, Any]) -> int:
+    """Refuse `job` as the operator's validating webhook does (InvalidObject); else return
+    how many pods it wants. Cheap at any replica count: nothing is built per pod."""
+    return sum(spec.replicas for spec in _defaulted(kind_name, KINDS[kind_name], job).values())
+
+
 def replicas_of(kind_name: str, job: Mapping[str, Any]) -> list[Replica]:
     """Every pod the operator wants for `job`, in its order (replica types as written).
-    InvalidObject where the operator's validating webhook refuses the job."""
+    InvalidObject where the operator's validating webhook refuses the job; TooManyPods
+    past MAX_PODS."""
     kind = KINDS[kind_name]
     specs = _defaulted(kind_name, kind, job)
+    total = sum(spec.replicas for spec in specs.values())
+    if total > MAX_PODS:
+        meta = job.get("metadata") or {}
+        raise TooManyPods(f"{kind_name} {meta.get('namespace', '')}/{meta.get('name', '')} wants {total} pods; "
+                          f"the simulated training operator makes at most {MAX_PODS} for a job, and made none")
     if kind_name == c.PYTORCH_JOB_KIND:
         return _pytorch(job, kind, specs)
     if kind_name == c.TF_JOB_KIND:

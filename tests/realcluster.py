@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from koordqueue.api import constants as c
 from koordqueue.realcluster.cluster import RealCluster, install_crds
 
 # Objects a test may leave behind, deleted between tests (namespaced; every namespace).
@@ -47,6 +48,9 @@ def reset(cluster: RealCluster) -> None:
         if kind.startswith("leases"):
             namespaces = ["-n", "koord-queue"]
         kubectl(config, "delete", kind, "--all", *namespaces, "--ignore-not-found", "--wait=false", check=False)
+    # The settings a controller published: a chart installed afresh finds none (its grant to create it is used).
+    kubectl(config, "delete", "configmap", c.SETTINGS_CONFIG_MAP, "-n", c.SYSTEM_NAMESPACE, "--ignore-not-found",
+            "--wait=false")
     classes = json.loads(kubectl(config, "get", "priorityclasses", "-o", "json"))["items"]
     doomed = [p["metadata"]["name"] for p in classes if not p["metadata"]["name"].startswith("system-")]
     if doomed:

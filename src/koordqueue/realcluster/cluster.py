@@ -222,7 +222,8 @@ class RealCluster:
         process = self.processes["kube-apiserver"]
         process.stop(signal.SIGKILL if kill else signal.SIGTERM)
         process.start()
-        self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=90)
+        # It lists every resource from etcd again before it is ready: minutes on a loaded 2-core machine.
+        self._wait_ready("kube-apiserver", f"{self.url}/readyz", timeout=240)
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         """One request as the administrator; the decoded answer (for the harness's own set-up)."""
@@ -297,6 +298,9 @@ class RealCluster:
                 with urllib.request.urlopen(url, context=context, timeout=5) as resp:
                     if resp.status == 200:
                         return
+            except urllib.error.HTTPError as e:  # readyz lists its failing checks as [-] lines
+                failing = [line for line in e.read().decode(errors="replace").splitlines() if line.startswith("[-]")]
+                last = f"{e}; {' '.join(failing)}" if failing else str(e)
             except (urllib.error.URLError, OSError) as e:
                 last = str(e)
             time.sleep(0.2)

@@ -3,6 +3,8 @@ quotas, bad quotas reported, a hand edit of a unit undone."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 
@@ -127,21 +129,45 @@ async def test_a_hand_edit_of_a_units_priority_is_undone(system: System) -> None
     assert c.EventReason.SPEC_RESTORED in reasons
 
 
-async def test_an_invalid_job_is_suspended_and_told_why(system: System) -> None:
-    await system.apply(quota("team-i", 2, 8))
-    job = pytorch_job("bad-quantity", quota_name="team-i")
+def with_master_cpu(job: dict[str, Any], cpu: str) -> dict[str, Any]:
     job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"]["requests"][
-        "cpu"] = "4 cores"
-    await system.akubectl("apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump(job))
+        "cpu"] = cpu
+    return job
+
+
+async def test_an_invalid_job_is_suspended_and_told_why(system: System) -> None:
+    """A negative cpu request passes the CRD's quantity pattern (on both control planes the job is
+    created); the controller refuses it, keeps it suspended and says why."""
+    await system.apply(quota("team-i", 2, 8))
+    await system.apply(with_master_cpu(pytorch_job("negative-cpu", quota_name="team-i"), "-1"))
     await system.apply(pytorch_job("fine", quota_name="team-i"))
     await system.wait_phase("fine-py-qu", c.Phase.RUNNING)
 
     async def told() -> str | None:
-        events = [e for e in await system.events("bad-quantity") if e["reason"] == c.EventReason.INVALID_JOB]
+        events = [e for e in await system.events("negative-cpu") if e["reason"] == c.EventReason.INVALID_JOB]
         return events[0]["message"] if events else None
 
     message = await system.wait_for(told, what="an InvalidJob event")
-    assert "4 cores" in message and "cpu" in message
-    bad = await system.get_json("pytorchjob", "bad-quantity")
+    assert message == ("not queued: PyTorchJob default/negative-cpu: Master: containers[0] (pytorch): "
+                       "resources.requests: cpu: quantity '-1' is negative; only amounts >= 0 are allowed")
+    bad = await system.get_json("pytorchjob", "negative-cpu")
     assert bad["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
-    assert not (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=bad-quantity"))["items"]
+    assert not (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=negative-cpu"))["items"]
+    units = (await system.get_json("queueunits"))["items"]
+    assert [u["metadata"]["name"] for u in units] == ["fine-py-qu"]
+
+
+async def test_a_quantity_that_is_not_a_number_is_refused_by_the_api_server(system: System) -> None:
+    """The PyTorchJob CRD's quantity pattern: the server refuses "4 cores" whether kubectl
+    checks the schema first or not, with kube-apiserver's message, and nothing is created."""
+    await system.apply(quota("team-q", 2, 8))
+    job = yaml.safe_dump(with_master_cpu(pytorch_job("bad-quantity", quota_name="team-q"), "4 cores"))
+    field = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu"
+    expected = (f'The PyTorchJob "bad-quantity" is invalid: {field}: Invalid value: "4 cores": {field} in body '
+                "should match '^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                "([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$'")
+    for validate in ("--validate=true", "--validate=false"):
+        out = await system.akubectl("apply", validate, "-f", "-", stdin=job, check=False)
+        assert expected in out, (validate, out)
+    out = await system.akubectl("get", "pytorchjob", "bad-quantity", check=False)
+    assert "NotFound" in out

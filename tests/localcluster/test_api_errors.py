@@ -75,8 +75,15 @@ async def test_invalid_name_is_422(api: APIClient) -> None:
                                       "a lowercase RFC 1123 subdomain")
     assert body["details"]["causes"][0] == {
         "reason": "FieldValueInvalid", "field": "metadata.name", "message": body["details"]["causes"][0]["message"]}
-    status, body, _ = await api.post("/api/v1/namespaces", {"metadata": {"name": "a.b"}})  # namespaces are labels
-    assert status == 422 and "RFC 1123 label" in body["message"]
+    # Namespaces are labels, worded as kube-apiserver words them (apimachinery's IsDNS1123Label).
+    status, body, _ = await api.post("/api/v1/namespaces", {"metadata": {"name": "a.b"}})
+    assert status == 422 and body["message"] == \
+        'Namespace "a.b" is invalid: metadata.name: Invalid value: "a.b": must not contain dots'
+    status, body, _ = await api.post("/api/v1/namespaces", {"metadata": {"name": "a_b"}})
+    assert status == 422 and body["message"] == (
+        'Namespace "a_b" is invalid: metadata.name: Invalid value: "a_b": a lowercase RFC 1123 label must consist '
+        "of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character "
+        "(e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
     status, body, _ = await api.post(CMS, configmap("ok", labels={"bad key!": "v"}))
     assert status == 422 and body["details"]["causes"][0]["field"] == "metadata.labels"
 

@@ -81,7 +81,9 @@ def seed_job(name: str = "pytorch-training-job", *, duration: float | None = Non
     if suspend:
         annotations[c.ANNOTATION_SUSPEND] = c.TRUE
     specs = job["spec"]["pytorchReplicaSpecs"]
-    if workers is not None:
+    if workers == 0:  # no Worker role: the training operator's webhook refuses a Worker of 0 replicas
+        del specs["Worker"]
+    elif workers is not None:
         specs["Worker"]["replicas"] = workers
     if gpus is not None:
         for spec in specs.values():

@@ -10,6 +10,7 @@ from koordqueue.api import constants as c
 from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobState
 from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.errors import Forbidden, Invalid, NotFound
 from koordqueue.localcluster.simcluster import SimCluster
 from tests.simcluster.conftest import (
     EVENTS,
@@ -342,38 +343,34 @@ async def test_restarted_simulation_ends_pods_on_time(client: KubeClient) -> Non
         await wait_for(succeeded, "the job Succeeded under the new simulation", timeout=6)
 
 
-async def test_invalid_job_fails_validation_and_gets_no_pods(client: KubeClient, cluster: SimCluster) -> None:
+async def test_a_malformed_job_is_refused_by_the_api_server_and_gets_no_pods(client: KubeClient,
+                                                                             cluster: SimCluster) -> None:
+    """replicas "two": the CRD's schema refuses it, as kube-apiserver does with the training
+    operator's CRD, so the operator never sees it."""
     job = seed_job("malformed")
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
-    await client.create(PYTORCHJOBS, job)
-
-    async def failed() -> Object | None:
-        job = await get_job(client, "malformed")
-        return job if condition_true(job, c.KUBEFLOW_CONDITION_FAILED) else None
-
-    job = await wait_for(failed, "the Failed condition")
-    cond = conditions(job)[c.KUBEFLOW_CONDITION_FAILED]
-    assert cond["reason"] == "PyTorchJobFailedValidation"
-    assert "spec.pytorchReplicaSpecs.Worker: replicas" in cond["message"] and "'two'" in cond["message"]
-    assert ADAPTER.status(job) is JobState.FAILED
+    with pytest.raises(Invalid) as refused:
+        await client.create(PYTORCHJOBS, job)
+    assert "spec.pytorchReplicaSpecs.Worker.replicas in body must be of type integer" in refused.value.message
+    with pytest.raises(NotFound):
+        await get_job(client, "malformed")
     assert await job_pods(client, "malformed") == []
 
 
-async def test_job_without_a_pytorch_container_fails_validation_as_the_webhook_says(client: KubeClient,
-                                                                                   cluster: SimCluster) -> None:
-    # The operator's validating webhook refuses it; its pods would have no port for MASTER_PORT.
+async def test_job_without_a_pytorch_container_is_refused_by_the_operators_webhook(client: KubeClient,
+                                                                                  cluster: SimCluster) -> None:
+    """The operator's validating webhook refuses it (its pods would have no port for
+    MASTER_PORT), so it is never stored and the operator never sees it."""
     job = seed_job("nameless")
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "trainer"
-    await client.create(PYTORCHJOBS, job)
-
-    async def failed() -> Object | None:
-        job = await get_job(client, "nameless")
-        return job if condition_true(job, c.KUBEFLOW_CONDITION_FAILED) else None
-
-    cond = conditions(await wait_for(failed, "the Failed condition"))[c.KUBEFLOW_CONDITION_FAILED]
-    assert cond["reason"] == "PyTorchJobFailedValidation"
-    assert cond["message"].endswith("spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required value: "
-                                    "must have at least one container with name pytorch")
+    with pytest.raises(Forbidden) as refused:
+        await client.create(PYTORCHJOBS, job)
+    assert refused.value.message == (
+        'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied the request: '
+        "spec.pytorchReplicaSpecs[Worker].template.spec.containers: Required value: "
+        "must have at least one container with name pytorch")
+    with pytest.raises(NotFound):
+        await get_job(client, "nameless")
     assert await job_pods(client, "nameless") == [] and await job_services(client, "nameless") == []
 
 

@@ -59,6 +59,8 @@ NEEDS = [
     ("apps", "deployments/status", ["patch"]),
     ("apps", "replicasets", ["create", "list", "watch", "patch"]),
     ("apps", "replicasets/status", ["patch"]),
+    # the training operator's validating webhook, registered while the simulation runs
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations", ["create", "delete"]),
 ]
 
 

@@ -153,41 +153,139 @@ QUEUE_SCHEMA: Schema = {
     },
 }
 
-# The training operator's job kinds: what koord-queue reads and writes is described, the rest
-# (pod templates, elastic policy, ...) is kept as sent, as the operator's full schema would.
-_REPLICA_SPEC: Schema = {
+# The training operator's job kinds (v1.9.2), as much of its CRDs as users run into: the fields of
+# a job's spec and of a replica spec (others are pruned; kubectl's strict field validation refuses
+# them), the run policy, and of the pod templates the containers: required, named uniquely, their
+# resources quantities. The rest of a pod spec is kept as sent (the operator's schema describes
+# every field of it). `replicas >= 0` is not in the schema but in the PyTorchJob CRD's scale
+# subresource (specReplicasPath: the Worker's replicas), which kube-apiserver validates as a
+# non-negative int32, as it does for the operator's CRD; the other roles' replicas are checked by
+# the operator's validating webhook (`localcluster/simwebhook.py`).
+INT32: Schema = {"type": "integer", "format": "int32"}
+INT64: Schema = {"type": "integer", "format": "int64"}
+STRING_MAP: Schema = {"type": "object", "additionalProperties": STRING}
+_CONTAINER: Schema = {
     "type": "object",
+    "description": "A container (a core/v1 Container; the fields not described here are kept as sent).",
+    "required": ["name"],
     "x-kubernetes-preserve-unknown-fields": True,
     "properties": {
-        "replicas": described(INTEGER, "How many pods of this role."),
+        "name": described(STRING, "The container's name, unique in the pod."),
+        "image": described(STRING, "The container's image."),
+        "resources": {
+            "type": "object",
+            "description": "Compute resources of the container.",
+            "properties": {
+                "limits": described(RESOURCES, "The most of each resource the container may use."),
+                "requests": described(RESOURCES, "What the container needs of each resource: what koord-queue "
+                                                 "charges to the quota."),
+                "claims": {
+                    "type": "array",
+                    "items": {"type": "object", "required": ["name"],
+                              "properties": {"name": STRING, "request": STRING}},
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["name"],
+                },
+            },
+        },
+    },
+}
+_CONTAINERS: Schema = {"type": "array", "items": _CONTAINER, "x-kubernetes-list-type": "map",
+                       "x-kubernetes-list-map-keys": ["name"]}
+_POD_TEMPLATE: Schema = {
+    "type": "object",
+    "description": "The pods' template (a PodTemplateSpec).",
+    "properties": {
+        "metadata": {"type": "object", "properties": {
+            "annotations": STRING_MAP, "finalizers": {"type": "array", "items": STRING},
+            "labels": STRING_MAP, "name": STRING, "namespace": STRING}},
+        "spec": {
+            "type": "object",
+            "description": "The pods' spec (a core/v1 PodSpec; the fields not described here are kept as sent).",
+            "required": ["containers"],
+            "x-kubernetes-preserve-unknown-fields": True,
+            "properties": {
+                "containers": described(_CONTAINERS, "The pod's containers; the training operator wants one "
+                                                     "named after the framework (pytorch, tensorflow)."),
+                "initContainers": described(_CONTAINERS, "Containers run to completion before the others."),
+            },
+        },
+    },
+}
+_REPLICA_SPEC: Schema = {
+    "type": "object",
+    "description": "ReplicaSpec is a description of the replica",
+    "properties": {
+        "replicas": described(INT32, "How many pods of this role."),
         "restartPolicy": described(STRING, "Always, OnFailure, Never or ExitCode."),
-        "template": described(FREE_OBJECT_SCHEMA, "The pods' template (a PodTemplateSpec)."),
+        "template": _POD_TEMPLATE,
     },
 }
 RUN_POLICY: Schema = {
     "type": "object",
     "description": "Policies of the job's run, shared by the training operator's job kinds.",
     "properties": {
-        "suspend": described({"type": "boolean"}, "True: the job has no pods; false starts it. Koord-Queue "
-                                                  "sets it while the job waits in its queue."),
+        "suspend": described({"type": "boolean", "default": False},
+                             "True: the job has no pods; false starts it. Koord-Queue sets it while the job waits "
+                             "in its queue."),
         "cleanPodPolicy": described(STRING, "Which pods are deleted when the job ends: None, Running or All."),
-        "ttlSecondsAfterFinished": described(INTEGER, "Seconds after the job ends before it is deleted."),
-        "activeDeadlineSeconds": described(INTEGER, "Seconds the job may run before it is failed."),
-        "backoffLimit": described(INTEGER, "Retries before the job is failed."),
+        "ttlSecondsAfterFinished": described(INT32, "Seconds after the job ends before it is deleted."),
+        "activeDeadlineSeconds": described(INT64, "Seconds the job may run before it is failed."),
+        "backoffLimit": described(INT32, "Retries before the job is failed."),
         "managedBy": described(STRING, "The controller that reconciles the job."),
         "schedulingPolicy": {
             "type": "object",
             "description": "Gang scheduling of the job's pods.",
-            "x-kubernetes-preserve-unknown-fields": True,
             "properties": {
-                "minAvailable": described(INTEGER, "Pods that must be placed together for the job to start."),
-                "queue": described(STRING, "The queue of a gang scheduler (Volcano) that supports it."),
+                "minAvailable": described(INT32, "Pods that must be placed together for the job to start."),
+                "queue": described({**STRING, "x-kubernetes-validations": [
+                    {"message": "spec.runPolicy.schedulingPolicy.queue is immutable", "rule": "self == oldSelf"}]},
+                    "The queue of a gang scheduler (Volcano) that supports it."),
                 "minResources": described(RESOURCES, "Resources that must be free for the job to start."),
                 "priorityClass": described(STRING, "The PriorityClass of the job's pods."),
-                "scheduleTimeoutSeconds": described(INTEGER, "Seconds to wait for the gang to be placed."),
+                "scheduleTimeoutSeconds": described(INT32, "Seconds to wait for the gang to be placed."),
             },
         },
     },
+}
+_ELASTIC_POLICY: Schema = {
+    "type": "object",
+    "description": "Elastic training (torchrun's rendezvous) of a PyTorchJob.",
+    "properties": {
+        **{name: INT32 for name in ("maxReplicas", "maxRestarts", "minReplicas", "nProcPerNode", "rdzvPort")},
+        **{name: STRING for name in ("rdzvBackend", "rdzvHost", "rdzvId")},
+        "standalone": {"type": "boolean"},
+        "rdzvConf": {"type": "array", "items": {"type": "object", "properties": {"key": STRING, "value": STRING}}},
+        "metrics": {"type": "array", "items": FREE_OBJECT_SCHEMA},
+    },
+}
+_LABEL_SELECTOR: Schema = {"type": "object", "properties": {
+    "matchLabels": STRING_MAP,
+    "matchExpressions": {"type": "array", "items": {"type": "object", "required": ["key", "operator"], "properties": {
+        "key": STRING, "operator": STRING, "values": {"type": "array", "items": STRING}}}},
+}}
+_JOB_STATUS: Schema = {
+    "type": "object",
+    "description": "Written by the training operator: conditions, replica statuses, start and completion times.",
+    "properties": {
+        "conditions": {"type": "array", "items": {"type": "object", "required": ["status", "type"], "properties": {
+            "type": STRING, "status": STRING, "reason": STRING, "message": STRING,
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "lastUpdateTime": {"type": "string", "format": "date-time"},
+        }}},
+        "replicaStatuses": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+            "active": INT32, "failed": INT32, "succeeded": INT32,
+            "labelSelector": _LABEL_SELECTOR, "selector": STRING,
+        }}},
+        **{name: {"type": "string", "format": "date-time"}
+           for name in ("startTime", "completionTime", "lastReconcileTime")},
+    },
+}
+# The spec fields of each kind beyond its replica specs and run policy.
+_SPEC_FIELDS: dict[str, dict[str, Schema]] = {
+    c.PYTORCH_JOB_KIND: {"elasticPolicy": _ELASTIC_POLICY, "nprocPerNode": STRING},
+    c.TF_JOB_KIND: {"enableDynamicWorker": {"type": "boolean"}, "successPolicy": STRING},
+    c.MPI_JOB_KIND: {"cleanPodPolicy": STRING, "mainContainer": STRING, "slotsPerWorker": INT32},
 }
 
 
@@ -199,7 +297,7 @@ def kubeflow_schema(kind: str, replica_specs: str) -> Schema:
             "spec": {
                 "type": "object",
                 "description": f"The {kind}'s roles and run policy.",
-                "x-kubernetes-preserve-unknown-fields": True,
+                "required": [replica_specs],
                 "properties": {
                     "runPolicy": RUN_POLICY,
                     replica_specs: {
@@ -207,12 +305,18 @@ def kubeflow_schema(kind: str, replica_specs: str) -> Schema:
                         "description": "The roles (Master, Worker, ...) and their pods.",
                         "additionalProperties": _REPLICA_SPEC,
                     },
+                    **_SPEC_FIELDS[kind],
                 },
             },
-            "status": described(FREE_OBJECT_SCHEMA, "Written by the training operator: conditions, "
-                                                    "replica statuses, start and completion times."),
+            "status": _JOB_STATUS,
         },
     }
+
+
+# The scale subresource of the training operator's PyTorchJob CRD.
+PYTORCH_JOB_SCALE = {"labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+                     "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+                     "statusReplicasPath": ".status.replicaStatuses.Worker.active"}
 
 
 OPERATOR_SCHEMA: Schema = {
@@ -276,8 +380,9 @@ def crd(
     schema: Schema,
     columns: list[dict[str, str]],
     short_names: tuple[str, ...] = (),
+    scale: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A namespaced CRD of one served and stored version, with the status subresource."""
+    """A namespaced CRD of one served and stored version, with the status subresource (and `scale`'s)."""
     names: dict[str, Any] = {
         "kind": kind,
         "listKind": f"{kind}List",
@@ -315,7 +420,7 @@ def crd(
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": root},
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **({"scale": scale} if scale else {})},
                     "additionalPrinterColumns": columns,
                 }
             ],
@@ -382,7 +487,7 @@ def operator_crds() -> list[dict[str, Any]]:
     ]
     return [
         crd(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_KIND, "pytorchjobs",
-            kubeflow_schema(c.PYTORCH_JOB_KIND, "pytorchReplicaSpecs"), state),
+            kubeflow_schema(c.PYTORCH_JOB_KIND, "pytorchReplicaSpecs"), state, scale=PYTORCH_JOB_SCALE),
         crd(c.KUBEFLOW_GROUP, "v1", c.TF_JOB_KIND, "tfjobs", kubeflow_schema(c.TF_JOB_KIND, "tfReplicaSpecs"), state),
         crd(c.KUBEFLOW_GROUP, "v1", c.MPI_JOB_KIND, "mpijobs", kubeflow_schema(c.MPI_JOB_KIND, "mpiReplicaSpecs"),
             state),

@@ -248,13 +248,17 @@ class KubeClient:
 
     # --- writes -----------------------------------------------------------------------
 
-    async def create(self, resource: Resource, body: Object, *, namespace: str | None = None) -> Object:
+    async def create(self, resource: Resource, body: Object, *, namespace: str | None = None,
+                     field_validation: str | None = None) -> Object:
+        """field_validation: the server's check of unknown fields, Strict (refused, as kubectl
+        asks), Warn (the server's default) or Ignore."""
         meta = body.get("metadata") or {}
         ns = (namespace or meta.get("namespace")) if resource.namespaced else None
         # With generateName a repeated create would make a second object: only retry
         # what surely was not applied.
         safe = bool(meta.get("name"))
-        return await self._call("POST", "create", resource.path(ns), body=body, safe=safe)
+        params = {"fieldValidation": field_validation} if field_validation else None
+        return await self._call("POST", "create", resource.path(ns), params=params, body=body, safe=safe)
 
     async def replace(self, resource: Resource, body: Object) -> Object:
         """PUT the whole object; with metadata.resourceVersion set, a stale one is a Conflict."""

@@ -1,4 +1,4 @@
-"""Mutating admission webhooks: the server calls them on create and update, as a real one does.
+"""Admission webhooks: the server calls them on create and update, as a real one does.
 
 Only a webhook closes the race between a job's creation and its operator starting
 pods, so the embedded server honours MutatingWebhookConfigurations: rules,
@@ -6,6 +6,9 @@ namespaceSelector, objectSelector, AdmissionReview v1 over HTTPS verified with t
 `caBundle`, the JSONPatch answer, `failurePolicy` and `timeoutSeconds`. A webhook
 given as a Service is reached on loopback (everything of the embedded cluster runs
 on this machine) at the Service's target port, with the Service's DNS name for TLS.
+ValidatingWebhookConfigurations are honoured the same way, after the object was
+validated (the training operator refuses malformed jobs with one): a webhook that
+denies fails the request with its status (403 Forbidden for controller-runtime's).
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ import aiohttp
 import orjson
 
 from koordqueue.localcluster import errors
-from koordqueue.localcluster.builtin import MUTATING_WEBHOOKS_KEY, NAMESPACE_KEY, SERVICE_KEY
+from koordqueue.localcluster.builtin import (
+    MUTATING_WEBHOOKS_KEY,
+    NAMESPACE_KEY,
+    SERVICE_KEY,
+    VALIDATING_WEBHOOKS_KEY,
+)
 from koordqueue.localcluster.patch import PatchError, PatchFormatError, apply_json_patch
 from koordqueue.localcluster.registry import ResourceType
 from koordqueue.localcluster.selectors import selector_from_object
@@ -75,6 +83,29 @@ class Admission:
                 if isinstance(hook, dict) and self._matches(hook, operation, rt, subresource, obj, old):
                     obj = await self._run(hook, operation, rt, subresource, obj, old)
         return obj
+
+    async def validate(
+        self, operation: str, rt: ResourceType, subresource: str, obj: dict[str, Any], old: dict[str, Any] | None,
+    ) -> None:
+        """Run every matching validating webhook; the first that denies fails the request."""
+        for config in self._store.items(VALIDATING_WEBHOOKS_KEY):
+            for hook in config.get("webhooks") or ():
+                if isinstance(hook, dict) and self._matches(hook, operation, rt, subresource, obj, old):
+                    await self._check(hook, operation, rt, subresource, obj, old)
+
+    async def _check(
+        self, hook: dict[str, Any], operation: str, rt: ResourceType, subresource: str,
+        obj: dict[str, Any], old: dict[str, Any] | None,
+    ) -> None:
+        name = str(hook.get("name", ""))
+        try:
+            response = await self._call(hook, self._review(operation, rt, subresource, obj, old))
+        except WebhookCallError as e:
+            if hook.get("failurePolicy", "Fail") == "Ignore":
+                return
+            raise errors.internal(f'failed calling webhook "{name}": {e}') from None
+        if not response.get("allowed"):
+            raise self._denied(name, response.get("status") or {})
 
     def _matches(
         self, hook: dict[str, Any], operation: str, rt: ResourceType, subresource: str,

@@ -90,6 +90,7 @@ INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", SYSTEM_NAMESPACE)
 NAMESPACE_KEY = "/namespaces"
 CRD_KEY = "apiextensions.k8s.io/customresourcedefinitions"
 MUTATING_WEBHOOKS_KEY = "admissionregistration.k8s.io/mutatingwebhookconfigurations"
+VALIDATING_WEBHOOKS_KEY = "admissionregistration.k8s.io/validatingwebhookconfigurations"
 SERVICE_KEY = "/services"
 POD_KEY = "/pods"
 SERVICE_ACCOUNT_KEY = "/serviceaccounts"

@@ -67,6 +67,7 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
         if not v.get("served", True):
             continue
         subresources = frozenset({"status"} & set(v.get("subresources") or {}))  # scale is not served
+        scale = (v.get("subresources") or {}).get("scale")
         schema = (v.get("schema") or {}).get("openAPIV3Schema")
         selectable = tuple(
             f["jsonPath"].lstrip(".") for f in v.get("selectableFields") or () if f.get("jsonPath")
@@ -83,6 +84,7 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
             subresources=subresources,
             printer_columns=tuple(v.get("additionalPrinterColumns") or ()),
             schema=schema,
+            scale=dict(scale) if isinstance(scale, dict) else None,
             from_crd=crd["metadata"]["name"],
             selectable_fields=selectable,
         ))

@@ -7,9 +7,11 @@ clients (kubectl, client-go, kubernetes_asyncio) branch on `reason` and `code`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from koordqueue.localcluster.registry import ResourceType
+from koordqueue.localcluster.validation import FieldError
 
 
 class APIError(Exception):
@@ -104,18 +106,18 @@ def conflict(rt: ResourceType, name: str, why: str) -> APIError:
 STALE_OBJECT = "the object has been modified; please apply your changes to the latest version and try again"
 
 
-def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> APIError:
-    """422 Invalid; `causes` are (field, message) pairs such as ("metadata.name", "Invalid value: ...")."""
-    text = ", ".join(f"{f}: {m}" for f, m in causes)
-    if len(causes) > 1:
-        text = f"[{text}]"
+def invalid(rt: ResourceType, name: str, causes: Sequence[tuple[str, str] | FieldError]) -> APIError:
+    """422 Invalid; `causes` are FieldErrors or (field, message) pairs such as ("metadata.name",
+    "Invalid value: ..."). The message is Go's NewInvalid: the causes aggregated, duplicates dropped."""
+    pairs = [(c.field, c.message, c.type) if isinstance(c, FieldError) else (c[0], c[1], _cause_reason(c[1]))
+             for c in causes]
+    texts = list(dict.fromkeys(f"{f}: {m}" for f, m, _ in pairs))
+    text = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     details: dict[str, Any] = {"name": name}
     if rt.group:
         details["group"] = rt.group
     details["kind"] = rt.kind
-    details["causes"] = [
-        {"reason": _cause_reason(m), "message": m, "field": f} for f, m in causes
-    ]
+    details["causes"] = [{"reason": reason, "message": m, "field": f} for f, m, reason in pairs]
     return APIError(422, "Invalid", f'{qualified_kind(rt)} "{name}" is invalid: {text}', details)
 
 
@@ -125,6 +127,8 @@ def _cause_reason(message: str) -> str:
         ("Forbidden", "FieldValueForbidden"),
         ("Unsupported value", "FieldValueNotSupported"),
         ("Duplicate value", "FieldValueDuplicate"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
     ):
         if message.startswith(prefix):
             return reason

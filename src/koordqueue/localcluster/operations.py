@@ -22,9 +22,9 @@ from typing import Any
 import orjson
 
 from koordqueue.localcluster import apply as ssa
-from koordqueue.localcluster import builtin, crd, errors
+from koordqueue.localcluster import builtin, crd, crvalidation, errors, priority
 from koordqueue.localcluster import managedfields as mf
-from koordqueue.localcluster.builtin import CRD_KEY, NAMESPACE_KEY
+from koordqueue.localcluster.builtin import CRD_KEY, NAMESPACE_KEY, POD_KEY
 from koordqueue.localcluster.patch import (
     PatchError,
     PatchFormatError,
@@ -95,10 +95,12 @@ class DeleteOptions:
 
 
 class Operations:
-    def __init__(self, store: Store, registry: Registry, admit: Admit | None = None) -> None:
+    def __init__(self, store: Store, registry: Registry, admit: Admit | None = None,
+                 admit_validating: Admit | None = None) -> None:
         self.store = store
         self.registry = registry
         self.admit = admit
+        self.admit_validating = admit_validating
         store.listeners.append(self._sync_crds)
 
     # --- reads ---------------------------------------------------------------------
@@ -197,9 +199,10 @@ class Operations:
                 raise errors.invalid(rt, "", [("metadata.name", "Required value: name or generateName is required")])
             meta["name"] = prefix + "".join(random.choices(_NAME_CHARS, k=5))
         name = meta["name"]
-        causes = check_name(name, builtin.name_rule(rt))
-        if causes:
-            raise errors.invalid(rt, name, causes)
+        checks = crvalidation.validator_for(rt)
+        name_causes = check_name(name, builtin.name_rule(rt))
+        if name_causes and checks is None:
+            raise errors.invalid(rt, name, name_causes)
         self._check_namespace_writable(rt, namespace, name)
         for attr in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"):
             meta.pop(attr, None)
@@ -217,17 +220,28 @@ class Operations:
             hook(obj)
         if rt.storage_key == CRD_KEY:
             self._prepare_crd(rt, obj)
-        causes = check_metadata(meta)
-        if causes:
+        if rt.storage_key == POD_KEY and not subresource:
+            priority.admit_create(self.store, rt, obj)
+        if checks is not None:
+            obj = checks.prepare(obj)
+        elif causes := check_metadata(meta):
             raise errors.invalid(rt, name, causes)
         if self.admit is not None:
             obj = await self.admit("CREATE", rt, subresource, obj, None)
-            self._check_admitted(rt, obj, namespace if rt.namespaced else "", name)
+            self._check_admitted(rt, obj, namespace if rt.namespaced else "", name, checks is None)
+        if checks is not None:
+            obj = checks.prepare(obj)
         if managed_fields is None and manager:
             changed, _ = mf.changes(None, obj, rt, "")
             entries = mf.record_update(None, manager, rt.api_version, "", changed, {}, now_rfc3339())
             if entries:
                 obj["metadata"]["managedFields"] = entries
+        if checks is not None:
+            found = checks.validate(obj, None, name_causes + check_metadata(obj["metadata"]))
+            if found:
+                raise errors.invalid(rt, name, found)
+        if self.admit_validating is not None:
+            await self.admit_validating("CREATE", rt, subresource, obj, None)
         key = rt.storage_key
         if self.store.get(key, meta.get("namespace", ""), name) is not None:
             raise errors.already_exists(rt, name)
@@ -264,13 +278,13 @@ class Operations:
             raise errors.forbidden(rt, name, f"unable to create new content in namespace {namespace} "
                                              "because it is being terminated")
 
-    def _check_admitted(self, rt: ResourceType, obj: Any, namespace: str, name: str) -> None:
+    def _check_admitted(self, rt: ResourceType, obj: Any, namespace: str, name: str, check_meta: bool) -> None:
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise errors.internal("admission webhook returned an object that is not a JSON object")
         meta = obj["metadata"]
         if meta.get("name") != name or meta.get("namespace", "") != namespace:
             raise errors.internal("admission webhook changed the name or namespace of the object")
-        causes = check_metadata(meta)
+        causes = check_metadata(meta) if check_meta else []
         if causes:
             raise errors.invalid(rt, name, causes)
 
@@ -420,6 +434,7 @@ class Operations:
         rv = new["metadata"].get("resourceVersion")
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise errors.conflict(rt, name, errors.STALE_OBJECT)
+        checks = crvalidation.validator_for(rt)
         if subresource == "status":
             # All but metadata (written below) and status shared with the stored object, which is never mutated.
             result = {**old, "metadata": {**old["metadata"]}}
@@ -455,14 +470,19 @@ class Operations:
                                                      "added if the object is being deleted")])
             for hook in builtin.UPDATE_HOOKS.get(rt.storage_key, ()):
                 hook(result)
-            causes = check_metadata(meta)
-            if causes:
+            if rt.storage_key == POD_KEY:
+                priority.admit_update(result, old)
+            if checks is None and (causes := check_metadata(meta)):
                 raise errors.invalid(rt, name, causes)
             if rt.storage_key == CRD_KEY:
                 self._prepare_crd(rt, result)
+        if checks is not None:
+            result = checks.prepare(result, old)
         if self.admit is not None:
             result = await self.admit("UPDATE", rt, subresource, result, old)
-            self._check_admitted(rt, result, old["metadata"].get("namespace", ""), name)
+            self._check_admitted(rt, result, old["metadata"].get("namespace", ""), name, checks is None)
+        if checks is not None:
+            result = checks.prepare(result, old)
         if managed_fields is None and manager:
             changed, removed = mf.changes(old, result, rt, subresource)
             entries = mf.record_update(result["metadata"].get("managedFields"), manager, rt.api_version, subresource,
@@ -471,6 +491,14 @@ class Operations:
                 result["metadata"] = {**result["metadata"], "managedFields": entries}
                 if not entries:
                     del result["metadata"]["managedFields"]
+        if checks is not None:
+            meta_causes = check_metadata(result["metadata"])
+            found = checks.validate_status(result, old, meta_causes) if subresource == "status" else \
+                checks.validate(result, old, meta_causes)
+            if found:
+                raise errors.invalid(rt, name, found)
+        if self.admit_validating is not None:
+            await self.admit_validating("UPDATE", rt, subresource, result, old)
         current = self.store.get(rt.storage_key, old["metadata"].get("namespace", ""), name)
         if current is None:
             raise errors.not_found(rt, name)

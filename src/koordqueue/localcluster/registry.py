@@ -24,6 +24,9 @@ class ResourceType:
     # CRD-style additionalPrinterColumns: [{"name", "type", "jsonPath", "description"?, "priority"?}]
     printer_columns: tuple[dict[str, Any], ...] = ()
     schema: dict[str, Any] | None = None  # openAPIV3Schema; None: anything goes
+    # A CRD's scale subresource (specReplicasPath, statusReplicasPath, labelSelectorPath): not
+    # served, but its paths are validated as kube-apiserver validates them.
+    scale: dict[str, str] | None = None
     from_crd: str | None = None  # name of the CRD that defined it
     verbs: tuple[str, ...] = (
         "create", "delete", "deletecollection", "get", "list", "patch", "update", "watch",

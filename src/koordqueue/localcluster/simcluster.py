@@ -3,8 +3,9 @@
 It stands in for what a real cluster runs besides the API server, so the controller
 can be tried and tested with no cluster: Node objects with allocatable cpu, memory
 and nvidia.com/gpu; the Kubeflow training operator (PyTorchJob, TFJob, MPIJob) and the
-batch Job controller (`simoperator.py`); on request, the Deployment and ReplicaSet
-controllers (`simworkloads.py`); a gang scheduler and kubelet that bind pods to nodes with room, run
+batch Job controller (`simoperator.py`), with the training operator's validating webhook
+(`simwebhook.py`); on request, the Deployment and ReplicaSet controllers
+(`simworkloads.py`); a gang scheduler and kubelet that bind pods to nodes with room, run
 them and end them (`simkubelet.py`). Everything speaks HTTP
 to the API server through `KubeClient`, driven by informers, as the real components do.
 
@@ -28,6 +29,7 @@ from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, SimKubelet, now_rfc3339
 from koordqueue.localcluster.simnodes import check_node_sizes, node_name, node_object
 from koordqueue.localcluster.simoperator import SERVICES, JobKind, SimOperator, job_kinds
+from koordqueue.localcluster.simwebhook import OperatorWebhook
 from koordqueue.localcluster.simworkloads import DEPLOYMENTS, REPLICA_SETS, SimWorkloads
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,7 @@ class SimCluster:
         self.kubelet: SimKubelet | None = None
         self.operator: SimOperator | None = None
         self.workloads: SimWorkloads | None = None
+        self.webhook: OperatorWebhook | None = None
         self._started = False
 
     @property
@@ -103,6 +106,8 @@ class SimCluster:
                 log.info("simulated cluster: %s is not served; its jobs are not run", kind.kind)
         if any(kind.kubeflow for kind, _ in self.job_informers.values()) and await self._served(SERVICES):
             self.service_informer = Informer(self.client, SERVICES)
+        self.webhook = OperatorWebhook(self.client, set(self.job_informers))
+        await self.webhook.start()
         self.kubelet = SimKubelet(self.client, self.pod_informer, self.node_informer, self.background,
                                   self.record_events, self.workers)
         self.operator = SimOperator(self.client, self.pod_informer, self.job_informers, self.background,
@@ -126,6 +131,8 @@ class SimCluster:
                 *([self.service_informer] if self.service_informer is not None else []), *self.workload_informers]
 
     async def stop(self) -> None:
+        if self.webhook is not None:
+            await self.webhook.stop()
         if self.operator is not None:
             await self.operator.stop()
         if self.workloads is not None:

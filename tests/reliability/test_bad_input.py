@@ -111,11 +111,13 @@ async def test_the_whole_corpus_alongside_valid_jobs(start_system: SystemFactory
 
 
 async def check_status_code(system: System, name: str, code: int) -> None:
-    """A manifest kubectl could not apply: the API server's own answer has the right code."""
+    """A manifest kubectl could not apply: the API server's own answer (to a create with the
+    strict field validation kubectl asks for) has the right code."""
     for doc in documents(name):
         meta = doc["metadata"]
         with pytest.raises(ApiError) as refused:
-            await system.client.create(RESOURCES[doc["kind"]], doc, namespace=meta.get("namespace"))
+            await system.client.create(RESOURCES[doc["kind"]], doc, namespace=meta.get("namespace"),
+                                       field_validation="Strict")
         assert refused.value.status == code, (name, refused.value)
 
 

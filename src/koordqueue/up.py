@@ -290,7 +290,7 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
         print(text, flush=True)
 
     try:
-        await asyncio.to_thread(build.build, say)
+        await asyncio.to_thread(build.build, say, build.CONTROL_PLANE)
     except build.BuildError as e:
         raise UpError(str(e)) from None
     cluster = RealCluster(state_dir, NodeShape(count=nodes, gpus=gpus_per_node))

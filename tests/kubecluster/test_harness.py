@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.realcluster.cluster import RealCluster
+from koordqueue.realcluster.cluster import NodeShape, RealCluster
 from tests.realcluster import kubectl
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
@@ -90,3 +90,21 @@ def test_the_training_operator_runs_a_pytorchjob(kube: RealCluster) -> None:
         return any(cond["type"] == "Succeeded" and cond["status"] == "True" for cond in status.get("conditions", []))
 
     wait_for(succeeded, "the PyTorchJob Succeeded", timeout=60)
+
+
+def test_the_audit_log_can_keep_one_users_requests_only(tmp_path: Any) -> None:
+    """What a benchmark counts a controller's requests with: only that user's are logged."""
+    cluster = RealCluster(tmp_path / "state", NodeShape(count=0), training_operator=False, audit_users=("alice",))
+    with cluster:
+        for user in ("alice", "bob"):
+            config = cluster.kubeconfig_for(user, ("system:masters",))
+            kubectl(config, "get", "namespaces")
+            kubectl(config, "create", "configmap", f"by-{user}")
+        deadline = time.monotonic() + 10
+        while not any(e.get("objectRef", {}).get("name") == "by-alice" for e in cluster.requests_by("alice")):
+            assert time.monotonic() < deadline, "alice's create never reached the audit log"
+            time.sleep(0.2)
+        logged = {json.loads(line)["user"]["username"] for line in cluster.audit_log.read_text().splitlines()}
+    assert logged == {"alice"}
+    verbs = {(e["verb"], e.get("objectRef", {}).get("resource")) for e in cluster.requests_by("alice")}
+    assert {("list", "namespaces"), ("create", "configmaps")} <= verbs

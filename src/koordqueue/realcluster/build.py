@@ -7,13 +7,18 @@ decides the build (go.mod, go.sum, the flags, the Go version): a pin that change
 builds anew, one that does not is never built twice.
 
     python -m koordqueue.realcluster.build          # build what is missing
+    python -m koordqueue.realcluster.build cluster  # only the programs of e2e/cluster
     python -m koordqueue.realcluster.build --print  # the folder of each program
+
+The control plane (`CONTROL_PLANE`: e2e/cluster and e2e/training-operator) is what
+`RealCluster` and `up --control-plane kube` need; e2e/kueue is for the bench only.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -88,7 +93,35 @@ MODULES = (
     Module("training-operator", {
         "training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1",
     }),
+    # Kueue, for the side-by-side bench (bench/versus_kueue.py): its scheduler performance
+    # test's runner and minimal manager, and its full manager for the batch Job integration.
+    Module("kueue", {
+        "kueue": "sigs.k8s.io/kueue/cmd/kueue",
+        "kueue-perf-runner": "sigs.k8s.io/kueue/test/performance/scheduler/runner",
+        "minimalkueue": "sigs.k8s.io/kueue/test/performance/scheduler/minimalkueue",
+    }),
 )
+CONTROL_PLANE = tuple(m for m in MODULES if m.folder in ("cluster", "training-operator"))
+
+
+def modules_named(names: list[str]) -> tuple[Module, ...]:
+    """The modules of these e2e/ folders (all of them when none is named)."""
+    known = {m.folder: m for m in MODULES}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BuildError(f"no module e2e/{unknown[0]}; the modules are {', '.join(known)}")
+    return tuple(known[n] for n in names) if names else MODULES
+
+
+def module_source(folder: str, module: str) -> Path:
+    """Where Go's module cache keeps `module` at the version e2e/<folder>/go.mod pins (its
+    manifests: CRDs, webhooks, configs); downloaded when it is not there yet."""
+    pinned = next(m for m in MODULES if m.folder == folder).pinned(module)
+    result = subprocess.run(["go", "mod", "download", "-json", f"{module}@{pinned}"],
+                            cwd=E2E / folder, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuildError(f"cannot find {module}@{pinned}: {result.stderr[-1000:]}")
+    return Path(json.loads(result.stdout)["Dir"])
 
 
 def binary_name(package: str) -> str:
@@ -109,23 +142,16 @@ def folder(module: Module, version: str) -> Path:
     return TOOLS_DIR / f"{module.folder}-{module.key(version)}"
 
 
-def binaries(version: str | None = None) -> dict[str, Path]:
-    """Where each program is (or will be) once built."""
+def binaries(version: str | None = None, modules: tuple[Module, ...] = MODULES) -> dict[str, Path]:
+    """Where each program of `modules` is (or will be) once built."""
     version = version or go_version()
-    return {name: folder(m, version) / name for m in MODULES for name in m.programs}
+    return {name: folder(m, version) / name for m in modules for name in m.programs}
 
 
-def missing() -> list[str]:
-    try:
-        return [name for name, path in binaries().items() if not path.exists()]
-    except BuildError:
-        return [name for m in MODULES for name in m.programs]
-
-
-def build(say: Callable[[str], None] = print) -> dict[str, Path]:
-    """Build every program that is not built yet; return the path of each."""
+def build(say: Callable[[str], None] = print, modules: tuple[Module, ...] = MODULES) -> dict[str, Path]:
+    """Build every program of `modules` that is not built yet; return the path of each."""
     version = go_version()
-    for module in MODULES:
+    for module in modules:
         dest = folder(module, version)
         todo = [name for name in module.programs if not (dest / name).exists()]
         if not todo:
@@ -151,15 +177,17 @@ def build(say: Callable[[str], None] = print) -> dict[str, Path]:
             os.replace(built, dest / name)
         shutil.rmtree(partial, ignore_errors=True)
         say(f"built {', '.join(todo)} in {time.monotonic() - started:.0f} s into {dest}")
-    return binaries(version)
+    return binaries(version, modules)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*", help="e2e/ folders to build (default: all)")
     parser.add_argument("--print", action="store_true", help="print where each program is, build nothing")
     args = parser.parse_args(argv)
     try:
-        paths = binaries() if args.print else build()
+        modules = modules_named(args.modules)
+        paths = binaries(modules=modules) if args.print else build(modules=modules)
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -130,8 +130,11 @@ class RealCluster:
     """Start with `start()` (or `with`), stop with `stop()`; `state_dir` keeps everything."""
 
     def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
-                 binaries: dict[str, Path] | None = None, audit: bool = True, full_history: bool = False) -> None:
-        """`full_history`: kube-apiserver never compacts etcd's history and stores every object
+                 binaries: dict[str, Path] | None = None, audit: bool = True, audit_users: tuple[str, ...] = (),
+                 component_qps: int = 200, full_history: bool = False) -> None:
+        """`audit_users`: log only these users' requests (a benchmark counting a controller's);
+        `component_qps`: kube-controller-manager's and kube-scheduler's client rate (burst twice it);
+        `full_history`: kube-apiserver never compacts etcd's history and stores every object
         as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write."""
         self.state_dir = state_dir.resolve()
         self.full_history = full_history
@@ -140,6 +143,8 @@ class RealCluster:
         self.nodes = nodes or NodeShape()
         self.training_operator = training_operator
         self.audit = audit
+        self.audit_users = audit_users
+        self.component_qps = component_qps
         self._binaries = binaries
         self.processes: dict[str, Process] = {}
         self.apiserver_port = 0
@@ -178,11 +183,11 @@ class RealCluster:
         return self._write_kubeconfig(self.state_dir / f"{stem}.kubeconfig", cert, key)
 
     def start(self, say: Any = log.info) -> RealCluster:
-        paths = self._binaries or build.binaries()
+        paths = self._binaries or build.binaries(modules=build.CONTROL_PLANE)
         missing = [n for n, p in paths.items() if not p.exists()]
         if missing:
             raise ClusterError(f"not built yet: {', '.join(missing)}; run `make e2e-tools` "
-                               f"(python -m koordqueue.realcluster.build)")
+                               f"(python -m koordqueue.realcluster.build cluster training-operator)")
         self.bin = paths
         for d in (self.pki, self.logs):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -327,8 +332,7 @@ class RealCluster:
         audit: list[str] = []
         if self.audit:
             policy = self.state_dir / "audit-policy.yaml"
-            policy.write_text(yaml.safe_dump({"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
-                                              "omitStages": ["RequestReceived"], "rules": [{"level": "Metadata"}]}))
+            policy.write_text(yaml.safe_dump(audit_policy(self.audit_users)))
             audit = [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
                      "--audit-log-format=json", "--audit-log-maxsize=0"]
         self._run("kube-apiserver", [
@@ -359,7 +363,8 @@ class RealCluster:
         self._run("kube-controller-manager", [
             f"--kubeconfig={kubeconfig}", "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
             f"--service-account-private-key-file={self._sa_key}", f"--root-ca-file={self._ca_cert}",
-            "--use-service-account-credentials=true", "--kube-api-qps=200", "--kube-api-burst=400",
+            "--use-service-account-credentials=true",
+            f"--kube-api-qps={self.component_qps}", f"--kube-api-burst={2 * self.component_qps}",
             "--concurrent-gc-syncs=20", "--controllers=*,-node-ipam-controller",
             "--v=1",
         ])
@@ -369,7 +374,8 @@ class RealCluster:
         config = self.state_dir / "scheduler.yaml"
         config.write_text(yaml.safe_dump({
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
+            "clientConnection": {"kubeconfig": str(kubeconfig), "qps": self.component_qps,
+                                 "burst": 2 * self.component_qps},
             "leaderElection": {"leaderElect": False},
         }))
         self._run("kube-scheduler", [f"--config={config}", "--secure-port=0", "--v=1"])
@@ -467,6 +473,14 @@ class RealCluster:
         raise ClusterError(f"CRDs {sorted(plurals)} were not served within {timeout:.0f} s")
 
 
+def audit_policy(users: tuple[str, ...] = ()) -> dict[str, Any]:
+    """kube-apiserver's audit policy: every request's metadata, or only `users`' requests."""
+    rules: list[dict[str, Any]] = [{"level": "Metadata"}]
+    if users:
+        rules = [{"level": "Metadata", "users": list(users)}, {"level": "None"}]
+    return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": rules}
+
+
 def cri_line(text: str, stream: str = "stdout") -> str:
     """One line of a container log as the kubelet's runtime writes it (what kwok reads)."""
     now = time.time()
@@ -490,13 +504,10 @@ def _b64(data: bytes) -> str:
 
 def operator_source() -> Path:
     """The training operator's module folder (its CRDs and webhook manifests), from Go's module cache."""
-    module = next(m for m in build.MODULES if m.folder == "training-operator")
-    version = module.pinned("github.com/kubeflow/training-operator")
-    result = subprocess.run(["go", "mod", "download", "-json", f"github.com/kubeflow/training-operator@{version}"],
-                            cwd=module.path, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ClusterError(f"cannot find the training operator's module: {result.stderr[-1000:]}")
-    return Path(json.loads(result.stdout)["Dir"])
+    try:
+        return build.module_source("training-operator", "github.com/kubeflow/training-operator")
+    except build.BuildError as e:
+        raise ClusterError(f"cannot find the training operator's module: {e}") from None
 
 
 def operator_certificate() -> tuple[CertificateAuthority, bytes, bytes]:

@@ -1,0 +1,42 @@
+"""Which Go modules are built for what (Go-free: nothing is built or started here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from koordqueue.realcluster import build
+from koordqueue.realcluster.cluster import ClusterError, RealCluster
+
+
+def test_the_control_plane_is_built_without_kueue() -> None:
+    control_plane = build.binaries("go0", build.CONTROL_PLANE)
+    assert {"kube-apiserver", "etcd", "kwok", "training-operator"} <= set(control_plane)
+    assert not {"kueue", "minimalkueue", "kueue-perf-runner"} & set(control_plane)
+    assert {"kueue", "minimalkueue", "kueue-perf-runner"} <= set(build.binaries("go0"))
+
+
+def test_modules_are_named_by_their_folder() -> None:
+    assert build.modules_named([]) == build.MODULES
+    assert [m.folder for m in build.modules_named(["kueue", "cluster"])] == ["kueue", "cluster"]
+    with pytest.raises(build.BuildError, match="no module e2e/nope; the modules are cluster, training-operator, kueue"):
+        build.modules_named(["nope"])
+
+
+def test_kueue_is_pinned_in_its_own_module() -> None:
+    kueue = build.modules_named(["kueue"])[0]
+    assert kueue.pinned("sigs.k8s.io/kueue") == "v0.17.0"
+    go_mod = (kueue.path / "go.mod").read_text()
+    assert "replace" not in go_mod  # Kueue's go.mod needs none
+    tools = (kueue.path / "tools.go").read_text()
+    assert all(f'"{package}"' in tools for package in kueue.programs.values())
+
+
+def test_a_cluster_needs_only_the_control_plane_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "TOOLS_DIR", tmp_path / "nothing-built")
+    monkeypatch.setattr(build, "go_version", lambda: "go0")
+    with pytest.raises(ClusterError) as raised:
+        RealCluster(tmp_path / "state").start()
+    assert "kube-apiserver" in str(raised.value) and "training-operator" in str(raised.value)
+    assert "kueue" not in str(raised.value)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from koordqueue.realcluster import build
+from koordqueue.realcluster import build, kueue
 from koordqueue.realcluster.cluster import ClusterError, RealCluster
 
 
@@ -40,3 +40,14 @@ def test_a_cluster_needs_only_the_control_plane_built(tmp_path: Path, monkeypatc
         RealCluster(tmp_path / "state").start()
     assert "kube-apiserver" in str(raised.value) and "training-operator" in str(raised.value)
     assert "kueue" not in str(raised.value)
+
+
+def test_kueue_is_asked_for_by_its_build_command_when_not_built(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the side-by-side bench and its test see without Kueue's binaries: a skip, a clear message."""
+    monkeypatch.setattr(build, "TOOLS_DIR", tmp_path / "nothing-built")
+    monkeypatch.setattr(build, "go_version", lambda: "go0")
+    assert not kueue.built()
+    with pytest.raises(ClusterError, match=r"not built yet: kueue, kueue-perf-runner, minimalkueue; run "
+                                           r"`python -m koordqueue.realcluster.build kueue`"):
+        kueue.binaries()

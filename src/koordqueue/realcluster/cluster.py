@@ -102,6 +102,12 @@ class Process:
         finally:
             out.close()
 
+    @property
+    def pid(self) -> int:
+        if self.popen is None:
+            raise ClusterError(f"{self.name} is not running")
+        return self.popen.pid
+
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
@@ -131,9 +137,11 @@ class RealCluster:
 
     def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
                  binaries: dict[str, Path] | None = None, audit: bool = True, audit_users: tuple[str, ...] = (),
-                 component_qps: int = 200, full_history: bool = False) -> None:
+                 component_qps: int = 200, controller_manager_flags: tuple[str, ...] = (),
+                 full_history: bool = False) -> None:
         """`audit_users`: log only these users' requests (a benchmark counting a controller's);
         `component_qps`: kube-controller-manager's and kube-scheduler's client rate (burst twice it);
+        `controller_manager_flags`: more flags for kube-controller-manager (a benchmark's tuning);
         `full_history`: kube-apiserver never compacts etcd's history and stores every object
         as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write."""
         self.state_dir = state_dir.resolve()
@@ -145,6 +153,7 @@ class RealCluster:
         self.audit = audit
         self.audit_users = audit_users
         self.component_qps = component_qps
+        self.controller_manager_flags = controller_manager_flags
         self._binaries = binaries
         self.processes: dict[str, Process] = {}
         self.apiserver_port = 0
@@ -287,7 +296,11 @@ class RealCluster:
         return context
 
     def _run(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
-        process = Process(name, [str(self.bin.get(name, name)), *args], self.logs / f"{name}.log", env)
+        return self.run(name, self.bin.get(name, Path(name)), args, env)
+
+    def run(self, name: str, binary: Path, args: list[str], env: dict[str, str] | None = None) -> Process:
+        """Start one more process of the cluster (logged in logs/NAME.log, stopped with the cluster)."""
+        process = Process(name, [str(binary), *args], self.logs / f"{name}.log", env)
         process.start()
         self.processes[name] = process
         return process
@@ -366,7 +379,7 @@ class RealCluster:
             "--use-service-account-credentials=true",
             f"--kube-api-qps={self.component_qps}", f"--kube-api-burst={2 * self.component_qps}",
             "--concurrent-gc-syncs=20", "--controllers=*,-node-ipam-controller",
-            "--v=1",
+            "--v=1", *self.controller_manager_flags,
         ])
 
     def _start_scheduler(self) -> None:
@@ -438,7 +451,7 @@ class RealCluster:
         source = operator_source()
         for crd in sorted((source / "manifests" / "base" / "crds").glob("kubeflow.org_*.yaml")):
             self.apply(yaml.safe_load(crd.read_text()))
-        self._wait_for_crds({"pytorchjobs", "tfjobs", "mpijobs"})
+        self.wait_for_crds("kubeflow.org", "v1", {"pytorchjobs", "tfjobs", "mpijobs"})
         webhook_port, probe_port = free_port(), free_port()
         ca, cert, key = operator_certificate()
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}})
@@ -462,11 +475,11 @@ class RealCluster:
         ], env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE})
         self._wait_ready("training-operator", f"http://127.0.0.1:{probe_port}/readyz", timeout=120, tls=False)
 
-    def _wait_for_crds(self, plurals: set[str], timeout: float = 60.0) -> None:
+    def wait_for_crds(self, group: str, version: str, plurals: set[str], timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(urllib.error.HTTPError):
-                served = {r["name"] for r in self.request("GET", "/apis/kubeflow.org/v1")["resources"]}
+                served = {r["name"] for r in self.request("GET", f"/apis/{group}/{version}")["resources"]}
                 if plurals <= served:
                     return
             time.sleep(0.2)

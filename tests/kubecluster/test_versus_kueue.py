@@ -1,0 +1,51 @@
+"""bench/versus_kueue.py in small on the real control plane: Kueue's own perf test, then ours and
+Kueue on one like-for-like stream, every figure there and every invariant holding. Kueue is built
+only on demand (`python -m koordqueue.realcluster.build kueue`, ~30 min the first time), never by
+`make test-kube`: this is skipped where it is not built. Speed is not checked: figures are for bench/."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqueue.realcluster import kueue
+
+BENCH = Path(__file__).parents[2] / "bench" / "versus_kueue.py"
+DIVISOR = 50  # per queue 7 small, 2 medium, 1 large: 300 Jobs in 30 queues
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1500),
+              pytest.mark.skipif(not kueue.built(), reason="Kueue is not built (python -m koordqueue.realcluster.build "
+                                                           "kueue); make test-kube does not build it")]
+
+
+def number(value: Any) -> bool:
+    return isinstance(value, int | float) and not math.isnan(value)
+
+
+def test_versus_kueue_in_small_runs_both_systems_alike_within_the_quotas() -> None:
+    done = subprocess.run([sys.executable, str(BENCH), "--divisor", str(DIVISOR), "--rounds", "1", "--json"],
+                          capture_output=True, text=True, timeout=1400)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    f = json.loads(done.stdout)
+    jobs = 30 * (350 + 100 + 50) // DIVISOR
+    perf = f["kueue_perf"]  # Kueue's own runner and minimal manager, its summary read back
+    assert perf["workloads"] == jobs and number(perf["usage_percent"]) and perf["usage_percent"] > 0
+    assert set(perf["mean_admission_s"]) == {"small", "medium", "large"} and perf["requests_per_job"] > 0
+    assert [r["system"] for r in f["runs"]] == ["ours", "kueue"]
+    for name in ("ours", "kueue"):
+        r = f[name]
+        assert r["jobs"] == jobs and r["admitted"] == jobs and r["unfinished"] == 0, (name, r)
+        assert r["over_quota"] == 0 and r["released_more_than_once"] == 0 and r["create_errors"] == [], (name, r)
+        assert max(r["peak_used_cpu"].values()) <= 120, (name, r["peak_used_cpu"])
+        assert all(number(r["mean_admission_s"][k]) for k in ("small", "medium", "large")), (name, r)
+        for key in ("wall_s", "requests_per_job", "controller_cpu_s", "apiserver_cpu_s", "etcd_cpu_s",
+                    "usage_percent", "controller_peak_rss"):
+            assert number(r[key]) and r[key] > 0, (name, key, r[key])
+    # Counted in kube-apiserver's audit log under each controller's own identity: its releases.
+    assert f["ours"]["requests_by_kind"]["create queueunits"] == jobs
+    assert f["kueue"]["requests_by_kind"]["create workloads"] == jobs

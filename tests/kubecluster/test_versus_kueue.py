@@ -40,7 +40,8 @@ def test_versus_kueue_in_small_runs_both_systems_alike_within_the_quotas() -> No
     for name in ("ours", "kueue"):
         r = f[name]
         assert r["jobs"] == jobs and r["admitted"] == jobs and r["unfinished"] == 0, (name, r)
-        assert r["over_quota"] == 0 and r["released_more_than_once"] == 0 and r["create_errors"] == [], (name, r)
+        # A job may be released twice (preempted to reclaim a cohort's quota, then admitted again): not a defect.
+        assert r["over_quota"] == 0 and r["violations"] == [] and r["create_errors"] == [], (name, r)
         assert max(r["peak_used_cpu"].values()) <= 120, (name, r["peak_used_cpu"])
         assert all(number(r["mean_admission_s"][k]) for k in ("small", "medium", "large")), (name, r)
         for key in ("wall_s", "requests_per_job", "controller_cpu_s", "apiserver_cpu_s", "etcd_cpu_s",

@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from koordqueue.localcluster.registry import ResourceType
 from koordqueue.localcluster.validation import (
     DUPLICATE,
@@ -134,11 +136,22 @@ class _Node:
 _DROP = object()
 
 
+def _same(value: Any, old: Any) -> bool:
+    """The same JSON (true is not 1, 1.0 is not 1, as Python's == would have them): a part
+    equal to the stored one needs no pruning, and its problems, if any, were old's (ratcheting)."""
+    if value is old:
+        return True
+    try:
+        return orjson.dumps(value) == orjson.dumps(old)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+
+
 def _prune(node: _Node, value: Any, stored: Any, root: bool = False) -> Any:
     """`value` pruned and defaulted; parts shared with `stored` (a patch left them alone) are kept
     as they are, and nothing is changed in place: a changed part is a new copy."""
-    if value is stored and value is not None:  # a part a patch left as stored: pruned when it was written
-        return value
+    if stored is not None and _same(value, stored):  # as stored: pruned when it was written
+        return stored
     if value is None:
         return value if node.nullable or node.has_default else _DROP
     if isinstance(value, list):
@@ -346,7 +359,7 @@ class _Walk:
 
     def node(self, node: _Node, value: Any, path: str, old: Any = None, has_old: bool = False) -> list[_Problem]:
         """Problems of `value` at `path` (kube-openapi's name); none where it equals `old` (ratcheting)."""
-        if has_old and value is old:
+        if has_old and _same(value, old):  # ratcheted: its problems, if any, were old's
             return []
         found = self._node(node, _as_go(value), path, old, has_old)
         if found and has_old and value == old:
@@ -690,7 +703,7 @@ def _replicas(obj: dict[str, Any], path: str) -> list[FieldError]:
 def _list_types(node: _Node, value: Any, path: str, old: Any = None) -> list[FieldError]:
     """structurallisttype.ValidateListSetsAndMaps: duplicates in list-type set and map lists
     (parts the same object as in `old` are skipped: their errors, if any, were old's too)."""
-    if not node.lists_below or (old is not None and value is old):
+    if not node.lists_below or (old is not None and _same(value, old)):
         return []
     out: list[FieldError] = []
     before = old if isinstance(old, dict) else {}

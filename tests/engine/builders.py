@@ -10,7 +10,17 @@ from dataclasses import replace
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import Engine
-from koordqueue.engine.model import EngineConfig, QueueInfo, QuotaInfo, ResourceList, UnitInfo, auto_queue_for
+from koordqueue.engine.model import (
+    EngineConfig,
+    NodeInfo,
+    PodSetInfo,
+    QueueInfo,
+    QuotaInfo,
+    ResourceList,
+    Taint,
+    UnitInfo,
+    auto_queue_for,
+)
 
 G = 1000  # one whole unit in milli-units
 GPU = "nvidia.com/gpu"
@@ -121,3 +131,32 @@ def settle(engine: Engine, now: float, limit: int = 50) -> list[str]:
         if result.next_wakeup is None or result.next_wakeup > now:
             return admitted
     raise AssertionError(f"the engine still has work at t={now} after {limit} cycles")
+
+
+def node(name: str, gpus: int = 8, cpu: int = 96, labels: dict[str, str] | None = None,
+         taints: tuple[Taint, ...] = (), unschedulable: bool = False) -> NodeInfo:
+    """A node with ``gpus`` GPUs and ``cpu`` cores (and its hostname label)."""
+    return NodeInfo(name, {GPU: gpus * G, CPU: cpu * G}, {"kubernetes.io/hostname": name, **(labels or {})},
+                    taints, unschedulable)
+
+
+def pod_set(name: str = "worker", count: int = 1, gpus: int = 8, cpu: int = 8, **fields: object) -> PodSetInfo:
+    """``count`` pods of ``gpus`` GPUs and ``cpu`` cores each; ``fields`` sets the rest
+    (min_count, node_selector, tolerations, topology...)."""
+    return PodSetInfo(name, count, {GPU: gpus * G, CPU: cpu * G}, **fields)  # type: ignore[arg-type]
+
+
+def gang(name: str, *pod_sets: PodSetInfo, quota_name: str | None = None, priority: int = 0,
+         created: float = 0.0, ns: str = "default") -> UnitInfo:
+    """A unit whose request is the sum of its pod sets."""
+    request: ResourceList = {}
+    for ps in pod_sets:
+        for resource, amount in ps.request.items():
+            request[resource] = request.get(resource, 0) + ps.count * amount
+    return UnitInfo(ns, name, priority, created, request, quota_name=quota_name, pod_sets=pod_sets)
+
+
+def with_nodes(engine: Engine, *nodes: NodeInfo) -> Engine:
+    for n in nodes:
+        engine.set_node(n)
+    return engine

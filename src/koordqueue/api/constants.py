@@ -75,6 +75,27 @@ DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS = 15.0
 ANNOTATION_HOLD_ROOM_AFTER = "koord-queue/hold-room-after"
 DEFAULT_HOLD_ROOM_AFTER_SECONDS = 600.0
 
+# --- Placement: node fit and topology domains ---------------------------------------
+# On an ElasticQuota or a Queue (the Queue's wins): "false" admits on quota alone, as
+# Koord-Queue does; anything else (or absent) checks that a unit's pods fit on the nodes.
+ANNOTATION_NODE_FIT = "koord-queue/node-fit"
+# Kueue's annotations on a pod template, so users' manifests carry over: the pods of the
+# pod set go into one domain of the level this node label names (required), or as close
+# as the nodes allow, level by level upwards (preferred).
+ANNOTATION_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+ANNOTATION_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+LABEL_TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
+LABEL_TOPOLOGY_BLOCK = "topology.koord-queue.io/block"
+LABEL_TOPOLOGY_RACK = "topology.koord-queue.io/rack"
+# The levels of topology, widest first, when the controller or the trace names none.
+DEFAULT_TOPOLOGY_LEVELS = (LABEL_TOPOLOGY_ZONE, LABEL_TOPOLOGY_BLOCK, LABEL_TOPOLOGY_RACK, "kubernetes.io/hostname")
+TAINT_NO_SCHEDULE = "NoSchedule"
+TAINT_PREFER_NO_SCHEDULE = "PreferNoSchedule"
+TAINT_NO_EXECUTE = "NoExecute"
+TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"  # what a cordoned node is tainted with
+TOLERATION_EXISTS = "Exists"
+TOLERATION_EQUAL = "Equal"
+
 # --- Simulated cluster (embedded control plane) -----------------------------------
 ANNOTATION_SIM_DURATION = "koord-queue.sim/duration"  # seconds a simulated pod runs
 LABEL_JOB_NAME = "training.kubeflow.org/job-name"

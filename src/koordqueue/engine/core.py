@@ -27,6 +27,8 @@ from koordqueue.engine.model import (
     Admission,
     CycleResult,
     EngineConfig,
+    NodeInfo,
+    Placement,
     Preemption,
     QueueInfo,
     QuotaInfo,
@@ -36,6 +38,7 @@ from koordqueue.engine.model import (
     UnitInfo,
 )
 from koordqueue.engine.pending import Entry, PendingQueue, Shape, shape_of
+from koordqueue.engine.placement import NodeRoom, Unplaced
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
 from koordqueue.engine.tenancy import Directory, build_directory, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
@@ -64,6 +67,7 @@ class _Unit:
     key: str
     entry: Entry
     shape: Shape
+    charged: ResourceList  # what it holds of its quota when admitted: its request, or less (in part)
     state: _State = _State.PARKED
     queue: _Queue | None = None  # resolved queue (queued, back-off)
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
@@ -76,6 +80,7 @@ class _Queue:
     info: QueueInfo
     leaf: QuotaNode
     threshold: int
+    node_fit: bool  # its units' pods must fit on the nodes (when nodes are known)
     pending: PendingQueue = field(default_factory=PendingQueue)
     holds: list[tuple[QuotaNode, Hold]] = field(default_factory=list)
     blocker: str | None = None  # the unit its last scan stopped at (Block, Intelligent)
@@ -166,6 +171,8 @@ class Engine:
         # Within a cycle, until some usage changes: (leaf, top, resources) -> what may be reclaimed.
         self._reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
         self._scans: dict[str, _Scan] = {}
+        self._room = NodeRoom(config.topology_levels)
+        self._node_waiters: set[str] = set()  # queues whose units wait for room on the nodes
 
     # --- inputs -------------------------------------------------------------------
     def set_quota(self, quota: QuotaInfo) -> None:
@@ -204,6 +211,7 @@ class Engine:
             # Same binding: the same units use it; only its order and policy change.
             state.info = queue
             state.threshold = self._threshold(queue)
+            state.node_fit = self._node_fit(queue)
             self._touch(state)
             return
         self._rebuild_needed = True
@@ -222,17 +230,42 @@ class Engine:
             for state in self._qs.values():
                 self._touch(state)
 
+    def set_node(self, node: NodeInfo) -> None:
+        """A node, new or changed: where units' pods may go (node fit, topology)."""
+        if self._room.set_node(node):
+            self._wake_nodes()
+
+    def remove_node(self, name: str) -> None:
+        if self._room.remove_node(name):
+            self._wake_nodes()
+
+    def set_node_usage(self, node: str, used: ResourceList) -> None:
+        """What the pods bound to ``node`` request (every pod, of units or not)."""
+        if self._room.set_usage(node, used):
+            self._wake_nodes()
+
+    def set_unit_pods(self, key: str, pods: dict[tuple[str, str], int]) -> None:
+        """The unit's pods bound to nodes: (pod set, node) -> how many."""
+        if self._room.set_pods(key, pods):
+            self._wake_nodes()
+
+    def node_free(self, node: str) -> ResourceList:
+        """The room left on ``node`` as placement sees it."""
+        return self._room.free(node)
+
     def set_unit(self, unit: UnitInfo) -> None:
         old = self._units.get(unit.key)
         if old is not None and old.info == unit:
             return
-        record = _Unit(replace(unit), unit.key, _entry(unit), shape_of(unit.request))
+        record = _Unit(replace(unit), unit.key, _entry(unit), shape_of(unit.request, unit.pod_sets), unit.request)
         previous = None
         if old is not None:
             previous = old.state
             record.message = old.message
             self._detach(old)
         self._units[unit.key] = record
+        if unit.pod_sets or (old is not None and old.info.pod_sets):
+            self._room.track(unit.key, unit.pod_sets)
         if not self._rebuild_needed:
             self._attach(record, previous)
 
@@ -240,6 +273,8 @@ class Engine:
         record = self._units.pop(key, None)
         if record is not None:
             self._detach(record)
+            if record.info.pod_sets:
+                self._room.forget(key)
 
     def requeue(self, key: str, now: float, reason: str) -> float:
         record = self._units[key]
@@ -253,10 +288,12 @@ class Engine:
             return
         if self._rebuild_needed:
             record.info.admitted_quota = record.info.admitted_queue = record.info.admitted_at = None
+            record.info.placement = None
             return
         self._detach(record)
         info = record.info
         info.admitted_quota = info.admitted_queue = info.admitted_at = None
+        info.placement = None
         self._attach(record, None)
 
     # --- the cycle ----------------------------------------------------------------
@@ -332,15 +369,38 @@ class Engine:
                 scan.borrows = True
                 return True
             heapq.heappop(heads)
-            if misfit is None or self._preempt_for(record, state, misfit, now, result):
-                self._admit(record, state, now, result)
+            placement: Placement | None = None
+            unplaced: Unplaced | None = None
+            if misfit is None and self._places(state, info):
+                found = self._room.place(info.pod_sets)
+                if isinstance(found, Unplaced):
+                    unplaced = found
+                else:
+                    placement = found
+            admit = misfit is None and unplaced is None
+            least: Misfit | Unplaced | None = None  # an elastic unit: why not even its least
+            if not admit and info.pod_sets and any(ps.elastic for ps in info.pod_sets):
+                placement, least = self._in_part(record, state)
+                admit = placement is not None
+                if not admit and self._places(state, info):
+                    self._node_waiters.add(state.key)
+            if not admit and misfit is not None:
+                admit, placement = self._preempt_for(record, state, misfit, now, result)
+                if not admit and least is not None:  # it waits for room for its least, not its most
+                    misfit, unplaced = (least, None) if isinstance(least, Misfit) else (None, least)
+            if admit:
+                self._admit(record, state, now, result, placement)
                 following = state.pending.next_of(shape)
                 if following is not None:
                     heapq.heappush(heads, (following, shape))
                 scan.admitted = True
                 return True
             # Same request, same or lower priority: the rest of this stream waits too.
-            told = self._note_misfit(record, state, misfit, now)
+            if unplaced is not None:
+                told = self._note_unplaced(record, state, unplaced)
+            else:
+                assert misfit is not None
+                told = self._note_misfit(record, state, misfit, now)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -441,21 +501,22 @@ class Engine:
 
     def _preempt_for(
         self, record: _Unit, state: _Queue, misfit: Misfit, now: float, result: CycleResult
-    ) -> bool:
-        """Make room for ``record`` by reclaim or priority preemption; True if it did."""
+    ) -> tuple[bool, Placement | None]:
+        """Make room for ``record`` by reclaim or priority preemption: whether it did, and
+        where its pods go (when they are placed), in the room its victims give back."""
         if misfit.never or misfit.by_hold:
-            return False
+            return False, None
         leaf = state.leaf
         info = record.info
         reclaim = self._config.reclaim and not borrowing(leaf, info.request)
         if not reclaim and not state.info.preemption:
-            return False
+            return False, None
         top, names = binding(leaf, info.request)
         if top is None:
-            return False
+            return False, None
         reclaim = reclaim and top is not leaf and all(name in leaf.runtime for name in names)
         if not reclaim and not state.info.preemption:
-            return False
+            return False, None
         state.reclaims = state.reclaims or reclaim
         protect = self._config.protect_seconds
         candidates: list[Candidate] = []
@@ -472,20 +533,28 @@ class Engine:
                     free_at = min(free_at, admitted_at + protect)
                     continue
                 candidates.append(
-                    Candidate(key, leaf, victim.info.request, victim.info.priority, admitted_at, victim.entry)
+                    Candidate(key, leaf, victim.charged, victim.info.priority, admitted_at, victim.entry)
                 )
         chosen = choose_victims(leaf, info.request, info.priority, candidates, names) if candidates else None
         if chosen is None:
             if free_at < math.inf:
                 self._retry_later(state, free_at)
-            return False
+            return False, None
+        placement = None
+        if self._places(state, info):
+            # Preemption makes room in quotas, not on nodes: only when the victims' room on
+            # the nodes is enough for its pods too.
+            placed = self._room.place(info.pod_sets, released=[c.key for c in chosen])
+            if isinstance(placed, Unplaced):
+                return False, None
+            placement = placed
         reasons = [self._preemption_reason(c, record, leaf, names) for c in chosen]
         for candidate, reason in zip(chosen, reasons, strict=True):
             requeue_at = self._send_back(self._units[candidate.key], now, reason)
             result.preempted.append(
                 Preemption(candidate.key, candidate.node.name, record.key, reason, requeue_at)
             )
-        return True
+        return True, placement
 
     def _reclaim_candidates(
         self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str], now: float
@@ -520,7 +589,7 @@ class Engine:
                     continue
                 victim = self._units[unit_key]
                 candidates.append(
-                    Candidate(unit_key, other, victim.info.request, victim.info.priority, admitted_at,
+                    Candidate(unit_key, other, victim.charged, victim.info.priority, admitted_at,
                               victim.entry, chain)
                 )
         self._reclaim_cache[key] = (candidates, free_at)
@@ -547,7 +616,9 @@ class Engine:
             self._retry_at[state.key] = when
             heapq.heappush(self._retry, (when, state.key))
 
-    def _admit(self, record: _Unit, state: _Queue, now: float, result: CycleResult) -> None:
+    def _admit(
+        self, record: _Unit, state: _Queue, now: float, result: CycleResult, placement: Placement | None = None
+    ) -> None:
         info = record.info
         state.pending.remove(record.entry, record.shape)
         self._tree.add_pending(state.leaf, info.request, -1)
@@ -555,6 +626,7 @@ class Engine:
         info.admitted_queue = state.key
         info.admitted_at = now
         info.requeue_at = None
+        info.placement = placement
         record.state = _State.ADMITTED
         record.queue = None
         record.node = state.leaf
@@ -562,13 +634,14 @@ class Engine:
         self._admitted_now.add(record.key)
         record.message = ""
         self._changed.pop(record.key, None)
-        result.admitted.append(Admission(record.key, state.leaf.name, state.key))
+        result.admitted.append(Admission(record.key, state.leaf.name, state.key, info.placement))
 
     def _send_back(self, record: _Unit, now: float, reason: str) -> float:
         """Release the unit's quota (if any) and put it in back-off; return requeue_at."""
         self._detach(record)
         info = record.info
         info.admitted_quota = info.admitted_queue = info.admitted_at = None
+        info.placement = None
         info.attempts += 1
         delay = backoff_seconds(self._config, record.key, info.attempts)
         info.requeue_at = now + delay
@@ -646,15 +719,19 @@ class Engine:
         node = record.node
         assert node is not None
         info = record.info
-        room = self._tree.charge(node, info.request, sign)
+        if sign > 0:
+            record.charged = _charged(info)
+        room = self._tree.charge(node, record.charged, sign)
         self._check_borrowing(node)
         if self._reclaim_cache:
             self._reclaim_cache = {}
         name = info.admitted_quota
         assert name is not None
         used = self._used_by_name.setdefault(name, {})
-        for resource, amount in info.request.items():
+        for resource, amount in record.charged.items():
             used[resource] = used.get(resource, 0) + sign * amount
+        if info.pod_sets:
+            self._hold_room(record, sign)
         victims = self._victims.setdefault(node, [])
         item = (info.admitted_at if info.admitted_at is not None else -math.inf, record.key)
         if sign > 0:
@@ -671,6 +748,85 @@ class Engine:
             self._wake_node(upper)
         for state in self._leaf_queues.get(node, ()):
             self._touch(state)  # its own units may stop borrowing, and pass holds
+
+    def _hold_room(self, record: _Unit, sign: int) -> None:
+        """An admitted unit's pods take room on the nodes planned for them (a unit found
+        holding quota, or admitted on quota alone: where they fit now); released, they give
+        it back."""
+        room = self._room
+        info = record.info
+        if sign < 0:
+            if room.release(record.key):
+                self._wake_nodes()
+            return
+        if not room:
+            return
+        placement = info.placement
+        if placement is None or not placement.nodes:
+            counts = dict(placement.counts) if placement is not None else None
+            planned = room.best_effort(info.pod_sets, counts).nodes
+            info.placement = replace(placement or Placement(), nodes=planned)
+        assert info.placement is not None
+        room.hold(record.key, info.placement.nodes)
+
+    def _places(self, state: _Queue, info: UnitInfo) -> bool:
+        """Whether the unit's pods must fit on the nodes to be admitted."""
+        return state.node_fit and bool(info.pod_sets) and bool(self._room)
+
+    def _in_part(self, record: _Unit, state: _Queue) -> tuple[Placement | None, Misfit | Unplaced | None]:
+        """An elastic unit that does not fit whole: the most pods of its elastic pod set,
+        down to its min count, that fit its quota (and the nodes) now; else None and why
+        not even its min count fits."""
+        info = record.info
+        elastic = next(ps for ps in info.pod_sets if ps.elastic)
+        assert elastic.min_count is not None
+        places = self._places(state, info)
+        leaf = state.leaf
+
+        def fits(count: int) -> Placement | Misfit | Unplaced:
+            request = dict(info.request)
+            for name, amount in elastic.request.items():
+                request[name] = request.get(name, 0) - (elastic.count - count) * amount
+            misfit = first_misfit(leaf, request, info.priority)
+            if misfit is not None:
+                return misfit
+            counts = {elastic.name: count}
+            if not places:
+                return Placement(counts=tuple(counts.items()))
+            return self._room.place(info.pod_sets, counts)
+
+        low, high = elastic.min_count, elastic.count - 1
+        best = fits(low)
+        if not isinstance(best, Placement):
+            return None, best
+        while low < high:  # fits(low) holds; the most that fits is in [low, high]
+            middle = (low + high + 1) // 2
+            found = fits(middle)
+            if isinstance(found, Placement):
+                low, best = middle, found
+            else:
+                high = middle - 1
+        return best, None
+
+    def _note_unplaced(self, record: _Unit, state: _Queue, unplaced: Unplaced) -> bool:
+        """Say why the unit's pods have no nodes, and wait for room on them. Return whether
+        it waits for another reason than before (see ``_note_misfit``)."""
+        key: tuple[object, ...] = ("nodes", unplaced)
+        reason = record.reason
+        told = reason is None or reason[0][0] != "nodes" or _kind(reason[0][1]) != _kind(unplaced)
+        if reason is None or reason[0] != key:
+            reason = record.reason = (key, messages.unplaced(state.leaf, unplaced))
+        self._say(record, reason[1])
+        self._node_waiters.add(state.key)
+        return told
+
+    def _wake_nodes(self) -> None:
+        """Room grew on the nodes: scan again the queues whose units waited for it."""
+        waiters, self._node_waiters = self._node_waiters, set()
+        for key in sorted(waiters):
+            state = self._qs.get(key)
+            if state is not None:
+                self._touch(state)
 
     def _wake_node(self, node: QuotaNode, exclude: str | None = None) -> None:
         """Scan again the queues waiting at ``node`` that might fit in its room now."""
@@ -761,6 +917,7 @@ class Engine:
     def _sync(self) -> None:
         if self._rebuild_needed:
             self._rebuild()
+        self._room.sync()
         for node in self._tree.refresh():
             self._check_borrowing(node)
             for state in self._leaf_queues.get(node, ()):
@@ -809,10 +966,19 @@ class Engine:
         self._stale = set(self._qs)
 
     def _new_queue(self, queue: QueueInfo, leaf: QuotaNode) -> _Queue:
-        state = _Queue(queue, leaf, self._threshold(queue))
+        state = _Queue(queue, leaf, self._threshold(queue), self._node_fit(queue))
         self._qs[queue.key] = state
         self._leaf_queues.setdefault(leaf, []).append(state)
         return state
+
+    def _node_fit(self, queue: QueueInfo) -> bool:
+        """The Queue's koord-queue/node-fit, else its quota's, else the engine's."""
+        if queue.node_fit is not None:
+            return queue.node_fit
+        quota = self._quotas.get(queue.quota) if queue.quota is not None else None
+        if quota is not None and quota.node_fit is not None:
+            return quota.node_fit
+        return self._config.node_fit
 
     def _threshold(self, queue: QueueInfo) -> int:
         if queue.priority_threshold is not None:
@@ -965,6 +1131,10 @@ class Engine:
         if text is None:
             misfit = first_misfit(state.leaf, info.request, info.priority)
             text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority)
+            if misfit is None and self._places(state, info):
+                found = self._room.place(info.pod_sets)
+                if isinstance(found, Unplaced):
+                    text = messages.unplaced(state.leaf, found)
             if reasons is not None:
                 reasons[key] = text
         return text or record.message
@@ -987,3 +1157,25 @@ def _limits_only(old: QuotaInfo, new: QuotaInfo) -> bool:
     same_rest = replace(old, min=new.min, max=new.max, shared_weight=new.shared_weight,
                         allow_lent=new.allow_lent) == new
     return same_rest and old.min.keys() == new.min.keys() and old.max.keys() == new.max.keys()
+
+
+def _charged(info: UnitInfo) -> ResourceList:
+    """What an admitted unit holds of its quota: its request, less the pods an admission
+    in part left out."""
+    placement = info.placement
+    if placement is None or not placement.counts:
+        return info.request
+    request = dict(info.request)
+    for ps in info.pod_sets:
+        left_out = ps.count - placement.count_of(ps.name, ps.count)
+        if left_out:
+            for name, amount in ps.request.items():
+                request[name] = request.get(name, 0) - left_out * amount
+    return request
+
+
+def _kind(unplaced: object) -> tuple[object, ...]:
+    """What a reason to wait for nodes is about, without its amounts (see ``_note_misfit``)."""
+    if not isinstance(unplaced, Unplaced):
+        return ()
+    return (unplaced.pod_set, unplaced.asked, unplaced.resource, bool(unplaced.shut_out), unplaced.level)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from koordqueue.api.constants import ANNOTATION_HOLD_ROOM_AFTER
+from koordqueue.api.constants import ANNOTATION_HOLD_ROOM_AFTER, LABEL_HOSTNAME
 from koordqueue.api.quantity import format_quantity
 from koordqueue.engine.fit import Misfit
+from koordqueue.engine.placement import Unplaced
 from koordqueue.engine.tree import QuotaNode
 
 
@@ -69,6 +70,53 @@ def waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
             f"{_q(misfit.limit)} in the cluster{kept}"
         )
     return f"waiting for quota {leaf.name}: {name} asks {asked}; its parent quota {node.name} has {used}"
+
+
+def unplaced(leaf: QuotaNode, misfit: Unplaced) -> str:
+    """Why a unit that fits its quota waits for the nodes: what they lack, and where there is most."""
+    start = f"quota {leaf.name} has room, but "
+    pods = _pods(misfit)
+    if misfit.shut_out:
+        why = ", ".join(f"{count} {_refusal(reason)}" for reason, count in misfit.shut_out)
+        return f"{start}no node may take {pods}: {why}"
+    if misfit.level is not None:
+        domain = _domain(misfit.level)
+        best = f" (the most in one: {misfit.room}, in {misfit.domain})" if misfit.domain is not None else ""
+        return f"{start}no {domain} ({misfit.level}) has room for all {misfit.count} of {pods}{best}"
+    if misfit.room == 0 and misfit.resource is not None:
+        asked = _q(dict(misfit.asked).get(misfit.resource, 0))
+        if misfit.node is None:
+            return f"{start}no node has {misfit.resource}, which {pods} ask for ({asked} each)"
+        text = (f"{start}no node has {asked} free {misfit.resource} (the most free on one node: "
+                f"{_q(misfit.most)}, on {misfit.node})")
+        return text + ("; nor would any, empty" if misfit.never else "")
+    each = ", ".join(f"{_q(amount)} {name}" for name, amount in misfit.asked)
+    if misfit.room == 0:
+        text = f"{start}no node has room for one of {pods} ({each}) now"
+    else:
+        text = f"{start}the nodes have room for {misfit.room} of {pods} ({each} each) now"
+    return text + ("; even empty, they could not hold them all" if misfit.never else "")
+
+
+def _pods(misfit: Unplaced) -> str:
+    role = f"{misfit.pod_set} " if misfit.pod_set else ""
+    return f"its {role}pod" if misfit.count == 1 else f"its {misfit.count} {role}pods"
+
+
+def _refusal(reason: str) -> str:
+    """A rule a node breaks for a pod set (placement._refusal), said of the nodes that break it."""
+    if reason.startswith("taint "):
+        return f"with {reason} not tolerated"
+    if reason.startswith("nodeSelector "):
+        return f"without label {reason.removeprefix('nodeSelector ')} (nodeSelector)"
+    if reason == "node affinity":
+        return "outside its required node affinity"
+    return reason
+
+
+def _domain(level: str) -> str:
+    """What one domain of a topology level is called: a node, a zone, a rack..."""
+    return "node" if level == LABEL_HOSTNAME else level.rpartition("/")[2]
 
 
 def queued(queue: str, quota: str, policy: str) -> str:

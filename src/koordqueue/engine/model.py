@@ -14,7 +14,11 @@ from koordqueue.api.constants import (
     AUTO_QUEUE_PRIORITY,
     DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_PRIORITY_THRESHOLD,
+    DEFAULT_TOPOLOGY_LEVELS,
     SYSTEM_NAMESPACE,
+    TAINT_NO_SCHEDULE,
+    TOLERATION_EQUAL,
+    TOLERATION_EXISTS,
     QueuePolicy,
 )
 
@@ -37,6 +41,7 @@ class QuotaInfo:
     policy: QueuePolicy = QueuePolicy.PRIORITY
     namespaces: frozenset[str] = frozenset()  # bound namespaces besides its own
     priority_threshold: int | None = None
+    node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +58,97 @@ class QueueInfo:
     # koord-queue/hold-room-after: a unit of this Queue that has waited this long has free
     # room held for it against borrowers of its own priority too (lower ones: at once).
     hold_room_after: float = DEFAULT_HOLD_ROOM_AFTER_SECONDS
+    node_fit: bool | None = None  # koord-queue/node-fit; wins over its quota's; None: the quota's
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = TAINT_NO_SCHEDULE  # NoSchedule, PreferNoSchedule or NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # with Exists, "" tolerates every taint
+    operator: str = TOLERATION_EQUAL  # Equal or Exists
+    value: str = ""
+    effect: str = ""  # "": every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == TOLERATION_EXISTS:
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One entry of a required node affinity term: matchExpressions on a label, or
+    matchFields (``field``) on the node's name."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...] = ()
+    field: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequest:
+    """All pods of the pod set in one domain of ``level`` (a node label): ``required``,
+    or else as close as the nodes allow (the levels above it, then anywhere)."""
+
+    level: str
+    required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetInfo:
+    """One role of a job: ``count`` pods alike, and where they may go."""
+
+    name: str
+    count: int
+    request: ResourceList  # one pod's
+    min_count: int | None = None  # elastic: it may be admitted with as few as this
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: tuple[tuple[Requirement, ...], ...] = ()  # required node affinity: any one term, all of it
+    tolerations: tuple[Toleration, ...] = ()
+    topology: TopologyRequest | None = None
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_count is not None and self.min_count < self.count
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """A node as placement needs it; an unschedulable (cordoned) node takes only pods
+    that tolerate its ``node.kubernetes.io/unschedulable`` taint, as kube-scheduler says."""
+
+    name: str
+    allocatable: ResourceList
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where an admitted unit's pods go: how many of each pod set (fewer than asked for
+    an elastic one admitted in part), the topology domain each pod set was given (its
+    level and the labels that pin it, widest first), and the nodes planned for them."""
+
+    counts: tuple[tuple[str, int], ...] = ()
+    domains: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = ()  # (pod set, level, labels)
+    nodes: tuple[tuple[str, str, int], ...] = ()  # (pod set, node, pods)
+
+    def count_of(self, pod_set: str, default: int) -> int:
+        return next((n for name, n in self.counts if name == pod_set), default)
 
 
 @dataclass(slots=True)
@@ -84,6 +176,8 @@ class UnitInfo:
     requeue_at: float | None = None  # in backoff: not eligible before this time
     attempts: int = 0  # times it was admitted and then sent back (backoff exponent)
     invalid: str | None = None  # a reason the job itself is unusable (bad quantity, ...)
+    pod_sets: tuple[PodSetInfo, ...] = ()  # its pods, for node fit; () : quota alone decides
+    placement: Placement | None = None  # set with admitted_quota when placed (or admitted in part)
 
     @property
     def key(self) -> str:
@@ -100,6 +194,8 @@ class EngineConfig:
     backoff_jitter: float = 0.10
     default_priority_threshold: int = DEFAULT_PRIORITY_THRESHOLD
     cluster_capacity: ResourceList | None = None  # None: unbounded (no nodes known)
+    node_fit: bool = True  # when nodes are known: admit only units whose pods fit on them now
+    topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS  # node labels, widest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +203,7 @@ class Admission:
     unit: str  # unit key namespace/name
     quota: str
     queue: str  # queue key namespace/name
+    placement: Placement | None = None  # None: admitted on quota alone
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,16 +12,25 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+
+from koordqueue.engine.model import PodSetInfo
 
 Entry = tuple[int, float, str, str, str]
 """Sort key of a pending unit: (-priority, created, namespace, name, key)."""
-Shape = tuple[tuple[str, int], ...]
-"""A request as a hashable value: sorted (resource, amount) pairs."""
+Shape = tuple[tuple[str, object], ...]
+"""A request as a hashable value: sorted (resource, amount) pairs, then, for a unit whose
+pods are placed on nodes, what its pod sets ask for (units alike fit alike)."""
+POD_SETS = "\x00pod-sets"  # the key of the pod sets' part of a shape, after the resources
 
 
-def shape_of(request: dict[str, int]) -> Shape:
-    return tuple(sorted((name, amount) for name, amount in request.items() if amount))
+def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = ()) -> Shape:
+    shape: Shape = tuple(sorted((name, amount) for name, amount in request.items() if amount))
+    if pod_sets:
+        shape += ((POD_SETS, tuple(
+            (ps.name, ps.count, ps.min_count, tuple(sorted(ps.request.items())), ps.node_selector, ps.affinity,
+             ps.tolerations, ps.topology) for ps in pod_sets)),)
+    return shape
 
 
 class PendingQueue:

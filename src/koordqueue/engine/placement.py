@@ -1,0 +1,603 @@
+"""Do a unit's pods fit on the nodes now? On which nodes, in which topology domain, and if
+not, why not (``Unplaced``, which messages.py turns into words).
+
+Nodes are an input like quotas. The room on a node is its allocatable, minus what the pods
+bound to it request (the shell counts them, as kube-scheduler's cache does), minus the pods
+of admitted units that are not bound yet (assumed on the nodes planned for them), plus what
+the bound pods of units that hold no quota any more request (their jobs are being suspended:
+that room is on its way back, and the unit that preempted them counts on it).
+
+A unit fits when all its pods have a node at once (gang). The pods of one pod set go, in
+turn, to the nodes that take the most of them (few nodes, so few hops between them), the
+last of them to the node that takes what is left with the least room to spare (big holes
+kept for big pods). Pod sets that ask for the same topology level go together into one
+domain of it, the tightest that holds them all (the fewest of their pods would fit there);
+a preferred level falls back to the levels above it, then to anywhere. Arrays over the
+nodes keep a check in tens of microseconds on a thousand nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from koordqueue.api.constants import (
+    PODS,
+    TAINT_NO_EXECUTE,
+    TAINT_NO_SCHEDULE,
+    TAINT_UNSCHEDULABLE,
+)
+from koordqueue.engine.model import (
+    NodeInfo,
+    Placement,
+    PodSetInfo,
+    Requirement,
+    ResourceList,
+    Taint,
+    Toleration,
+)
+
+Vector = npt.NDArray[np.int64]
+Matrix = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+Shape = tuple[tuple[str, int], ...]
+Chain = tuple[tuple[str, str], ...]  # a domain: the labels that pin it, widest level first
+ONE_POD = 1000  # a pod takes one of a node's ``pods`` (in milli-units)
+MANY = 1 << 40  # pods that fit on a node when they ask for nothing the node counts
+UNSCHEDULABLE = Taint(TAINT_UNSCHEDULABLE, "", TAINT_NO_SCHEDULE)
+BLOCKING_EFFECTS = (TAINT_NO_SCHEDULE, TAINT_NO_EXECUTE)
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """Why the pods of a unit that fits its quota have no nodes now."""
+
+    pod_set: str
+    count: int  # its pods to place
+    asked: Shape  # one pod's request
+    room: int  # of them, how many the nodes (or, with ``level``, its best domain) have room for
+    resource: str | None = None  # with no room at all: what one pod lacks on every node it may use
+    most: int = 0  # the most of ``resource`` free on one such node
+    node: str | None = None  # that node
+    shut_out: tuple[tuple[str, int], ...] = ()  # no node may take them at all: why, on how many nodes
+    level: str | None = None  # a required topology level: no domain of it holds them all
+    domain: str | None = None  # its best domain (``room`` is counted there)
+    never: bool = False  # not even on empty nodes
+
+
+@dataclass(slots=True)
+class _Group:
+    """Pod sets placed together: those asking for one topology level, or (``level`` None) the rest."""
+
+    level: str | None
+    required: bool
+    sets: list[tuple[PodSetInfo, int]] = field(default_factory=list)  # with the count to place
+
+
+class NodeRoom:
+    """The nodes, the room on each, and the units' pods on them."""
+
+    def __init__(self, levels: Sequence[str]) -> None:
+        self.levels = tuple(levels)
+        self._infos: dict[str, NodeInfo] = {}
+        self._usage: dict[str, ResourceList] = {}  # node -> what its bound pods request (the shell's)
+        self._requests: dict[str, dict[str, ResourceList]] = {}  # unit -> pod set -> one pod's request
+        self._pods: dict[str, dict[tuple[str, str], int]] = {}  # unit -> (pod set, node) -> bound pods
+        self._plans: dict[str, tuple[tuple[str, str, int], ...]] = {}  # units holding quota -> planned pods
+        self._applied: dict[str, dict[int, Vector]] = {}  # unit -> node -> what it adds to the room now
+        self._stale = True
+        self.names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._columns: dict[str, int] = {}
+        self._alloc: Matrix = np.zeros((0, 0), dtype=np.int64)
+        self._free: Matrix = np.zeros((0, 0), dtype=np.int64)
+        self._vectors: dict[Shape, tuple[Vector, list[int], str | None]] = {}
+        self._masks: dict[object, Mask] = {}
+        self._domains: dict[str, tuple[npt.NDArray[np.intp], list[Chain]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._infos)
+
+    # --- inputs -------------------------------------------------------------------
+    def set_node(self, info: NodeInfo) -> bool:
+        """Take a node (new or changed); True when it changed."""
+        if self._infos.get(info.name) == info:
+            return False
+        self._infos[info.name] = info
+        self._stale = True
+        return True
+
+    def remove_node(self, name: str) -> bool:
+        if self._infos.pop(name, None) is None:
+            return False
+        self._stale = True
+        return True
+
+    def set_usage(self, node: str, used: ResourceList) -> bool:
+        """What the pods bound to ``node`` request; True when room grew there."""
+        old = self._usage.get(node, {})
+        if old == used:
+            return False
+        if used:
+            self._usage[node] = dict(used)
+        else:
+            self._usage.pop(node, None)
+        if self._stale or node not in self._index:
+            return True
+        change = self._vector(old) - self._vector(used)
+        self._free[self._index[node]] += change
+        return bool((change > 0).any())
+
+    def track(self, unit: str, pod_sets: Sequence[PodSetInfo]) -> None:
+        """The pod sets of a unit the engine knows: for the room its pods take or give back."""
+        self._requests[unit] = {ps.name: ps.request for ps in pod_sets}
+        self._refresh(unit)
+
+    def forget(self, unit: str) -> None:
+        self._requests.pop(unit, None)
+        self._plans.pop(unit, None)
+        self._pods.pop(unit, None)
+        self._refresh(unit)
+
+    def hold(self, unit: str, nodes: Sequence[tuple[str, str, int]]) -> None:
+        """The unit holds quota with its pods planned on ``nodes``: the unbound ones are assumed there."""
+        self._plans[unit] = tuple(nodes)
+        self._refresh(unit)
+
+    def release(self, unit: str) -> bool:
+        """The unit holds quota no more: its plan goes, and its bound pods are on their way
+        out. True when room grew."""
+        if self._plans.pop(unit, None) is None:
+            return False
+        self._refresh(unit)
+        return True
+
+    def set_pods(self, unit: str, pods: Mapping[tuple[str, str], int]) -> bool:
+        """The unit's bound pods: (pod set, node) -> how many. True when room grew."""
+        pods = {k: n for k, n in pods.items() if n > 0}
+        if self._pods.get(unit, {}) == pods:
+            return False
+        if pods:
+            self._pods[unit] = pods
+        else:
+            self._pods.pop(unit, None)
+        return self._refresh(unit)
+
+    def plan_of(self, unit: str) -> tuple[tuple[str, str, int], ...]:
+        return self._plans.get(unit, ())
+
+    # --- the room -------------------------------------------------------------------
+    def sync(self) -> None:
+        """Derive the arrays again after nodes came, went or changed."""
+        if not self._stale:
+            return
+        self._stale = False
+        self.names = sorted(self._infos)
+        self._index = {name: i for i, name in enumerate(self.names)}
+        columns = sorted({r for info in self._infos.values() for r in info.allocatable})
+        self._columns = {name: i for i, name in enumerate(columns)}
+        self._vectors = {}
+        self._masks = {}
+        self._domains = {}
+        self._alloc = np.zeros((len(self.names), len(columns)), dtype=np.int64)
+        for i, name in enumerate(self.names):
+            self._alloc[i] = self._vector(self._infos[name].allocatable)
+        self._free = self._alloc.copy()
+        for node, used in self._usage.items():
+            if node in self._index:
+                self._free[self._index[node]] -= self._vector(used)
+        self._applied = {}
+        for unit in self._requests:
+            self._refresh(unit)
+
+    def free(self, node: str) -> ResourceList:
+        """The room left on ``node`` now (for reports and tests)."""
+        self.sync()
+        row = self._free[self._index[node]]
+        return {name: int(row[i]) for name, i in self._columns.items()}
+
+    def place(
+        self,
+        pod_sets: Sequence[PodSetInfo],
+        counts: Mapping[str, int] | None = None,
+        released: Iterable[str] = (),
+    ) -> Placement | Unplaced:
+        """Nodes for every pod of ``pod_sets`` (``counts`` of them, where given), or why not.
+        ``released``: units whose room counts as given back (victims about to be preempted)."""
+        self.sync()
+        free = self._free
+        extra = [self._release_change(unit) for unit in released]
+        if any(extra):
+            free = free.copy()
+            for change in extra:
+                for index, vector in change.items():
+                    free[index] += vector
+        groups = self._groups(pod_sets, counts)
+        if sum(len(g.sets) for g in groups) > 1:
+            free = free.copy() if free is self._free else free
+        nodes: list[tuple[str, str, int]] = []
+        domains: list[tuple[str, str, Chain]] = []
+        for group in groups:
+            found = self._place_group(free, group)
+            if isinstance(found, Unplaced):
+                return found
+            placed, chain = found
+            for ps, index, n in placed:
+                nodes.append((ps.name, self.names[index], n))
+                if free is not self._free:
+                    free[index] -= n * self._pod_vector(ps.request)[0]
+            if chain is not None and group.level is not None:
+                domains += [(ps.name, chain[-1][0], chain) for ps, _ in group.sets]
+        out_counts = tuple((ps.name, counts[ps.name]) for ps in pod_sets if counts and ps.name in counts)
+        return Placement(out_counts, tuple(domains), tuple(nodes))
+
+    def most_pods(self, pod_set: PodSetInfo) -> int:
+        """How many pods of ``pod_set`` the nodes have room for now, alone (for partial admission)."""
+        self.sync()
+        vector, cols, missing = self._pod_vector(pod_set.request)
+        if missing is not None:
+            return 0
+        return int(self._fits(self._free, vector, cols)[self._mask(pod_set)].sum())
+
+    def best_effort(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> Placement:
+        """Nodes for as many pods as fit (a unit found holding quota: its pods that are not
+        bound yet are assumed somewhere, not nowhere)."""
+        self.sync()
+        free = self._free.copy()
+        nodes: list[tuple[str, str, int]] = []
+        for ps in pod_sets:
+            vector, cols, missing = self._pod_vector(ps.request)
+            if missing is not None:
+                continue
+            mask = self._mask(ps)
+            k = self._fits(free, vector, cols)
+            k[~mask] = 0
+            want = min(counts.get(ps.name, ps.count) if counts else ps.count, int(k.sum()))
+            if want <= 0:
+                continue
+            for index, n in _pack(k, want):
+                nodes.append((ps.name, self.names[index], n))
+                free[index] -= n * vector
+        return Placement(nodes=tuple(nodes))
+
+    # --- placing ----------------------------------------------------------------------
+    def _groups(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> list[_Group]:
+        """Topology groups first (the most constrained), in the order the pod sets name them."""
+        groups: dict[tuple[str, bool] | None, _Group] = {}
+        for ps in pod_sets:
+            count = counts.get(ps.name, ps.count) if counts else ps.count
+            if count <= 0:
+                continue
+            topology = ps.topology
+            key = None if topology is None else (topology.level, topology.required)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group(None if topology is None else topology.level,
+                                             topology is not None and topology.required)
+            group.sets.append((ps, count))
+        plain = groups.pop(None, None)
+        return [*groups.values(), *([plain] if plain is not None else [])]
+
+    def _place_group(self, free: Matrix, group: _Group) -> tuple[list[tuple[PodSetInfo, int, int]], Chain | None] | Unplaced:
+        if group.level is None:
+            found = self._pack_sets(free, group.sets, None)
+            return (found, None) if not isinstance(found, Unplaced) else found
+        first: Unplaced | None = None
+        for level in self._levels_to_try(group.level, group.required):
+            if level is None:  # preferred, and no domain holds them: anywhere
+                found = self._pack_sets(free, group.sets, None)
+                return (found, None) if not isinstance(found, Unplaced) else found
+            in_domain = self._place_in_domain(free, group.sets, level)
+            if not isinstance(in_domain, Unplaced):
+                return in_domain
+            first = first or in_domain
+        assert first is not None
+        return first
+
+    def _levels_to_try(self, level: str, required: bool) -> list[str | None]:
+        if required:
+            return [level]
+        wider = list(reversed(self.levels[: self.levels.index(level)])) if level in self.levels else []
+        return [level, *wider, None]
+
+    def _place_in_domain(
+        self, free: Matrix, sets: list[tuple[PodSetInfo, int]], level: str
+    ) -> tuple[list[tuple[PodSetInfo, int, int]], Chain] | Unplaced:
+        codes, chains = self._domain_codes(level)
+        labelled = codes >= 0
+        caps: list[npt.NDArray[np.int64]] = []
+        fitting = np.ones(len(chains), dtype=np.bool_)
+        total = sum(count for _, count in sets)
+        held = np.zeros(len(chains), dtype=np.int64)  # of all their pods, how many each domain holds
+        for ps, count in sets:
+            vector, cols, missing = self._pod_vector(ps.request)
+            if missing is not None:
+                return self._unplaced(free, ps, count, None)
+            k = self._fits(free, vector, cols)
+            use = self._mask(ps) & labelled
+            cap = np.bincount(codes[use], weights=np.minimum(k[use], count), minlength=len(chains)).astype(np.int64)
+            caps.append(cap)
+            fitting &= cap >= count
+            held += np.minimum(cap, count)
+        main = max(range(len(sets)), key=lambda i: sets[i][1])
+        for domain in sorted(np.flatnonzero(fitting).tolist(), key=lambda d: (int(caps[main][d]), d)):
+            inside = codes == domain
+            found = self._pack_sets(free, sets, inside)
+            if not isinstance(found, Unplaced):
+                return found, chains[domain]
+        if not len(chains):
+            return Unplaced(sets[0][0].name, total, _shape(sets[0][0].request), 0, level=level)
+        best = int(np.argmax(held))
+        return Unplaced(sets[0][0].name if len(sets) == 1 else "", total, _shape(sets[0][0].request),
+                        int(held[best]), level=level, domain=chains[best][-1][1])
+
+    def _pack_sets(
+        self, free: Matrix, sets: list[tuple[PodSetInfo, int]], within: Mask | None
+    ) -> list[tuple[PodSetInfo, int, int]] | Unplaced:
+        """Each pod set in turn, on what the ones before it left (``free`` is a scratch copy
+        when there is more than one)."""
+        placed: list[tuple[PodSetInfo, int, int]] = []
+        scratch = free if len(sets) == 1 else free.copy()
+        if len(sets) > 1:  # the biggest pods first: the small ones fill the holes they leave
+            sets = sorted(sets, key=lambda item: -self._size(item[0].request))
+        for ps, count in sets:
+            vector, cols, missing = self._pod_vector(ps.request)
+            if missing is not None:
+                return self._unplaced(scratch, ps, count, within)
+            mask = self._mask(ps) if within is None else self._mask(ps) & within
+            k = self._fits(scratch, vector, cols)
+            k[~mask] = 0
+            if int(k.sum()) < count:
+                return self._unplaced(scratch, ps, count, within)
+            for index, n in _pack(k, count):
+                placed.append((ps, index, n))
+                if len(sets) > 1:
+                    scratch[index] -= n * vector
+        return placed
+
+    def _unplaced(self, free: Matrix, ps: PodSetInfo, count: int, within: Mask | None) -> Unplaced:
+        """Why the pods of ``ps`` do not all fit: the numbers for the message."""
+        asked = _shape(ps.request)
+        vector, cols, missing = self._pod_vector(ps.request)
+        mask = self._mask(ps)
+        if within is not None:
+            mask = mask & within
+        if not mask.any():
+            return Unplaced(ps.name, count, asked, 0, shut_out=self._shut_out(ps))
+        if missing is not None:
+            return Unplaced(ps.name, count, asked, 0, resource=missing, never=True)
+        k = self._fits(free, vector, cols)
+        room = int(k[mask].sum())
+        never = int(self._fits(self._alloc, vector, cols)[mask].sum()) < count
+        if room > 0:
+            return Unplaced(ps.name, count, asked, room, never=never)
+        index = np.flatnonzero(mask)
+        lacking: tuple[float, str, int, int] | None = None  # (best free / asked, resource, most free, node)
+        for name, col in self._columns.items():
+            amount = int(vector[col])
+            if amount <= 0:
+                continue
+            column = free[index, col]
+            best = int(np.argmax(column))
+            most = int(column[best])
+            if most < amount and (lacking is None or most / amount < lacking[0]):
+                lacking = (most / amount, name, most, int(index[best]))
+        if lacking is None:  # every resource is free somewhere, never all on one node
+            return Unplaced(ps.name, count, asked, 0, never=never)
+        _, resource, most, node = lacking
+        return Unplaced(ps.name, count, asked, 0, resource=resource, most=max(most, 0),
+                        node=self.names[node], never=never)
+
+    def _shut_out(self, ps: PodSetInfo) -> tuple[tuple[str, int], ...]:
+        """Why no node may take pods of ``ps``: the first rule each node breaks, counted."""
+        reasons: dict[str, int] = {}
+        for name in self.names:
+            reason = _refusal(self._infos[name], ps)
+            if reason is not None:
+                reasons[reason] = reasons.get(reason, 0) + 1
+        return tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
+
+    # --- arrays -------------------------------------------------------------------------
+    def _vector(self, amounts: ResourceList) -> Vector:
+        vector = np.zeros(len(self._columns), dtype=np.int64)
+        for name, amount in amounts.items():
+            col = self._columns.get(name)
+            if col is not None:
+                vector[col] = amount
+        return vector
+
+    def _pod_vector(self, request: ResourceList) -> tuple[Vector, list[int], str | None]:
+        """One pod's request over the columns (a pod slot included), the columns it asks
+        for, and a resource it asks for that no node has (None: none)."""
+        shape = _shape(request)
+        known = self._vectors.get(shape)
+        if known is None:
+            with_pod = {**request, PODS: request.get(PODS, 0) + ONE_POD} if PODS in self._columns else request
+            vector = self._vector(with_pod)
+            missing = next((n for n, a in sorted(request.items()) if a > 0 and n not in self._columns), None)
+            known = self._vectors[shape] = (vector, np.flatnonzero(vector > 0).tolist(), missing)
+        return known
+
+    def _size(self, request: ResourceList) -> float:
+        """A pod's size: the largest share of a node's allocatable it asks for."""
+        vector, cols, _ = self._pod_vector(request)
+        biggest = self._alloc.max(axis=0) if len(self._alloc) else vector
+        return max((int(vector[c]) / max(int(biggest[c]), 1) for c in cols), default=0.0)
+
+    @staticmethod
+    def _fits(free: Matrix, vector: Vector, cols: list[int]) -> npt.NDArray[np.int64]:
+        """How many pods of ``vector`` each node has room for."""
+        if not cols:
+            return np.full(len(free), MANY, dtype=np.int64)
+        k: npt.NDArray[np.int64] = (free[:, cols] // vector[cols]).min(axis=1)
+        return np.maximum(k, 0)
+
+    def _mask(self, ps: PodSetInfo) -> Mask:
+        """The nodes the pods of ``ps`` may go to (selector, affinity, taints)."""
+        key = (ps.node_selector, ps.affinity, ps.tolerations)
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = self._masks[key] = np.array(
+                [_refusal(self._infos[name], ps) is None for name in self.names], dtype=np.bool_)
+        return mask
+
+    def _domain_codes(self, level: str) -> tuple[npt.NDArray[np.intp], list[Chain]]:
+        """Each node's domain of ``level`` (-1: none), and the domains in order. A configured
+        level's domain is named by the levels above it too (rack 1 of zone a is not rack 1
+        of zone b)."""
+        known = self._domains.get(level)
+        if known is not None:
+            return known
+        above = self.levels[: self.levels.index(level)] if level in self.levels else ()
+        keys: list[Chain | None] = []
+        for name in self.names:
+            labels = self._infos[name].labels
+            value = labels.get(level)
+            keys.append(None if value is None else
+                        tuple((upper, labels[upper]) for upper in above if upper in labels) + ((level, value),))
+        chains = sorted({key for key in keys if key is not None})
+        number = {chain: i for i, chain in enumerate(chains)}
+        codes = np.array([-1 if key is None else number[key] for key in keys], dtype=np.intp)
+        self._domains[level] = (codes, chains)
+        return codes, chains
+
+    # --- what units add to the room -------------------------------------------------------
+    def _refresh(self, unit: str) -> bool:
+        """Apply the unit's part of the room anew; True when room grew somewhere."""
+        if self._stale:
+            return True
+        old = self._applied.pop(unit, {})
+        new = self._contribution(unit, unit in self._plans)
+        grew = False
+        for index, vector in old.items():
+            self._free[index] -= vector
+            grew = grew or bool((vector < 0).any())
+        for index, vector in new.items():
+            self._free[index] += vector
+            grew = grew or bool((vector > 0).any())
+        if new:
+            self._applied[unit] = new
+        return grew
+
+    def _release_change(self, unit: str) -> dict[int, Vector]:
+        """How the room would change if ``unit`` were released now."""
+        if unit not in self._plans:
+            return {}
+        change = {i: -v for i, v in self._applied.get(unit, {}).items()}
+        for index, vector in self._contribution(unit, False).items():
+            change[index] = change.get(index, np.zeros_like(vector)) + vector
+        return change
+
+    def _contribution(self, unit: str, holding: bool) -> dict[int, Vector]:
+        """What the unit adds to the room of each node: its planned pods not bound yet take
+        room (holding quota); its bound pods give room back (holding none: they are leaving)."""
+        requests = self._requests.get(unit)
+        if not requests:
+            return {}
+        pods = self._pods.get(unit, {})
+        out: dict[int, Vector] = {}
+        if holding:
+            planned: dict[str, list[tuple[str, int]]] = {}
+            for pod_set, node, n in self._plans[unit]:
+                planned.setdefault(pod_set, []).append((node, n))
+            for pod_set, entries in planned.items():
+                request = requests.get(pod_set)
+                if request is None:
+                    continue
+                on = {node: n for (s, node), n in pods.items() if s == pod_set}
+                unbound = sum(n for _, n in entries) - sum(on.values())
+                for node, n in entries:
+                    if unbound <= 0:
+                        break
+                    left = min(n - on.get(node, 0), unbound)
+                    index = self._index.get(node)
+                    if left > 0 and index is not None:
+                        _add(out, index, -left * self._pod_vector(request)[0])
+                        unbound -= left
+        else:
+            for (pod_set, node), n in pods.items():
+                request = requests.get(pod_set)
+                index = self._index.get(node)
+                if request is not None and index is not None:
+                    _add(out, index, n * self._pod_vector(request)[0])
+        return out
+
+
+def _add(out: dict[int, Vector], index: int, vector: Vector) -> None:
+    if index in out:
+        out[index] = out[index] + vector
+    else:
+        out[index] = vector
+
+
+def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
+    """Spread ``count`` pods on nodes with room for ``k`` each (their sum is enough): the
+    nodes that take the most first, the rest on the node it fills best."""
+    order = np.argsort(-k, kind="stable")
+    ordered = k[order]
+    total = np.cumsum(ordered)
+    p = int(np.searchsorted(total, count))  # the first place where the sum reaches count
+    done = int(total[p - 1]) if p else 0
+    rest = count - done
+    tail = ordered[p:]
+    last = p + int(np.argmin(np.where(tail >= rest, tail, MANY)))
+    out = [(int(order[i]), int(ordered[i])) for i in range(p)]
+    out.append((int(order[last]), rest))
+    return out
+
+
+def _shape(request: ResourceList) -> Shape:
+    return tuple(sorted((name, amount) for name, amount in request.items() if amount))
+
+
+def _refusal(node: NodeInfo, ps: PodSetInfo) -> str | None:
+    """The first rule by which ``node`` may not take pods of ``ps`` (None: it may)."""
+    taints = (*node.taints, UNSCHEDULABLE) if node.unschedulable else node.taints
+    for taint in taints:
+        if taint.effect in BLOCKING_EFFECTS and not _tolerated(taint, ps.tolerations):
+            if taint is UNSCHEDULABLE:
+                return "unschedulable"
+            value = f"={taint.value}" if taint.value else ""
+            return f"taint {taint.key}{value}:{taint.effect}"
+    labels = node.labels
+    for key, value in ps.node_selector:
+        if labels.get(key) != value:
+            return f"nodeSelector {key}={value}"
+    if ps.affinity and not any(_term_matches(term, node) for term in ps.affinity):
+        return "node affinity"
+    return None
+
+
+def _tolerated(taint: Taint, tolerations: tuple[Toleration, ...]) -> bool:
+    return any(t.tolerates(taint) for t in tolerations)
+
+
+def _term_matches(term: tuple[Requirement, ...], node: NodeInfo) -> bool:
+    """A node selector term: all its requirements (an empty term matches no node)."""
+    return bool(term) and all(_requirement_matches(r, node) for r in term)
+
+
+def _requirement_matches(req: Requirement, node: NodeInfo) -> bool:
+    if req.field:
+        value: str | None = node.name if req.key == "metadata.name" else None
+    else:
+        value = node.labels.get(req.key)
+    op = req.operator
+    if op == "In":
+        return value is not None and value in req.values
+    if op == "NotIn":
+        return value is None or value not in req.values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(req.values) == 1:
+        try:
+            have, bound = int(value), int(req.values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False

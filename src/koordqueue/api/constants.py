@@ -84,6 +84,10 @@ ANNOTATION_NODE_FIT = "koord-queue/node-fit"
 # as the nodes allow, level by level upwards (preferred).
 ANNOTATION_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 ANNOTATION_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# On a job we changed at admission (pods pinned to a domain, an elastic role's replicas
+# set to the count admitted): per role, the values we replaced (JSON), put back when the
+# job is suspended again. The job's QueueUnit is made from those, as the user wrote them.
+ANNOTATION_PLACED = "koord-queue/placed"
 LABEL_TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
 LABEL_TOPOLOGY_BLOCK = "topology.koord-queue.io/block"
 LABEL_TOPOLOGY_RACK = "topology.koord-queue.io/rack"

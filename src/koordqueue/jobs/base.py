@@ -25,6 +25,8 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import INT32_MAX, InvalidObject, Meta, parse_int_text, read_int, read_meta, section
 from koordqueue.api.quantity import MAX_MILLI, ResourceList, add, scale
+from koordqueue.engine.model import PodSetInfo
+from koordqueue.jobs.placement import as_written, originals, pod_set_info
 from koordqueue.jobs.podrequest import pod_request
 
 Job = Mapping[str, Any]
@@ -56,13 +58,15 @@ class Role:
 
 @dataclass(frozen=True, slots=True)
 class PodSet:
-    """One role of a job: ``count`` pods, each asking for ``request`` (milli-units)."""
+    """One role of a job, as the user wrote it: ``count`` pods, each asking for ``request``
+    (milli-units). ``role`` is its name in the job (``Worker``); ``name``, in its unit (``worker``)."""
 
     name: str
     count: int
     request: ResourceList
     template: Mapping[str, Any]
     min_count: int | None = None
+    role: str = ""
 
     @property
     def total(self) -> ResourceList:
@@ -116,17 +120,33 @@ class JobAdapter(ABC):
         return name
 
     def pod_sets(self, job: Job, meta: Meta | None = None) -> list[PodSet]:
-        where = (meta or self.meta(job)).describe()
+        """The roles as the user wrote them: what an admission changed on the job is put back."""
+        meta = meta or self.meta(job)
+        where = meta.describe()
+        replaced = originals(meta)
         sets = []
         for role in self.roles(job):
-            request = pod_request(role.template, f"{where}: {role.name}")
-            sets.append(PodSet(role.name.lower(), role.replicas, request, role.template, role.min_count))
+            at = f"{where}: {role.name}"
+            count, written = as_written(role.name, role.replicas, role.template, replaced.get(role.name), at)
+            request = pod_request(written, at)
+            sets.append(PodSet(role.name.lower(), count, request, written, role.min_count, role.name))
         return sets
 
-    def demand(self, job: Job, meta: Meta | None = None) -> ResourceList:
+    def pod_set_infos(self, sets: list[PodSet], meta: Meta) -> tuple[PodSetInfo, ...]:
+        """Where the pods of each role may go, for node fit."""
+        where = meta.describe()
+        return tuple(pod_set_info(ps.name, ps.count, ps.request, ps.template, ps.min_count, f"{where}: {ps.role}")
+                     for ps in sets)
+
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+        """A merge patch setting, per role, ``replicas`` and ``nodeSelector`` entries (None
+        removes one); None when this kind's roles cannot be changed so."""
+        return None
+
+    def demand(self, job: Job, meta: Meta | None = None, sets: list[PodSet] | None = None) -> ResourceList:
         """The whole job's request: per role, replicas times the pod's request."""
         total: ResourceList = {}
-        for pod_set in self.pod_sets(job, meta):
+        for pod_set in sets if sets is not None else self.pod_sets(job, meta):
             total = add(total, pod_set.total)
         too_big = [name for name, amount in total.items() if amount > MAX_MILLI]
         if too_big:

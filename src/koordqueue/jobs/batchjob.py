@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from koordqueue.api.constants import (
@@ -22,6 +23,7 @@ from koordqueue.jobs.base import (
     suspend_flag,
     template,
 )
+from koordqueue.jobs.placement import selector_field
 
 POD_SET_NAME = "main"
 
@@ -39,6 +41,15 @@ class BatchJobAdapter(JobAdapter):
         if completions is not None:  # never more pods at once than completions left to do
             parallelism = min(parallelism, replicas(completions, f"{where}: spec.completions"))
         return [Role(POD_SET_NAME, parallelism, template(spec.get("template"), f"{where}: spec"))]
+
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+        fields = changes.get(POD_SET_NAME, {})
+        spec: dict[str, Any] = {}
+        if "replicas" in fields:
+            spec["parallelism"] = fields["replicas"]
+        if "nodeSelector" in fields:
+            spec["template"] = {"spec": {"nodeSelector": selector_field(fields["nodeSelector"])}}
+        return {"spec": spec}
 
     def native_suspended(self, job: Job) -> bool:
         where = self.meta(job).describe()

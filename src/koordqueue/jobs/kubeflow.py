@@ -25,6 +25,7 @@ from koordqueue.jobs.base import (
     suspend_flag,
     template,
 )
+from koordqueue.jobs.placement import selector_field
 
 
 class KubeflowAdapter(JobAdapter):
@@ -47,6 +48,9 @@ class KubeflowAdapter(JobAdapter):
             count = replicas(replica_spec.get("replicas"), at)
             roles.append(Role(str(name), count, template(replica_spec.get("template"), at)))
         return roles
+
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+        return {"spec": {self.replica_specs_key: {role: _role_fields(fields) for role, fields in changes.items()}}}
 
     def native_suspended(self, job: Job) -> bool:
         where = self.meta(job).describe()
@@ -72,3 +76,13 @@ class KubeflowAdapter(JobAdapter):
 
     def pod_selector(self, job: Job) -> dict[str, str]:
         return {LABEL_JOB_NAME: self.meta(job).name}
+
+
+def _role_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A replica spec's part of a merge patch: its replicas, its pods' nodeSelector entries."""
+    out: dict[str, Any] = {}
+    if "replicas" in fields:
+        out["replicas"] = fields["replicas"]
+    if "nodeSelector" in fields:
+        out["template"] = {"spec": {"nodeSelector": selector_field(fields["nodeSelector"])}}
+    return out

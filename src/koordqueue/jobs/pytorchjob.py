@@ -1,9 +1,16 @@
-"""PyTorchJob (kubeflow.org/v1): Master and Worker replicas."""
+"""PyTorchJob (kubeflow.org/v1): Master and Worker replicas; with ``spec.elasticPolicy``,
+Workers may be admitted in part, down to ``minReplicas``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from koordqueue.api.constants import PYTORCH_JOB_KIND, UNIT_SUFFIX_PYTORCH
+from koordqueue.api.meta import read_int, section
+from koordqueue.jobs.base import Job, Role
 from koordqueue.jobs.kubeflow import KubeflowAdapter
+
+ELASTIC_ROLE = "Worker"
 
 
 class PyTorchJobAdapter(KubeflowAdapter):
@@ -11,3 +18,13 @@ class PyTorchJobAdapter(KubeflowAdapter):
     unit_suffix = UNIT_SUFFIX_PYTORCH
     replica_specs_key = "pytorchReplicaSpecs"
     leader_roles = ("Master",)
+
+    def roles(self, job: Job) -> list[Role]:
+        roles = super().roles(job)
+        where = f"{self.meta(job).describe()}: spec.elasticPolicy"
+        least = section(section(job, "spec", where), "elasticPolicy", where).get("minReplicas")
+        if least is None:
+            return roles
+        least = read_int(least, f"{where}.minReplicas", minimum=1)
+        return [replace(role, min_count=min(least, role.replicas)) if role.name == ELASTIC_ROLE else role
+                for role in roles]

@@ -1,0 +1,253 @@
+"""Where a job's pods may go (for node fit), and what an admission changes on the job.
+
+A pod set's rules come from its pod template as kube-scheduler reads them: nodeSelector,
+required node affinity, tolerations; its topology from Kueue's annotations on the
+template's metadata (so that Kueue users' manifests carry over). An admission may pin a
+role's pods to the domain the engine chose (nodeSelector on the domain's labels) and set
+an elastic role's replicas to the count admitted; the values replaced are kept on the job
+(annotation koord-queue/placed) and put back when the job is suspended again. The job's
+unit is always made from the values as the user wrote them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from koordqueue.api.constants import (
+    ANNOTATION_PLACED,
+    ANNOTATION_PREFERRED_TOPOLOGY,
+    ANNOTATION_REQUIRED_TOPOLOGY,
+    TOLERATION_EQUAL,
+    TOLERATION_EXISTS,
+)
+from koordqueue.api.meta import InvalidObject, Meta, read_int, section
+from koordqueue.engine.model import (
+    Placement,
+    PodSetInfo,
+    Requirement,
+    ResourceList,
+    Toleration,
+    TopologyRequest,
+)
+
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+INTERNED = 4096  # pod sets alike are one object: 100k jobs of a few kinds hold a few of them
+_interned: dict[tuple[Any, ...], PodSetInfo] = {}
+
+
+def pod_set_info(name: str, count: int, request: ResourceList, template: Mapping[str, Any],
+                 min_count: int | None, where: str) -> PodSetInfo:
+    """The engine's view of one role's pods; raises ``InvalidObject`` for rules it cannot read."""
+    spec = section(template, "spec", f"{where}: template")
+    annotations = section(section(template, "metadata", f"{where}: template"), "annotations",
+                          f"{where}: template.metadata")
+    info = PodSetInfo(
+        name, count, request, min_count,
+        node_selector=_selector(spec.get("nodeSelector"), f"{where}: template.spec.nodeSelector"),
+        affinity=_affinity(spec.get("affinity"), f"{where}: template.spec.affinity"),
+        tolerations=_tolerations(spec.get("tolerations"), f"{where}: template.spec.tolerations"),
+        topology=_topology(annotations, f"{where}: template.metadata.annotations"),
+    )
+    key = (name, count, min_count, tuple(sorted(request.items())), info.node_selector, info.affinity,
+           info.tolerations, info.topology)
+    known = _interned.get(key)
+    if known is not None:
+        return known
+    if len(_interned) >= INTERNED:
+        _interned.clear()
+    _interned[key] = info
+    return info
+
+
+def _selector(value: object, where: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InvalidObject(f"{where} must be a mapping of strings")
+    return tuple(sorted(value.items()))
+
+
+def _affinity(value: object, where: str) -> tuple[tuple[Requirement, ...], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise InvalidObject(f"{where} must be a mapping")
+    node = section(value, "nodeAffinity", where)
+    required = section(node, "requiredDuringSchedulingIgnoredDuringExecution", f"{where}.nodeAffinity")
+    terms = required.get("nodeSelectorTerms")
+    if terms is None:
+        return ()
+    at = f"{where}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    if not isinstance(terms, list):
+        raise InvalidObject(f"{at} must be a list")
+    out = []
+    for i, term in enumerate(terms):
+        if not isinstance(term, Mapping):
+            raise InvalidObject(f"{at}[{i}] must be a mapping")
+        reqs = [*_requirements(term.get("matchExpressions"), f"{at}[{i}].matchExpressions", field=False),
+                *_requirements(term.get("matchFields"), f"{at}[{i}].matchFields", field=True)]
+        out.append(tuple(reqs))
+    return tuple(out)
+
+
+def _requirements(value: object, where: str, field: bool) -> list[Requirement]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidObject(f"{where} must be a list")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            raise InvalidObject(f"{where}[{i}] must be a mapping with a key")
+        operator = item.get("operator")
+        if operator not in OPERATORS:
+            raise InvalidObject(f"{where}[{i}].operator must be one of {', '.join(OPERATORS)}, got {operator!r}")
+        values = item.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise InvalidObject(f"{where}[{i}].values must be a list of strings")
+        out.append(Requirement(item["key"], operator, tuple(values), field))
+    return out
+
+
+def _tolerations(value: object, where: str) -> tuple[Toleration, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InvalidObject(f"{where} must be a list")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise InvalidObject(f"{where}[{i}] must be a mapping")
+        fields = {k: item.get(k) or "" for k in ("key", "operator", "value", "effect")}
+        if not all(isinstance(v, str) for v in fields.values()):
+            raise InvalidObject(f"{where}[{i}]: key, operator, value and effect must be strings")
+        operator = fields["operator"] or TOLERATION_EQUAL
+        if operator not in (TOLERATION_EQUAL, TOLERATION_EXISTS):
+            raise InvalidObject(f"{where}[{i}].operator must be Equal or Exists, got {operator!r}")
+        out.append(Toleration(fields["key"], operator, fields["value"], fields["effect"]))
+    return tuple(out)
+
+
+def _topology(annotations: Mapping[str, Any], where: str) -> TopologyRequest | None:
+    required = annotations.get(ANNOTATION_REQUIRED_TOPOLOGY)
+    preferred = annotations.get(ANNOTATION_PREFERRED_TOPOLOGY)
+    if required and preferred:
+        raise InvalidObject(f"{where}: {ANNOTATION_REQUIRED_TOPOLOGY} and {ANNOTATION_PREFERRED_TOPOLOGY} "
+                            "both given; name one level")
+    level = required or preferred
+    if not level:
+        return None
+    if not isinstance(level, str):
+        raise InvalidObject(f"{where}: a topology level is a node label, got {level!r}")
+    return TopologyRequest(level, bool(required))
+
+
+# --- what an admission changes on the job ------------------------------------------------
+
+Originals = dict[str, dict[str, Any]]
+"""Per role (as the job names it): the values an admission replaced (None: it was absent)."""
+
+
+def originals(meta: Meta) -> Originals:
+    """What the annotation koord-queue/placed says we replaced ({} when it is absent)."""
+    text = meta.annotations.get(ANNOTATION_PLACED)
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise InvalidObject(f"{meta.describe()}: annotation {ANNOTATION_PLACED} is not what koord-queue writes "
+                            "(a JSON mapping of roles); remove it")
+    return value
+
+
+def as_written(name: str, replicas: int, template: Mapping[str, Any], original: Mapping[str, Any] | None,
+               where: str) -> tuple[int, Mapping[str, Any]]:
+    """A role's replicas and pod template with what an admission changed put back."""
+    if not original:
+        return replicas, template
+    if "replicas" in original:
+        replicas = read_int(original["replicas"], f"{where}: annotation {ANNOTATION_PLACED}: {name}.replicas",
+                            minimum=0)
+    selector = original.get("nodeSelector")
+    if isinstance(selector, Mapping):
+        spec = dict(section(template, "spec", f"{where}: template"))
+        current = dict(section(spec, "nodeSelector", f"{where}: template.spec"))
+        for key, value in selector.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+        spec["nodeSelector"] = current or None
+        template = {**template, "spec": {k: v for k, v in spec.items() if v is not None}}
+    return replicas, template
+
+
+Written = tuple[str, int, tuple[tuple[str, str], ...]]
+"""A role as the user wrote it: its name in the job, its replicas, its pods' nodeSelector."""
+RolePatch = Callable[[Mapping[str, Mapping[str, Any]]], "dict[str, Any] | None"]
+"""A kind's merge patch for roles' replicas and nodeSelector entries, or a whole nodeSelector
+removed (None); see JobAdapter.role_patch."""
+
+
+def admission_patch(role_patch: RolePatch, roles: Sequence[Written], before: Originals,
+                    placement: Placement | None) -> dict[str, Any] | None:
+    """The merge patch that applies an admission's ``placement`` to a job (None: puts back
+    what an earlier one changed, listed in ``before``), with the annotation that keeps the
+    values it replaces; None when there is nothing to write (or the kind cannot be changed)."""
+    changes, replaced = _changes(roles, placement) if placement is not None else ({}, {})
+    fields: dict[str, dict[str, Any]] = {}
+    for name, old in before.items():  # an earlier admission's changes first put back...
+        fields[name] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in old.items()}
+    for name, change in changes.items():  # ...then this one's made
+        into = fields.setdefault(name, {})
+        if "replicas" in change:
+            into["replicas"] = change["replicas"]
+        if "nodeSelector" in change:
+            into["nodeSelector"] = {**into.get("nodeSelector", {}), **change["nodeSelector"]}
+    if not fields:
+        return None
+    written = {name: dict(selector) for name, _, selector in roles}
+    for name, into in fields.items():
+        selector = into.get("nodeSelector")
+        if selector is not None and not written.get(name) and all(v is None for v in selector.values()):
+            into["nodeSelector"] = None  # the user wrote none: none is left, not an empty one
+    patch = role_patch(fields)
+    if patch is None:
+        return None
+    text = orjson.dumps(replaced, option=orjson.OPT_SORT_KEYS).decode() if replaced else None
+    patch["metadata"] = {"annotations": {ANNOTATION_PLACED: text}}
+    return patch
+
+
+def _changes(roles: Sequence[Written], placement: Placement) -> tuple[dict[str, dict[str, Any]], Originals]:
+    """Per role, the fields an admission sets (replicas, nodeSelector entries pinning its
+    pods to their domain), and the values, as the user wrote them, that those replace."""
+    changes: dict[str, dict[str, Any]] = {}
+    replaced: Originals = {}
+    for name, replicas, node_selector in roles:
+        pod_set = name.lower()
+        count = placement.count_of(pod_set, replicas)
+        pins = {label: value for set_name, _, chain in placement.domains if set_name == pod_set
+                for label, value in chain}
+        change: dict[str, Any] = {}
+        before: dict[str, Any] = {}
+        if count != replicas:
+            change["replicas"], before["replicas"] = count, replicas
+        if pins:
+            selector = dict(node_selector)
+            change["nodeSelector"] = pins
+            before["nodeSelector"] = {label: selector.get(label) for label in pins}
+        if change:
+            changes[name], replaced[name] = change, before
+    return changes, replaced
+
+
+def selector_field(value: Mapping[str, str | None] | None) -> dict[str, str | None] | None:
+    """A nodeSelector in a merge patch: its entries (None removes one), or None (all of it)."""
+    return None if value is None else dict(value)

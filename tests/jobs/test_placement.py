@@ -1,0 +1,135 @@
+"""A job's pod rules as node fit reads them, and what an admission changes on the job: its
+pods pinned to a domain, an elastic role's replicas; put back on suspension, while the
+job's unit stays as the user wrote it."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from koordqueue.api.constants import ANNOTATION_PLACED
+from koordqueue.api.meta import InvalidObject
+from koordqueue.engine.model import Placement, Requirement, Toleration, TopologyRequest
+from koordqueue.jobs import adapter_for
+from koordqueue.jobs.placement import admission_patch, originals
+from koordqueue.jobs.unit import unit_info
+
+from .helpers import load, merge_patch
+
+RACK = "topology.koord-queue.io/rack"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def job(**worker_spec: Any) -> dict[str, Any]:
+    """The seed's PyTorchJob with some fields of its Worker's pod spec set."""
+    manifest = load("seed-pytorchjob.yaml")
+    spec = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    spec.update(worker_spec)
+    return manifest
+
+
+def worker(manifest: dict[str, Any]):  # type: ignore[no-untyped-def]
+    info = unit_info(manifest, adapter_for(manifest["apiVersion"], manifest["kind"]), {}, 0.0)
+    return next(ps for ps in info.pod_sets if ps.name == "worker")
+
+
+def test_the_rules_of_a_pod_template() -> None:
+    manifest = job(
+        nodeSelector={"accelerator": "h100"},
+        tolerations=[{"key": "dedicated", "operator": "Equal", "value": "train", "effect": "NoSchedule"},
+                     {"operator": "Exists"}],
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a", "b"]}],
+             "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-9"]}]}]}}},
+    )
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"].setdefault("metadata", {})["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": RACK}
+    ps = worker(manifest)
+    assert ps.node_selector == (("accelerator", "h100"),)
+    assert ps.tolerations == (Toleration("dedicated", "Equal", "train", "NoSchedule"), Toleration(operator="Exists"))
+    assert ps.affinity == ((Requirement("pool", "In", ("a", "b")),
+                            Requirement("metadata.name", "NotIn", ("gpu-9",), field=True)),)
+    assert ps.topology == TopologyRequest(RACK, True)
+
+
+def test_preferred_topology_and_elastic_workers() -> None:
+    manifest = job()
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 4
+    manifest["spec"]["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4}
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "annotations": {"kueue.x-k8s.io/podset-preferred-topology": ZONE}}
+    ps = worker(manifest)
+    assert (ps.count, ps.min_count, ps.elastic) == (4, 2, True)
+    assert ps.topology == TopologyRequest(ZONE, False)
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("nodeSelector", ["a"], "template.spec.nodeSelector must be a mapping of strings"),
+    ("tolerations", [{"operator": "Sometimes"}], "tolerations[0].operator must be Equal or Exists"),
+    ("affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "a", "operator": "Near"}]}]}}}, "operator must be one of In, NotIn"),
+])
+def test_rules_that_cannot_be_read_say_where(field: str, value: Any, said: str) -> None:
+    with pytest.raises(InvalidObject, match=re.escape(said)):
+        worker(job(**{field: value}))
+
+
+def test_both_topology_annotations_is_an_error() -> None:
+    manifest = job()
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {"annotations": {
+        "kueue.x-k8s.io/podset-required-topology": RACK, "kueue.x-k8s.io/podset-preferred-topology": ZONE}}
+    with pytest.raises(InvalidObject, match="both given; name one level"):
+        worker(manifest)
+
+
+def written(manifest: dict[str, Any]) -> list[tuple[str, int, tuple[tuple[str, str], ...]]]:
+    adapter = adapter_for(manifest["apiVersion"], manifest["kind"])
+    return [(ps.role, ps.count, tuple(sorted((ps.template.get("spec") or {}).get("nodeSelector", {}).items())))
+            for ps in adapter.pod_sets(manifest)]
+
+
+def test_an_admission_pins_and_scales_the_job_and_its_suspension_puts_it_back() -> None:
+    manifest = job(nodeSelector={"accelerator": "h100", RACK: "mine"})
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 4
+    manifest["spec"]["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4}
+    original = copy.deepcopy(manifest)
+    adapter = adapter_for(manifest["apiVersion"], manifest["kind"])
+    before = unit_info(manifest, adapter, {}, 0.0)
+    chain = ((ZONE, "a"), (RACK, "r2"))
+    placement = Placement(counts=(("worker", 3),), domains=(("worker", RACK, chain), ("master", RACK, chain)))
+
+    patch = admission_patch(adapter.role_patch, written(manifest), originals(adapter.meta(manifest)), placement)
+    assert patch is not None
+    placed = merge_patch(manifest, patch)
+    workers = placed["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert workers["replicas"] == 3
+    assert workers["template"]["spec"]["nodeSelector"] == {"accelerator": "h100", ZONE: "a", RACK: "r2"}
+    assert placed["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] == {
+        ZONE: "a", RACK: "r2"}
+    # The unit is the same: made from the job as the user wrote it.
+    assert unit_info(placed, adapter, {}, 0.0) == before
+
+    # Admitted again elsewhere without a suspension between: the first changes go first.
+    again = Placement(domains=(("worker", RACK, ((ZONE, "b"), (RACK, "r1"))),))
+    patch = admission_patch(adapter.role_patch, written(placed), originals(adapter.meta(placed)), again)
+    assert patch is not None
+    moved = merge_patch(placed, patch)
+    assert moved["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4
+    assert moved["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] == {
+        "accelerator": "h100", ZONE: "b", RACK: "r1"}
+    assert "nodeSelector" not in moved["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+    restore = admission_patch(adapter.role_patch, written(moved), originals(adapter.meta(moved)), None)
+    assert restore is not None
+    assert merge_patch(moved, restore) == original
+    assert admission_patch(adapter.role_patch, written(original), {}, None) is None
+
+
+def test_a_placed_annotation_we_did_not_write_is_refused() -> None:
+    manifest = job()
+    manifest["metadata"].setdefault("annotations", {})[ANNOTATION_PLACED] = "[1, 2]"
+    with pytest.raises(InvalidObject, match="koord-queue/placed is not what koord-queue writes"):
+        unit_info(manifest, adapter_for(manifest["apiVersion"], manifest["kind"]), {}, 0.0)

@@ -219,6 +219,15 @@ def test_node_fit_can_be_turned_off_per_quota_and_per_queue() -> None:
     assert settle(engine, 1.0) == ["default/by-nodes"]
 
 
+def test_an_admission_on_quota_alone_names_no_nodes() -> None:
+    """With node fit off, the engine only guesses where the pods will go (to count the room
+    they take): the admission does not pass that guess off as a placement to pin."""
+    engine = with_nodes(engine_with(replace(quota("off", 0, 100), node_fit=False)), node("gpu-0", gpus=4))
+    engine.set_unit(gang("job", pod_set("master", 1, gpus=3), pod_set("worker", 1, gpus=3), quota_name="off"))
+    (admission,) = engine.schedule(0.0).admitted
+    assert admission.placement is None
+
+
 def test_without_nodes_or_pod_sets_quota_alone_decides() -> None:
     engine = engine_with(quota("team", 0, 100))
     engine.set_unit(gang("job", pod_set(gpus=64), quota_name="team"))

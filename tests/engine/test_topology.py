@@ -70,7 +70,7 @@ def test_required_rack_is_never_split() -> None:
     engine.set_unit(gang("job", pod_set("worker", 2, topology=TopologyRequest(RACK, True)), quota_name="team"))
     assert settle(engine, 0.0) == []
     assert engine.standing("default/job").message == (
-        "quota team has room, but no rack (topology.koord-queue.io/rack) has room for all 2 of its 2 worker pods "
+        "quota team has room, but no rack (topology.koord-queue.io/rack) has room for all its 2 worker pods "
         "(the most in one: 1, in r1)")
 
 
@@ -122,7 +122,7 @@ def test_a_level_no_node_has_waits() -> None:
     engine.set_unit(gang("job", pod_set("worker", 1, topology=TopologyRequest("example.com/pod", True)),
                          quota_name="team"))
     assert settle(engine, 0.0) == []
-    assert "no pod (example.com/pod) has room for all 1 of its worker pod" in engine.standing("default/job").message
+    assert "no pod (example.com/pod) has room for all its worker pod" in engine.standing("default/job").message
 
 
 def test_a_domain_taken_by_an_admitted_unit_is_not_given_twice() -> None:

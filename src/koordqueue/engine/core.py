@@ -634,7 +634,8 @@ class Engine:
         self._admitted_now.add(record.key)
         record.message = ""
         self._changed.pop(record.key, None)
-        result.admitted.append(Admission(record.key, state.leaf.name, state.key, info.placement))
+        # The placement decided, not the nodes guessed for a unit admitted on quota alone.
+        result.admitted.append(Admission(record.key, state.leaf.name, state.key, placement))
 
     def _send_back(self, record: _Unit, now: float, reason: str) -> float:
         """Release the unit's quota (if any) and put it in back-off; return requeue_at."""
@@ -1129,10 +1130,14 @@ class Engine:
         key = (record.shape, info.priority)
         text = reasons.get(key) if reasons is not None else None
         if text is None:
-            misfit = first_misfit(state.leaf, info.request, info.priority)
+            request, counts = info.request, None
+            misfit = first_misfit(state.leaf, request, info.priority)
+            if misfit is not None and any(ps.elastic for ps in info.pod_sets):  # why not even its least
+                request, counts = _least(info)
+                misfit = first_misfit(state.leaf, request, info.priority)
             text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority)
             if misfit is None and self._places(state, info):
-                found = self._room.place(info.pod_sets)
+                found = self._room.place(info.pod_sets, counts)
                 if isinstance(found, Unplaced):
                     text = messages.unplaced(state.leaf, found)
             if reasons is not None:
@@ -1172,6 +1177,19 @@ def _charged(info: UnitInfo) -> ResourceList:
             for name, amount in ps.request.items():
                 request[name] = request.get(name, 0) - left_out * amount
     return request
+
+
+def _least(info: UnitInfo) -> tuple[ResourceList, dict[str, int]]:
+    """An elastic unit's least: its request and pod counts with its elastic pod sets at their min."""
+    request = dict(info.request)
+    counts = {}
+    for ps in info.pod_sets:
+        if ps.elastic:
+            assert ps.min_count is not None
+            counts[ps.name] = ps.min_count
+            for name, amount in ps.request.items():
+                request[name] = request.get(name, 0) - (ps.count - ps.min_count) * amount
+    return request, counts
 
 
 def _kind(unplaced: object) -> tuple[object, ...]:

@@ -82,7 +82,7 @@ def unplaced(leaf: QuotaNode, misfit: Unplaced) -> str:
     if misfit.level is not None:
         domain = _domain(misfit.level)
         best = f" (the most in one: {misfit.room}, in {misfit.domain})" if misfit.domain is not None else ""
-        return f"{start}no {domain} ({misfit.level}) has room for all {misfit.count} of {pods}{best}"
+        return f"{start}no {domain} ({misfit.level}) has room for all {pods}{best}"
     if misfit.room == 0 and misfit.resource is not None:
         asked = _q(dict(misfit.asked).get(misfit.resource, 0))
         if misfit.node is None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from koordqueue.api.constants import QueuePolicy
+from koordqueue.api.constants import ANNOTATION_NODE_FIT, QueuePolicy
 from koordqueue.api.objects import (
     AdmissionCheckSpec,
     InvalidObject,
@@ -287,3 +287,16 @@ def test_go_duration(text: str, seconds: float) -> None:
 def test_go_duration_rejects(text: str) -> None:
     with pytest.raises(InvalidObject, match="must be a duration"):
         parse_go_duration(text, "x")
+
+
+@pytest.mark.parametrize(("text", "node_fit", "warned"),
+                         [(None, None, False), ("false", False, False), ("True", True, False), ("no", None, True)])
+def test_node_fit_on_quota_and_queue(text: str | None, node_fit: bool | None, warned: bool) -> None:
+    annotations = {} if text is None else {ANNOTATION_NODE_FIT: text}
+    parsed_quota = parse_elastic_quota(quota(annotations=annotations))
+    parsed_queue = parse_queue({"metadata": {"name": "q", "annotations": annotations}}, ())
+    assert parsed_quota.quota.node_fit is node_fit and parsed_queue.queue.node_fit is node_fit
+    for warnings in (parsed_quota.warnings, parsed_queue.warnings):
+        assert [w for w in warnings if ANNOTATION_NODE_FIT in w] == (
+            [f"{warnings[0].split(':')[0]}: annotation {ANNOTATION_NODE_FIT} must be \"true\" or \"false\", "
+             f"got {text!r}; ignored"] if warned else [])

@@ -99,7 +99,7 @@ def traces(draw: st.DrawFn) -> dict[str, Any]:
         pod = {r: draw(st.integers(min(1, most[r]), most[r])) for r in RESOURCES}
         if any(pod[r] * pods > room[r] for r in RESOURCES):
             continue
-        if groups and NodePool(groups).place([parse_resource_list(pod)] * pods) is None:
+        if groups and NodePool(groups).place([("pod", parse_resource_list(pod))] * pods) is None:
             continue  # its pods do not fit on the empty nodes all at once
         manifest = pytorch_job(f"j{i}", leaf, {r: str(v) for r, v in pod.items()}, workers=workers,
                                priority=draw(st.integers(0, 5)))

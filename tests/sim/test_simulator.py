@@ -3,6 +3,8 @@ entries, and the loop that asks the engine at the right moments."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from koordqueue.api.constants import Phase
 from koordqueue.engine.model import EngineConfig
 from koordqueue.sim.report import render_json, result_json
@@ -27,31 +29,70 @@ def test_without_nodes_admission_is_the_start() -> None:
     assert result.end == 110.0
 
 
+NO_NODE_FIT = {"koord-queue/node-fit": "false"}
+
+
+def without_node_fit(quota: dict[str, Any]) -> dict[str, Any]:
+    """The quota admitting on quota alone: its jobs' pods wait on the nodes, as in Koord-Queue."""
+    quota["metadata"]["annotations"].update(NO_NODE_FIT)
+    return quota
+
+
 class TestNodes:
     NODES = [{"name": "gpu", "count": 2, "allocatable": {GPU: "4", "cpu": "32"}}]
 
-    def test_an_admitted_job_starts_when_all_its_pods_fit(self) -> None:
+    def test_a_job_is_admitted_when_all_its_pods_fit(self) -> None:
         result = run({"nodes": self.NODES, "objects": [TEAM], "jobs": [
             job(0, pytorch_job("a", "team", gpus(3)), runtime=100),
             job(0, pytorch_job("b", "team", gpus(3)), runtime=200),
             job(1, pytorch_job("c", "team", gpus(2)), runtime=10),  # 1 GPU free on each node
         ]})
         c = by_name(result)["c"]
+        assert c.admitted == 100.0  # the quota has room, but no node has 2 free GPUs before a ends
+        assert c.finished == 110.0
+
+    def test_on_quota_alone_an_admitted_job_starts_when_all_its_pods_fit(self) -> None:
+        result = run({"nodes": self.NODES, "objects": [without_node_fit(elastic_quota("team", {GPU: "0"}, {GPU: "8"}))],
+                      "jobs": [
+                          job(0, pytorch_job("a", "team", gpus(3)), runtime=100),
+                          job(0, pytorch_job("b", "team", gpus(3)), runtime=200),
+                          job(1, pytorch_job("c", "team", gpus(2)), runtime=10),
+                      ]})
+        c = by_name(result)["c"]
         assert c.admitted == 1.0  # the quota and the cluster total have room
         assert c.finished == 110.0  # but it starts when a leaves node 0, at 100
 
-    def test_a_gang_is_placed_whole_or_not_at_all(self) -> None:
+    def test_a_gang_that_fits_no_nodes_waits_and_says_why(self) -> None:
         nodes = [{"name": "big", "count": 1, "allocatable": {GPU: "4"}},
                  {"name": "small", "count": 1, "allocatable": {GPU: "2"}}]
         result = run({"nodes": nodes, "objects": [TEAM], "until": 50, "jobs": [
             job(0, pytorch_job("gang", "team", gpus(3), workers=1), runtime=10),  # 3 + 3 on 4 + 2
         ]})
         gang = by_name(result)["gang"]
+        assert gang.phase is Phase.ENQUEUED and gang.admitted is None
+        # The master takes 3 of big's 4 GPUs: what is left for the worker.
+        assert gang.message == ("quota team has room, but no node has 3 free nvidia.com/gpu "
+                                "(the most free on one node: 2, on small-0)")
+
+    def test_on_quota_alone_a_gang_is_placed_whole_or_not_at_all(self) -> None:
+        nodes = [{"name": "big", "count": 1, "allocatable": {GPU: "4"}},
+                 {"name": "small", "count": 1, "allocatable": {GPU: "2"}}]
+        result = run({"nodes": nodes, "objects": [without_node_fit(elastic_quota("team", {GPU: "0"}, {GPU: "8"}))],
+                      "until": 50, "jobs": [job(0, pytorch_job("gang", "team", gpus(3), workers=1), runtime=10)]})
+        gang = by_name(result)["gang"]
         assert gang.phase is Phase.DEQUEUED and gang.finished is None
         assert gang.message == "admitted, but its 2 pods do not fit on the 2 node(s) all at once, even empty (first-fit)"
 
     def test_a_pod_too_big_for_any_node_says_so(self) -> None:
         result = run({"nodes": self.NODES, "objects": [elastic_quota("team", {GPU: "0"}, {GPU: "8"})],
+                      "until": 10, "jobs": [job(0, pytorch_job("huge", "team", gpus(6)), runtime=10)]})
+        assert by_name(result)["huge"].message == (
+            "quota team has room, but no node has 6 free nvidia.com/gpu (the most free on one node: 4, on gpu-0); "
+            "nor would any, empty"
+        )
+
+    def test_on_quota_alone_a_pod_too_big_for_any_node_says_so(self) -> None:
+        result = run({"nodes": self.NODES, "objects": [without_node_fit(elastic_quota("team", {GPU: "0"}, {GPU: "8"}))],
                       "until": 10, "jobs": [job(0, pytorch_job("huge", "team", gpus(6)), runtime=10)]})
         assert by_name(result)["huge"].message == (
             "admitted, but a pod asking {'nvidia.com/gpu': '6'} fits on none of the 2 node(s), even empty: "
@@ -195,7 +236,7 @@ class TestWakeTime:
 
 def test_a_trace_with_unknown_keys_warns_and_runs() -> None:
     result = run({"objects": [TEAM], "queues": [], "jobs": [job(0, pytorch_job("a", "team", gpus(1)), runtime=1)]})
-    assert result.warnings == ["unknown top-level key 'queues' ignored (known: nodes, objects, jobs, events, until)"]
+    assert result.warnings == ["unknown top-level key 'queues' ignored (known: nodes, topology, objects, jobs, events, until)"]
     assert by_name(result)["a"].finished == 1.0
 
 

@@ -93,8 +93,14 @@ async def test_report_and_comparison_carry_the_json_numbers(tmp_path: Path) -> N
         labels = await page.locator("svg.plot").evaluate_all(
             "svgs => svgs.map(s => [s.getAttribute('role'), s.querySelector('title')?.textContent,"
             " s.querySelector('desc')?.textContent])")
-        # usage of GPU, cpu and memory in the first run, of GPU alone in the second; two wait plots; queue length
-        assert len(labels) == (3 + 2 + 1) + (1 + 2 + 1)
+        # usage of GPU, cpu and memory in the first run, of GPU alone in the second; two wait plots; queue
+        # length; the room on the nodes of the first (the second has none)
+        assert len(labels) == (3 + 2 + 1 + 1) + (1 + 2 + 1)
+        room = await series_of(page, 'figure[data-chart="node-room"][data-run="0"]')
+        assert {"most free on one node", "free on all nodes"} <= set(room)
+        gpus = await series_of(page, 'figure[data-chart="usage"][data-resource="nvidia.com/gpu"][data-run="0"]')
+        for at, value in room["free on all nodes"]:  # the 16 GPUs less what the teams' jobs hold
+            assert value == 16_000 - sum([v for t, v in gpus[team] if t <= at][-1] for team in gpus), at
         await expect(page.locator('p[data-chart="usage"][data-run="1"]')).to_have_text(
             ["No quota of this run limits or uses cpu.", "No quota of this run limits or uses memory."])
         assert all(role == "img" and title and desc for role, title, desc in labels)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from koordqueue.api.quantity import format_quantity
-from koordqueue.sim.htmlreport import Run, amount_ticks, simulate_run
+from koordqueue.sim.htmlreport import ALL_FREE, MOST_ON_ONE, Run, amount_ticks, domain_rows, simulate_run
 from koordqueue.sim.report import render_json
 from koordqueue.sim.simulator import simulate
 from koordqueue.sim.tracefile import load_trace
@@ -70,6 +70,29 @@ def test_preempted_jobs_wait_again_until_they_are_readmitted() -> None:
     assert value_at(team_a, 1600) == 0
     gpus = run.usage["team-a"]["nvidia.com/gpu"]
     assert value_at(gpus, 599) == 16_000 and value_at(gpus, 1000) == 8_000 and value_at(gpus, 1600) == 16_000
+
+
+def test_the_room_on_the_nodes_is_the_capacity_less_what_admitted_jobs_hold() -> None:
+    """placement: every admitted job has its pods bound at once where the engine placed
+    them, so the GPUs free on all nodes are the cluster's 64 less what the quota's jobs
+    hold (the usage book); the most free on one node is the most of the nodes' own lines."""
+    run = simulate_run(str(TRACE_DIR / "placement.yaml"))
+    assert run.node_resource == "nvidia.com/gpu"
+    held = run.usage["research"]["nvidia.com/gpu"]
+    nodes = {name: points for name, points in run.node_room.items() if name not in (ALL_FREE, MOST_ON_ONE)}
+    assert len(nodes) == 8
+    times = sorted({at for points in run.node_room.values() for at, _ in points} | {at for at, _ in held})
+    for at in times:
+        assert value_at(run.node_room[ALL_FREE], at) == 64_000 - value_at(held, at), at
+        assert value_at(run.node_room[MOST_ON_ONE], at) == max(value_at(p, at) for p in nodes.values()), at
+    assert value_at(run.node_room[ALL_FREE], 100) == 0 and value_at(run.node_room[ALL_FREE], 2000) == 64_000
+    assert domain_rows(run.result.jobs) == [
+        {"job": "research/ring", "quota": "research", "domains": [
+            "master: topology.koord-queue.io/rack=a/r1", "worker: topology.koord-queue.io/rack=a/r1"], "admitted": []},
+        {"job": "research/wide", "quota": "research", "domains": [
+            "master: topology.kubernetes.io/zone=a", "worker: topology.kubernetes.io/zone=a"], "admitted": []},
+        {"job": "research/flex", "quota": "research", "domains": [], "admitted": ["worker 1 of 5"]},
+    ]
 
 
 @pytest.mark.parametrize(("peak", "binary", "labels"), [

@@ -18,6 +18,7 @@ from koordqueue.api.constants import (
     ANNOTATION_ENABLE_PREEMPTION,
     ANNOTATION_HOLD_ROOM_AFTER,
     ANNOTATION_MAX_DEPTH,
+    ANNOTATION_NODE_FIT,
     ANNOTATION_PRIORITY_THRESHOLD,
     ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
     ANNOTATION_QUOTA_NAMESPACES,
@@ -110,6 +111,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         policy=policy,
         namespaces=_namespaces(annotations.get(ANNOTATION_QUOTA_NAMESPACES), where, warnings),
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
+        node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
 
@@ -137,6 +139,7 @@ def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
         preemption=_flag(meta, ANNOTATION_ENABLE_PREEMPTION, warnings),
         hold_room_after=_duration(meta, ANNOTATION_HOLD_ROOM_AFTER, DEFAULT_HOLD_ROOM_AFTER_SECONDS, warnings,
                                   zero=True),
+        node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
     )
     settings = QueueSettings(
         priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
@@ -213,6 +216,18 @@ def _flag(meta: Meta, annotation: str, warnings: list[str]) -> bool:
         warnings.append(
             f'{meta.describe()}: annotation {annotation} must be "true" or "false", got {text!r}; off'
         )
+    return text.lower() == TRUE
+
+
+def _optional_flag(meta: Meta, annotation: str, warnings: list[str]) -> bool | None:
+    """A "true"/"false" annotation that may be left out (None: the default decides)."""
+    text = meta.annotations.get(annotation)
+    if text is None:
+        return None
+    if text.lower() not in (TRUE, FALSE):
+        warnings.append(f'{meta.describe()}: annotation {annotation} must be "true" or "false", got {text!r}; '
+                        "ignored")
+        return None
     return text.lower() == TRUE
 
 

@@ -19,7 +19,9 @@ class Where(StrEnum):
     QUEUE = "Queue"
     QUOTA_OR_QUEUE = "ElasticQuota or Queue"
     JOB = "job"
+    POD_TEMPLATE = "job's pod template"
     POD = "pod"
+    NODE = "node"
     SIM_JOB = "job (embedded cluster)"
 
 
@@ -29,6 +31,7 @@ class Origin(StrEnum):
     KUBEFLOW = "training operator"
     KUBERAY = "KubeRay"
     KUBERNETES = "Kubernetes"
+    KUEUE = "Kueue"
     OURS = "ours"
 
 
@@ -98,6 +101,10 @@ REFERENCE: tuple[Key, ...] = (
                 "How long a job of this Queue waits before free room under a shared parent quota is held for "
                 "it against borrowing jobs of its own priority (jobs of lower priority are kept out at once). "
                 "See policies.md, held room.", Origin.OURS),
+    _annotation(c.ANNOTATION_NODE_FIT, Where.QUOTA_OR_QUEUE, f'`"{c.FALSE}"` to admit on quota alone; default on',
+                "When nodes are known, a job is admitted only when all its pods fit on the nodes now (their "
+                "requests, nodeSelector, required node affinity and tolerations; cordoned nodes skipped), and its "
+                "message says what the nodes lack. The Queue's value wins over the quota's.", Origin.OURS),
     # --- on a job ---
     _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
            "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),
@@ -110,6 +117,24 @@ REFERENCE: tuple[Key, ...] = (
     _annotation(c.ANNOTATION_SUSPEND, Where.JOB, f'`"{c.TRUE}"` while queued',
                 "Set when the job is created (by the admission webhook) and removed when it is admitted; "
                 "kinds with a native suspend field get that set too.", Origin.KOORD_QUEUE, "koord-queue"),
+    _annotation(c.ANNOTATION_PLACED, Where.JOB, "JSON: per role, the values replaced",
+                "Set when an admission pins the job's pods to the topology domain chosen (nodeSelector entries "
+                "on its pod templates) or admits an elastic job with fewer workers (its Worker replicas): "
+                "what was there before, put back when the job is suspended again.", Origin.OURS, "koord-queue"),
+    _annotation(c.ANNOTATION_REQUIRED_TOPOLOGY, Where.POD_TEMPLATE, "a node label naming a topology level, "
+                f"e.g. `{c.LABEL_TOPOLOGY_RACK}`",
+                "All the pods of the role (and of the job's other roles asking for the same level) go into one "
+                "domain of that level, the tightest that holds them; the job waits until one does.", Origin.KUEUE),
+    _annotation(c.ANNOTATION_PREFERRED_TOPOLOGY, Where.POD_TEMPLATE, "a node label naming a topology level",
+                "As the required one, but when no domain of the level holds the pods, the levels above it are "
+                "tried (the controller's `--topology-levels`, widest first), then anywhere.", Origin.KUEUE),
+    # --- read from nodes ---
+    _label(c.LABEL_TOPOLOGY_ZONE, Where.NODE, "the node's zone",
+           "The widest topology level by default.", Origin.KUBERNETES, "the cloud provider or you"),
+    _label(c.LABEL_TOPOLOGY_BLOCK, Where.NODE, "the node's block (a group of racks)",
+           "The second topology level by default.", Origin.OURS),
+    _label(c.LABEL_TOPOLOGY_RACK, Where.NODE, "the node's rack",
+           "The third topology level by default (then `kubernetes.io/hostname`).", Origin.OURS),
     # --- read from pods and jobs that others write ---
     _label(c.LABEL_JOB_NAME, Where.POD, "the job's name",
            "Which PyTorchJob/TFJob/MPIJob a pod belongs to: its running pods are counted in "

@@ -26,7 +26,7 @@
 
   for (const figure of document.querySelectorAll("figure.chart")) {
     const svg = figure.querySelector("svg.plot");
-    if (svg.dataset.kind !== "usage" && svg.dataset.kind !== "queue") continue;
+    if (!["usage", "queue", "nodes"].includes(svg.dataset.kind)) continue;
     const readout = figure.querySelector(".readout");
     const series = [...svg.querySelectorAll("path.series")].map((path) => ({
       name: path.dataset.series, points: JSON.parse(path.dataset.points),

@@ -4,6 +4,8 @@ One self-contained file (inline CSS, JS and SVG; nothing fetched) that an
 administrator can mail around: usage of each resource per quota over time, the wait
 to first admission per quota and per priority, and the queue length over time. With
 ``--compare`` two traces (say, two quota settings) stand side by side on shared axes.
+With nodes, the fragmentation of the cluster (the room left on one node against the room
+left on all of them) and the topology domains the engine gave to jobs.
 
 The job records keep the first admission and the end of each job, not every spell
 of holding quota a preempted job had; so the simulator is asked to keep every
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from koordqueue.api.constants import PODS
 from koordqueue.api.quantity import format_quantity
 
 from .report import percentile, render_json, render_summary
@@ -51,6 +54,8 @@ class Run:
     usage: dict[str, dict[str, Points]] = field(default_factory=dict)  # quota -> resource -> milli-units
     queue_length: dict[str, Points] = field(default_factory=dict)  # queue key (or "all queues") -> units waiting
     waits: list[dict[str, Any]] = field(default_factory=list)  # one per submitted job
+    node_resource: str | None = None  # the resource whose room on the nodes is drawn (the GPUs)
+    node_room: dict[str, Points] = field(default_factory=dict)  # see node_room_series
 
 
 def simulate_run(path: str) -> Run:
@@ -60,6 +65,7 @@ def simulate_run(path: str) -> Run:
     run.usage = usage_series(holdings, result)
     run.queue_length = queue_length_series(holdings, result)
     run.waits = wait_rows(result.jobs)
+    run.node_resource, run.node_room = node_room_series(result)
     return run
 
 
@@ -80,13 +86,57 @@ def usage_series(holdings: Sequence[Holding], result: SimResult) -> dict[str, di
     series: dict[str, dict[str, Points]] = {q: {r: [[0.0, 0]] for r in sorted(resources)} for q in names}
     for holding in holdings:
         for quota in holding.quotas:
-            for resource, amount in holding.record.request.items():
+            for resource, amount in (holding.held or holding.record.request).items():
                 levels[quota, resource] += holding.sign * amount
                 _step(series[quota][resource], holding.time, levels[quota, resource])
     for quota in names:
         for resource, points in series[quota].items():
             _step(points, result.end, levels[quota, resource])
     return series
+
+
+MOST_ON_ONE = "most free on one node"
+ALL_FREE = "free on all nodes"
+NODE_LINES = 8  # nodes drawn one by one up to this many; beyond, only the two summaries
+
+
+def node_room_series(result: SimResult) -> tuple[str | None, dict[str, Points]]:
+    """The room left on the nodes over time, of the resource that matters most (the GPUs):
+    on all of them, on the one with the most (a gang's pod needs it on one), and, on a
+    small cluster, on each. Far apart, the cluster is fragmented."""
+    rooms = result.node_rooms
+    resources = {r for room in rooms for r in room.free} - {PODS}
+    if not resources:
+        return None, {}
+    resource = min(resources, key=_resource_order)
+    one_by_one = len({room.node for room in rooms}) <= NODE_LINES
+    free: dict[str, int] = {}
+    series: dict[str, Points] = {MOST_ON_ONE: [], ALL_FREE: []}
+    for room in rooms:  # in time order, each the room left on a node from then on
+        free[room.node] = room.free.get(resource, 0)
+        if one_by_one:
+            _step(series.setdefault(room.node, []), room.time, free[room.node])
+        _step(series[MOST_ON_ONE], room.time, max(free.values()))
+        _step(series[ALL_FREE], room.time, sum(free.values()))
+    for points in series.values():
+        if points[-1][0] < result.end:
+            points.append([result.end, points[-1][1]])
+    return resource, series
+
+
+def domain_rows(jobs: Iterable[JobRecord]) -> list[dict[str, Any]]:
+    """The jobs given a topology domain or admitted in part (at their last admission)."""
+    rows = []
+    for job in jobs:
+        if job.domains or job.counts:
+            rows.append({"job": f"{job.namespace}/{job.name}", "quota": job.quota,
+                         "domains": [f"{pod_set}: {level}={domain}" for pod_set, level, domain in job.domains],
+                         "admitted": [f"{pod_set} {count} of {_asked(job, pod_set)}" for pod_set, count in job.counts]})
+    return rows
+
+
+def _asked(job: JobRecord, pod_set: str) -> int:
+    return next((ps.count for ps in job.pod_sets if ps.name == pod_set), 0)
 
 
 def queue_length_series(holdings: Sequence[Holding], result: SimResult) -> dict[str, Points]:
@@ -445,6 +495,9 @@ def render_html(runs: Sequence[Run]) -> str:
                     '<p class="muted">Submitted jobs not holding quota: waiting, or backing off after a preemption.</p>'
                     + _runs_grid(cells) + "</section>")
 
+    if any(run.node_room for run in runs):
+        sections.append(_nodes_section(runs, end))
+
     warnings = [(run, run.result.warnings) for run in runs if run.result.warnings]
     if warnings:
         sections.append('<section aria-labelledby="warnings"><h2 id="warnings">Warnings</h2>' + "".join(
@@ -452,7 +505,8 @@ def render_html(runs: Sequence[Run]) -> str:
             for run, items in warnings) + "</section>")
 
     data = [{"label": run.label, "result": json.loads(render_json(run.result)), "usage": run.usage,
-             "queue_length": run.queue_length, "waits": run.waits} for run in runs]
+             "queue_length": run.queue_length, "waits": run.waits, "node_resource": run.node_resource,
+             "node_room": run.node_room, "domains": domain_rows(run.result.jobs)} for run in runs]
     title = "Simulation report: " + " vs ".join(run.label for run in runs)
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -463,13 +517,58 @@ def render_html(runs: Sequence[Run]) -> str:
         f"{' --compare' if len(runs) > 1 else ''}: every job replayed against the production scheduler on a "
         "virtual clock.</p>"
         '<nav aria-label="Sections"><a href="#summary">Summary</a> <a href="#usage">Usage</a> '
-        '<a href="#waits">Waits</a> <a href="#queue">Queue length</a></nav></header>'
+        '<a href="#waits">Waits</a> <a href="#queue">Queue length</a>'
+        + (' <a href="#nodes">Nodes</a>' if any(run.node_room for run in runs) else "") + "</nav></header>"
         "<main>" + "".join(sections) + "</main>"
         '<script type="application/json" id="report-data">'
         + json.dumps(data, separators=(",", ":")).replace("</", "<\\/") + "</script>"
         f"<script>{QUANTITY_JS.read_text()}</script><script>{(ASSETS / 'htmlreport.js').read_text()}</script>"
         "</body></html>\n"
     )
+
+
+DOMAIN_ROWS = 200  # jobs listed in the table of domains, per run
+
+
+def _nodes_section(runs: Sequence[Run], end: float) -> str:
+    """The room left on the nodes over time, and the domains given to jobs."""
+    peak = max((max(value for _, value in points) for run in runs for points in run.node_room.values()), default=0)
+    cells = []
+    for index, run in enumerate(runs):
+        if not run.node_room:
+            cells.append(_run_heading(run, len(runs)) + '<p class="muted">This run has no nodes.</p>')
+            continue
+        names = [MOST_ON_ONE, ALL_FREE] + sorted(set(run.node_room) - {MOST_ON_ONE, ALL_FREE})
+        lines = [Line(name, "#000000" if name == ALL_FREE else COLORS[i % len(COLORS)],
+                      "2 3" if name == ALL_FREE else "" if i < len(COLORS) else DASHES[1], run.node_room[name],
+                      f"mean {approximate_quantity(_mean(run.node_room[name], run.result.end), False)}")
+                 for i, name in enumerate(names)]
+        resource = run.node_resource or ""
+        cells.append(_run_heading(run, len(runs)) + step_chart(
+            f"nodes-{index}", f"Free {resource} on the nodes over time ({run.label})", lines, end, peak, "quantity",
+            "nodes", f'data-chart="node-room" data-run="{index}" data-resource="{_esc(resource)}"'))
+    tables = []
+    for index, run in enumerate(runs):
+        rows = domain_rows(run.result.jobs)
+        if not rows:
+            tables.append(_run_heading(run, len(runs)) + '<p class="muted">No job asked for a topology domain or '
+                          "was admitted in part.</p>")
+            continue
+        body = "".join(f"<tr><td>{_esc(row['job'])}</td><td>{_esc(row['quota'] or '')}</td>"
+                       f"<td>{_esc('; '.join(row['domains']))}</td><td>{_esc('; '.join(row['admitted']))}</td></tr>"
+                       for row in rows[:DOMAIN_ROWS])
+        more = f'<p class="muted">and {len(rows) - DOMAIN_ROWS} more jobs.</p>' if len(rows) > DOMAIN_ROWS else ""
+        tables.append(_run_heading(run, len(runs)) + f'<table class="domains" data-run="{index}"><thead><tr>'
+                      "<th>job</th><th>quota</th><th>domain (pod set: level=domain)</th><th>admitted in part</th>"
+                      f"</tr></thead><tbody>{body}</tbody></table>{more}")
+    return ('<section aria-labelledby="nodes"><h2 id="nodes">Nodes</h2>'
+            '<p class="muted">The room left on the nodes: on the node with the most, against all of them. Far '
+            "apart, the cluster is fragmented: a pod that needs more than the first has no node, however much is "
+            "free in all.</p>" + _runs_grid(cells)
+            + "<h3>Topology domains and admissions in part</h3>"
+              '<p class="muted">The domain the engine gave each job that asked for one (its last admission), and '
+              "the workers of elastic jobs admitted with fewer than they asked for.</p>" + _runs_grid(tables)
+            + "</section>")
 
 
 def html_report_command(path: str, as_json: bool, html_path: str, compare: str | None) -> None:

@@ -1,8 +1,10 @@
-"""Simulated nodes: where an admitted job's pods go.
+"""Simulated nodes: where an admitted job's pods go, and the room left on each.
 
-Quota admission says a job may run; the nodes say whether its pods fit right now.
-Placement is gang (all pods of a job or none) and first-fit over the nodes in trace
-order, on each node's free allocatable; a resource a node does not list is 0 there.
+The simulator is the cluster's scheduler and kubelet: a job admitted with a placement
+(node fit, on by default when the trace has nodes) has its pods bound at once where the
+engine planned them; a job admitted on quota alone (node fit turned off) waits until its
+pods all fit, gang, first fit over the nodes in trace order. What the pods take on each
+node is told back to the engine, as the controller tells it what bound pods take.
 """
 
 from __future__ import annotations
@@ -10,78 +12,98 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from koordqueue.api.constants import LABEL_HOSTNAME, PODS
 from koordqueue.api.quantity import format_resource_list, less_equal
-from koordqueue.engine.model import ResourceList
+from koordqueue.engine.model import NodeInfo, ResourceList
+from koordqueue.engine.placement import ONE_POD
 
 from .trace import NodeGroup
 
-Placement = list[tuple[int, ResourceList]]
-"""(node index, pod request) for every pod of a job."""
+Pods = list[tuple[int, str, ResourceList]]
+"""(node index, pod set, pod request) for every pod of a job."""
 
 
 @dataclass(slots=True)
 class Node:
-    name: str
-    allocatable: ResourceList
+    info: NodeInfo
     free: ResourceList
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def used(self) -> ResourceList:
+        """What the pods bound here take."""
+        return {r: a - self.free.get(r, 0) for r, a in self.info.allocatable.items() if a - self.free.get(r, 0)}
 
 
 class NodePool:
     def __init__(self, groups: Sequence[NodeGroup]) -> None:
         self.nodes = [
-            Node(f"{group.name}-{i}", dict(group.allocatable), dict(group.allocatable))
+            Node(NodeInfo(f"{group.name}-{i}", dict(group.allocatable),
+                          {**dict(group.labels), LABEL_HOSTNAME: f"{group.name}-{i}"}, group.taints,
+                          group.unschedulable), dict(group.allocatable))
             for group in groups
             for i in range(group.count)
         ]
+        self.index = {node.name: i for i, node in enumerate(self.nodes)}
 
     def capacity(self) -> ResourceList:
         """The cluster total: the sum of every node's allocatable."""
         total: ResourceList = {}
         for node in self.nodes:
-            for name, amount in node.allocatable.items():
+            for name, amount in node.info.allocatable.items():
                 total[name] = total.get(name, 0) + amount
         return total
 
-    def place(self, pods: Sequence[ResourceList]) -> Placement | None:
-        """Reserve room for all ``pods`` (in role order), or nothing and ``None``."""
-        placement = _first_fit(pods, [dict(node.free) for node in self.nodes])
-        if placement is None:
-            return None
-        for index, pod in placement:
+    def bind(self, planned: Sequence[tuple[str, str, int]], requests: dict[str, ResourceList]) -> Pods:
+        """Bind pods where the engine planned them: (pod set, node, how many)."""
+        pods: Pods = []
+        for pod_set, name, count in planned:
+            index = self.index[name]
+            pods += [(index, pod_set, requests[pod_set])] * count
+        self._take(pods, -1)
+        return pods
+
+    def place(self, pods: Sequence[tuple[str, ResourceList]]) -> Pods | None:
+        """Bind all ``pods`` (pod set, request) first fit, or none of them (None)."""
+        free = [dict(node.free) for node in self.nodes]
+        placed: Pods = []
+        for pod_set, pod in pods:
+            index = next((i for i, room in enumerate(free) if less_equal(pod, room)
+                          and room.get(PODS, ONE_POD) >= ONE_POD), None)
+            if index is None:
+                return None
+            for name, amount in pod.items():
+                free[index][name] = free[index].get(name, 0) - amount
+            if PODS in free[index]:
+                free[index][PODS] -= ONE_POD
+            placed.append((index, pod_set, pod))
+        self._take(placed, -1)
+        return placed
+
+    def release(self, pods: Pods) -> None:
+        self._take(pods, 1)
+
+    def _take(self, pods: Pods, sign: int) -> None:
+        for index, _, pod in pods:
             free = self.nodes[index].free
             for name, amount in pod.items():
-                free[name] = free.get(name, 0) - amount
-        return placement
+                free[name] = free.get(name, 0) + sign * amount
+            if PODS in free:  # a pod takes one of the node's pod slots too
+                free[PODS] += sign * ONE_POD
 
-    def release(self, placement: Placement) -> None:
-        for index, pod in placement:
-            free = self.nodes[index].free
-            for name, amount in pod.items():
-                free[name] = free.get(name, 0) + amount
-
-    def why_not(self, pods: Sequence[ResourceList]) -> str:
+    def why_not(self, pods: Sequence[tuple[str, ResourceList]]) -> str:
         """In words, why ``pods`` cannot be placed now, or can never be."""
         count = len(pods)
-        empty = [dict(node.allocatable) for node in self.nodes]
-        for pod in pods:
-            if not any(less_equal(pod, room) for room in empty):
+        empty = NodePool([])
+        empty.nodes = [Node(node.info, dict(node.info.allocatable)) for node in self.nodes]
+        for _, pod in pods:
+            if not any(less_equal(pod, node.info.allocatable) for node in self.nodes):
                 return (
                     f"admitted, but a pod asking {format_resource_list(pod)} fits on none of the "
                     f"{len(self.nodes)} node(s), even empty: it can never start"
                 )
-        if _first_fit(pods, empty) is None:
+        if empty.place(pods) is None:
             return f"admitted, but its {count} pods do not fit on the {len(self.nodes)} node(s) all at once, even empty (first-fit)"
         return f"admitted, waiting for room on the nodes for all its {count} pod(s) at once"
-
-
-def _first_fit(pods: Sequence[ResourceList], free: list[ResourceList]) -> Placement | None:
-    """Each pod on the first node with room left in ``free`` (which it consumes)."""
-    placement: Placement = []
-    for pod in pods:
-        index = next((i for i, room in enumerate(free) if less_equal(pod, room)), None)
-        if index is None:
-            return None
-        for name, amount in pod.items():
-            free[index][name] = free[index].get(name, 0) - amount
-        placement.append((index, pod))
-    return placement

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from time import process_time
 from typing import Any, TypeVar
@@ -30,6 +30,8 @@ from koordqueue.engine.core import Engine
 from koordqueue.engine.model import (
     CycleResult,
     EngineConfig,
+    Placement,
+    PodSetInfo,
     QuotaInfo,
     ResourceList,
     auto_queue_for,
@@ -38,7 +40,7 @@ from koordqueue.jobs import JobAdapter, adapter_for
 from koordqueue.jobs.unit import unit_info
 from koordqueue.loader import Settings
 
-from .nodes import NodePool, Placement
+from .nodes import NodePool, Pods
 from .trace import EventEntry, JobEntry, Trace
 from .tracefile import ReadWhole, load_trace
 from .usage import UsageBook
@@ -82,9 +84,12 @@ class JobRecord:
     message: str | None = None
     unit_key: str | None = None
     request: ResourceList = field(default_factory=dict)
-    pods: Sequence[ResourceList] = ()
+    pod_sets: tuple[PodSetInfo, ...] = ()  # with nodes (or an elastic role)
+    held: ResourceList | None = None  # what it holds of its quotas when admitted in part
     charged: Sequence[str] = ()  # quotas its request is counted on
-    placement: Placement | None = None
+    pods: Pods | None = None  # its pods bound to nodes
+    counts: tuple[tuple[str, int], ...] = ()  # pods admitted per pod set, when fewer than asked
+    domains: tuple[tuple[str, str, str], ...] = ()  # (pod set, level, its domain: label values, widest first, "a/r1")
     run: int = 0  # bumped on every admission, so a stale finish is ignored
     requeue_at: float | None = None
     deleted: float | None = None
@@ -104,6 +109,16 @@ class Holding:
     quotas: list[str]
     sign: int
     requeued: bool = False
+    held: ResourceList | None = None  # what it holds (its request, or the part admitted)
+
+
+@dataclass(slots=True)
+class NodeRoom:
+    """The room left on one node from a time on (the HTML report's fragmentation)."""
+
+    time: float
+    node: str
+    free: ResourceList
 
 
 @dataclass(slots=True)
@@ -116,6 +131,7 @@ class SimResult:
     warnings: list[str]
     capacity: ResourceList | None
     engine_seconds: float | None  # CPU time spent inside engine calls, when timed
+    node_rooms: list[NodeRoom] = field(default_factory=list)  # with nodes, when holdings are kept
 
 
 def _at(seconds: float) -> float:
@@ -139,7 +155,10 @@ class Simulator:
     ) -> None:
         self.trace = trace
         self.settings = settings or Settings()
-        self.engine = Engine(config or self.settings.engine_config())
+        config = config or self.settings.engine_config()
+        if trace.topology is not None:
+            config = replace(config, topology_levels=trace.topology)
+        self.engine = Engine(config)
         self.engine_seconds: float | None = 0.0 if time_engine else None
         self.nodes = NodePool(trace.nodes) if trace.nodes else None
         self.capacity = capacity if capacity is not None else \
@@ -161,6 +180,7 @@ class Simulator:
         self.now = 0.0
         # Every admission and release, in order, when asked for (the HTML report).
         self.holdings: list[Holding] | None = [] if keep_holdings else None
+        self.node_rooms: list[NodeRoom] = []
 
     # --- engine calls, timed when asked (a clock read costs more than many calls) -------
     def _call(self, method: Callable[..., T], *args: Any) -> T:
@@ -175,6 +195,10 @@ class Simulator:
     # --- the loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
         self._call(self.engine.set_cluster_capacity, self.capacity)
+        for node in self.nodes.nodes if self.nodes else ():
+            self._call(self.engine.set_node, node.info)
+            if self.holdings is not None:
+                self.node_rooms.append(NodeRoom(0.0, node.name, dict(node.free)))
         for index, obj in enumerate(self.trace.objects):
             self._apply(obj, f"objects[{index}]", runtime=None)
         self._check_quotas()
@@ -261,7 +285,7 @@ class Simulator:
         for preemption in result.preempted:
             self._preempted(self.by_unit[preemption.unit], preemption.reason, preemption.requeue_at)
         for admission in result.admitted:
-            self._admitted(self.by_unit[admission.unit], admission.quota, admission.queue)
+            self._admitted(self.by_unit[admission.unit], admission.quota, admission.queue, admission.placement)
         for key, message in result.messages.items():
             record = self.by_unit.get(key)
             if record is not None and record.live and record.phase not in (Phase.DEQUEUED, Phase.RUNNING):
@@ -306,9 +330,7 @@ class Simulator:
         record = self._new_record(manifest, runtime)
         record.namespace = sys.intern(meta.namespace)
         try:
-            unit = unit_info(manifest, adapter, self.priority_classes, self.now)
-            # Pod by pod only where nodes place them (unit_info has checked the pod sets).
-            pods = [dict(ps.request) for ps in adapter.pod_sets(manifest) for _ in range(ps.count)] if self.nodes else ()
+            unit = unit_info(manifest, adapter, self.priority_classes, self.now, placed=self.nodes is not None)
         except InvalidObject as err:
             record.message = f"rejected: {err.reason}"
             return
@@ -317,7 +339,7 @@ class Simulator:
             record.message = f"rejected: QueueUnit {key} already belongs to another live job"
             return
         record.unit_key, record.submitted, record.priority = key, self.now, unit.priority
-        record.request, record.pods, record.phase = self._shared(unit.request), pods, Phase.ENQUEUED
+        record.request, record.pod_sets, record.phase = self._shared(unit.request), unit.pod_sets, Phase.ENQUEUED
         record.message = unit.invalid
         self.by_name[name] = record
         self.by_unit[key] = record
@@ -338,7 +360,7 @@ class Simulator:
         """A live job applied again: new priority or request; an admission it holds stays."""
         assert record.unit_key is not None and record.submitted is not None
         try:
-            unit = unit_info(manifest, adapter, self.priority_classes, record.submitted)
+            unit = unit_info(manifest, adapter, self.priority_classes, record.submitted, placed=self.nodes is not None)
         except InvalidObject as err:
             self.warnings.append(f"{where}: update of {record.unit_key} refused: {err.reason}")
             return
@@ -346,10 +368,11 @@ class Simulator:
         if held is not None:
             unit.admitted_quota, unit.admitted_queue = held.admitted_quota, held.admitted_queue
             unit.admitted_at, unit.requeue_at, unit.attempts = held.admitted_at, held.requeue_at, held.attempts
+            unit.placement = held.placement
         record.priority = unit.priority
         self._call(self.engine.set_unit, unit)
 
-    def _admitted(self, record: JobRecord, quota: str, queue: str) -> None:
+    def _admitted(self, record: JobRecord, quota: str, queue: str, placement: Placement | None) -> None:
         record.attempts += 1
         record.run += 1
         if record.admitted is None:
@@ -357,28 +380,57 @@ class Simulator:
         record.quota, record.queue, record.requeue_at = quota, sys.intern(queue), None
         record.phase, record.message = Phase.DEQUEUED, None
         record.charged = self.usage.chain(quota, self.quotas)
-        self.usage.charge(record.charged, record.request, self.now, 1)
+        record.counts = placement.counts if placement is not None else ()
+        record.held = _part(record) if record.counts else None
+        held = record.held or record.request
+        self.usage.charge(record.charged, held, self.now, 1)
         if self.holdings is not None:
-            self.holdings.append(Holding(self.now, record, list(record.charged), 1))
+            self.holdings.append(Holding(self.now, record, list(record.charged), 1, held=held))
+        record.domains = tuple((pod_set, level, "/".join(value for _, value in chain))
+                               for pod_set, level, chain in placement.domains) \
+            if placement is not None else ()
         if self.nodes is None:
+            self._start(record)
+        elif placement is not None and placement.nodes:  # placed by the engine: bound there at once
+            requests = {ps.name: ps.request for ps in record.pod_sets}
+            record.pods = self.nodes.bind(placement.nodes, requests)
+            self._bound(record, record.pods)
             self._start(record)
         else:
             self.waiting_for_nodes.append(record)
             self._place_waiting()
 
     def _place_waiting(self) -> None:
-        """Start, in admission order, every admitted job whose pods now all fit."""
+        """Start, in admission order, every admitted job (on quota alone) whose pods now all fit."""
         assert self.nodes is not None
         still: list[JobRecord] = []
         for record in self.waiting_for_nodes:
-            placement = self.nodes.place(record.pods)
-            if placement is None:
-                record.message = self.nodes.why_not(record.pods)
+            pods = _pods(record)
+            placed = self.nodes.place(pods)
+            if placed is None:
+                record.message = self.nodes.why_not(pods)
                 still.append(record)
             else:
-                record.placement = placement
+                record.pods = placed
+                self._bound(record, placed)
                 self._start(record)
         self.waiting_for_nodes = still
+
+    def _bound(self, record: JobRecord, pods: Pods) -> None:
+        """Tell the engine what the pods bound (or gone) take on their nodes, as the
+        controller does; and where the job's own pods are now."""
+        assert self.nodes is not None
+        for index in sorted({index for index, _, _ in pods}):
+            node = self.nodes.nodes[index]
+            self._call(self.engine.set_node_usage, node.name, node.used())
+            if self.holdings is not None:
+                self.node_rooms.append(NodeRoom(self.now, node.name, dict(node.free)))
+        if record.live and record.unit_key is not None:
+            bound: dict[tuple[str, str], int] = {}
+            for index, pod_set, _ in record.pods or ():
+                where = (pod_set, self.nodes.nodes[index].name)
+                bound[where] = bound.get(where, 0) + 1
+            self._call(self.engine.set_unit_pods, record.unit_key, bound)
 
     def _start(self, record: JobRecord) -> None:
         record.phase, record.started, record.message = Phase.RUNNING, self.now, None
@@ -388,15 +440,19 @@ class Simulator:
     def _release(self, record: JobRecord) -> None:
         """Give back what an admitted job holds: its quota charge and its room on nodes."""
         if record.charged:
-            self.usage.charge(record.charged, record.request, self.now, -1)
+            held = record.held or record.request
+            self.usage.charge(record.charged, held, self.now, -1)
             if self.holdings is not None:
-                self.holdings.append(Holding(self.now, record, record.charged, -1, requeued=record.live))
+                self.holdings.append(Holding(self.now, record, list(record.charged), -1, requeued=record.live,
+                                             held=held))
             record.charged = ()
+            record.held = None
         if record in self.waiting_for_nodes:
             self.waiting_for_nodes.remove(record)
-        if record.placement is not None and self.nodes is not None:
-            self.nodes.release(record.placement)
-            record.placement = None
+        if record.pods is not None and self.nodes is not None:
+            pods, record.pods = record.pods, None
+            self.nodes.release(pods)
+            self._bound(record, pods)
             self._place_waiting()
 
     def _finish(self, record: JobRecord) -> None:
@@ -508,7 +564,25 @@ class Simulator:
             warnings=self.warnings,
             capacity=self.capacity,
             engine_seconds=self.engine_seconds,
+            node_rooms=self.node_rooms,
         )
+
+
+def _part(record: JobRecord) -> ResourceList:
+    """What a job admitted in part holds: its request less the pods left out."""
+    held = dict(record.request)
+    counts = dict(record.counts)
+    for ps in record.pod_sets:
+        left_out = ps.count - counts.get(ps.name, ps.count)
+        for name, amount in ps.request.items():
+            held[name] = held.get(name, 0) - left_out * amount
+    return held
+
+
+def _pods(record: JobRecord) -> list[tuple[str, ResourceList]]:
+    """Every pod of an admitted job, pod set by pod set (as many as were admitted)."""
+    counts = dict(record.counts)
+    return [(ps.name, ps.request) for ps in record.pod_sets for _ in range(counts.get(ps.name, ps.count))]
 
 
 def _text(value: object) -> str | None:

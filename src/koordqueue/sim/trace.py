@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from koordqueue.api.constants import TAINT_NO_EXECUTE, TAINT_NO_SCHEDULE, TAINT_PREFER_NO_SCHEDULE
 from koordqueue.api.quantity import QuantityError, parse_resource_list
-from koordqueue.engine.model import ResourceList
+from koordqueue.engine.model import ResourceList, Taint
 
 
 class TraceError(Exception):
@@ -25,11 +26,15 @@ class TraceError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
-    """``count`` identical nodes; each one is named ``{name}-{i}``."""
+    """``count`` identical nodes; each one is named ``{name}-{i}``, with the same labels
+    (its own ``kubernetes.io/hostname`` besides) and taints."""
 
     name: str
     count: int
     allocatable: ResourceList
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
 
 
 @dataclass(slots=True)
@@ -62,10 +67,12 @@ class Trace:
     jobs: Iterable[JobEntry] = field(default_factory=list)  # an iterator when streamed (tracefile.py)
     events: list[EventEntry] = field(default_factory=list)
     until: float | None = None
+    topology: tuple[str, ...] | None = None  # node labels of the topology levels, widest first
     warnings: list[str] = field(default_factory=list)
 
 
-TOP_LEVEL_KEYS = ("nodes", "objects", "jobs", "events", "until")
+TOP_LEVEL_KEYS = ("nodes", "topology", "objects", "jobs", "events", "until")
+TAINT_EFFECTS = (TAINT_NO_SCHEDULE, TAINT_PREFER_NO_SCHEDULE, TAINT_NO_EXECUTE)
 ANCHOR_PREFIX = "x-"
 
 
@@ -76,6 +83,13 @@ def parse_trace(document: dict[str, Any]) -> Trace:
         if key not in TOP_LEVEL_KEYS and not str(key).startswith(ANCHOR_PREFIX):
             trace.warnings.append(f"unknown top-level key {key!r} ignored (known: {', '.join(TOP_LEVEL_KEYS)})")
     trace.nodes = _nodes(_as_list(document, "nodes", trace.warnings), trace.warnings)
+    if document.get("topology") is not None:
+        levels = document["topology"]
+        if isinstance(levels, list) and levels and all(isinstance(level, str) and level for level in levels):
+            trace.topology = tuple(levels)
+        else:
+            trace.warnings.append(f"topology must be a list of node labels, widest first, got {levels!r}; "
+                                  "the default levels are used")
     trace.objects = _as_list(document, "objects", trace.warnings)
     trace.jobs = [job_entry(i, entry) for i, entry in enumerate(_as_list(document, "jobs", trace.warnings))]
     trace.events = [_event(i, entry) for i, entry in enumerate(_as_list(document, "events", trace.warnings))]
@@ -114,8 +128,35 @@ def _nodes(entries: list[Any], warnings: list[str]) -> list[NodeGroup]:
         except QuantityError as err:
             warnings.append(f"{where} ({name}): bad allocatable: {err}; ignored")
             continue
-        groups.append(NodeGroup(name=str(name), count=count, allocatable=allocatable))
+        labels = entry.get("labels") or {}
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            warnings.append(f"{where} ({name}): labels must be a mapping of strings (quote numbers); ignored")
+            continue
+        taints = _taints(entry.get("taints"))
+        if isinstance(taints, str):
+            warnings.append(f"{where} ({name}): {taints}; ignored")
+            continue
+        groups.append(NodeGroup(str(name), count, allocatable, tuple(sorted(labels.items())), taints,
+                                entry.get("unschedulable") is True))
     return groups
+
+
+def _taints(value: Any) -> tuple[Taint, ...] | str:
+    """Taints as a node lists them ({key, value, effect}); or what is wrong with them."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        return "taints must be a list of {key, value, effect}"
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str) or \
+                not isinstance(item.get("value", ""), str):
+            return f"a taint must be a mapping with a key (and a value, an effect), got {item!r}"
+        effect = item.get("effect", TAINT_NO_SCHEDULE)
+        if effect not in TAINT_EFFECTS:
+            return f"a taint's effect must be one of {', '.join(TAINT_EFFECTS)}, got {effect!r}"
+        out.append(Taint(item["key"], item.get("value", ""), effect))
+    return tuple(out)
 
 
 def _seconds(value: Any, what: str) -> tuple[float | None, str | None]:

@@ -78,7 +78,9 @@ async def test_pods_not_running_in_time_send_the_job_back_and_it_is_retried(star
     config = quick_config(wait_for_pods_running_seconds=1.5)
     async with start_system(config=config) as system:
         await system.apply(quota("team-w", 8, 16))
-        await system.apply(queue("patient", "team-w", annotations={c.ANNOTATION_WAIT_FOR_PODS_RUNNING: c.TRUE}))
+        # Admitted on quota alone (node fit would keep it out, saying no node has 9 GPUs).
+        await system.apply(queue("patient", "team-w", annotations={c.ANNOTATION_WAIT_FOR_PODS_RUNNING: c.TRUE,
+                                                                    c.ANNOTATION_NODE_FIT: c.FALSE}))
         # 9 GPUs per pod on 8-GPU nodes: quota lets it in, but its pods can never be placed.
         await system.apply(pytorch_job("unplaceable", gpus_per_pod=9, workers=0, queue="patient"))
         await system.wait_phase("unplaceable-py-qu", c.Phase.TIMEOUT_BACKOFF, timeout=20)

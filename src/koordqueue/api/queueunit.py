@@ -165,6 +165,9 @@ class Admission(_Model):
     """What each of those pods requests."""
     running: Count = 0
     """Pods of the role that run."""
+    domain: dict[str, str] | None = None
+    """The topology domain its pods were given, as the node labels that pin them (widest
+    level first), written into the job's pod templates as nodeSelector entries."""
     reclaim_state: ReclaimState | None = None
     """Not used."""
 

@@ -34,7 +34,7 @@ from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.overview import Overview, explain, overview
-from koordqueue.controller.pods import PodIndex, PodView, pod_view
+from koordqueue.controller.pods import NodeUsage, PodIndex, PodView, pod_view
 from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.snapshot import (
     CONFIG_MAPS,
@@ -58,6 +58,7 @@ from koordqueue.controller.views import (
     Object,
     UnitView,
     adapter_of_kind,
+    admitted_placement,
     job_view,
     missing_class_reason,
     orphan_info,
@@ -72,13 +73,17 @@ from koordqueue.engine import Engine
 from koordqueue.engine.model import (
     Admission,
     CycleResult,
+    NodeInfo,
+    Placement,
     QueueInfo,
     QuotaInfo,
     Standing,
+    Taint,
     UnitInfo,
     auto_queue_for,
 )
 from koordqueue.jobs.base import JobAdapter, JobState
+from koordqueue.jobs.placement import admission_patch, read_originals
 from koordqueue.kube.client import KubeClient, PatchType, Resource
 from koordqueue.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from koordqueue.kube.events import EventRecorder, ObjectRef
@@ -148,7 +153,7 @@ class Controller:
         self.suspensions_owed = 0  # tokens handed out
         self.warned_of_classes: dict[str, tuple[str, ...]] = {}  # job item -> missing PriorityClasses it was told of
         self.pc_informer = Informer(client, PRIORITY_CLASSES, project=_priority_value)
-        self.node_informer = Informer(client, NODES, project=_allocatable)
+        self.node_informer = Informer(client, NODES, project=_node_info)
         self.quota_informer = Informer(client, QUOTAS, project=_without_status)
         self.queue_informer = Informer(client, QUEUES, project=_without_status)
         self.unit_informer = Informer(client, UNITS, project=unit_view)
@@ -158,6 +163,7 @@ class Controller:
             for kind in sorted(self.config.job_kinds)
         }
         self.pods = PodIndex()
+        self.node_usage = NodeUsage()  # what bound pods take on each node: the engine's, for node fit
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.quotas: dict[str, QuotaInfo] = {}  # parsed, for the overview's tree
         self.quota_namespaces: dict[str, str] = {}  # quota name -> its namespace, valid or not
@@ -285,14 +291,22 @@ class Controller:
         self.pc_informer.on_update(pcs_changed)
         self.pc_informer.on_delete(pcs_changed)
 
-        def nodes_changed(*_: Any) -> None:
-            self.capacity = self.settings.capacity(alloc for _name, alloc in self.node_informer.items())
+        def nodes_changed() -> None:
+            self.capacity = self.settings.capacity(node.allocatable for _name, node in self.node_informer.items())
             self.engine.set_cluster_capacity(self.capacity)
             self.wake.set()
 
-        self.node_informer.on_add(nodes_changed)
-        self.node_informer.on_update(nodes_changed)
-        self.node_informer.on_delete(nodes_changed)
+        def node_set(node: NodeInfo) -> None:
+            self.engine.set_node(node)  # where pods may go (node fit, topology)
+            nodes_changed()
+
+        def node_gone(node: NodeInfo) -> None:
+            self.engine.remove_node(node.name)
+            nodes_changed()
+
+        self.node_informer.on_add(node_set)
+        self.node_informer.on_update(lambda _old, new: node_set(new))
+        self.node_informer.on_delete(node_gone)
 
         self.quota_informer.on_add(self._quota_changed)
         # Our own status writes (used, positions) come back as updates: only other changes count.
@@ -536,6 +550,8 @@ class Controller:
             if requeue_at is not None:
                 heapq.heappush(self.backoffs, (requeue_at, unit.key))
             job = self._job_of(unit)
+            if job is not None:
+                self._tell_unit_pods(job)
             if unit.phase in SENT_BACK and job is not None and not job.suspended and not job.state.ended:
                 self._owe_suspension(unit.job_key)  # the last controller stopped before suspending it
             if unit.phase not in FINISHED:
@@ -573,9 +589,12 @@ class Controller:
             if orphan is not None:
                 self.engine.set_unit(orphan_info(unit, orphan))
             elif unit.phase in HOLDING:
-                hold(self.engine, self._unit_info(unit), unit.allocated_at or unit.created)
+                hold(self.engine, self._unit_info(unit), unit.allocated_at or unit.created, admitted_placement(unit))
             else:
                 self.engine.set_unit(self._unit_info(unit))
+            job = self._job_of(unit)
+            if job is not None:
+                self._tell_unit_pods(job)
             self.wake.set()
         else:
             self._refresh_asks(unit, current)
@@ -589,7 +608,7 @@ class Controller:
             return
         info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
         info.admitted_at, info.requeue_at = current.admitted_at, current.requeue_at
-        info.attempts = current.attempts
+        info.attempts, info.placement = current.attempts, current.placement
         if current.admitted_quota is not None and info.invalid is not None:
             info.request = current.request  # its job unusable now: it holds what it was admitted with
         self.engine.set_unit(info)
@@ -607,14 +626,39 @@ class Controller:
     # --- pods -------------------------------------------------------------------------
 
     def _pod_changed(self, pod: PodView, old: PodView | None = None) -> None:
-        if old is not None and old.phase == pod.phase:
+        self._pod_room(self.node_usage.put(pod), pod)
+        if not pod.job_label or (old is not None and old.phase == pod.phase):
             return
         self.pods.put(pod)
         self._pod_owner_changed(pod)
 
     def _pod_deleted(self, pod: PodView) -> None:
+        self._pod_room(self.node_usage.remove(pod), pod)
+        if not pod.job_label:
+            return
         self.pods.remove(pod)
         self._pod_owner_changed(pod)
+
+    def _pod_room(self, nodes: set[str], pod: PodView) -> None:
+        """A pod bound, ended or gone: the room on its node changed, and where its job's pods are."""
+        if not nodes:
+            return
+        for node in nodes:
+            self.engine.set_node_usage(node, self.node_usage.used.get(node, {}))
+        if pod.job_label:
+            for inf in self.job_informers.values():
+                job = inf.get(f"{pod.namespace}/{pod.owner_name}")
+                if job is not None and job.pods is not None and job.pods[0] == pod.job_label:
+                    self._tell_unit_pods(job)
+        self.wake.set()
+
+    def _tell_unit_pods(self, job: JobView) -> None:
+        """Where the pods of the job's unit are bound: the room they take is theirs, not the
+        unbound pods' its admission planned."""
+        if job.pods is not None:
+            where = self.node_usage.bound((job.pods[0], job.namespace, job.pods[1]),
+                                          tuple(ps.name for ps in job.pod_sets))
+            self.engine.set_unit_pods(job.unit_key, where)
 
     def _pod_owner_changed(self, pod: PodView) -> None:
         for kind, inf in self.job_informers.items():
@@ -701,6 +745,8 @@ class Controller:
             # preempted or sent back: its job is suspended once that status is written, never
             # before, or a write that fails would leave a job stopped and released again for nothing.)
             await self._suspend(job, adapter)
+        elif not may_run and job.suspended and job.placed and unit.phase not in FINISHED:
+            await self._put_back(job)
         if may_run:
             await self._follow_running(item, unit, job)
         if job.unit_spec is not None and unit.phase not in FINISHED and _unit_spec_drifted(unit, job):
@@ -757,12 +803,14 @@ class Controller:
             await self._suspend(job, adapter)
 
     async def _suspend(self, job: JobView, adapter: JobAdapter) -> None:
+        """Suspend the job, and put back what its admission changed on it (the domain its
+        pods were pinned to, an elastic role's replicas), in one write."""
         item = f"{job.kind}/{job.key}"
         self.resumed_at.pop(item, None)
         owed = self.suspension_owed.get(item)
+        patch = _merged(adapter.suspend_patch({}), self._placement_patch(job, None) or {})
         async with self.job_locks.hold(item):
-            await self.client.patch(job_resource(job.kind), job.name, adapter.suspend_patch({}),
-                                    namespace=job.namespace)
+            await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
         if owed is not None and self.suspension_owed.get(item) == owed:  # not owed anew while we wrote
             del self.suspension_owed[item]
 
@@ -771,10 +819,36 @@ class Controller:
         self.suspensions_owed += 1
         self.suspension_owed[item] = self.suspensions_owed
 
-    async def _resume(self, job: JobView) -> None:
+    def _placement_patch(self, job: JobView, placement: Placement | None) -> dict[str, Any] | None:
+        """The part of a job's patch that applies an admission's placement to it (pods pinned
+        to their domain, an elastic role's replicas), or, with None, puts back what an earlier
+        one changed; None when there is nothing to write."""
+        try:
+            before = read_originals(job.placed, f"{job.kind} {job.key}")
+        except InvalidObject as e:
+            log.warning("%s", e.reason)
+            before = {}
+        return admission_patch(adapter_of_kind(job.kind).role_patch, job.roles, before, placement)
+
+    async def _put_back(self, job: JobView) -> None:
+        """A suspended job whose admission's changes are still on it (suspended by someone
+        else, or our suspension written from a view older than our resume): put them back,
+        while its unit is not admitted."""
+        patch = self._placement_patch(job, None)
+        if patch is None:
+            return
+        async with self.job_locks.hold(f"{job.kind}/{job.key}"):
+            held = self.engine.unit(job.unit_key)
+            if held is not None and held.admitted_quota is not None:
+                return  # admitted again meanwhile: its resume writes its own
+            await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
+
+    async def _resume(self, job: JobView, placement: Placement | None = None) -> None:
         """Resume a job, once: the admission and the reconciler of its unit's admission may both
         find it suspended before our watch brings the first resume back. In its turn after the
-        job's suspensions on their way, and only while its unit is still admitted then."""
+        job's suspensions on their way, and only while its unit is still admitted then. Its
+        admission's placement (``placement``, else what its unit's status says) goes into the
+        same write: its pods pinned to their domain, an elastic role's replicas set."""
         item = f"{job.kind}/{job.key}"
         async with self.job_locks.hold(item):
             held = self.engine.unit(job.unit_key)
@@ -783,9 +857,12 @@ class Controller:
             if self.clock() - self.resumed_at.get(item, -RESUME_AGAIN_AFTER_SECONDS) < RESUME_AGAIN_AFTER_SECONDS:
                 return
             self.resumed_at[item] = self.clock()
+            if placement is None:
+                unit = self.unit_informer.get(job.unit_key)
+                placement = admitted_placement(unit) if unit is not None else None
+            patch = _merged(adapter_of_kind(job.kind).resume_patch({}), self._placement_patch(job, placement) or {})
             try:
-                await self.client.patch(job_resource(job.kind), job.name,
-                                        adapter_of_kind(job.kind).resume_patch({}), namespace=job.namespace)
+                await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
             except KubeError:
                 self.resumed_at.pop(item, None)
                 raise
@@ -899,7 +976,7 @@ class Controller:
                 await self._write_unit_status(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
                                                                       requeue_at))
         except KubeError:
-            hold(self.engine, held, unit.allocated_at or unit.created)  # its object still holds quota
+            hold(self.engine, held, unit.allocated_at or unit.created, admitted_placement(unit))
             raise
         self._owe_suspension(unit.job_key)
         heapq.heappush(self.backoffs, (requeue_at, unit.key))
@@ -992,14 +1069,14 @@ class Controller:
         await self._admit_all([a for a in result.admitted if a.unit not in victims])
 
     async def _admit_all(self, admitted: list[Admission]) -> None:
-        await asyncio.gather(*(self._admit(a.unit, a.quota, a.queue) for a in admitted))
+        await asyncio.gather(*(self._admit(a.unit, a.quota, a.queue, a.placement) for a in admitted))
 
     def _admissions_written(self, task: asyncio.Task[None]) -> None:
         self.admitting.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("a cycle's admissions failed", exc_info=task.exception())
 
-    async def _admit(self, key: str, quota: str, queue: str) -> None:
+    async def _admit(self, key: str, quota: str, queue: str, placement: Placement | None = None) -> None:
         unit = self.unit_informer.get(key)
         info = self.engine.unit(key)
         if unit is None or info is None:
@@ -1022,7 +1099,7 @@ class Controller:
         labels = dict(job.unit_labels)  # the job's: a unit's labels edited by hand would skip its checks
         checks = [check.name for check in (settings.admission_checks if settings else ())
                   if selector_matches(check.label_selector, labels)]
-        status = st.admitted(job.unit_spec, quota, queue, checks, info.attempts + 1, now)
+        status = st.admitted(job.unit_spec, quota, queue, checks, info.attempts + 1, now, placement)
         try:
             await self._write_unit_status(key, status, precondition=True)
         except (Conflict, NotFound) as e:
@@ -1041,17 +1118,17 @@ class Controller:
         reason = c.EventReason.RESERVED if checks else c.EventReason.DEQUEUED
         self._event(_unit_ref(unit), c.EventType.NORMAL, reason, status["message"])
         if not checks:
-            await self._release(unit)
+            await self._release(unit, placement)
         self.jobs_queue.add(unit.job_key)
 
-    async def _release(self, unit: UnitView) -> None:
+    async def _release(self, unit: UnitView, placement: Placement | None) -> None:
         """Let an admitted unit's job run now, rather than when our watch brings back the
         admission we just wrote (the job reconciler does it then, if this fails)."""
         job = self._job_of(unit)
         if job is None or not job.suspended or job.deleting:
             return
         try:
-            await self._resume(job)
+            await self._resume(job, placement)
         except KubeError as e:
             log.info("job %s not released yet: %s", job.key, e)
 
@@ -1068,7 +1145,7 @@ class Controller:
         except KubeError as e:
             log.warning("preemption of %s not written: %s; it keeps its quota", key, e)
             if info is not None:  # its object still says it holds quota: so does the engine
-                hold(self.engine, info, unit.allocated_at or unit.created)
+                hold(self.engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
             return False
         self._owe_suspension(unit.job_key)
         heapq.heappush(self.backoffs, (requeue_at, key))
@@ -1362,8 +1439,8 @@ def _is_auto_queue(obj: Object, quota: str) -> bool:
 
 def _spec_changed(current: UnitInfo, new: UnitInfo) -> bool:
     return (current.priority, current.request, current.queue_name, current.quota_name, current.preemptible,
-            current.invalid) != (new.priority, new.request, new.queue_name, new.quota_name, new.preemptible,
-                                 new.invalid)
+            current.invalid, current.pod_sets) != (new.priority, new.request, new.queue_name, new.quota_name,
+                                                   new.preemptible, new.invalid, new.pod_sets)
 
 
 def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
@@ -1423,10 +1500,26 @@ def _priority_value(obj: Object) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _allocatable(obj: Object) -> dict[str, int]:
-    alloc = (obj.get("status") or {}).get("allocatable") or {}
+def _node_info(obj: Object) -> NodeInfo:
+    """A node as node fit needs it: allocatable ({} when unreadable), labels, taints, cordon."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
     try:
-        return parse_resource_list(alloc)
+        allocatable = parse_resource_list((obj.get("status") or {}).get("allocatable") or {})
     except QuantityError:
-        return {}
+        allocatable = {}
+    labels = meta.get("labels") or {}
+    taints = tuple(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                   for t in spec.get("taints") or () if isinstance(t, dict))
+    return NodeInfo(str(meta.get("name", "")), allocatable,
+                    {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+                    taints, bool(spec.get("unschedulable")))
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two merge patches as one (``b`` wins where both set a value)."""
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 

@@ -1,8 +1,10 @@
-"""Which pods belong to which job, and how many of them run: for a unit's podState.
+"""Which pods belong to which job, and how many of them run: for a unit's podState; and
+what the pods bound to each node take, for node fit.
 
 The pod informer keeps one tiny projection per pod of a queued job (the label that
-names its job, its role, its phase) and skips every other pod, so a big cluster's
-pods cost little. Counts are kept per job as pods come and go.
+names its job, its role, its phase) or bound to a node (its node and its request), and
+skips every other pod, so a big cluster's pods cost little. Counts are kept per job as
+pods come and go; what bound pods take, per node and per job (``NodeUsage``).
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.api.meta import InvalidObject
+from koordqueue.api.quantity import QuantityError, ResourceList, add, sub
+from koordqueue.jobs.podrequest import pod_request
 
 # The labels that name a pod's job, per kind family (the adapters' pod selectors).
 JOB_NAME_LABELS = (c.LABEL_JOB_NAME, c.LABEL_BATCH_JOB_NAME, c.LABEL_RAY_CLUSTER)
 RUNNING, PENDING = "Running", "Pending"
+ONE_POD = 1000  # of a node's allocatable pods, in milli-units
+ENDED = ("Succeeded", "Failed")  # a pod that ended takes no room on its node
 RAY_HEAD_ROLE = "head"  # the RayJob adapter's name for the head's pod set
 
 
@@ -27,6 +34,16 @@ class PodView:
     role: str  # training.kubeflow.org/replica-type; a Ray pod's role (head, or its worker group); or ""
     phase: str
     owner: str = ""  # the job's own name when the label names something else (a RayJob's cluster)
+    node: str = ""  # spec.nodeName: bound there, taking ``request`` while it has not ended
+    request: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def takes_room(self) -> bool:
+        return bool(self.node) and self.phase not in ENDED
 
     @property
     def owner_name(self) -> str:
@@ -39,9 +56,15 @@ class PodView:
 
 
 def pod_view(obj: dict[str, Any]) -> PodView | None:
-    """The projection of a pod of a queued job; None for any other pod (not kept)."""
+    """The projection of a pod of a queued job, or of a pod bound to a node; None for any
+    other pod (not kept)."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
+    spec = obj.get("spec") or {}
+    node = str(spec.get("nodeName") or "") if isinstance(spec, dict) else ""
+    phase = str((obj.get("status") or {}).get("phase") or PENDING)
+    request = _request(obj) if node and phase not in ENDED else ()
+    namespace = str(meta.get("namespace") or "default")
     for label in JOB_NAME_LABELS:
         job_name = labels.get(label)
         if job_name:
@@ -50,15 +73,27 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
                 owner = labels.get(c.LABEL_RAY_ORIGINATED_FROM_CR_NAME, "")
                 role = RAY_HEAD_ROLE if labels.get(c.LABEL_RAY_NODE_TYPE) == "head" else labels.get(c.LABEL_RAY_GROUP, "")
             return PodView(
-                namespace=str(meta.get("namespace") or "default"),
+                namespace=namespace,
                 name=str(meta.get("name", "")),
                 job_label=label,
                 job_name=str(job_name),
                 role=str(role),
-                phase=str((obj.get("status") or {}).get("phase") or PENDING),
+                phase=phase,
                 owner=str(owner),
+                node=node,
+                request=request,
             )
+    if node:
+        return PodView(namespace, str(meta.get("name", "")), "", "", "", phase, node=node, request=request)
     return None
+
+
+def _request(obj: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """What a bound pod takes on its node (as kube-scheduler counts it); nothing when unreadable."""
+    try:
+        return tuple(sorted(pod_request(obj, "pod").items()))
+    except (InvalidObject, QuantityError):
+        return ()
 
 
 @dataclass(slots=True)
@@ -93,3 +128,62 @@ class PodIndex:
             elif pod.phase == PENDING:
                 result.pending += 1
         return result
+
+
+class NodeUsage:
+    """What the pods bound to each node take (every pod, of a job or not), and where the
+    pods of each job are bound, per role: the engine's inputs for node fit."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, PodView] = {}  # pod key -> the pod, while it takes room
+        self._by_job: dict[tuple[str, str, str], dict[str, PodView]] = {}  # of those, a job's
+        self.used: dict[str, ResourceList] = {}  # node -> what its pods request
+
+    def put(self, pod: PodView) -> set[str]:
+        """Take the pod as it is now (bound, ended or gone: ``remove``); the nodes whose use changed."""
+        old = self._pods.pop(pod.key, None)
+        changed = set()
+        if old is not None:
+            self._take(old, -1)
+            changed.add(old.node)
+        if pod.takes_room:
+            self._pods[pod.key] = pod
+            self._take(pod, 1)
+            changed.add(pod.node)
+        if old is not None and pod.takes_room and old.node == pod.node and old.request == pod.request:
+            return set()
+        return changed
+
+    def remove(self, pod: PodView) -> set[str]:
+        old = self._pods.pop(pod.key, None)
+        if old is None:
+            return set()
+        self._take(old, -1)
+        return {old.node}
+
+    def _take(self, pod: PodView, sign: int) -> None:
+        if pod.job_label:
+            mine = self._by_job.setdefault(pod.job, {})
+            if sign > 0:
+                mine[pod.key] = pod
+            else:
+                mine.pop(pod.key, None)
+                if not mine:
+                    del self._by_job[pod.job]
+        used = self.used.get(pod.node, {})
+        takes = {**dict(pod.request), c.PODS: dict(pod.request).get(c.PODS, 0) + ONE_POD}  # and a pod slot
+        used = add(used, takes) if sign > 0 else sub(used, takes)
+        used = {name: amount for name, amount in used.items() if amount}
+        if used:
+            self.used[pod.node] = used
+        else:
+            self.used.pop(pod.node, None)
+
+    def bound(self, job: tuple[str, str, str], pod_sets: tuple[str, ...]) -> dict[tuple[str, str], int]:
+        """Where the pods of a job are bound: (pod set, node) -> how many. A pod without a
+        role belongs to the job's only pod set (a batch Job's)."""
+        out: dict[tuple[str, str], int] = {}
+        for pod in self._by_job.get(job, {}).values():
+            role = pod.role.lower() or (pod_sets[0] if len(pod_sets) == 1 else "")
+            out[role, pod.node] = out.get((role, pod.node), 0) + 1
+        return out

@@ -18,13 +18,14 @@ from koordqueue.controller.views import (
     JobView,
     UnitView,
     adapter_of_kind,
+    admitted_placement,
     job_view,
     orphan_info,
     unit_info,
     unit_view,
 )
 from koordqueue.engine import Engine, messages
-from koordqueue.engine.model import QuotaInfo, ResourceList, UnitInfo
+from koordqueue.engine.model import Placement, QuotaInfo, ResourceList, UnitInfo
 from koordqueue.kube.client import KubeClient, Object, Resource
 from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import key_of
@@ -43,9 +44,11 @@ ORPHAN = "this QueueUnit stands for no job"  # how the reason of a unit without 
 UNRESOLVED = "(unresolved)"  # a held unit whose quota is gone: charged to the cluster total
 
 
-def hold(engine: Engine, info: UnitInfo, since: float) -> None:
-    """Account a unit as holding quota: the quota it resolves to (else the cluster's)."""
+def hold(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
+    """Account a unit as holding quota: the quota it resolves to (else the cluster's);
+    ``placement``: what its status says was admitted (an elastic role in part)."""
     info.requeue_at = None
+    info.placement = placement
     engine.set_unit(info)
     standing = engine.standing(info.key)
     info.admitted_quota = (standing.quota if standing and standing.quota else None) or UNRESOLVED
@@ -60,7 +63,7 @@ def load_unit(engine: Engine, unit: UnitView, info: UnitInfo, now: float) -> flo
     if unit.phase in FINISHED:
         return None
     if unit.phase in HOLDING:
-        hold(engine, info, unit.allocated_at or unit.created)
+        hold(engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
         return None
     requeue_at = None
     if unit.phase in SENT_BACK:

@@ -12,28 +12,37 @@ from typing import Any
 from koordqueue.api import constants as c
 from koordqueue.controller.pods import PodCount
 from koordqueue.controller.views import Object, UnitView, rfc3339
+from koordqueue.engine.model import Placement
 
 
 def enqueued(message: str) -> Object:
     return {"phase": c.Phase.ENQUEUED.value, "message": message}
 
 
-def admitted(spec: Object, quota: str, queue: str, checks: Sequence[str], attempts: int, now: float) -> Object:
+def admitted(spec: Object, quota: str, queue: str, checks: Sequence[str], attempts: int, now: float,
+             placement: Placement | None = None) -> Object:
     """Dequeued, or Reserved while the named admission checks are pending. ``spec``: the unit's,
-    as its job says it (the pod sets admitted)."""
+    as its job says it (the pod sets); ``placement``: the pods admitted of each (fewer for an
+    elastic role admitted in part) and the topology domain each role was given."""
     where = f"quota {quota} through queue {queue}"
+    pod_sets = [ps for ps in spec.get("podSet") or () if isinstance(ps, Mapping)]
+    admissions = []
+    for ps in pod_sets:
+        name, count = str(ps.get("name", "")), ps.get("count", 0)
+        entry: Object = {"name": name, "replicas": placement.count_of(name, count) if placement else count,
+                         "running": 0, "resources": _pod_request(ps)}
+        domain = _domain(placement, name)
+        if domain:
+            entry["domain"] = domain
+        admissions.append(entry)
     status: Object = {
         "phase": (c.Phase.RESERVED if checks else c.Phase.DEQUEUED).value,
-        "message": f"quota reserved in {where}; waiting for admission checks {', '.join(checks)}"
-        if checks else f"admitted into {where}",
+        "message": (f"quota reserved in {where}; waiting for admission checks {', '.join(checks)}"
+                    if checks else f"admitted into {where}") + _placement_note(pod_sets, placement),
         "lastAllocateTime": rfc3339(now),
         "attempts": attempts,
-        "admissions": [
-            {"name": ps.get("name", ""), "replicas": ps.get("count", 0), "running": 0,
-             "resources": _pod_request(ps)}
-            for ps in spec.get("podSet") or () if isinstance(ps, Mapping)
-        ],
-        "admissionSummary": admission_summary(spec.get("podSet") or ()),
+        "admissions": admissions,
+        "admissionSummary": ",".join(f"{a['name']}={a['replicas']}" for a in admissions),
         "admissionChecks": [
             {"name": name, "state": c.AdmissionCheckState.PENDING.value, "lastTransitionTime": rfc3339(now)}
             for name in checks
@@ -41,6 +50,30 @@ def admitted(spec: Object, quota: str, queue: str, checks: Sequence[str], attemp
         "requeueState": None,
     }
     return status
+
+
+def _domain(placement: Placement | None, pod_set: str) -> dict[str, str]:
+    """The node labels pinning a role's pods to its domain (widest level first)."""
+    if placement is None:
+        return {}
+    return {label: value for name, _, chain in placement.domains if name == pod_set for label, value in chain}
+
+
+def _placement_note(pod_sets: Sequence[Mapping[str, Any]], placement: Placement | None) -> str:
+    """What the admission says besides its quota: roles admitted in part, the domains given."""
+    if placement is None:
+        return ""
+    notes = []
+    for ps in pod_sets:
+        name, count = str(ps.get("name", "")), ps.get("count", 0)
+        admitted = placement.count_of(name, count)
+        if admitted != count:
+            notes.append(f"{admitted} of {count} {name} pods (elastic)")
+    domains: dict[tuple[str, str], list[str]] = {}
+    for name, level, chain in placement.domains:
+        domains.setdefault((level, "/".join(value for _, value in chain)), []).append(name)
+    notes += [f"{', '.join(names)} pods in {level}={domain}" for (level, domain), names in domains.items()]
+    return f"; {'; '.join(notes)}" if notes else ""
 
 
 def checks_passed(names: Sequence[str]) -> Object:
@@ -79,18 +112,10 @@ def pod_state(unit: UnitView, pods: PodCount) -> Object | None:
     if unit.pod_state == (pods.running, pods.pending) and unit.admissions_running == tuple(per_role):
         return None
     status: Object = {"podState": {"running": pods.running, "pending": pods.pending}}
-    if unit.admissions_running and len(unit.admissions_running) == len(roles):
-        status["admissions"] = [
-            {"name": ps.get("name", ""), "replicas": ps.get("count", 0), "running": n, "resources": _pod_request(ps)}
-            for ps, n in zip(roles, per_role, strict=True)
-        ]
+    if unit.admissions and len(unit.admissions) == len(roles):  # as admitted (in part, in a domain)
+        status["admissions"] = [{**admission, "running": n} for admission, n in zip(unit.admissions, per_role,
+                                                                                    strict=True)]
     return status
-
-
-def admission_summary(pod_sets: Sequence[Any]) -> str:
-    """The ADMISSIONS column of `kubectl get queueunit`: the pods admitted, per pod set
-    ("master=1,worker=3"); status.admissions itself is a page of JSON."""
-    return ",".join(f"{ps.get('name', '')}={ps.get('count', 0)}" for ps in pod_sets if isinstance(ps, Mapping))
 
 
 def _pod_request(pod_set: Mapping[str, Any]) -> Any:

@@ -16,9 +16,10 @@ from typing import Any
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
-from koordqueue.engine.model import ResourceList, UnitInfo
+from koordqueue.engine.model import Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import ADAPTERS
-from koordqueue.jobs.base import JobAdapter, JobState, class_priority
+from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority
+from koordqueue.jobs.placement import Written
 
 Object = dict[str, Any]
 
@@ -81,6 +82,9 @@ class JobView:
     # view was made (None: it did not exist); see with_priority_classes.
     priority_classes: tuple[tuple[str, int | None], ...] = ()
     priority_annotated: bool = False  # its priority is its annotation's, whatever the classes
+    pod_sets: tuple[PodSetInfo, ...] = ()  # its roles' pods as the user wrote them, for node fit
+    roles: tuple[Written, ...] = ()  # its roles as the user wrote them (see jobs/placement.py)
+    placed: str | None = None  # annotation koord-queue/placed: what an admission changed on it
 
     @property
     def key(self) -> str:
@@ -104,12 +108,19 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
     spec: Object | None = None
     classes: tuple[tuple[str, int | None], ...] = ()
     annotated = False
+    pod_sets: tuple[PodSetInfo, ...] = ()
+    roles: tuple[Written, ...] = ()
+    placed = (meta.get("annotations") or {}).get(c.ANNOTATION_PLACED) if isinstance(meta, Mapping) else None
     try:
         unit_name = adapter.unit_name(obj)
-        labels = adapter.meta(obj).labels
-        spec = unit_spec(obj, adapter, priority_classes)
+        job_meta = adapter.meta(obj)
+        labels = job_meta.labels
+        sets = adapter.pod_sets(obj, job_meta)
+        spec = unit_spec(obj, adapter, priority_classes, sets)
         classes = tuple((pc, priority_classes.get(pc)) for pc in adapter.priority_class_names(obj))
         annotated = adapter.annotated_priority(obj) is not None
+        pod_sets = adapter.pod_set_infos(sets, job_meta)
+        roles = tuple((ps.role, ps.count, _selector(ps.template)) for ps in sets)
     except (InvalidObject, QuantityError) as e:
         invalid = str(e)
         unit_name = adapter.unit_name_for(name)
@@ -144,7 +155,15 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         pods=pods,
         priority_classes=classes,
         priority_annotated=annotated,
+        pod_sets=pod_sets,
+        roles=roles,
+        placed=placed if isinstance(placed, str) else None,
     )
+
+
+def _selector(template: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A pod template's nodeSelector (pod_set_infos has read it: a mapping of strings)."""
+    return tuple(sorted(((template.get("spec") or {}).get("nodeSelector") or {}).items()))
 
 
 def priority_classes_changed(job: JobView, priority_classes: Mapping[str, int]) -> bool:
@@ -172,10 +191,12 @@ def missing_class_reason(names: tuple[str, ...]) -> str:
     return f"its pods name {which} (the API server would refuse them); it is queued once created"
 
 
-def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> Object:
-    """The QueueUnit spec for ``job`` (Koord-Queue v1.8 field names)."""
+def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, int],
+              pod_sets: list[PodSet] | None = None) -> Object:
+    """The QueueUnit spec for ``job`` (Koord-Queue v1.8 field names); ``pod_sets``: its
+    roles, when read already."""
     meta = adapter.meta(job)
-    pod_sets = adapter.pod_sets(job)
+    pod_sets = adapter.pod_sets(job, meta) if pod_sets is None else pod_sets
     spec: Object = {
         "consumerRef": {
             "apiVersion": adapter.api_version,
@@ -184,7 +205,7 @@ def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
             "namespace": meta.namespace,
         },
         "priority": adapter.priority(job, priority_classes),
-        "resource": format_resource_list(adapter.demand(job)),
+        "resource": format_resource_list(adapter.demand(job, meta, pod_sets)),
         "podSet": [
             {
                 "name": ps.name,
@@ -253,6 +274,7 @@ class UnitView:
     checks: tuple[tuple[str, str], ...] = ()  # status.admissionChecks: (name, state)
     pod_state: tuple[int, int] | None = None  # status.podState: (running, pending)
     admissions_running: tuple[int, ...] = ()  # status.admissions[].running
+    admissions: tuple[Object, ...] = ()  # status.admissions as written (what was admitted, per role)
 
     @property
     def key(self) -> str:
@@ -308,6 +330,7 @@ def unit_view(obj: Object) -> UnitView:
         pod_state=(_count(pod_state.get("running")), _count(pod_state.get("pending")))
         if isinstance(pod_state, dict) else None,
         admissions_running=tuple(_count(a.get("running")) for a in admissions),
+        admissions=tuple(admissions),
     )
 
 
@@ -335,7 +358,30 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         attempts=unit.attempts,
         requeue_at=unit.requeue_at,
         invalid=missing_class_reason(missing) if missing else None,  # held: it waits, saying why
+        pod_sets=job.pod_sets,
     )
+
+
+def admitted_placement(unit: UnitView) -> Placement | None:
+    """What a unit's status says was admitted: the pods of each role, the domain each was
+    given (None: no admission written)."""
+    if not unit.admissions:
+        return None
+    counts, domains = [], []
+    for admission in unit.admissions:
+        name = str(admission.get("name", ""))
+        counts.append((name, _count(admission.get("replicas"))))
+        domain = admission.get("domain")
+        if isinstance(domain, Mapping) and domain and all(isinstance(v, str) for v in domain.values()):
+            # (JSON keeps no order: the default levels' order, widest first, others after)
+            chain = tuple(sorted(((str(k), v) for k, v in domain.items()), key=_level_rank))
+            domains.append((name, chain[-1][0], chain))
+    return Placement(counts=tuple(counts), domains=tuple(domains))
+
+
+def _level_rank(label: tuple[str, str]) -> tuple[int, str]:
+    levels = c.DEFAULT_TOPOLOGY_LEVELS
+    return (levels.index(label[0]) if label[0] in levels else len(levels), label[0])
 
 
 def orphan_info(unit: UnitView, reason: str) -> UnitInfo:

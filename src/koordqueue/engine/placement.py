@@ -46,8 +46,8 @@ Mask = npt.NDArray[np.bool_]
 Shape = tuple[tuple[str, int], ...]
 Chain = tuple[tuple[str, str], ...]  # a domain: the labels that pin it, widest level first
 ONE_POD = 1000  # a pod takes one of a node's ``pods`` (in milli-units)
-MANY = 1 << 40
-DOMAINS_COUNTED = 8  # of the domains that come closest to holding a gang, those counted exactly  # pods that fit on a node when they ask for nothing the node counts
+MANY = 1 << 40  # pods that fit on a node when they ask for nothing the node counts
+DOMAINS_COUNTED = 3  # of the domains that come closest to holding a gang, those counted exactly
 UNSCHEDULABLE = Taint(TAINT_UNSCHEDULABLE, "", TAINT_NO_SCHEDULE)
 BLOCKING_EFFECTS = (TAINT_NO_SCHEDULE, TAINT_NO_EXECUTE)
 

@@ -153,7 +153,11 @@ Originals = dict[str, dict[str, Any]]
 
 def originals(meta: Meta) -> Originals:
     """What the annotation koord-queue/placed says we replaced ({} when it is absent)."""
-    text = meta.annotations.get(ANNOTATION_PLACED)
+    return read_originals(meta.annotations.get(ANNOTATION_PLACED), meta.describe())
+
+
+def read_originals(text: str | None, where: str) -> Originals:
+    """The annotation koord-queue/placed's value read ({} when it is absent)."""
     if not text:
         return {}
     try:
@@ -161,7 +165,7 @@ def originals(meta: Meta) -> Originals:
     except orjson.JSONDecodeError:
         value = None
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-        raise InvalidObject(f"{meta.describe()}: annotation {ANNOTATION_PLACED} is not what koord-queue writes "
+        raise InvalidObject(f"{where}: annotation {ANNOTATION_PLACED} is not what koord-queue writes "
                             "(a JSON mapping of roles); remove it")
     return value
 

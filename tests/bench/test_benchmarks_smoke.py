@@ -82,3 +82,16 @@ def test_sim_scale_in_small_finishes_every_job_of_the_generated_trace() -> None:
     assert f["quotas"] == 1000 and f["jobs"] == 2000 and f["trace_bytes"] > 0
     assert f["output"]["jobs"] == f["output"]["succeeded"] == 2000 and f["output"]["never_admitted"] == 0
     assert number(f["wall_seconds"]) and number(f["cpu_seconds"]) and f["peak_rss_mib"] > 0
+
+
+def test_placement_in_small_places_within_the_nodes_in_both_modes() -> None:
+    f = run("placement.py", "--jobs", "400", "--racks", "1", "--cycles", "20", "--rounds", "1")
+    assert f["nodes"] == 100 and f["jobs"] == 400
+    modes = {r["mode"]: r for r in f["rounds"]}
+    assert set(modes) == {"on", "off"}
+    for figures in modes.values():
+        assert figures["first_admitted"] > 0 and figures["steady_admitted"] > 0
+        for key in ("first_cycle_ms", "cycle_p50_ms", "cycle_p99_ms", "admissions_per_second"):
+            assert number(figures[key]) and figures[key] > 0, key
+        assert figures["nodes_over_allocatable"] == figures["pods_where_forbidden"] == []
+        assert figures["required_racks_split"] == []

@@ -127,7 +127,7 @@ REFERENCE: tuple[Key, ...] = (
                 "domain of that level, the tightest that holds them; the job waits until one does.", Origin.KUEUE),
     _annotation(c.ANNOTATION_PREFERRED_TOPOLOGY, Where.POD_TEMPLATE, "a node label naming a topology level",
                 "As the required one, but when no domain of the level holds the pods, the levels above it are "
-                "tried (the controller's `--topology-levels`, widest first), then anywhere.", Origin.KUEUE),
+                "tried (zone, block, rack, hostname: the node labels below), then anywhere.", Origin.KUEUE),
     # --- read from nodes ---
     _label(c.LABEL_TOPOLOGY_ZONE, Where.NODE, "the node's zone",
            "The widest topology level by default.", Origin.KUBERNETES, "the cloud provider or you"),

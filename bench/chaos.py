@@ -710,9 +710,14 @@ class EmbeddedPlane:
         self.sim = SimCluster(client, nodes=self.config.parents * self.config.gpus_per_parent // 8, gpus_per_node=8)
         await self.sim.start()
 
-    async def stop(self) -> None:
+    async def stop_cluster(self) -> None:
+        """Stop the simulated cluster while its client is open: its webhook unregisters itself."""
         if self.sim is not None:
             await self.sim.stop()
+            self.sim = None
+
+    async def stop(self) -> None:
+        await self.stop_cluster()
         if self.server is not None:
             await self.server.stop()
 
@@ -827,6 +832,9 @@ class KubePlane:
 
     async def start_cluster(self, client: KubeClient) -> None:
         self.client = client
+
+    async def stop_cluster(self) -> None:
+        pass  # the real cluster's components are stopped with it
 
     async def stop(self) -> None:
         if self.history is not None:
@@ -1035,6 +1043,7 @@ class ChaosRun:
                     self.problems.append(str(e) or "timed out")
                 finally:
                     controller.stop()
+                    await plane.stop_cluster()
         finally:
             await plane.stop()
             self.checker.finish(plane.clock() if isinstance(plane, KubePlane) else None)

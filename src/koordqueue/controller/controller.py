@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import QueueSettings, parse_queue
@@ -233,24 +234,24 @@ class Controller:
     # --- running ------------------------------------------------------------------
 
     async def run(self) -> None:
-        self._wire()
-        self._tasks += [asyncio.create_task(self._event_writer(), name=f"event-writer-{i}")
-                        for i in range(EVENT_WRITERS)]
-        await self._publish_settings()
-        await self._start_informers()
-        await self._settle_quotas_and_queues()
-        self._load_units()
-        self.sync_done = True
-        self.initial_jobs = {f"{kind}/{key}" for kind, inf in self.job_informers.items() for key, _ in inf.items()}
-        for item in sorted(self.initial_jobs):
-            self.jobs_queue.add(item)
-        self._tasks += [asyncio.create_task(self.jobs_queue.serve(self._reconcile_job, "job"), name=f"job-worker-{i}")
-                        for i in range(self.config.job_workers)]
-        self._tasks.append(asyncio.create_task(self._schedule_loop(), name="scheduler"))
-        self._tasks.append(asyncio.create_task(self._status_loop(), name="status"))
-        self._tasks.append(asyncio.create_task(self._message_loop(), name="messages"))
-        self.wake.set()
-        try:
+        try:  # a replica that loses its lease while starting must not leave informers behind
+            self._wire()
+            self._tasks += [asyncio.create_task(self._event_writer(), name=f"event-writer-{i}")
+                            for i in range(EVENT_WRITERS)]
+            await self._publish_settings()
+            await self._start_informers()
+            await self._settle_quotas_and_queues()
+            self._load_units()
+            self.sync_done = True
+            self.initial_jobs = {f"{kind}/{key}" for kind, inf in self.job_informers.items() for key, _ in inf.items()}
+            for item in sorted(self.initial_jobs):
+                self.jobs_queue.add(item)
+            self._tasks += [asyncio.create_task(self.jobs_queue.serve(self._reconcile_job, "job"),
+                                                name=f"job-worker-{i}") for i in range(self.config.job_workers)]
+            self._tasks.append(asyncio.create_task(self._schedule_loop(), name="scheduler"))
+            self._tasks.append(asyncio.create_task(self._status_loop(), name="status"))
+            self._tasks.append(asyncio.create_task(self._message_loop(), name="messages"))
+            self.wake.set()
             await self._stopped.wait()
         finally:
             await self._shutdown()
@@ -1026,10 +1027,7 @@ class Controller:
             if self.backoffs:
                 until = max(0.0, self.backoffs[0][0] - self.clock())
                 timeout = until if timeout is None else min(timeout, until)
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            await aio.wait_event(self.wake, timeout)
             self.wake.clear()
             await asyncio.sleep(BATCH_SECONDS)
             await self._release_backoffs()

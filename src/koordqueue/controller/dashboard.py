@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from koordqueue import aio
 from koordqueue.controller.controller import Controller
 
 STATIC = Path(__file__).resolve().parent.parent / "dashboard" / "static"
@@ -145,10 +146,7 @@ class Dashboard:
                 await response.write(b"event: " + event + b"\ndata: " + data + b"\n\n")
             except (ConnectionResetError, RuntimeError):
                 break  # the browser went away
-            try:
-                await asyncio.wait_for(self._closing.wait(), STREAM_INTERVAL)
-            except TimeoutError:
-                pass
+            await aio.wait_event(self._closing, STREAM_INTERVAL)
         return response
 
 

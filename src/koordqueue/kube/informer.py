@@ -24,6 +24,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar, overload
 
+from koordqueue import aio
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Gone, KubeError
 from koordqueue.kube.ratelimit import exponential_backoff
@@ -170,7 +171,8 @@ class Informer(Generic[T]):
 
     async def wait_synced(self, timeout: float | None = None) -> None:
         """Until the first list is in the cache and its handlers have run."""
-        await asyncio.wait_for(self._synced.wait(), timeout)
+        if not await aio.wait_event(self._synced, timeout):
+            raise TimeoutError(f"{self.resource.plural}: not synced after {timeout} s")
 
     # --- running ----------------------------------------------------------------------
 

@@ -142,8 +142,9 @@ class LeaderElector:
         left = self._deadline_left()
         if left <= 0:
             return False
-        try:
-            return await asyncio.wait_for(self._try_acquire_or_renew(), left)
+        try:  # not asyncio.wait_for: it may swallow the cancel that stops us (see aio.wait_event)
+            async with asyncio.timeout(left):
+                return await self._try_acquire_or_renew()
         except TimeoutError:
             return False
 

@@ -20,6 +20,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from koordqueue import aio
 from koordqueue.api.crds import all_crds
 from koordqueue.localcluster import (
     discovery,
@@ -700,10 +701,7 @@ class APIServer:
                         break
                 if ended or self._stopping:
                     break
-                try:
-                    await asyncio.wait_for(wake.wait(), None if due is None else max(due - time.time(), 0.0))
-                except TimeoutError:
-                    pass
+                await aio.wait_event(wake, None if due is None else max(due - time.time(), 0.0))
                 wake.clear()
                 now = self._store.get(POD_KEY, ns, name)
                 if now is None or now["metadata"].get("uid") != uid:

@@ -153,7 +153,8 @@ class APIClient:
                         if until is not None and until(events):
                             return
 
-        await asyncio.wait_for(read(), timeout)
+        async with asyncio.timeout(timeout):
+            await read()
         return events
 
     async def open_watch(self, path: str, params: dict[str, str] | None = None) -> WatchStream:
@@ -172,7 +173,8 @@ class WatchStream:
     async def next(self, timeout: float = 5.0) -> dict[str, Any] | None:
         """The next event, or None when the server ended the stream."""
         while True:
-            line = await asyncio.wait_for(self._resp.content.readline(), timeout)
+            async with asyncio.timeout(timeout):
+                line = await self._resp.content.readline()
             if not line:
                 return None
             if line.strip():

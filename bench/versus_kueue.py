@@ -135,10 +135,6 @@ class Shape:
 BASELINE = Shape(kueue_sim.PARENTS, kueue_sim.CHILDREN, nominal=20, borrow=100, parent=120)
 
 
-def load_average() -> str:
-    return harness.load_average()
-
-
 def proc_cpu(pid: int) -> float:
     try:
         return harness.cpu_seconds(pid)
@@ -597,7 +593,7 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     cluster = RealCluster(here / "cluster", NodeShape(count=NODES, gpus=0, cpu=NODE_CPU, memory="1Ti", prefix="node"),
                           training_operator=False, audit_users=(system.user,), component_qps=args.component_qps,
                           controller_manager_flags=(f"--concurrent-job-syncs={args.job_syncs}",))
-    load_before = load_average()
+    load_before = harness.load_average()
     await asyncio.to_thread(cluster.start)
     try:
         await asyncio.to_thread(apply_all, cluster, common_objects(system.shape))
@@ -648,7 +644,7 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
         "controller_peak_rss": peak_rss,
         **cycles,
         "load_average_before": load_before,
-        "load_average_after": load_average(),
+        "load_average_after": harness.load_average(),
     })
     if not args.keep:
         shutil.rmtree(here, ignore_errors=True)
@@ -719,7 +715,7 @@ async def kueue_perf(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     binaries = kq.binaries()
     cluster = RealCluster(here / "cluster", NodeShape(count=1, gpus=0, cpu="1", prefix="idle"),
                           training_operator=False, audit_users=(KUEUE_USER,))
-    load_before = load_average()
+    load_before = harness.load_average()
     await asyncio.to_thread(cluster.start)
     out_dir = here / "artifacts"
     out_dir.mkdir()
@@ -787,7 +783,7 @@ async def kueue_perf(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         "controller_peak_rss": peak_rss,
         "divisor": args.divisor,
         "load_average_before": load_before,
-        "load_average_after": load_average(),
+        "load_average_after": harness.load_average(),
     }
     if args.divisor == 1:
         out["within_rangespec"] = {
@@ -822,7 +818,7 @@ def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    result: dict[str, Any] = {"load_average_start": load_average()}
+    result: dict[str, Any] = {"load_average_start": harness.load_average()}
     with tempfile.TemporaryDirectory(prefix="versus-kueue-") as tmp:
         base = Path(args.keep) if args.keep else Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
@@ -842,7 +838,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if mine:
                 result[name] = mean_run(mine)
         result["runs"] = runs
-    result["load_average_end"] = load_average()
+    result["load_average_end"] = harness.load_average()
     return result
 
 

@@ -24,8 +24,8 @@ from koordqueue.api import constants as c
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.errors import ConnectionFailed
 
-from .conftest import pytorch_job, running_system
-from .test_lagging_views import Lag, all_done_and_checked, checked, high_job, pool_of_two_teams
+from .conftest import running_system
+from .test_lagging_views import Lag, all_done_and_checked, checked, high_job, low_job, pool_of_two_teams
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,7 +68,7 @@ async def test_a_suspension_on_its_way_lands_before_the_next_release(tmp_path: P
         checker = checked(system)
         ctl = system.controller
         await pool_of_two_teams(system)
-        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.apply(low_job())
         await system.wait_phase("low-py-qu", c.Phase.RUNNING)
         unit_lag = Lag(ctl.unit_informer, "default/low-py-qu")
         job_lag = Lag(ctl.job_informers[c.PYTORCH_JOB_KIND], "default/low")
@@ -114,7 +114,7 @@ async def test_a_release_on_its_way_lands_before_the_unit_is_sent_back(tmp_path:
         slow = SlowJobWrites(system.client, "low", suspend=False, fail=True)
         slow.armed = True
         await pool_of_two_teams(system)
-        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.apply(low_job())
 
         async def release_sent_again() -> bool:
             return slow.held >= 1

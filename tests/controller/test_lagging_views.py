@@ -69,6 +69,11 @@ async def pool_of_two_teams(system: System) -> None:
     await system.apply(quota("team-a", 4, 8, parent="pool"), quota("team-b", 4, 8, parent="pool"))
 
 
+def low_job() -> dict[str, Any]:
+    """team-b's job that borrows team-a's half of the pool until `high` reclaims it."""
+    return pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0)
+
+
 def high_job() -> dict[str, Any]:
     """team-a's job that reclaims its half of the pool from `low`, runs briefly and ends."""
     return pytorch_job("high", gpus_per_pod=2, quota_name="team-a", duration=0.3, priority=100)
@@ -102,7 +107,7 @@ async def test_a_preempted_job_is_suspended_while_the_watch_of_its_unit_lags(tmp
     async with running_system(tmp_path / "state") as system:
         checker = checked(system)
         await pool_of_two_teams(system)
-        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.apply(low_job())
         await system.wait_phase("low-py-qu", c.Phase.RUNNING)
         lag = Lag(system.controller.unit_informer, "default/low-py-qu")
         lag.hold()
@@ -115,7 +120,7 @@ async def test_a_preempted_job_is_suspended_while_the_watch_of_the_job_lags(tmp_
     admitted again before it is."""
     async with running_system(tmp_path / "state") as system:
         checker = checked(system)
-        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.apply(low_job())
 
         async def queued() -> bool:  # its quota is not there yet: it waits, suspended
             return bool(await system.phase("low-py-qu"))
@@ -141,7 +146,7 @@ async def test_a_back_off_left_over_does_not_take_back_a_new_admission_from_a_la
         checker = checked(system)
         ctl = system.controller
         await pool_of_two_teams(system)
-        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.apply(low_job())
         await system.wait_phase("low-py-qu", c.Phase.RUNNING)
         unit_lag = Lag(ctl.unit_informer, "default/low-py-qu")
         job_lag = Lag(ctl.job_informers[c.PYTORCH_JOB_KIND], "default/low")

@@ -19,7 +19,7 @@ from koordqueue.api import constants as c
 from koordqueue.kube.errors import ConnectionFailed
 
 from .conftest import System, pytorch_job, quota, running_system
-from .test_lagging_views import all_done_and_checked, checked, high_job, pool_of_two_teams
+from .test_lagging_views import all_done_and_checked, checked, high_job, low_job, pool_of_two_teams
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -58,7 +58,7 @@ async def test_a_preemption_that_cannot_be_written_keeps_the_victim_and_scheduli
     async with running_system(tmp_path / "state") as system:
         checker = checked(system)
         await pool_of_two_teams(system)
-        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.apply(low_job())
         await system.wait_phase("low-py-qu", c.Phase.RUNNING)
         lost = lose_first_write(system, "low-py-qu", c.Phase.PREEMPTED)
         await system.apply(high_job())

@@ -21,9 +21,9 @@ import pytest
 
 from koordqueue.kube.informer import Informer
 
-from .conftest import pytorch_job, running_system
+from .conftest import running_system
 from .test_job_writes_in_order import SlowJobWrites
-from .test_lagging_views import all_done_and_checked, checked, high_job, pool_of_two_teams
+from .test_lagging_views import all_done_and_checked, checked, high_job, low_job, pool_of_two_teams
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -60,7 +60,7 @@ async def test_a_victim_seen_as_new_is_not_written_enqueued_before_its_preemptio
         lag = LagAfterFirst(ctl.unit_informer, "default/low-py-qu")
         slow = SlowJobWrites(system.client, "low", suspend=False)
         slow.armed = True
-        await system.apply(pytorch_job("low", gpus_per_pod=4, quota_name="team-b", duration=4.0))
+        await system.apply(low_job())
 
         async def release_on_its_way() -> bool:
             return slow.held >= 1

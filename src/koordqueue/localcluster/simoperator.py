@@ -210,7 +210,8 @@ class SimOperator:
         self._job_of_pod: dict[str, Item] = {}
         self._services_of: dict[Item, set[str]] = {}  # job -> keys of the Services it controls
         self._services_made: dict[Item, dict[str, float]] = {}  # job -> Services created, not yet seen: since
-        self._replicas: dict[Item, tuple[tuple[str, str], list[Replica]]] = {}  # per (uid, generation) of the job
+        # per (uid, generation) of the job: validated, and its pods once worked out (None until it runs)
+        self._replicas: dict[Item, tuple[tuple[str, str], list[Replica] | None]] = {}
         self._expected: dict[Item, tuple[int, float]] = {}  # job -> (pods created, not yet seen; since)
         self._tasks: list[asyncio.Task[None]] = []
         pods.on_add(self._on_pod_added)
@@ -326,16 +327,28 @@ class SimOperator:
         else:
             await self._sync_batch(item, kind, job, pods)
 
+    def _validate(self, item: Item, kind: JobKind, job: Object) -> None:
+        """Refuse the job as the operator's webhook does (InvalidObject), once per spec."""
+        version = self._version(job)
+        cached = self._replicas.get(item)
+        if cached is None or cached[0] != version:
+            validate(kind.kind, job)
+            self._replicas[item] = (version, None)
+
     def _replicas_of(self, item: Item, kind: JobKind, job: Object) -> list[Replica]:
         """What the training operator makes of the job, worked out again only when its spec changed."""
-        meta = job["metadata"]
-        version = (str(meta.get("uid")), str(meta.get("generation") or meta.get("resourceVersion")))
+        version = self._version(job)
         cached = self._replicas.get(item)
-        if cached is not None and cached[0] == version:
+        if cached is not None and cached[0] == version and cached[1] is not None:
             return cached[1]
         replicas = replicas_of(kind.kind, job)
         self._replicas[item] = (version, replicas)
         return replicas
+
+    @staticmethod
+    def _version(job: Object) -> tuple[str, str]:
+        meta = job["metadata"]
+        return str(meta.get("uid")), str(meta.get("generation") or meta.get("resourceVersion"))
 
     def _creations_in_flight(self, item: Item) -> bool:
         expected = self._expected.get(item)
@@ -367,7 +380,7 @@ class SimOperator:
         try:
             roles = adapter.roles(job)
             suspended = adapter.is_suspended(job)
-            validate(kind.kind, job)  # the pods themselves are worked out only when it runs
+            self._validate(item, kind, job)  # the pods themselves are worked out only when it runs
         except InvalidObject as e:
             set_condition(c.KUBEFLOW_CONDITION_FAILED, c.CONDITION_TRUE, c.KUBEFLOW_REASON_FAILED_VALIDATION, str(e))
             status["conditions"] = conditions

@@ -1,6 +1,8 @@
 """The benchmarks in small, as CI smoke tests: each runs end to end (real processes), its
 output is complete, and the invariants hold (no quota over its max, every job finished,
-every admission seen). Speed is not checked here: the figures are for bench/, by hand."""
+every admission seen). Speed is not checked here: the figures are for bench/, by hand, and
+every time limit below only ends a run that hangs (a loaded CI machine runs these several
+times slower than a quiet one)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ from typing import Any
 import pytest
 
 BENCH = Path(__file__).parents[2] / "bench"
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(900)
 
 
-def run(script: str, *args: str, timeout: float = 150) -> dict[str, Any]:
+def run(script: str, *args: str, timeout: float = 840) -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(BENCH / script), *args, "--json"], capture_output=True, text=True,
                           timeout=timeout)
     assert done.returncode == 0, f"{script} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -52,7 +54,7 @@ def test_kueue_baseline_in_small_runs_every_job_within_the_quotas() -> None:
 
 
 def test_scale_in_small_admits_one_wave_within_the_quotas_and_a_restart_writes_no_unit() -> None:
-    f = run("scale.py", "--jobs", "2000", "--timeout", "60")
+    f = run("scale.py", "--jobs", "2000", "--timeout", "600")
     assert f["quotas"] == 1000 and f["leaves"] == 900
     assert "PRELOADED" not in f and "SQLite" in f["preloaded"]  # the output says the jobs were preloaded
     wave = f["wave"]

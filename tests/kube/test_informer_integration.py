@@ -311,3 +311,27 @@ async def test_stays_consistent_through_errors_drops_and_compaction(server: APIS
         assert informer.lists >= 2 and informer.watches > 3
     finally:
         await informer.stop()
+
+
+async def test_a_stop_that_is_itself_cancelled_raises_instead_of_swallowing_the_cancel(client: KubeClient) -> None:
+    """stop() waits for the informer's task; a cancel of the caller meanwhile must reach the caller."""
+    informer, _ = make(client)
+    handling = asyncio.Event()
+
+    async def slow_to_stop(_: Seen) -> None:  # a handler whose clean-up takes a while
+        handling.set()
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.shield(asyncio.sleep(0.3))
+
+    informer.on_add(slow_to_stop)
+    await client.create(CONFIGMAPS, configmap("one"))
+    informer.start()
+    await asyncio.wait_for(handling.wait(), 5)
+    stopper = asyncio.create_task(informer.stop())
+    await asyncio.sleep(0.05)  # stop() now waits for the handler's clean-up
+    stopper.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopper
+    assert stopper.cancelled()

@@ -181,13 +181,13 @@ class Informer(Generic[T]):
             self._task = asyncio.create_task(self.run(), name=f"informer-{self.resource.plural}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        """Cancel the list-and-watch and wait until it has ended. A stop that is itself
+        cancelled while waiting raises CancelledError: catching it here would swallow the
+        caller's cancel along with the informer's."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def run(self) -> None:
         """List, then watch forever; relist only when the server says 410 Gone."""

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from koordqueue.api.crds import all_crds, our_crds, render, structural, write
-from koordqueue.api.queueunit import QueueUnit, build_queue_unit
+from koordqueue.api.queueunit import QueueUnit
+from koordqueue.controller.views import job_view, queue_unit_manifest
 from koordqueue.jobs import adapter_for
 
 CONFIG = Path(__file__).parents[2] / "config" / "crd"
@@ -175,7 +176,7 @@ def test_a_built_unit_loses_nothing_to_pruning() -> None:
     job["metadata"]["uid"] = "0b9e-uid"
     adapter = adapter_for(job["apiVersion"], job["kind"])
     assert adapter is not None
-    unit = build_queue_unit(job, adapter, {})
+    unit = queue_unit_manifest(job_view(job, adapter, {}))
     unit["status"] = {
         "phase": "Running",
         "attempts": 1,

@@ -12,8 +12,13 @@ from dataclasses import dataclass, field
 
 from koordqueue.api.constants import (
     AUTO_QUEUE_PRIORITY,
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_CAP_SECONDS,
+    BACKOFF_FACTOR,
+    BACKOFF_JITTER,
     DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_PRIORITY_THRESHOLD,
+    DEFAULT_PROTECT_SECONDS,
     DEFAULT_TOPOLOGY_LEVELS,
     SYSTEM_NAMESPACE,
     TAINT_NO_SCHEDULE,
@@ -186,12 +191,12 @@ class UnitInfo:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    protect_seconds: float = 60.0  # admitted units younger than this are never victims
+    protect_seconds: float = DEFAULT_PROTECT_SECONDS  # admitted units younger than this are never victims
     reclaim: bool = True  # preempt borrowers to give a quota back its runtime share
-    backoff_base: float = 10.0
-    backoff_factor: float = 2.0
-    backoff_cap: float = 900.0
-    backoff_jitter: float = 0.10
+    backoff_base: float = BACKOFF_BASE_SECONDS
+    backoff_factor: float = BACKOFF_FACTOR
+    backoff_cap: float = BACKOFF_CAP_SECONDS
+    backoff_jitter: float = BACKOFF_JITTER
     default_priority_threshold: int = DEFAULT_PRIORITY_THRESHOLD
     cluster_capacity: ResourceList | None = None  # None: unbounded (no nodes known)
     node_fit: bool = True  # when nodes are known: admit only units whose pods fit on them now

@@ -91,10 +91,6 @@ class SimCluster:
         self.webhook: OperatorWebhook | None = None
         self._started = False
 
-    @property
-    def node_names(self) -> list[str]:
-        return [node_name(self.node_prefix, i) for i in range(self.node_count)]
-
     async def start(self) -> None:
         if self._started:
             return

@@ -16,7 +16,6 @@ from koordqueue.api.constants import (
     BACKOFF_CAP_SECONDS,
     BACKOFF_FACTOR,
     BACKOFF_JITTER,
-    DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_PRIORITY_THRESHOLD,
     DEFAULT_PROTECT_SECONDS,
     DEFAULT_TOPOLOGY_LEVELS,
@@ -24,50 +23,14 @@ from koordqueue.api.constants import (
     TAINT_NO_SCHEDULE,
     TOLERATION_EQUAL,
     TOLERATION_EXISTS,
-    QueuePolicy,
 )
+
+# An ElasticQuota and a Queue as the engine takes them: typed views of the API's objects.
+from koordqueue.api.objects import QueueInfo as QueueInfo
+from koordqueue.api.objects import QuotaInfo as QuotaInfo
 
 ResourceList = dict[str, int]
 """Resource name -> amount in milli-units."""
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaInfo:
-    """An ElasticQuota as the engine needs it (already parsed, not yet validated)."""
-
-    name: str
-    namespace: str
-    min: ResourceList
-    max: ResourceList
-    parent: str | None = None  # None: a child of the root (the cluster)
-    is_parent: bool = False
-    shared_weight: ResourceList | None = None  # None: equal to max
-    allow_lent: bool = True
-    policy: QueuePolicy = QueuePolicy.PRIORITY
-    namespaces: frozenset[str] = frozenset()  # bound namespaces besides its own
-    priority_threshold: int | None = None
-    node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """A Queue object: policy and priority for the units sent to it, bound to one quota."""
-
-    name: str
-    namespace: str
-    quota: str | None  # name of the bound ElasticQuota; None: bound to none, admits nothing
-    policy: QueuePolicy = QueuePolicy.PRIORITY
-    priority: int = 0
-    priority_threshold: int | None = None  # wins over the quota's
-    preemption: bool = False  # koord-queue/enable-queueunit-preemption
-    # koord-queue/hold-room-after: a unit of this Queue that has waited this long has free
-    # room held for it against borrowers of its own priority too (lower ones: at once).
-    hold_room_after: float = DEFAULT_HOLD_ROOM_AFTER_SECONDS
-    node_fit: bool | None = None  # koord-queue/node-fit; wins over its quota's; None: the quota's
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ run-kube: e2e-tools
 
 # Regenerate the files made from the code (tests fail when they drift).
 generate: venv
-	$(BIN)/python -m koordqueue.api.crds --write config/crd --chart charts/koord-queue/crds
+	$(BIN)/python -m koordqueue.manifests --write config/crd --chart charts/koord-queue
 	$(BIN)/python scripts/gen_docs.py
 
 bench: venv

@@ -77,7 +77,6 @@ import harness  # noqa: E402
 import koordqueue  # noqa: E402
 from koordqueue import aio
 from koordqueue.api import constants as c
-from koordqueue.api.crds import all_crds
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
@@ -86,6 +85,7 @@ from koordqueue.localcluster import errors as api_errors
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.localcluster.store import ADDED, DELETED, MODIFIED, Event
+from koordqueue.manifests import all_crds
 from koordqueue.realcluster.cluster import NodeShape, RealCluster, install_crds
 
 UNITS_KEY = f"{c.QUEUE_GROUP}/{c.QUEUE_UNIT_PLURAL}"

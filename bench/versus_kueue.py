@@ -231,8 +231,8 @@ def plan(divisor: int) -> list[JobRecord]:
 
 
 def priority_class(kind: kueue_sim.JobClass) -> dict[str, Any]:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": f"bench-{kind.name}"},
-            "value": kind.priority, "preemptionPolicy": "Never",
+    return {"apiVersion": c.SCHEDULING_API_VERSION, "kind": c.PRIORITY_CLASS_KIND,
+            "metadata": {"name": f"bench-{kind.name}"}, "value": kind.priority, "preemptionPolicy": "Never",
             "description": f"the {kind.name} class of Kueue's baseline shape"}
 
 

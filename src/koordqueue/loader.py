@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from koordqueue.api import constants as c
 from koordqueue.api.objects import ParsedQuota, parse_elastic_quota
 from koordqueue.engine.model import EngineConfig, ResourceList
+from koordqueue.jobs import KIND_NAMES
 
-ALL_JOB_KINDS = frozenset({c.PYTORCH_JOB_KIND, c.TF_JOB_KIND, c.MPI_JOB_KIND, c.BATCH_JOB_KIND, c.RAY_JOB_KIND})
+ALL_JOB_KINDS = KIND_NAMES  # every kind registered (jobs/__init__.py)
 
 
 @dataclass(frozen=True, slots=True)

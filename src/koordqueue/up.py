@@ -27,13 +27,13 @@ import yaml
 
 from koordqueue import __version__, aio
 from koordqueue.api import constants as c
-from koordqueue.api.crds import all_crds
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.logs import TEXT_FORMAT
 from koordqueue.controller.manager import Manager
 from koordqueue.controller.overview import overview
 from koordqueue.controller.snapshot import UNITS, look_now, take_snapshot
 from koordqueue.controller.webhook import MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
+from koordqueue.jobs import PLURALS
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import AlreadyExists, NotFound
@@ -41,6 +41,7 @@ from koordqueue.localcluster.podlogs import BufferHandler, LogBuffer
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.localcluster.simworkloads import DEPLOYMENTS
+from koordqueue.manifests import all_crds
 from koordqueue.realcluster.cluster import RealCluster
 from koordqueue.reports import status_text
 
@@ -57,8 +58,8 @@ CONTROLLER_LABELS = {"app.kubernetes.io/name": "koord-queue", "app.kubernetes.io
 def _resource_for(obj: dict[str, Any]) -> Resource:
     plurals = {
         c.ELASTIC_QUOTA_KIND: (c.ELASTIC_QUOTA_PLURAL, True), c.QUEUE_KIND: (c.QUEUE_PLURAL, True),
-        c.PYTORCH_JOB_KIND: ("pytorchjobs", True), c.PRIORITY_CLASS_KIND: ("priorityclasses", False),
-        c.NAMESPACE_KIND: ("namespaces", False),
+        c.PRIORITY_CLASS_KIND: ("priorityclasses", False), c.NAMESPACE_KIND: ("namespaces", False),
+        **{kind: (plural, True) for kind, plural in PLURALS.items()},
     }
     plural, namespaced = plurals[obj["kind"]]
     return Resource.of(obj["apiVersion"], plural, namespaced)

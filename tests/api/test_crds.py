@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from koordqueue.api.crds import all_crds, our_crds, render, structural, write
-from koordqueue.api.queueunit import QueueUnit, build_queue_unit
+from koordqueue.api.crds import our_crds, render, structural
+from koordqueue.api.queueunit import QueueUnit
+from koordqueue.controller.views import job_view, queue_unit_manifest
 from koordqueue.jobs import adapter_for
+from koordqueue.manifests import all_crds, write
 
 CONFIG = Path(__file__).parents[2] / "config" / "crd"
 JOBS = Path(__file__).parents[1] / "jobs" / "data"
@@ -29,7 +31,7 @@ def test_config_files_match_the_generator() -> None:
     for manifest in all_crds():
         path = CONFIG / f"{manifest['metadata']['name']}.yaml"
         assert path.read_text() == render(manifest), (
-            f"{path} drifted: run python -m koordqueue.api.crds --write config/crd"
+            f"{path} drifted: run make generate"
         )
     assert sorted(p.name for p in CONFIG.glob("*.yaml")) == sorted(
         f"{m['metadata']['name']}.yaml" for m in all_crds()
@@ -175,7 +177,7 @@ def test_a_built_unit_loses_nothing_to_pruning() -> None:
     job["metadata"]["uid"] = "0b9e-uid"
     adapter = adapter_for(job["apiVersion"], job["kind"])
     assert adapter is not None
-    unit = build_queue_unit(job, adapter, {})
+    unit = queue_unit_manifest(job_view(job, adapter, {}))
     unit["status"] = {
         "phase": "Running",
         "attempts": 1,

@@ -1,4 +1,4 @@
-"""QueueUnit: tolerant reading of Koord-Queue's objects, exact writing, the builder."""
+"""QueueUnit: tolerant reading of Koord-Queue's objects, exact writing of the controller's."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.queueunit import QueueUnit, QueueUnitStatus, build_queue_unit, parse_queue_unit
+from koordqueue.api.queueunit import QueueUnit, QueueUnitStatus
+from koordqueue.controller.views import job_view, queue_unit_manifest
 from koordqueue.jobs import adapter_for
-from koordqueue.jobs.base import JobAdapter
 
 JOBS = Path(__file__).parents[1] / "jobs" / "data"
 
@@ -53,6 +54,18 @@ KOORD_QUEUE_UNIT: dict[str, Any] = {
         "futureField": {"kept": True},
     },
 }
+
+
+def parse_queue_unit(obj: object) -> QueueUnit:
+    """A QueueUnit read by the model; ``InvalidObject`` says which field is wrong."""
+    try:
+        return QueueUnit.model_validate(obj)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc']) or 'object'}: {e['msg']}" for e in err.errors()
+        )
+        name = obj.get("metadata", {}).get("name") if isinstance(obj, dict) else None
+        raise InvalidObject(f"QueueUnit {name or '?'}: {problems}") from None
 
 
 def test_reads_a_koord_queue_unit() -> None:
@@ -121,51 +134,41 @@ def test_invalid_unit_not_a_mapping() -> None:
         parse_queue_unit(["not", "a", "unit"])
 
 
-def _job(name: str) -> tuple[dict[str, Any], JobAdapter]:
+def _unit(name: str, priority_classes: dict[str, int] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A job of tests/jobs/data and the QueueUnit the controller writes for it."""
     job = yaml.safe_load((JOBS / name).read_text())
     job["metadata"]["uid"] = f"uid-{name}"
     adapter = adapter_for(job["apiVersion"], job["kind"])
     assert adapter is not None
-    return job, adapter
+    return job, queue_unit_manifest(job_view(job, adapter, priority_classes or {}))
 
 
-def test_build_for_the_seed_job() -> None:
-    job, adapter = _job("seed-pytorchjob.yaml")
-    job["metadata"]["labels"] = {"team": "a"}
-    job["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "{...}"
-    unit = build_queue_unit(job, adapter, {})
+def read_back(unit: dict[str, Any]) -> dict[str, Any]:
+    """The unit as the model reads and writes it again, less the empty spec.request it adds."""
+    read = parse_queue_unit(unit).manifest()
+    assert read["spec"].pop("request") == {}
+    return read
+
+
+def test_the_unit_for_the_seed_job() -> None:
+    job, unit = _unit("seed-pytorchjob.yaml")
     owner = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "pytorch-training-job"}
     assert unit["apiVersion"] == "scheduling.x-k8s.io/v1alpha1" and unit["kind"] == "QueueUnit"
-    assert unit["metadata"] == {
-        "name": "pytorch-training-job-py-qu",
-        "namespace": "default",
-        "labels": {"team": "a"},
-        "annotations": {"scheduling.x-k8s.io/queue": "pytorch-team-a", "scheduling.x-k8s.io/priority": "10"},
-        "ownerReferences": [
-            {**owner, "uid": "uid-seed-pytorchjob.yaml", "controller": True, "blockOwnerDeletion": True}
-        ],
-    }
+    assert unit["metadata"]["name"] == "pytorch-training-job-py-qu"
+    assert unit["metadata"]["ownerReferences"] == [
+        {**owner, "uid": "uid-seed-pytorchjob.yaml", "controller": True, "blockOwnerDeletion": True}
+    ]
     spec = unit["spec"]
-    assert spec["consumerRef"] == {**owner, "namespace": "default", "uid": "uid-seed-pytorchjob.yaml"}
+    assert spec["consumerRef"] == {**owner, "namespace": "default"}
     assert spec["priority"] == 10 and spec["queue"] == "pytorch-team-a"
-    assert spec["resource"] == spec["request"] == {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "2"}
+    assert spec["resource"] == {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "2"}
     assert [(p["name"], p["count"]) for p in spec["podSet"]] == [("master", 1), ("worker", 1)]
-    assert spec["podSet"][0]["template"] == job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
     assert "status" not in unit and "priorityClassName" not in spec
-    assert parse_queue_unit(unit).manifest() == unit  # what we write, we read back unchanged
+    assert read_back(unit) == unit  # what we write, we read back unchanged
 
 
-def test_build_fills_requests_from_limits_and_leaves_the_job_alone() -> None:
-    job, adapter = _job("tfjob.yaml")
-    before = copy.deepcopy(job)
-    unit = build_queue_unit(job, adapter, {"high-priority": 1000})
-    assert job == before
-    worker = unit["spec"]["podSet"][2]
-    assert worker["name"] == "worker" and worker["count"] == 4
-    resources = worker["template"]["spec"]["containers"][0]["resources"]
-    assert (
-        resources["requests"] == resources["limits"] == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}
-    )
+def test_the_unit_takes_its_priority_from_the_class() -> None:
+    _, unit = _unit("tfjob.yaml", {"high-priority": 1000})
     assert unit["spec"]["priority"] == 1000 and unit["spec"]["priorityClassName"] == "high-priority"
     assert unit["spec"]["resource"] == {"cpu": "21", "memory": "42Gi", "nvidia.com/gpu": "4"}
 
@@ -178,23 +181,8 @@ def test_build_fills_requests_from_limits_and_leaves_the_job_alone() -> None:
         ("rayjob.yaml", "rayjob-sample-ray-qu"),
     ],
 )
-def test_build_for_each_kind(name: str, unit_name: str) -> None:
-    job, adapter = _job(name)
-    unit = build_queue_unit(job, adapter, {})
+def test_the_unit_of_each_kind(name: str, unit_name: str) -> None:
+    job, unit = _unit(name)
     assert unit["metadata"]["name"] == unit_name
     assert unit["spec"]["consumerRef"]["kind"] == job["kind"]
-    assert isinstance(QueueUnit.model_validate(unit), QueueUnit)
-
-
-def test_build_needs_a_stored_job() -> None:
-    job, adapter = _job("seed-pytorchjob.yaml")
-    del job["metadata"]["uid"]
-    with pytest.raises(InvalidObject, match="metadata.uid is missing"):
-        build_queue_unit(job, adapter, {})
-
-
-def test_build_rejects_a_bad_job() -> None:
-    job, adapter = _job("seed-pytorchjob.yaml")
-    job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = -2
-    with pytest.raises(InvalidObject, match="Worker: replicas must be between 0"):
-        build_queue_unit(job, adapter, {})
+    assert read_back(unit) == unit

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from koordqueue.jobs import KINDS
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "koord-queue"
 KUBE_VERSION = "1.32.0"
@@ -96,4 +98,4 @@ def flag(objects: list[Obj], name: str) -> list[str]:
     return [a[len(prefix):] for a in args(objects) if a.startswith(prefix)]
 
 
-ALL_EXTENSIONS = {name: {"enable": True} for name in ("pytorch", "tf", "mpi", "batchjob", "ray")}
+ALL_EXTENSIONS = {kind.extension: {"enable": True} for kind in KINDS}

@@ -17,7 +17,8 @@ from koordqueue.api.crds import render as render_crd
 from koordqueue.cli import controller as controller_command
 from koordqueue.controller.config import ALL_JOB_KINDS
 from koordqueue.controller.views import JOB_PLURALS
-from koordqueue.jobs import adapter_for
+from koordqueue.jobs import KINDS, adapter_for
+from koordqueue.manifests import CHART_KINDS, chart_kinds
 from tests.chart.helmtool import (
     ALL_EXTENSIONS,
     CHART,
@@ -52,9 +53,9 @@ CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
         {"PyTorchJob"},
     ),
 }
-EXTENSION_KIND = {"pytorch": "PyTorchJob", "tf": "TFJob", "mpi": "MPIJob", "batchjob": "Job", "ray": "RayJob"}
-KIND_GROUP = {"PyTorchJob": "kubeflow.org", "TFJob": "kubeflow.org", "MPIJob": "kubeflow.org",
-              "Job": "batch", "RayJob": "ray.io"}
+# From the kinds' registrations (tests/jobs/test_kinds.py pins those of the kinds we ship).
+EXTENSION_KIND = {k.extension: k.kind for k in KINDS}
+KIND_GROUP = {k.kind: k.group for k in KINDS}
 
 
 def case(name: str) -> list[Obj]:
@@ -288,15 +289,18 @@ def test_pytorch_disabled_means_no_pytorchjobs_anywhere() -> None:
     assert "pytorchjobs" not in text and "PyTorchJob" not in text
 
 
-def test_every_extension_maps_to_a_real_adapter_and_flag() -> None:
-    for kind in EXTENSION_KIND.values():
-        assert kind in ALL_JOB_KINDS
-        version = "batch/v1" if KIND_GROUP[kind] == "batch" else f"{KIND_GROUP[kind]}/v1"
-        assert adapter_for(version, kind) is not None, kind
-    webhook = one(case("every-extension"), "MutatingWebhookConfiguration")["webhooks"][0]
-    assert {(r["apiGroups"][0], res) for r in webhook["rules"] for res in r["resources"]} == {
-        (KIND_GROUP[k], JOB_PLURALS[k]) for k in ALL_JOB_KINDS
+def test_the_chart_lists_the_registered_kinds() -> None:
+    """templates/_kinds.tpl is what make generate writes from the kinds' registrations, and
+    with every extension on, the webhook and --job-kinds name every kind, in their order."""
+    assert (CHART / CHART_KINDS).read_text() == chart_kinds(), "_kinds.tpl drifted: run make generate"
+    objects = case("every-extension")
+    webhook = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert {(r["apiGroups"][0], r["apiVersions"][0], res) for r in webhook["rules"] for res in r["resources"]} == {
+        (k.group, k.version, k.plural) for k in KINDS
     }
+    assert flag(objects, "job-kinds") == [",".join(k.kind for k in KINDS)]
+    for kind in KINDS:
+        assert adapter_for(kind.api_version, kind.kind) is kind.adapter
 
 
 def test_values_reach_the_flags() -> None:

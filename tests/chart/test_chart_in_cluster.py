@@ -33,12 +33,12 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
-from koordqueue.api.crds import operator_crds
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.controls import Access
 from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.manifests import operator_crds
 from tests.chart.helmtool import CHART, NAMESPACE, RELEASE, args, helm, one, render
 from tests.chart.kube import KUBECTL, Cluster, embedded_cluster
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.api.crds import all_crds
 from koordqueue.controller.manager import Manager
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.manifests import all_crds
 
 from .conftest import System, SystemFactory, pytorch_job, quick_config, quota
 

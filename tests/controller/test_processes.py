@@ -21,12 +21,12 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
-from koordqueue.api.crds import all_crds
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.manifests import all_crds
 from koordqueue.realcluster.cluster import RealCluster
 
 from .conftest import kubectl, pytorch_job, quota

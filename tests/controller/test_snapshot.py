@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.api.crds import all_crds
 from koordqueue.controller.snapshot import QUOTAS, UNITS, take_snapshot
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
+from koordqueue.manifests import all_crds
 
 from .conftest import pytorch_job, quota
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from koordqueue.api.crds import operator_crds
+from koordqueue.manifests import operator_crds
 from tests.chart.helmtool import helm
 from tests.chart.kube import KUBECTL, embedded_cluster
 from tests.docs.harness import (

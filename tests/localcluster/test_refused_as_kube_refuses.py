@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.api.crds import all_crds
 from koordqueue.api.queueunit import QUANTITY_SCHEMA
 from koordqueue.kube.client import KubeClient, PatchType, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import ApiError, NotFound
 from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.localcluster.testing import running_apiserver
+from koordqueue.manifests import all_crds
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.both_control_planes]
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from koordqueue.api.crds import all_crds
 from koordqueue.localcluster.testing import ThreadedAPIServer
+from koordqueue.manifests import all_crds
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -39,54 +39,54 @@ app.kubernetes.io/component: controller
 {{- printf "%s:%s" .Values.controller.image.repository (default .Chart.AppVersion .Values.controller.image.tag) -}}
 {{- end -}}
 
-{{/* The job kinds, one per extension value: its kind for --job-kinds, and the API
-     group and resource that the webhook and the ClusterRole name. */}}
-{{- define "koord-queue.extensionKinds" -}}
-pytorch: {kind: PyTorchJob, group: kubeflow.org, version: v1, resource: pytorchjobs}
-tf: {kind: TFJob, group: kubeflow.org, version: v1, resource: tfjobs}
-mpi: {kind: MPIJob, group: kubeflow.org, version: v1, resource: mpijobs}
-batchjob: {kind: Job, group: batch, version: v1, resource: jobs}
-ray: {kind: RayJob, group: ray.io, version: v1, resource: rayjobs}
-{{- end -}}
-
-{{/* The enabled job kinds as a YAML list (in the order above); fails on an
+{{/* The enabled job kinds as a YAML list (in the order of koord-queue.extensionKinds,
+     which make generate writes to _kinds.tpl from the kinds' registrations); fails on an
      enabled extension this chart does not have, and when none is enabled. */}}
 {{- define "koord-queue.enabledKinds" -}}
-{{- $known := include "koord-queue.extensionKinds" . | fromYaml -}}
+{{- $known := (include "koord-queue.extensionKinds" . | fromYaml).kinds -}}
+{{- $names := list -}}
+{{- range $known -}}
+{{- $names = append $names .extension -}}
+{{- end -}}
 {{- range $name, $ext := .Values.extension -}}
-{{- if and (kindIs "map" $ext) (hasKey $ext "enable") (not (hasKey $known $name)) $ext.enable -}}
-{{- fail (printf "extension.%s is not supported by this chart (supported: batchjob, pytorch, tf, mpi, ray)" $name) -}}
+{{- if and (kindIs "map" $ext) (hasKey $ext "enable") (not (has $name $names)) $ext.enable -}}
+{{- fail (printf "extension.%s is not supported by this chart (supported: %s)" $name (join ", " $names)) -}}
 {{- end -}}
 {{- end -}}
 {{- $out := list -}}
-{{- range $name := list "pytorch" "tf" "mpi" "batchjob" "ray" -}}
-{{- $ext := index $.Values.extension $name | default dict -}}
+{{- range $known -}}
+{{- $ext := index $.Values.extension .extension | default dict -}}
 {{- if $ext.enable -}}
-{{- $out = append $out (index $known $name) -}}
+{{- $out = append $out . -}}
 {{- end -}}
 {{- end -}}
 {{- if not $out -}}
-{{- fail "no job kind is enabled: set extension.<pytorch|tf|mpi|batchjob|ray>.enable to true" -}}
+{{- fail (printf "no job kind is enabled: set extension.<%s>.enable to true" (join "|" $names)) -}}
 {{- end -}}
 {{- toYaml (dict "kinds" $out) -}}
 {{- end -}}
 
-{{/* API groups of the enabled kinds, each with its resources: [{group, resources}]. */}}
+{{/* API groups and versions of the enabled kinds, each with its resources:
+     [{group, version, resources}], in the order their first kind comes. */}}
 {{- define "koord-queue.enabledGroups" -}}
 {{- $kinds := (include "koord-queue.enabledKinds" . | fromYaml).kinds -}}
-{{- $groups := list -}}
-{{- range $group := list "kubeflow.org" "batch" "ray.io" -}}
-{{- $resources := list -}}
+{{- $keys := list -}}
 {{- range $kinds -}}
-{{- if eq .group $group -}}
+{{- $keys = append $keys (printf "%s/%s" .group .version) -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range $key := $keys | uniq -}}
+{{- $resources := list -}}
+{{- $first := dict -}}
+{{- range $kinds -}}
+{{- if eq (printf "%s/%s" .group .version) $key -}}
 {{- $resources = append $resources .resource -}}
+{{- $first = . -}}
 {{- end -}}
 {{- end -}}
-{{- if $resources -}}
-{{- $groups = append $groups (dict "group" $group "resources" $resources) -}}
+{{- $out = append $out (dict "group" $first.group "version" $first.version "resources" $resources) -}}
 {{- end -}}
-{{- end -}}
-{{- toYaml (dict "groups" $groups) -}}
+{{- toYaml (dict "groups" $out) -}}
 {{- end -}}
 
 {{/* The names the API server dials the webhook Service by. */}}

@@ -395,4 +395,3 @@ RAY_DEPLOYMENT_RUNNING = "Running"
 RAY_DEPLOYMENT_COMPLETE = "Complete"
 RAY_DEPLOYMENT_FAILED = "Failed"
 RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
-ANNOTATION_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # not copied to units

@@ -1,15 +1,14 @@
-"""CustomResourceDefinitions: ours (ElasticQuota, Queue, QueueUnit) and, for the embedded
-control plane, the training operator's (PyTorchJob, TFJob, MPIJob) and KubeRay's RayJob.
+"""CustomResourceDefinitions: ours (ElasticQuota, Queue, QueueUnit), and the schemas and
+helpers that each job kind's registration builds its operator's CRD from (the embedded
+control plane serves those; see jobs/kind.py).
 
 The QueueUnit schema is generated from the pydantic models of ``api/queueunit.py`` and
 made structural (no ``$ref``, no nullable ``anyOf``), so the model and the CRD cannot
 disagree. ElasticQuota and Queue are read into dataclass views, not models; their small
 schemas are written out here. ``config/crd/`` (every CRD) and the Helm chart's
 ``charts/koord-queue/crds/`` (ours only: the job kinds' CRDs belong to their operators)
-are written from this module with
-``python -m koordqueue.api.crds --write config/crd --chart charts/koord-queue/crds``;
-the chart's files are byte for byte the same as config/crd's, and tests fail when any
-of them drift.
+are written by ``make generate`` (koordqueue/manifests.py); the chart's files are byte
+for byte the same as config/crd's, and tests fail when any of them drift.
 
 Printer columns of QueueUnit are Koord-Queue's (PHASE, PRIORITY, ADMISSIONS, JOBTYPE), but
 ADMISSIONS shows ``.status.admissionSummary`` ("master=1,worker=1", written by the
@@ -21,8 +20,6 @@ quota it is bound to (Quota, Bound: written by the controller).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -313,12 +310,6 @@ def kubeflow_schema(kind: str, replica_specs: str) -> Schema:
     }
 
 
-# The scale subresource of the training operator's PyTorchJob CRD.
-PYTORCH_JOB_SCALE = {"labelSelectorPath": ".status.replicaStatuses.Worker.selector",
-                     "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
-                     "statusReplicasPath": ".status.replicaStatuses.Worker.active"}
-
-
 OPERATOR_SCHEMA: Schema = {
     "type": "object",
     "properties": {"spec": FREE_OBJECT_SCHEMA, "status": FREE_OBJECT_SCHEMA},
@@ -359,11 +350,11 @@ def queue_unit_schema() -> Schema:
     return structural(QueueUnit.model_json_schema(by_alias=True))
 
 
-def _age(name: str = "Age") -> dict[str, str]:
+def age(name: str = "Age") -> dict[str, str]:
     return {"name": name, "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
-def _column(name: str, json_path: str, kind: str = "string") -> dict[str, str]:
+def column(name: str, json_path: str, kind: str = "string") -> dict[str, str]:
     return {"name": name, "type": kind, "jsonPath": json_path}
 
 
@@ -438,10 +429,10 @@ def our_crds() -> list[dict[str, Any]]:
             c.ELASTIC_QUOTA_PLURAL,
             ELASTIC_QUOTA_SCHEMA,
             [
-                _column("Min", ".spec.min"),
-                _column("Max", ".spec.max"),
-                _column("Used", ".status.used"),
-                _age(),
+                column("Min", ".spec.min"),
+                column("Max", ".spec.max"),
+                column("Used", ".status.used"),
+                age(),
             ],
             c.ELASTIC_QUOTA_SHORT_NAMES,
         ),
@@ -452,11 +443,11 @@ def our_crds() -> list[dict[str, Any]]:
             c.QUEUE_PLURAL,
             QUEUE_SCHEMA,
             [
-                _column("Policy", ".spec.queuePolicy"),
-                _column("Priority", ".spec.priority", "integer"),
-                _column("Quota", ".status.quota"),
-                _column("Bound", '.status.conditions[?(@.type=="Bound")].status'),
-                _age(),
+                column("Policy", ".spec.queuePolicy"),
+                column("Priority", ".spec.priority", "integer"),
+                column("Quota", ".status.quota"),
+                column("Bound", '.status.conditions[?(@.type=="Bound")].status'),
+                age(),
             ],
         ),
         crd(
@@ -466,37 +457,15 @@ def our_crds() -> list[dict[str, Any]]:
             c.QUEUE_UNIT_PLURAL,
             queue_unit_schema(),
             [
-                _column("PHASE", ".status.phase"),
-                _column("PRIORITY", ".spec.priority", "integer"),
-                _column("ADMISSIONS", ".status.admissionSummary"),
-                _column("JOBTYPE", ".spec.consumerRef.kind"),
-                _age("AGE"),
+                column("PHASE", ".status.phase"),
+                column("PRIORITY", ".spec.priority", "integer"),
+                column("ADMISSIONS", ".status.admissionSummary"),
+                column("JOBTYPE", ".spec.consumerRef.kind"),
+                age("AGE"),
             ],
             c.QUEUE_UNIT_SHORT_NAMES,
         ),
     ]
-
-
-def operator_crds() -> list[dict[str, Any]]:
-    """The job kinds' CRDs, as their operators print them, for the embedded control plane."""
-    state = [_column("State", ".status.conditions[-1:].type"), _age()]
-    ray = [
-        _column("Job Status", ".status.jobStatus"),
-        _column("Deployment Status", ".status.jobDeploymentStatus"),
-        _age(),
-    ]
-    return [
-        crd(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_KIND, "pytorchjobs",
-            kubeflow_schema(c.PYTORCH_JOB_KIND, "pytorchReplicaSpecs"), state, scale=PYTORCH_JOB_SCALE),
-        crd(c.KUBEFLOW_GROUP, "v1", c.TF_JOB_KIND, "tfjobs", kubeflow_schema(c.TF_JOB_KIND, "tfReplicaSpecs"), state),
-        crd(c.KUBEFLOW_GROUP, "v1", c.MPI_JOB_KIND, "mpijobs", kubeflow_schema(c.MPI_JOB_KIND, "mpiReplicaSpecs"),
-            state),
-        crd(c.RAY_GROUP, "v1", c.RAY_JOB_KIND, "rayjobs", OPERATOR_SCHEMA, ray),
-    ]
-
-
-def all_crds() -> list[dict[str, Any]]:
-    return our_crds() + operator_crds()
 
 
 def render(manifest: dict[str, Any]) -> str:
@@ -506,40 +475,3 @@ def render(manifest: dict[str, Any]) -> str:
 def file_name(manifest: dict[str, Any]) -> str:
     """``<plural>.<group>.yaml``: the CRD's own name, as both directories spell it."""
     return f"{manifest['metadata']['name']}.yaml"
-
-
-def _write(directory: Path, manifests: list[dict[str, Any]]) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for manifest in manifests:
-        path = directory / file_name(manifest)
-        path.write_text(render(manifest))
-        paths.append(path)
-    return paths
-
-
-def write(directory: Path) -> list[Path]:
-    """Write every CRD to ``directory`` as ``<plural>.<group>.yaml`` (config/crd)."""
-    return _write(directory, all_crds())
-
-
-def write_chart(directory: Path) -> list[Path]:
-    """Write our CRDs (ElasticQuota, Queue, QueueUnit) to a Helm chart's ``crds/``; the
-    files are the very bytes ``write`` puts in config/crd."""
-    return _write(directory, our_crds())
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Write the CRD manifests as YAML files.")
-    parser.add_argument("--write", type=Path, required=True, help="directory for every CRD (config/crd)")
-    parser.add_argument("--chart", type=Path, help="the Helm chart's crds/ directory: ours only")
-    args = parser.parse_args()
-    paths = write(args.write)
-    if args.chart is not None:
-        paths += write_chart(args.chart)
-    for path in paths:
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

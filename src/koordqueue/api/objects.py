@@ -1,5 +1,7 @@
 """Typed views of ElasticQuota and Queue objects, for the engine and the controller.
 
+QuotaInfo and QueueInfo, what the engine takes, are defined here rather than in the
+engine: the engine imports api, so api never imports the engine (tests/test_layering.py).
 Two kinds of trouble are kept apart: an object we cannot use at all (a bad quantity, no
 spec) raises ``InvalidObject``; a setting we can fall back from (an unknown policy, an
 unparsable annotation) becomes a warning text next to a usable value, for an event.
@@ -40,18 +42,58 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import InvalidObject, Meta, parse_int_text, read_int, read_meta, section
 from koordqueue.api.quantity import QuantityError, ResourceList, parse_resource_list
-from koordqueue.engine.model import QueueInfo, QuotaInfo
 
 __all__ = [
     "AdmissionCheckSpec",
     "InvalidObject",
     "ParsedQueue",
     "ParsedQuota",
+    "QueueInfo",
     "QueueSettings",
+    "QuotaInfo",
     "parse_elastic_quota",
     "parse_go_duration",
     "parse_queue",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaInfo:
+    """An ElasticQuota as the engine needs it (already parsed, not yet validated)."""
+
+    name: str
+    namespace: str
+    min: ResourceList
+    max: ResourceList
+    parent: str | None = None  # None: a child of the root (the cluster)
+    is_parent: bool = False
+    shared_weight: ResourceList | None = None  # None: equal to max
+    allow_lent: bool = True
+    policy: QueuePolicy = QueuePolicy.PRIORITY
+    namespaces: frozenset[str] = frozenset()  # bound namespaces besides its own
+    priority_threshold: int | None = None
+    node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A Queue object: policy and priority for the units sent to it, bound to one quota."""
+
+    name: str
+    namespace: str
+    quota: str | None  # name of the bound ElasticQuota; None: bound to none, admits nothing
+    policy: QueuePolicy = QueuePolicy.PRIORITY
+    priority: int = 0
+    priority_threshold: int | None = None  # wins over the quota's
+    preemption: bool = False  # koord-queue/enable-queueunit-preemption
+    # koord-queue/hold-room-after: a unit of this Queue that has waited this long has free
+    # room held for it against borrowers of its own priority too (lower ones: at once).
+    hold_room_after: float = DEFAULT_HOLD_ROOM_AFTER_SECONDS
+    node_fit: bool | None = None  # koord-queue/node-fit; wins over its quota's; None: the quota's
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,9 @@ give the CRD's schema (``api/crds.py``), so the two cannot disagree.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -18,22 +17,14 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    ValidationError,
     WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from koordqueue.api.constants import (
-    ANNOTATION_LAST_APPLIED,
-    QUEUE_API_VERSION,
-    QUEUE_UNIT_KIND,
-)
-from koordqueue.api.meta import INT32_MAX, InvalidObject
-from koordqueue.api.quantity import QuantityError, format_quantity, format_resource_list, parse_quantity
-
-if TYPE_CHECKING:
-    from koordqueue.jobs.base import Job, JobAdapter
+from koordqueue.api.constants import QUEUE_API_VERSION, QUEUE_UNIT_KIND
+from koordqueue.api.meta import INT32_MAX
+from koordqueue.api.quantity import QuantityError, format_quantity, parse_quantity
 
 QUANTITY_SCHEMA: dict[str, Any] = {
     "anyOf": [{"type": "integer"}, {"type": "string"}],
@@ -246,70 +237,3 @@ class QueueUnit(_Model):
     def manifest(self) -> dict[str, Any]:
         """The object as JSON-ready dict, in the API's field names, without empty optionals."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def parse_queue_unit(obj: object) -> QueueUnit:
-    """A QueueUnit read from the API; ``InvalidObject`` says which field is wrong."""
-    try:
-        return QueueUnit.model_validate(obj)
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in e['loc']) or 'object'}: {e['msg']}" for e in err.errors()
-        )
-        name = obj.get("metadata", {}).get("name") if isinstance(obj, Mapping) else None
-        raise InvalidObject(f"{QUEUE_UNIT_KIND} {name or '?'}: {problems}") from None
-
-
-def build_queue_unit(job: Job, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> dict[str, Any]:
-    """The QueueUnit manifest for ``job``: owned by it, named like Koord-Queue names it.
-
-    Labels and annotations are the job's (so selectors and the quota label work on the unit);
-    pod templates get requests filled from limits, as Koord-Queue writes them. Status is
-    left out: on create the API server ignores it, the controller writes it afterwards.
-    """
-    meta = adapter.meta(job)
-    if meta.uid is None:
-        raise InvalidObject(
-            f"{meta.describe()}: metadata.uid is missing; only a stored job can own a QueueUnit"
-        )
-    owner = {"apiVersion": adapter.api_version, "kind": adapter.kind, "name": meta.name, "uid": meta.uid}
-    demand = format_resource_list(adapter.demand(job))
-    unit = QueueUnit(
-        metadata={
-            "name": adapter.unit_name(job),
-            "namespace": meta.namespace,
-            "labels": dict(meta.labels),
-            "annotations": {k: v for k, v in meta.annotations.items() if k != ANNOTATION_LAST_APPLIED},
-            "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}],
-        },
-        spec=QueueUnitSpec(
-            consumer_ref=ObjectReference(**owner, namespace=meta.namespace),
-            priority=adapter.priority(job, priority_classes),
-            queue=adapter.requested_queue(job),
-            resource=demand,
-            podSet=[
-                PodSet(
-                    name=s.name,
-                    count=s.count,
-                    min_count=s.min_count,
-                    template=_requests_from_limits(s.template),
-                )
-                for s in adapter.pod_sets(job)
-            ],
-            priority_class_name=adapter.priority_class_name(job),
-            request=demand,
-        ),
-    )
-    return unit.manifest()
-
-
-def _requests_from_limits(template: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a pod template whose containers request their limits where they request nothing."""
-    result = copy.deepcopy(dict(template))
-    spec = result.get("spec") or {}
-    for key in ("containers", "initContainers"):
-        for container in spec.get(key) or []:
-            resources = container.get("resources") or {}
-            if resources.get("limits"):
-                resources["requests"] = {**resources["limits"], **(resources.get("requests") or {})}
-    return result

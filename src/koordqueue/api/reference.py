@@ -175,7 +175,6 @@ NOT_DOCUMENTED: dict[str, str] = {
     "LABEL_HOSTNAME": "Kubernetes' well-known node label; the simulated nodes carry it",
     "LABEL_OS": "Kubernetes' well-known node label; the simulated nodes carry it",
     "LABEL_ARCH": "Kubernetes' well-known node label; the simulated nodes carry it",
-    "ANNOTATION_LAST_APPLIED": "kubectl's; named only so that it is not copied onto QueueUnits",
     "LABEL_RAY_NODE_TYPE": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_RAY_GROUP": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_RAY_IS_RAY_NODE": "KubeRay's pod label; the simulated KubeRay operator writes it",

@@ -17,27 +17,19 @@ from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
 from koordqueue.engine.model import Placement, PodSetInfo, ResourceList, UnitInfo
-from koordqueue.jobs import ADAPTERS
+from koordqueue.jobs import PLURALS, kind_named
 from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority
 from koordqueue.jobs.placement import Written
 
 Object = dict[str, Any]
 
-# REST plural of each job kind we queue.
-JOB_PLURALS: dict[str, str] = {
-    c.PYTORCH_JOB_KIND: "pytorchjobs",
-    c.TF_JOB_KIND: "tfjobs",
-    c.MPI_JOB_KIND: "mpijobs",
-    c.BATCH_JOB_KIND: "jobs",
-    c.RAY_JOB_KIND: "rayjobs",
-}
+JOB_PLURALS: dict[str, str] = PLURALS
+"""REST plural of each job kind we queue (from the kinds' registrations, jobs/__init__.py)."""
 
 
 def adapter_of_kind(kind: str) -> JobAdapter:
-    for adapter in ADAPTERS.values():
-        if adapter.kind == kind:
-            return adapter
-    raise KeyError(kind)
+    """The adapter of a kind we queue (KeyError for any other)."""
+    return kind_named(kind).adapter
 
 
 def parse_time(text: object) -> float:

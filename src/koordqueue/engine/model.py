@@ -12,57 +12,25 @@ from dataclasses import dataclass, field
 
 from koordqueue.api.constants import (
     AUTO_QUEUE_PRIORITY,
-    DEFAULT_HOLD_ROOM_AFTER_SECONDS,
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_CAP_SECONDS,
+    BACKOFF_FACTOR,
+    BACKOFF_JITTER,
     DEFAULT_PRIORITY_THRESHOLD,
+    DEFAULT_PROTECT_SECONDS,
     DEFAULT_TOPOLOGY_LEVELS,
     SYSTEM_NAMESPACE,
     TAINT_NO_SCHEDULE,
     TOLERATION_EQUAL,
     TOLERATION_EXISTS,
-    QueuePolicy,
 )
+
+# An ElasticQuota and a Queue as the engine takes them: typed views of the API's objects.
+from koordqueue.api.objects import QueueInfo as QueueInfo
+from koordqueue.api.objects import QuotaInfo as QuotaInfo
 
 ResourceList = dict[str, int]
 """Resource name -> amount in milli-units."""
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaInfo:
-    """An ElasticQuota as the engine needs it (already parsed, not yet validated)."""
-
-    name: str
-    namespace: str
-    min: ResourceList
-    max: ResourceList
-    parent: str | None = None  # None: a child of the root (the cluster)
-    is_parent: bool = False
-    shared_weight: ResourceList | None = None  # None: equal to max
-    allow_lent: bool = True
-    policy: QueuePolicy = QueuePolicy.PRIORITY
-    namespaces: frozenset[str] = frozenset()  # bound namespaces besides its own
-    priority_threshold: int | None = None
-    node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """A Queue object: policy and priority for the units sent to it, bound to one quota."""
-
-    name: str
-    namespace: str
-    quota: str | None  # name of the bound ElasticQuota; None: bound to none, admits nothing
-    policy: QueuePolicy = QueuePolicy.PRIORITY
-    priority: int = 0
-    priority_threshold: int | None = None  # wins over the quota's
-    preemption: bool = False  # koord-queue/enable-queueunit-preemption
-    # koord-queue/hold-room-after: a unit of this Queue that has waited this long has free
-    # room held for it against borrowers of its own priority too (lower ones: at once).
-    hold_room_after: float = DEFAULT_HOLD_ROOM_AFTER_SECONDS
-    node_fit: bool | None = None  # koord-queue/node-fit; wins over its quota's; None: the quota's
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +154,12 @@ class UnitInfo:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    protect_seconds: float = 60.0  # admitted units younger than this are never victims
+    protect_seconds: float = DEFAULT_PROTECT_SECONDS  # admitted units younger than this are never victims
     reclaim: bool = True  # preempt borrowers to give a quota back its runtime share
-    backoff_base: float = 10.0
-    backoff_factor: float = 2.0
-    backoff_cap: float = 900.0
-    backoff_jitter: float = 0.10
+    backoff_base: float = BACKOFF_BASE_SECONDS
+    backoff_factor: float = BACKOFF_FACTOR
+    backoff_cap: float = BACKOFF_CAP_SECONDS
+    backoff_jitter: float = BACKOFF_JITTER
     default_priority_threshold: int = DEFAULT_PRIORITY_THRESHOLD
     cluster_capacity: ResourceList | None = None  # None: unbounded (no nodes known)
     node_fit: bool = True  # when nodes are known: admit only units whose pods fit on them now

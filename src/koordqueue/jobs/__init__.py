@@ -1,21 +1,34 @@
-"""One adapter per job kind; ``adapter_for`` finds the one for an object's apiVersion and kind."""
+"""Every job kind we queue, registered once (``KINDS``); what names kinds elsewhere is derived
+from it here: ``ADAPTERS``, ``KIND_NAMES``, ``PLURALS``, ``adapter_for``, ``kind_named``."""
 
 from __future__ import annotations
 
+from koordqueue.jobs import batchjob, mpijob, pytorchjob, rayjob, tfjob
 from koordqueue.jobs.base import JobAdapter
-from koordqueue.jobs.batchjob import BatchJobAdapter
-from koordqueue.jobs.mpijob import MPIJobAdapter
-from koordqueue.jobs.pytorchjob import PyTorchJobAdapter
-from koordqueue.jobs.rayjob import RayJobAdapter
-from koordqueue.jobs.tfjob import TFJobAdapter
+from koordqueue.jobs.kind import JobKind
 
-ADAPTERS: dict[tuple[str, str], JobAdapter] = {
-    (adapter.api_version, adapter.kind): adapter
-    for adapter in (PyTorchJobAdapter(), TFJobAdapter(), MPIJobAdapter(), BatchJobAdapter(), RayJobAdapter())
-}
+KINDS: tuple[JobKind, ...] = (
+    pytorchjob.KIND,
+    tfjob.KIND,
+    mpijob.KIND,
+    batchjob.KIND,
+    rayjob.KIND,
+)
+"""In the order the chart and ``--job-kinds`` list them. A new kind: its file, and its line here."""
+
+ADAPTERS: dict[tuple[str, str], JobAdapter] = {(k.api_version, k.kind): k.adapter for k in KINDS}
 """(apiVersion, kind) -> adapter, for every kind we queue."""
+KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
+PLURALS: dict[str, str] = {k.kind: k.plural for k in KINDS}
+"""kind -> its REST plural."""
+_BY_NAME = {k.kind: k for k in KINDS}
 
 
 def adapter_for(api_version: str, kind: str) -> JobAdapter | None:
     """The adapter of a kind, or None when we do not queue that kind."""
     return ADAPTERS.get((api_version, kind))
+
+
+def kind_named(kind: str) -> JobKind:
+    """The registration of a kind we queue (KeyError for any other)."""
+    return _BY_NAME[kind]

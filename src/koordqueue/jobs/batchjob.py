@@ -10,6 +10,7 @@ from koordqueue.api.constants import (
     BATCH_CONDITION_COMPLETE,
     BATCH_CONDITION_FAILED,
     BATCH_JOB_KIND,
+    BATCH_JOB_PLURAL,
     LABEL_BATCH_JOB_NAME,
 )
 from koordqueue.api.meta import section
@@ -23,6 +24,7 @@ from koordqueue.jobs.base import (
     suspend_flag,
     template,
 )
+from koordqueue.jobs.kind import JobKind
 from koordqueue.jobs.placement import selector_field
 
 POD_SET_NAME = "main"
@@ -74,3 +76,6 @@ class BatchJobAdapter(JobAdapter):
 
     def pod_selector(self, job: Job) -> dict[str, str]:
         return {LABEL_BATCH_JOB_NAME: self.meta(job).name}
+
+
+KIND = JobKind(BatchJobAdapter(), BATCH_JOB_PLURAL, "batchjob")  # built into the API server: no CRD

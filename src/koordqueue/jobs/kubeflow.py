@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from koordqueue.api.constants import (
@@ -25,6 +25,7 @@ from koordqueue.jobs.base import (
     suspend_flag,
     template,
 )
+from koordqueue.jobs.kind import Manifest
 from koordqueue.jobs.placement import selector_field
 
 
@@ -86,3 +87,20 @@ def _role_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     if "nodeSelector" in fields:
         out["template"] = {"spec": {"nodeSelector": selector_field(fields["nodeSelector"])}}
     return out
+
+
+def kubeflow_crd(adapter: KubeflowAdapter, plural: str,
+                 scale: dict[str, str] | None = None) -> Callable[[], Manifest]:
+    """The training operator's CRD of a kind, printing its jobs as the operator's does."""
+    def make() -> Manifest:
+        from koordqueue.api.crds import (  # pydantic: only when CRDs are wanted
+            age,
+            column,
+            crd,
+            kubeflow_schema,
+        )
+
+        group, _, version = adapter.api_version.rpartition("/")
+        return crd(group, version, adapter.kind, plural, kubeflow_schema(adapter.kind, adapter.replica_specs_key),
+                   [column("State", ".status.conditions[-1:].type"), age()], scale=scale)
+    return make

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from koordqueue.api.constants import MPI_JOB_KIND, UNIT_SUFFIX_MPI
-from koordqueue.jobs.kubeflow import KubeflowAdapter
+from koordqueue.api.constants import MPI_JOB_KIND, MPI_JOB_PLURAL, UNIT_SUFFIX_MPI
+from koordqueue.jobs.kind import JobKind
+from koordqueue.jobs.kubeflow import KubeflowAdapter, kubeflow_crd
 
 
 class MPIJobAdapter(KubeflowAdapter):
@@ -11,3 +12,7 @@ class MPIJobAdapter(KubeflowAdapter):
     unit_suffix = UNIT_SUFFIX_MPI
     replica_specs_key = "mpiReplicaSpecs"
     leader_roles = ("Launcher",)
+
+
+ADAPTER = MPIJobAdapter()
+KIND = JobKind(ADAPTER, MPI_JOB_PLURAL, "mpi", crd=kubeflow_crd(ADAPTER, MPI_JOB_PLURAL))

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from koordqueue.api.constants import PYTORCH_JOB_KIND, UNIT_SUFFIX_PYTORCH
+from koordqueue.api.constants import PYTORCH_JOB_KIND, PYTORCH_JOB_PLURAL, UNIT_SUFFIX_PYTORCH
 from koordqueue.api.meta import read_int, section
 from koordqueue.jobs.base import Job, Role
-from koordqueue.jobs.kubeflow import KubeflowAdapter
+from koordqueue.jobs.kind import JobKind
+from koordqueue.jobs.kubeflow import KubeflowAdapter, kubeflow_crd
 
 ELASTIC_ROLE = "Worker"
+# The scale subresource of the training operator's PyTorchJob CRD.
+SCALE = {"labelSelectorPath": ".status.replicaStatuses.Worker.selector",
+         "specReplicasPath": ".spec.pytorchReplicaSpecs.Worker.replicas",
+         "statusReplicasPath": ".status.replicaStatuses.Worker.active"}
 
 
 class PyTorchJobAdapter(KubeflowAdapter):
@@ -28,3 +33,7 @@ class PyTorchJobAdapter(KubeflowAdapter):
         least = read_int(least, f"{where}.minReplicas", minimum=1)
         return [replace(role, min_count=min(least, role.replicas)) if role.name == ELASTIC_ROLE else role
                 for role in roles]
+
+
+ADAPTER = PyTorchJobAdapter()
+KIND = JobKind(ADAPTER, PYTORCH_JOB_PLURAL, "pytorch", crd=kubeflow_crd(ADAPTER, PYTORCH_JOB_PLURAL, SCALE))

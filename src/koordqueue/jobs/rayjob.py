@@ -22,10 +22,12 @@ from koordqueue.api.constants import (
     RAY_JOB_STATUS_FAILED,
     RAY_JOB_STATUS_RUNNING,
     RAY_JOB_STATUS_SUCCEEDED,
+    RAY_PLURAL,
     UNIT_SUFFIX_RAY,
 )
 from koordqueue.api.meta import InvalidObject, section
 from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, replicas, suspend_flag, template
+from koordqueue.jobs.kind import JobKind, Manifest
 
 HEAD = "head"
 
@@ -88,3 +90,16 @@ class RayJobAdapter(JobAdapter):
             LABEL_RAY_ORIGINATED_FROM_CR_NAME: self.meta(job).name,
             LABEL_RAY_ORIGINATED_FROM_CRD: self.kind,
         }
+
+
+def ray_job_crd() -> Manifest:
+    """KubeRay's RayJob CRD, printing its jobs as KubeRay's does (its schema left open)."""
+    from koordqueue.api.crds import OPERATOR_SCHEMA, age, column, crd  # pydantic: only when CRDs are wanted
+
+    columns = [column("Job Status", ".status.jobStatus"), column("Deployment Status", ".status.jobDeploymentStatus"),
+               age()]
+    group, _, version = RAY_API_VERSION.rpartition("/")
+    return crd(group, version, RAY_JOB_KIND, RAY_PLURAL, OPERATOR_SCHEMA, columns)
+
+
+KIND = JobKind(RayJobAdapter(), RAY_PLURAL, "ray", crd=ray_job_crd)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from koordqueue.api.constants import TF_JOB_KIND, UNIT_SUFFIX_TF
-from koordqueue.jobs.kubeflow import KubeflowAdapter
+from koordqueue.api.constants import TF_JOB_KIND, TF_JOB_PLURAL, UNIT_SUFFIX_TF
+from koordqueue.jobs.kind import JobKind
+from koordqueue.jobs.kubeflow import KubeflowAdapter, kubeflow_crd
 
 
 class TFJobAdapter(KubeflowAdapter):
@@ -11,3 +12,7 @@ class TFJobAdapter(KubeflowAdapter):
     unit_suffix = UNIT_SUFFIX_TF
     replica_specs_key = "tfReplicaSpecs"
     leader_roles = ("Chief", "Master")
+
+
+ADAPTER = TFJobAdapter()
+KIND = JobKind(ADAPTER, TF_JOB_PLURAL, "tf", crd=kubeflow_crd(ADAPTER, TF_JOB_PLURAL))

@@ -87,11 +87,6 @@ class Controls:
         """What a user asked for and was refused (403)."""
         return set(self._denied.get(user, ()))
 
-    def clear_requests(self) -> None:
-        self._allowed.clear()
-        self._denied.clear()
-        self._counts.clear()
-
     # --- error injection ---------------------------------------------------------------
     def inject_errors(
         self, code: int, rate: float = 1.0, verbs: set[str] | None = None, resources: set[str] | None = None,

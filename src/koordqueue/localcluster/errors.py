@@ -53,15 +53,6 @@ def status_object(
     return out
 
 
-def success_status(rt: ResourceType, name: str, uid: str = "") -> dict[str, Any]:
-    details: dict[str, Any] = {"name": name, "kind": rt.plural}
-    if rt.group:
-        details["group"] = rt.group
-    if uid:
-        details["uid"] = uid
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
-
-
 def qualified_resource(rt: ResourceType) -> str:
     return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
 

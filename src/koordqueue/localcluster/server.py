@@ -21,7 +21,6 @@ import yaml
 from aiohttp import web
 
 from koordqueue import aio
-from koordqueue.api.crds import all_crds
 from koordqueue.localcluster import (
     discovery,
     errors,
@@ -82,6 +81,7 @@ from koordqueue.localcluster.tokens import (
 )
 from koordqueue.localcluster.tokens import service_account_user as sa_user
 from koordqueue.localcluster.watch import Watcher, WatchHub, encode_event
+from koordqueue.manifests import all_crds
 
 log = logging.getLogger(__name__)
 

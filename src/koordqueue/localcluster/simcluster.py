@@ -28,7 +28,7 @@ from koordqueue.kube.informer import Informer
 from koordqueue.localcluster.simbackground import Background
 from koordqueue.localcluster.simkubelet import PODS, SimKubelet, now_rfc3339
 from koordqueue.localcluster.simnodes import check_node_sizes, node_name, node_object
-from koordqueue.localcluster.simoperator import SERVICES, JobKind, SimOperator, job_kinds
+from koordqueue.localcluster.simoperator import SERVICES, SimKind, SimOperator, job_kinds
 from koordqueue.localcluster.simwebhook import OperatorWebhook
 from koordqueue.localcluster.simworkloads import DEPLOYMENTS, REPLICA_SETS, SimWorkloads
 
@@ -82,7 +82,7 @@ class SimCluster:
         self.background = Background()
         self.pod_informer: Informer[Object] = Informer(client, PODS)
         self.node_informer: Informer[Object] = Informer(client, NODES)
-        self.job_informers: dict[str, tuple[JobKind, Informer[Object]]] = {}
+        self.job_informers: dict[str, tuple[SimKind, Informer[Object]]] = {}
         self.service_informer: Informer[Object] | None = None  # the training operator's Services
         self.workload_informers: list[Informer[Object]] = []
         self.kubelet: SimKubelet | None = None
@@ -90,10 +90,6 @@ class SimCluster:
         self.workloads: SimWorkloads | None = None
         self.webhook: OperatorWebhook | None = None
         self._started = False
-
-    @property
-    def node_names(self) -> list[str]:
-        return [node_name(self.node_prefix, i) for i in range(self.node_count)]
 
     async def start(self) -> None:
         if self._started:

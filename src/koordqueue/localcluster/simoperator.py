@@ -42,7 +42,7 @@ from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.jobs import adapter_for
+from koordqueue.jobs import KINDS
 from koordqueue.jobs.base import JobAdapter, Role
 from koordqueue.jobs.kubeflow import KubeflowAdapter
 from koordqueue.jobs.rayjob import RayJobAdapter
@@ -71,7 +71,9 @@ SERVICES = Resource("", c.CORE_API_VERSION, c.SERVICES_PLURAL)
 
 
 @dataclass(frozen=True, slots=True)
-class JobKind:
+class SimKind:
+    """A job kind as the simulated operators run it."""
+
     kind: str
     resource: Resource
     adapter: JobAdapter
@@ -85,21 +87,10 @@ class JobKind:
         return isinstance(self.adapter, RayJobAdapter)
 
 
-def job_kinds() -> list[JobKind]:
-    """The kinds the simulated operators run: the training operator's three, KubeRay's RayJob
-    and batch Job."""
-    out = []
-    for api_version, kind, plural in (
-        (c.KUBEFLOW_API_VERSION, c.PYTORCH_JOB_KIND, c.PYTORCH_JOB_PLURAL),
-        (c.KUBEFLOW_API_VERSION, c.TF_JOB_KIND, c.TF_JOB_PLURAL),
-        (c.KUBEFLOW_API_VERSION, c.MPI_JOB_KIND, c.MPI_JOB_PLURAL),
-        (c.RAY_API_VERSION, c.RAY_JOB_KIND, c.RAY_PLURAL),
-        (c.BATCH_API_VERSION, c.BATCH_JOB_KIND, c.BATCH_JOB_PLURAL),
-    ):
-        adapter = adapter_for(api_version, kind)
-        assert adapter is not None, kind
-        out.append(JobKind(kind, Resource.of(api_version, plural), adapter))
-    return out
+def job_kinds() -> list[SimKind]:
+    """The kinds the simulated operators run: those registered as simulated (jobs/__init__.py):
+    the training operator's, KubeRay's RayJob and batch Job."""
+    return [SimKind(k.kind, Resource.of(k.api_version, k.plural), k.adapter) for k in KINDS if k.simulated]
 
 
 # --- conditions, as the operators set them -------------------------------------------
@@ -188,7 +179,7 @@ class SimOperator:
         self,
         client: KubeClient,
         pods: Informer[Object],
-        jobs: dict[str, tuple[JobKind, Informer[Object]]],
+        jobs: dict[str, tuple[SimKind, Informer[Object]]],
         background: Background,
         record_events: bool = True,
         workers: int = 8,
@@ -327,7 +318,7 @@ class SimOperator:
         else:
             await self._sync_batch(item, kind, job, pods)
 
-    def _validate(self, item: Item, kind: JobKind, job: Object) -> None:
+    def _validate(self, item: Item, kind: SimKind, job: Object) -> None:
         """Refuse the job as the operator's webhook does (InvalidObject), once per spec."""
         version = self._version(job)
         cached = self._replicas.get(item)
@@ -335,7 +326,7 @@ class SimOperator:
             validate(kind.kind, job)
             self._replicas[item] = (version, None)
 
-    def _replicas_of(self, item: Item, kind: JobKind, job: Object) -> list[Replica]:
+    def _replicas_of(self, item: Item, kind: SimKind, job: Object) -> list[Replica]:
         """What the training operator makes of the job, worked out again only when its spec changed."""
         version = self._version(job)
         cached = self._replicas.get(item)
@@ -361,7 +352,7 @@ class SimOperator:
 
     # --- Kubeflow training jobs -------------------------------------------------------
 
-    async def _sync_kubeflow(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+    async def _sync_kubeflow(self, item: Item, kind: SimKind, job: Object, pods: list[Object]) -> None:
         adapter = kind.adapter
         meta = job["metadata"]
         name, namespace = meta["name"], meta["namespace"]
@@ -438,7 +429,7 @@ class SimOperator:
         status["replicaStatuses"] = replica_statuses
         await self._write_status(kind, job, old_status, status)
 
-    def _kubeflow_progress(self, kind: JobKind, job: Object, roles: list[Role], counts: dict[str, dict[str, int]],
+    def _kubeflow_progress(self, kind: SimKind, job: Object, roles: list[Role], counts: dict[str, dict[str, int]],
                            set_condition: Any, status: Object, now: str) -> None:
         """Running, Succeeded or Failed from the replica counts, as the operator decides them."""
         meta = job["metadata"]
@@ -464,13 +455,13 @@ class SimOperator:
             set_condition(c.KUBEFLOW_CONDITION_RUNNING, c.CONDITION_TRUE, c.KUBEFLOW_REASON_RUNNING,
                           f"{kind.kind} {where} is running.")
 
-    def _selector(self, kind: JobKind, name: str, role: Role) -> Object:
+    def _selector(self, kind: SimKind, name: str, role: Role) -> Object:
         labels = {c.LABEL_JOB_NAME: name, c.LABEL_OPERATOR_NAME: operator_name(kind),
                   c.LABEL_REPLICA_TYPE: role.name.lower()}
         text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         return {"labelSelector": {"matchLabels": labels}, "selector": text}
 
-    async def _reconcile_kubeflow_pods(self, item: Item, kind: JobKind, job: Object, replicas: list[Replica],
+    async def _reconcile_kubeflow_pods(self, item: Item, kind: SimKind, job: Object, replicas: list[Replica],
                                        pods: list[Object]) -> None:
         """The operator's pods: create the missing, delete those it no longer wants; then the
         Services of the pods it wants (ReconcilePods, then ReconcileServices)."""
@@ -486,7 +477,7 @@ class SimOperator:
                                         [replica.created for replica in missing])
         await self._reconcile_services(item, kind, job, replicas)
 
-    def _kubeflow_pod(self, kind: JobKind, job: Object, replica: Replica, gang_size: int) -> Object:
+    def _kubeflow_pod(self, kind: SimKind, job: Object, replica: Replica, gang_size: int) -> Object:
         pod = self._pod_from_template(job, replica.template, replica.labels, {}, gang_size, kind)
         pod["metadata"]["name"] = replica.name
         if replica.template_restart_policy:
@@ -494,7 +485,7 @@ class SimOperator:
                         TEMPLATE_RESTART_POLICY_MESSAGE)
         return pod
 
-    async def _reconcile_services(self, item: Item, kind: JobKind, job: Object, replicas: list[Replica]) -> None:
+    async def _reconcile_services(self, item: Item, kind: SimKind, job: Object, replicas: list[Replica]) -> None:
         """A headless Service per replica that has one: the missing are created, those of no
         wanted replica deleted."""
         if self.services is None:
@@ -535,7 +526,7 @@ class SimOperator:
             return
         self._event(job, c.EventType.NORMAL, c.EVENT_SUCCESSFUL_DELETE_SERVICE, f"Deleted service: {name}")
 
-    async def _clean_finished(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+    async def _clean_finished(self, item: Item, kind: SimKind, job: Object, pods: list[Object]) -> None:
         """runPolicy.cleanPodPolicy: None (the default) keeps every pod; Running removes those
         still running or pending; All removes all."""
         run_policy = (job.get("spec") or {}).get("runPolicy") or {}
@@ -548,7 +539,7 @@ class SimOperator:
             doomed = []
         await self._delete_pods_and_services(item, kind, job, [p for p in doomed if not is_deleting(p)])
 
-    async def _delete_pods_and_services(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+    async def _delete_pods_and_services(self, item: Item, kind: SimKind, job: Object, pods: list[Object]) -> None:
         """Each pod, and the Service of its name (the operator's DeletePodsAndServices)."""
         await self._delete_pods(kind, job, pods)
         have = {key.partition("/")[2] for key in self._services_of.get(item, ())} | set(
@@ -558,7 +549,7 @@ class SimOperator:
 
     # --- KubeRay's RayJobs -------------------------------------------------------------
 
-    async def _sync_ray(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+    async def _sync_ray(self, item: Item, kind: SimKind, job: Object, pods: list[Object]) -> None:
         meta = job["metadata"]
         spec = job.get("spec") or {}
         status: Object = copy.deepcopy(job.get("status") or {})
@@ -623,7 +614,7 @@ class SimOperator:
                             f"Submitted the job of RayJob {meta['name']} to its Ray cluster {cluster}")
         await self._write_status(kind, job, old_status, status)
 
-    async def _reconcile_ray_pods(self, item: Item, kind: JobKind, job: Object, roles: list[Role], cluster: str,
+    async def _reconcile_ray_pods(self, item: Item, kind: SimKind, job: Object, roles: list[Role], cluster: str,
                                   live: list[Object]) -> None:
         """The head pod and each worker group's pods: missing ones created, extra ones deleted."""
         if self._creations_in_flight(item):
@@ -653,7 +644,7 @@ class SimOperator:
 
     # --- batch Jobs -------------------------------------------------------------------
 
-    async def _sync_batch(self, item: Item, kind: JobKind, job: Object, pods: list[Object]) -> None:
+    async def _sync_batch(self, item: Item, kind: SimKind, job: Object, pods: list[Object]) -> None:
         meta = job["metadata"]
         spec = job.get("spec") or {}
         status: Object = copy.deepcopy(job.get("status") or {})
@@ -720,7 +711,7 @@ class SimOperator:
             status.pop("conditions")
         await self._write_status(kind, job, old_status, status)
 
-    async def _scale_batch(self, item: Item, kind: JobKind, job: Object, active: list[Object],
+    async def _scale_batch(self, item: Item, kind: SimKind, job: Object, active: list[Object],
                            want: int) -> list[Object]:
         if len(active) > want:
             extra = sorted(active, key=lambda p: pod_phase(p) == c.POD_RUNNING)[: len(active) - want]
@@ -739,7 +730,7 @@ class SimOperator:
     # --- pods -------------------------------------------------------------------------
 
     def _pod_from_template(self, job: Object, template: Mapping[str, Any], labels: dict[str, str],
-                           annotations: dict[str, str], gang_size: int | None, kind: JobKind) -> Object:
+                           annotations: dict[str, str], gang_size: int | None, kind: SimKind) -> Object:
         """`gang_size`: the job's pods are one Koordinator gang of that size (None: no gang; a
         batch Job's pods are placed one by one, as kube-scheduler places them)."""
         meta = job["metadata"]
@@ -763,12 +754,12 @@ class SimOperator:
         }
 
     @staticmethod
-    def _owner(kind: JobKind, job: Object) -> Object:
+    def _owner(kind: SimKind, job: Object) -> Object:
         meta = job["metadata"]
         return {"apiVersion": kind.resource.api_version, "kind": kind.kind, "name": meta["name"],
                 "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
-    async def _create_pods(self, item: Item, kind: JobKind, job: Object, bodies: list[Object],
+    async def _create_pods(self, item: Item, kind: SimKind, job: Object, bodies: list[Object],
                            created: list[tuple[str, str]] | None = None) -> None:
         """`created`: the event (reason, message) of each body once created; by default the
         kind's controller's "Created pod: <name>"."""
@@ -788,7 +779,7 @@ class SimOperator:
         if failures:
             raise failures[0]
 
-    async def _create_pod(self, kind: JobKind, job: Object, body: Object, event: tuple[str, str] | None) -> bool:
+    async def _create_pod(self, kind: SimKind, job: Object, body: Object, event: tuple[str, str] | None) -> bool:
         """True if created; False when a pod of that name is already there."""
         try:
             pod = await self.client.create(PODS, body, namespace=job["metadata"]["namespace"])
@@ -799,7 +790,7 @@ class SimOperator:
         self._event(job, c.EventType.NORMAL, reason, message)
         return True
 
-    async def _delete_pods(self, kind: JobKind, job: Object, pods: list[Object]) -> None:
+    async def _delete_pods(self, kind: SimKind, job: Object, pods: list[Object]) -> None:
         async def delete(pod: Object) -> None:
             meta = pod["metadata"]
             try:
@@ -815,7 +806,7 @@ class SimOperator:
         if failures:
             raise failures[0]
 
-    async def _write_status(self, kind: JobKind, job: Object, old: Object, new: Object) -> None:
+    async def _write_status(self, kind: SimKind, job: Object, old: Object, new: Object) -> None:
         if new == old:
             return
         meta = job["metadata"]
@@ -837,11 +828,11 @@ class SimOperator:
             self.background.spawn(recorder.record(job, event_type, reason, message))
 
 
-def operator_name(kind: JobKind) -> str:
+def operator_name(kind: SimKind) -> str:
     return f"{kind.kind.lower()}{c.OPERATOR_NAME_SUFFIX}"
 
 
-def event_source(kind: JobKind) -> str:
+def event_source(kind: SimKind) -> str:
     """The component named on a kind's events: the training operator's per-kind controllers,
     KubeRay's rayjob-controller, or kube-controller-manager's job-controller."""
     if kind.ray:

@@ -504,7 +504,8 @@ def cri_line(text: str, stream: str = "stdout") -> str:
 def install_crds(cluster: RealCluster) -> None:
     """Our CRDs (ElasticQuota, Queue, QueueUnit, and RayJob's, which no operator here installs)
     and the namespace of our Queues; the training operator brought its own."""
-    from koordqueue.api.crds import operator_crds, our_crds
+    from koordqueue.api.crds import our_crds
+    from koordqueue.manifests import operator_crds
 
     for crd in our_crds() + [d for d in operator_crds() if d["spec"]["group"] != c.KUBEFLOW_GROUP]:
         cluster.apply(crd)

@@ -1,0 +1,97 @@
+"""The layering of src/koordqueue, as a contract the imports are checked against.
+
+Every import counts, wherever it is written (inside a function, under TYPE_CHECKING):
+a lazy import is still a dependency. A part is a package (``engine``) or a top-level
+module (``up``) of koordqueue.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).parents[1] / "src" / "koordqueue"
+
+ENGINE_MAY_IMPORT = {"engine", "api"}  # the functional core: the API's strings and types, nothing of a shell
+API_MAY_IMPORT = {"api"}  # the bottom layer: strings, quantities, typed views of our objects, CRD schemas
+# The embedded control plane is started by `koord-queue up` only (cli.py starts `up`, it
+# does not import localcluster itself); the product never reaches for it otherwise.
+LOCALCLUSTER_IMPORTED_BY = {"localcluster", "up"}
+
+
+def part_of(module: str) -> str | None:
+    """The part of koordqueue a dotted module name is in (None: not ours)."""
+    names = module.split(".")
+    return names[1] if names[0] == "koordqueue" and len(names) > 1 else None
+
+
+def imports(source: str, module: str) -> Iterator[str]:
+    """The dotted names of what the source of ``module`` imports (relative imports resolved)."""
+    package = module.split(".")[:-1]  # what a relative import starts from (of __init__ too: its package)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            yield ".".join([*base, *([node.module] if node.module else [])])
+
+
+def module_name(path: Path) -> str:
+    return ".".join(("koordqueue", *path.relative_to(SRC).with_suffix("").parts))
+
+
+def edges() -> set[tuple[str, str, str]]:
+    """(importing part, imported part, importing file) for every import of one part by another."""
+    out = set()
+    for path in SRC.rglob("*.py"):
+        module = module_name(path)
+        source_part = part_of(module)
+        for imported in imports(path.read_text(), module):
+            target = part_of(imported)
+            if source_part is not None and target is not None and target != source_part:
+                out.add((source_part, target, str(path.relative_to(SRC))))
+    return out
+
+
+EDGES = edges()
+
+
+def test_the_engine_imports_nothing_of_a_shell() -> None:
+    wrong = sorted((f, t) for s, t, f in EDGES if s == "engine" and t not in ENGINE_MAY_IMPORT)
+    assert wrong == [], "the engine is pure: no kube, controller, localcluster, sim, jobs..."
+
+
+def test_api_imports_nothing_above_it() -> None:
+    """engine imports api; api importing engine (or jobs, which imports both) would make a circle."""
+    wrong = sorted((f, t) for s, t, f in EDGES if s == "api" and t not in API_MAY_IMPORT)
+    assert wrong == []
+    assert ("engine", "api") in {(s, t) for s, t, _ in EDGES}  # the direction that is allowed is seen
+
+
+def test_only_up_starts_the_embedded_control_plane() -> None:
+    wrong = sorted((s, f) for s, t, f in EDGES if t == "localcluster" and s not in LOCALCLUSTER_IMPORTED_BY)
+    assert wrong == []
+    assert ("up", "localcluster") in {(s, t) for s, t, _ in EDGES}
+
+
+@pytest.mark.parametrize(
+    ("source", "module", "expected"),
+    [
+        ("import koordqueue.kube.client", "koordqueue.engine.core", ["koordqueue.kube.client"]),
+        ("from koordqueue.api import constants as c", "koordqueue.engine.core", ["koordqueue.api"]),
+        ("def f():\n    from koordqueue.sim import x", "koordqueue.engine.core", ["koordqueue.sim"]),
+        ("from .trace import NodeGroup", "koordqueue.sim.nodes", ["koordqueue.sim.trace"]),
+        ("from ..kube import client", "koordqueue.engine.core", ["koordqueue.kube"]),
+        ("from . import model", "koordqueue.engine.__init__", ["koordqueue.engine"]),
+    ],
+)
+def test_the_walker_sees_every_kind_of_import(source: str, module: str, expected: list[str]) -> None:
+    assert list(imports(source, module)) == expected
+
+
+def test_a_forbidden_import_would_be_caught() -> None:
+    found = {part_of(name) for name in imports("from ..localcluster.server import APIServer", "koordqueue.engine.x")}
+    assert found == {"localcluster"} and not found <= ENGINE_MAY_IMPORT

@@ -38,7 +38,7 @@ from koordqueue.engine.model import (
     UnitInfo,
 )
 from koordqueue.engine.pending import Entry, PendingQueue, Shape, shape_of
-from koordqueue.engine.placement import NodeRoom, Unplaced
+from koordqueue.engine.placement import CheckKey, NodeRoom, Unplaced, check_key
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
 from koordqueue.engine.tenancy import Directory, build_directory, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
@@ -172,7 +172,9 @@ class Engine:
         self._reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
         self._scans: dict[str, _Scan] = {}
         self._room = NodeRoom(config.topology_levels)
-        self._node_waiters: set[str] = set()  # queues whose units wait for room on the nodes
+        # Queues whose units wait for room on the nodes, with the checks that failed for them.
+        self._node_waiters: dict[str, set[CheckKey]] = {}
+        self._room_grew = False  # since the waiters were last looked at
 
     # --- inputs -------------------------------------------------------------------
     def set_quota(self, quota: QuotaInfo) -> None:
@@ -233,21 +235,21 @@ class Engine:
     def set_node(self, node: NodeInfo) -> None:
         """A node, new or changed: where units' pods may go (node fit, topology)."""
         if self._room.set_node(node):
-            self._wake_nodes()
+            self._wake_nodes(everyone=True)
 
     def remove_node(self, name: str) -> None:
         if self._room.remove_node(name):
-            self._wake_nodes()
+            self._wake_nodes(everyone=True)
 
     def set_node_usage(self, node: str, used: ResourceList) -> None:
         """What the pods bound to ``node`` request (every pod, of units or not)."""
         if self._room.set_usage(node, used):
-            self._wake_nodes()
+            self._room_grew = True
 
     def set_unit_pods(self, key: str, pods: dict[tuple[str, str], int]) -> None:
         """The unit's pods bound to nodes: (pod set, node) -> how many."""
         if self._room.set_pods(key, pods):
-            self._wake_nodes()
+            self._room_grew = True
 
     def node_free(self, node: str) -> ResourceList:
         """The room left on ``node`` as placement sees it."""
@@ -371,10 +373,12 @@ class Engine:
             heapq.heappop(heads)
             placement: Placement | None = None
             unplaced: Unplaced | None = None
+            waits: CheckKey | None = None  # the failed check whose room it waits for
             if misfit is None and self._places(state, info):
                 found = self._room.place(info.pod_sets)
                 if isinstance(found, Unplaced):
                     unplaced = found
+                    waits = check_key(info.pod_sets)
                 else:
                     placement = found
             admit = misfit is None and unplaced is None
@@ -382,8 +386,9 @@ class Engine:
             if not admit and info.pod_sets and any(ps.elastic for ps in info.pod_sets):
                 placement, least = self._in_part(record, state)
                 admit = placement is not None
-                if not admit and self._places(state, info):
-                    self._node_waiters.add(state.key)
+                if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
+                    elastic = next(ps for ps in info.pod_sets if ps.elastic)
+                    waits = check_key(info.pod_sets, {elastic.name: elastic.min_count or 0})
             if not admit and misfit is not None:
                 admit, placement = self._preempt_for(record, state, misfit, now, result)
                 if not admit and least is not None:  # it waits for room for its least, not its most
@@ -397,7 +402,8 @@ class Engine:
                 return True
             # Same request, same or lower priority: the rest of this stream waits too.
             if unplaced is not None:
-                told = self._note_unplaced(record, state, unplaced)
+                assert waits is not None
+                told = self._note_unplaced(record, state, unplaced, waits)
             else:
                 assert misfit is not None
                 told = self._note_misfit(record, state, misfit, now)
@@ -424,6 +430,7 @@ class Engine:
         state.rescan = False
         state.reclaims = False
         state.woken = []
+        self._node_waiters.pop(state.key, None)  # its scan finds what it waits for anew
         scan = _Scan(state.pending.heads(), old, rounds)
         self._scans[state.key] = scan
         return scan
@@ -758,7 +765,9 @@ class Engine:
         info = record.info
         if sign < 0:
             if room.release(record.key):
-                self._wake_nodes()
+                self._room_grew = True
+                if self._heap is not None:  # victims' room, within the cycle
+                    self._wake_nodes()
             return
         if not room:
             return
@@ -809,25 +818,35 @@ class Engine:
                 high = middle - 1
         return best, None
 
-    def _note_unplaced(self, record: _Unit, state: _Queue, unplaced: Unplaced) -> bool:
-        """Say why the unit's pods have no nodes, and wait for room on them. Return whether
-        it waits for another reason than before (see ``_note_misfit``)."""
+    def _note_unplaced(self, record: _Unit, state: _Queue, unplaced: Unplaced, waits: CheckKey) -> bool:
+        """Say why the unit's pods have no nodes, and wait for room on them that the check
+        ``waits`` could use. Return whether it waits for another reason than before (see
+        ``_note_misfit``)."""
         key: tuple[object, ...] = ("nodes", unplaced)
         reason = record.reason
         told = reason is None or reason[0][0] != "nodes" or _kind(reason[0][1]) != _kind(unplaced)
         if reason is None or reason[0] != key:
             reason = record.reason = (key, messages.unplaced(state.leaf, unplaced))
         self._say(record, reason[1])
-        self._node_waiters.add(state.key)
+        self._node_waiters.setdefault(state.key, set()).add(waits)
         return told
 
-    def _wake_nodes(self) -> None:
-        """Room grew on the nodes: scan again the queues whose units waited for it."""
-        waiters, self._node_waiters = self._node_waiters, set()
-        for key in sorted(waiters):
+    def _wake_nodes(self, everyone: bool = False) -> None:
+        """Room grew on the nodes: scan again the queues waiting for it, those of whose
+        failed checks one may pass now (room grew on a node that takes one of its pods);
+        ``everyone``: nodes came, went or changed, all of them."""
+        self._room_grew = False
+        still: dict[str, set[CheckKey]] = {}
+        for key in sorted(self._node_waiters):
+            checks = self._node_waiters[key]
             state = self._qs.get(key)
-            if state is not None:
+            if state is None:
+                continue
+            if everyone or any(self._room.failing(check) is None for check in checks):
                 self._touch(state)
+            else:
+                still[key] = checks
+        self._node_waiters = still
 
     def _wake_node(self, node: QuotaNode, exclude: str | None = None) -> None:
         """Scan again the queues waiting at ``node`` that might fit in its room now."""
@@ -919,6 +938,8 @@ class Engine:
         if self._rebuild_needed:
             self._rebuild()
         self._room.sync()
+        if self._room_grew:
+            self._wake_nodes()
         for node in self._tree.refresh():
             self._check_borrowing(node)
             for state in self._leaf_queues.get(node, ()):

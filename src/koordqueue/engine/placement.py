@@ -14,6 +14,11 @@ kept for big pods). Pod sets that ask for the same topology level go together in
 domain of it, the tightest that holds them all (the fewest of their pods would fit there);
 a preferred level falls back to the levels above it, then to anywhere. Arrays over the
 nodes keep a check in tens of microseconds on a thousand nodes.
+
+A check that failed stays failed until room grows on a node that can take a pod of one of
+its pod sets (a node where none fits adds nothing to any count a check looks at); the
+failure is kept (``failing``) and answered again without a check until then. Room only
+shrinking never makes a failed check pass, as the scans already assume for quotas.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ Matrix = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 Shape = tuple[tuple[str, int], ...]
 Chain = tuple[tuple[str, str], ...]  # a domain: the labels that pin it, widest level first
+Pair = tuple[Shape, object]  # one pod's request and the rules for the nodes it may go to
+CheckKey = tuple[object, ...]  # what a check depends on besides the room: pod sets, counts
 ONE_POD = 1000  # a pod takes one of a node's ``pods`` (in milli-units)
 MANY = 1 << 40  # pods that fit on a node when they ask for nothing the node counts
 DOMAINS_COUNTED = 3  # of the domains that come closest to holding a gang, those counted exactly
@@ -98,6 +105,15 @@ class NodeRoom:
         self._vectors: dict[Shape, tuple[Vector, list[int], str | None]] = {}
         self._masks: dict[object, Mask] = {}
         self._domains: dict[str, tuple[npt.NDArray[np.intp], list[Chain]]] = {}
+        self._sizes: dict[Shape, float] = {}
+        # Room that grew: an epoch counts growths; per node, the last epoch it grew at.
+        self._epoch = 0
+        self._grown: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        # Per pod and its rules: (the epoch growth was looked at up to, the last epoch a
+        # node where one such pod fits grew at or before).
+        self._relevant: dict[Pair, tuple[int, int]] = {}
+        # Failed checks: key -> (the epoch they failed at, the pairs they wait for, why).
+        self._failed: dict[CheckKey, tuple[int, tuple[Pair, ...], Unplaced]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._infos)
@@ -129,8 +145,12 @@ class NodeRoom:
         if self._stale or node not in self._index:
             return True
         change = self._vector(old) - self._vector(used)
-        self._free[self._index[node]] += change
-        return bool((change > 0).any())
+        index = self._index[node]
+        self._free[index] += change
+        if (change > 0).any():
+            self._grew(index)
+            return True
+        return False
 
     def track(self, unit: str, pod_sets: Sequence[PodSetInfo]) -> None:
         """The pod sets of a unit the engine knows: for the room its pods take or give back."""
@@ -183,6 +203,11 @@ class NodeRoom:
         self._vectors = {}
         self._masks = {}
         self._domains = {}
+        self._sizes = {}
+        self._relevant = {}
+        self._failed = {}
+        self._epoch += 1
+        self._grown = np.full(len(self.names), self._epoch, dtype=np.int64)
         self._alloc = np.zeros((len(self.names), len(columns)), dtype=np.int64)
         for i, name in enumerate(self.names):
             self._alloc[i] = self._vector(self._infos[name].allocatable)
@@ -207,8 +232,60 @@ class NodeRoom:
         released: Iterable[str] = (),
     ) -> Placement | Unplaced:
         """Nodes for every pod of ``pod_sets`` (``counts`` of them, where given), or why not.
-        ``released``: units whose room counts as given back (victims about to be preempted)."""
+        ``released``: units whose room counts as given back (victims about to be preempted).
+        A check that failed is answered from ``failing`` until room it could use grows."""
         self.sync()
+        released = tuple(released)
+        key = None
+        if not released:
+            key = check_key(pod_sets, counts)
+            known = self.failing(key)
+            if known is not None:
+                return known
+        found = self._place(pod_sets, counts, released)
+        if key is not None and isinstance(found, Unplaced):
+            pairs = tuple({(_shape(ps.request), _mask_key(ps)): None for ps in pod_sets
+                           if (counts.get(ps.name, ps.count) if counts else ps.count) > 0})
+            for pair in pairs:
+                if pair not in self._relevant:  # room that grew before now is in this check already
+                    self._relevant[pair] = (self._epoch, 0)
+            self._failed[key] = (self._epoch, pairs, found)
+        return found
+
+    def failing(self, key: CheckKey) -> Unplaced | None:
+        """Why the check of ``key`` failed, while no room it could use grew since (None:
+        it did not fail, or it may pass now)."""
+        self.sync()
+        known = self._failed.get(key)
+        if known is None:
+            return None
+        epoch, pairs, unplaced = known
+        for pair in pairs:
+            if self._last_growth(pair) > epoch:
+                del self._failed[key]
+                return None
+        return unplaced
+
+    def _last_growth(self, pair: Pair) -> int:
+        """The last epoch room grew at on a node that can take one pod of ``pair``."""
+        checked, last = self._relevant.get(pair, (0, self._epoch))
+        if checked < self._epoch:
+            grown = self._grown
+            index = np.flatnonzero(grown > checked)
+            if len(index):
+                vector, cols, missing = self._pod_vector(dict(pair[0]))
+                if missing is None:
+                    mask = self._masks.get(pair[1])
+                    use = index if mask is None else index[mask[index]]
+                    if len(use):
+                        k = self._fits(self._free[use], vector, cols)
+                        if (k > 0).any():
+                            last = max(last, int(grown[use][k > 0].max()))
+            self._relevant[pair] = (self._epoch, last)
+        return last
+
+    def _place(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None,
+               released: tuple[str, ...]) -> Placement | Unplaced:
         free = self._free
         extra = [self._release_change(unit) for unit in released]
         if any(extra):
@@ -445,9 +522,13 @@ class NodeRoom:
 
     def _size(self, request: ResourceList) -> float:
         """A pod's size: the largest share of a node's allocatable it asks for."""
-        vector, cols, _ = self._pod_vector(request)
-        biggest = self._alloc.max(axis=0) if len(self._alloc) else vector
-        return max((int(vector[c]) / max(int(biggest[c]), 1) for c in cols), default=0.0)
+        shape = _shape(request)
+        known = self._sizes.get(shape)
+        if known is None:
+            vector, cols, _ = self._pod_vector(request)
+            biggest = self._alloc.max(axis=0) if len(self._alloc) else vector
+            known = self._sizes[shape] = max((int(vector[c]) / max(int(biggest[c]), 1) for c in cols), default=0.0)
+        return known
 
     @staticmethod
     def _fits(free: Matrix, vector: Vector, cols: list[int]) -> npt.NDArray[np.int64]:
@@ -459,7 +540,7 @@ class NodeRoom:
 
     def _mask(self, ps: PodSetInfo) -> Mask:
         """The nodes the pods of ``ps`` may go to (selector, affinity, taints)."""
-        key = (ps.node_selector, ps.affinity, ps.tolerations)
+        key = _mask_key(ps)
         mask = self._masks.get(key)
         if mask is None:
             mask = self._masks[key] = np.array(
@@ -493,16 +574,24 @@ class NodeRoom:
             return True
         old = self._applied.pop(unit, {})
         new = self._contribution(unit, unit in self._plans)
-        grew = False
+        grew: set[int] = set()
         for index, vector in old.items():
             self._free[index] -= vector
-            grew = grew or bool((vector < 0).any())
+            if (vector < 0).any():
+                grew.add(index)
         for index, vector in new.items():
             self._free[index] += vector
-            grew = grew or bool((vector > 0).any())
+            if (vector > 0).any():
+                grew.add(index)
+        for index in grew:
+            self._grew(index)
         if new:
             self._applied[unit] = new
-        return grew
+        return bool(grew)
+
+    def _grew(self, index: int) -> None:
+        self._epoch += 1
+        self._grown[index] = self._epoch
 
     def _release_change(self, unit: str) -> dict[int, Vector]:
         """How the room would change if ``unit`` were released now."""
@@ -569,6 +658,16 @@ def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
     out = [(int(order[i]), int(ordered[i])) for i in range(p)]
     out.append((int(order[last]), rest))
     return out
+
+
+def check_key(pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> CheckKey:
+    """What a check of ``pod_sets`` depends on besides the room: units alike check alike."""
+    return (tuple((ps.name, ps.count, _shape(ps.request), _mask_key(ps), ps.topology) for ps in pod_sets),
+            tuple(sorted(counts.items())) if counts else ())
+
+
+def _mask_key(ps: PodSetInfo) -> object:
+    return (ps.node_selector, ps.affinity, ps.tolerations)
 
 
 def _shape(request: ResourceList) -> Shape:

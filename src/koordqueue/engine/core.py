@@ -116,6 +116,11 @@ class _Scan:
     restart: bool = False
     done: bool = False
     borrows: bool = False  # its next unit would borrow: it waits for the turns of those that do not
+    # Units placed on nodes: per request and priority, the text of a unit that did not fit
+    # its quota and could not preempt for it. Streams split by pod rules share a request:
+    # the later heads of it would not fit either (room only shrinks within a scan), and
+    # wait as the units behind one stream would (see ``_step``).
+    misfits: dict[tuple[Shape, int], str] = field(default_factory=dict)
 
 
 _Held = dict[tuple[str, int, bool], int]
@@ -364,6 +369,12 @@ class Engine:
             entry, shape = heads[0]
             record = self._units[entry[4]]
             info = record.info
+            if info.pod_sets and scan.misfits:
+                text = scan.misfits.get((shape[:-1], info.priority))
+                if text is not None and not any(ps.elastic for ps in info.pod_sets):
+                    heapq.heappop(heads)
+                    self._say(record, text)
+                    continue
             misfit = first_misfit(leaf, info.request, info.priority)
             if misfit is None and not scan.borrows and borrowing(leaf, info.request):
                 # As in Kueue: admissions within runtime shares come first in a cycle, so
@@ -389,8 +400,9 @@ class Engine:
                 if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
                     elastic = next(ps for ps in info.pod_sets if ps.elastic)
                     waits = check_key(info.pod_sets, {elastic.name: elastic.min_count or 0})
+            by_quota = False  # it fits neither its quota nor by preemption, whatever its pods
             if not admit and misfit is not None:
-                admit, placement = self._preempt_for(record, state, misfit, now, result)
+                admit, placement, by_quota = self._preempt_for(record, state, misfit, now, result)
                 if not admit and least is not None:  # it waits for room for its least, not its most
                     misfit, unplaced = (least, None) if isinstance(least, Misfit) else (None, least)
             if admit:
@@ -407,6 +419,8 @@ class Engine:
             else:
                 assert misfit is not None
                 told = self._note_misfit(record, state, misfit, now)
+                if by_quota and info.pod_sets and least is None:
+                    scan.misfits[shape[:-1], info.priority] = record.message
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -508,22 +522,23 @@ class Engine:
 
     def _preempt_for(
         self, record: _Unit, state: _Queue, misfit: Misfit, now: float, result: CycleResult
-    ) -> tuple[bool, Placement | None]:
-        """Make room for ``record`` by reclaim or priority preemption: whether it did, and
-        where its pods go (when they are placed), in the room its victims give back."""
+    ) -> tuple[bool, Placement | None, bool]:
+        """Make room for ``record`` by reclaim or priority preemption: whether it did,
+        where its pods go (when they are placed), in the room its victims give back, and
+        whether its request and priority alone kept it from doing so (not its pods)."""
         if misfit.never or misfit.by_hold:
-            return False, None
+            return False, None, True
         leaf = state.leaf
         info = record.info
         reclaim = self._config.reclaim and not borrowing(leaf, info.request)
         if not reclaim and not state.info.preemption:
-            return False, None
+            return False, None, True
         top, names = binding(leaf, info.request)
         if top is None:
-            return False, None
+            return False, None, True
         reclaim = reclaim and top is not leaf and all(name in leaf.runtime for name in names)
         if not reclaim and not state.info.preemption:
-            return False, None
+            return False, None, True
         state.reclaims = state.reclaims or reclaim
         protect = self._config.protect_seconds
         candidates: list[Candidate] = []
@@ -546,14 +561,14 @@ class Engine:
         if chosen is None:
             if free_at < math.inf:
                 self._retry_later(state, free_at)
-            return False, None
+            return False, None, True
         placement = None
         if self._places(state, info):
             # Preemption makes room in quotas, not on nodes: only when the victims' room on
             # the nodes is enough for its pods too.
             placed = self._room.place(info.pod_sets, released=[c.key for c in chosen])
             if isinstance(placed, Unplaced):
-                return False, None
+                return False, None, False
             placement = placed
         reasons = [self._preemption_reason(c, record, leaf, names) for c in chosen]
         for candidate, reason in zip(chosen, reasons, strict=True):
@@ -561,7 +576,7 @@ class Engine:
             result.preempted.append(
                 Preemption(candidate.key, candidate.node.name, record.key, reason, requeue_at)
             )
-        return True, placement
+        return True, placement, False
 
     def _reclaim_candidates(
         self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str], now: float

@@ -116,11 +116,11 @@ class _Scan:
     restart: bool = False
     done: bool = False
     borrows: bool = False  # its next unit would borrow: it waits for the turns of those that do not
-    # Units placed on nodes: per request and priority, the text of a unit that did not fit
-    # its quota and could not preempt for it. Streams split by pod rules share a request:
-    # the later heads of it would not fit either (room only shrinks within a scan), and
-    # wait as the units behind one stream would (see ``_step``).
-    misfits: dict[tuple[Shape, int], str] = field(default_factory=dict)
+    # Units placed on nodes: per request, the priority and the text of a unit that did not
+    # fit its quota and could not preempt for it. Streams split by pod rules share requests:
+    # their later heads of the same or lower priority would not fit either (room only
+    # shrinks within a scan), and wait as the units behind one stream do (see ``_step``).
+    misfits: dict[Shape, tuple[int, str]] = field(default_factory=dict)
 
 
 _Held = dict[tuple[str, int, bool], int]
@@ -370,10 +370,10 @@ class Engine:
             record = self._units[entry[4]]
             info = record.info
             if info.pod_sets and scan.misfits:
-                text = scan.misfits.get((shape[:-1], info.priority))
-                if text is not None and not any(ps.elastic for ps in info.pod_sets):
+                known = scan.misfits.get(shape[:-1])
+                if known is not None and info.priority <= known[0] and not any(ps.elastic for ps in info.pod_sets):
                     heapq.heappop(heads)
-                    self._say(record, text)
+                    self._say(record, known[1])
                     continue
             misfit = first_misfit(leaf, info.request, info.priority)
             if misfit is None and not scan.borrows and borrowing(leaf, info.request):
@@ -420,7 +420,7 @@ class Engine:
                 assert misfit is not None
                 told = self._note_misfit(record, state, misfit, now)
                 if by_quota and info.pod_sets and least is None:
-                    scan.misfits[shape[:-1], info.priority] = record.message
+                    scan.misfits.setdefault(shape[:-1], (info.priority, record.message))
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key

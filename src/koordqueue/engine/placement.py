@@ -15,10 +15,12 @@ domain of it, the tightest that holds them all (the fewest of their pods would f
 a preferred level falls back to the levels above it, then to anywhere. Arrays over the
 nodes keep a check in tens of microseconds on a thousand nodes.
 
-A check that failed stays failed until room grows on a node that can take a pod of one of
-its pod sets (a node where none fits adds nothing to any count a check looks at); the
-failure is kept (``failing``) and answered again without a check until then. Room only
-shrinking never makes a failed check pass, as the scans already assume for quotas.
+A check that failed stays failed until room grows on nodes that can take pods of it: as
+many of them as it lacked (a node adds to the counts a check looks at only the pods it
+takes). The failure is kept (``failing``) and answered without a check until then; room
+only shrinking never makes a failed check pass, as the scans already assume for quotas.
+Growth is the room on a node against what it was when last looked at, so that a pod that
+is planned and then bound there (room taken twice, given back once) is no growth.
 """
 
 from __future__ import annotations
@@ -77,6 +79,17 @@ class Unplaced:
 
 
 @dataclass(slots=True)
+class _Failure:
+    """A check that failed, and what room would have to grow for it to pass."""
+
+    epoch: int  # it failed after the growths up to this one
+    unplaced: Unplaced
+    pairs: tuple[Pair, ...]  # its pods and their rules
+    lacks: int  # with one pair: how many of its pods the nodes (its best domain) lacked; else 1
+    checked: int  # the epoch it was last found failing at
+
+
+@dataclass(slots=True)
 class _Group:
     """Pod sets placed together: those asking for one topology level, or (``level`` None) the rest."""
 
@@ -106,14 +119,18 @@ class NodeRoom:
         self._masks: dict[object, Mask] = {}
         self._domains: dict[str, tuple[npt.NDArray[np.intp], list[Chain]]] = {}
         self._sizes: dict[Shape, float] = {}
-        # Room that grew: an epoch counts growths; per node, the last epoch it grew at.
+        # Room that grew: an epoch counts growths; per node, the last epoch it grew at, and
+        # the room it had when last looked at; the nodes whose room changed since.
         self._epoch = 0
         self._grown: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._seen: Matrix = np.zeros((0, 0), dtype=np.int64)
+        self._touched: set[int] = set()
         # Per pod and its rules: (the epoch growth was looked at up to, the last epoch a
         # node where one such pod fits grew at or before).
         self._relevant: dict[Pair, tuple[int, int]] = {}
-        # Failed checks: key -> (the epoch they failed at, the pairs they wait for, why).
-        self._failed: dict[CheckKey, tuple[int, tuple[Pair, ...], Unplaced]] = {}
+        self._taken: dict[tuple[Pair, int], int] = {}  # (pair, since) -> pods the nodes grown since take
+        self._taken_at = 0  # the epoch ``_taken`` holds for
+        self._failed: dict[CheckKey, _Failure] = {}
 
     def __bool__(self) -> bool:
         return bool(self._infos)
@@ -147,10 +164,8 @@ class NodeRoom:
         change = self._vector(old) - self._vector(used)
         index = self._index[node]
         self._free[index] += change
-        if (change > 0).any():
-            self._grew(index)
-            return True
-        return False
+        self._touched.add(index)
+        return bool((change > 0).any())
 
     def track(self, unit: str, pod_sets: Sequence[PodSetInfo]) -> None:
         """The pod sets of a unit the engine knows: for the room its pods take or give back."""
@@ -205,9 +220,11 @@ class NodeRoom:
         self._domains = {}
         self._sizes = {}
         self._relevant = {}
+        self._taken = {}
         self._failed = {}
         self._epoch += 1
         self._grown = np.full(len(self.names), self._epoch, dtype=np.int64)
+        self._touched = set()
         self._alloc = np.zeros((len(self.names), len(columns)), dtype=np.int64)
         for i, name in enumerate(self.names):
             self._alloc[i] = self._vector(self._infos[name].allocatable)
@@ -218,6 +235,8 @@ class NodeRoom:
         self._applied = {}
         for unit in self._requests:
             self._refresh(unit)
+        self._seen = self._free.copy()
+        self._touched = set()
 
     def free(self, node: str) -> ResourceList:
         """The room left on ``node`` now (for reports and tests)."""
@@ -244,27 +263,86 @@ class NodeRoom:
                 return known
         found = self._place(pod_sets, counts, released)
         if key is not None and isinstance(found, Unplaced):
+            self._look()
             pairs = tuple({(_shape(ps.request), _mask_key(ps)): None for ps in pod_sets
                            if (counts.get(ps.name, ps.count) if counts else ps.count) > 0})
             for pair in pairs:
                 if pair not in self._relevant:  # room that grew before now is in this check already
                     self._relevant[pair] = (self._epoch, 0)
-            self._failed[key] = (self._epoch, pairs, found)
+            lacks = self._lacks(pod_sets, counts) if len(pairs) == 1 else 1
+            self._failed[key] = _Failure(self._epoch, found, pairs, lacks, self._epoch)
         return found
 
     def failing(self, key: CheckKey) -> Unplaced | None:
-        """Why the check of ``key`` failed, while no room it could use grew since (None:
-        it did not fail, or it may pass now)."""
+        """Why the check of ``key`` failed, while the room that grew since could not make
+        it pass (None: it did not fail, or it may pass now)."""
         self.sync()
-        known = self._failed.get(key)
-        if known is None:
+        failure = self._failed.get(key)
+        if failure is None:
             return None
-        epoch, pairs, unplaced = known
-        for pair in pairs:
-            if self._last_growth(pair) > epoch:
+        self._look()
+        if failure.checked == self._epoch:
+            return failure.unplaced
+        for pair in failure.pairs:
+            if self._last_growth(pair) > failure.epoch and (
+                    failure.lacks <= 1 or self._taken_since(pair, failure.epoch) >= failure.lacks):
                 del self._failed[key]
                 return None
-        return unplaced
+        failure.checked = self._epoch
+        return failure.unplaced
+
+    def _look(self) -> None:
+        """Mark the nodes whose room grew since it was last looked at."""
+        if not self._touched:
+            return
+        free, seen = self._free, self._seen
+        for index in self._touched:
+            if (free[index] > seen[index]).any():
+                self._epoch += 1
+                self._grown[index] = self._epoch
+            seen[index] = free[index]
+        self._touched = set()
+
+    def _lacks(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> int:
+        """How many pods of a check with one pod shape and one set of rules the nodes lack
+        (in its domain that holds the most of them, for a required level): more than that
+        must fit on nodes where room grew before it can pass. Pods alike add up, so that
+        is exact but for its topology; 1 when unsure."""
+        groups = self._groups(pod_sets, counts)
+        if len(groups) != 1:
+            return 1
+        group = groups[0]
+        ps = group.sets[0][0]
+        wanted = sum(count for _, count in group.sets)
+        vector, cols, missing = self._pod_vector(ps.request)
+        if missing is not None:
+            return MANY
+        k = self._fits(self._free, vector, cols)
+        use = self._mask(ps)
+        if group.level is not None and group.required:
+            codes, chains = self._domain_codes(group.level)
+            use = use & (codes >= 0)
+            if not len(chains) or not use.any():
+                return MANY
+            most = int(np.bincount(codes[use], weights=k[use], minlength=len(chains)).max())
+        else:
+            most = int(k[use].sum())
+        return max(wanted - most, 1)
+
+    def _taken_since(self, pair: Pair, since: int) -> int:
+        """How many pods of ``pair`` the nodes whose room grew after ``since`` take now."""
+        if self._taken_at != self._epoch:
+            self._taken = {}
+            self._taken_at = self._epoch
+        known = self._taken.get((pair, since))
+        if known is None:
+            index = np.flatnonzero(self._grown > since)
+            mask = self._masks.get(pair[1])
+            if mask is not None:
+                index = index[mask[index]]
+            vector, cols, _ = self._pod_vector(dict(pair[0]))
+            known = self._taken[pair, since] = int(self._fits(self._free[index], vector, cols).sum())
+        return known
 
     def _last_growth(self, pair: Pair) -> int:
         """The last epoch room grew at on a node that can take one pod of ``pair``."""
@@ -574,24 +652,18 @@ class NodeRoom:
             return True
         old = self._applied.pop(unit, {})
         new = self._contribution(unit, unit in self._plans)
-        grew: set[int] = set()
+        grew = False
         for index, vector in old.items():
             self._free[index] -= vector
-            if (vector < 0).any():
-                grew.add(index)
+            self._touched.add(index)
+            grew = grew or bool((vector < 0).any())
         for index, vector in new.items():
             self._free[index] += vector
-            if (vector > 0).any():
-                grew.add(index)
-        for index in grew:
-            self._grew(index)
+            self._touched.add(index)
+            grew = grew or bool((vector > 0).any())
         if new:
             self._applied[unit] = new
-        return bool(grew)
-
-    def _grew(self, index: int) -> None:
-        self._epoch += 1
-        self._grown[index] = self._epoch
+        return grew
 
     def _release_change(self, unit: str) -> dict[int, Vector]:
         """How the room would change if ``unit`` were released now."""

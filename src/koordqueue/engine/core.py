@@ -37,7 +37,7 @@ from koordqueue.engine.model import (
     Standing,
     UnitInfo,
 )
-from koordqueue.engine.pending import Entry, PendingQueue, Shape, shape_of
+from koordqueue.engine.pending import Entry, Heads, PendingQueue, Shape, shape_of
 from koordqueue.engine.placement import CheckKey, NodeRoom, Unplaced, check_key
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
 from koordqueue.engine.tenancy import Directory, build_directory, resolve
@@ -109,18 +109,13 @@ class _Queue:
 class _Scan:
     """A queue's scan within one cycle, resumed at each of its turns."""
 
-    heads: list[tuple[Entry, Shape]]
+    heads: Heads
     old_holds: dict[QuotaNode, _Held]
     rounds: int
     admitted: bool = False
     restart: bool = False
     done: bool = False
     borrows: bool = False  # its next unit would borrow: it waits for the turns of those that do not
-    # Units placed on nodes: per request, the priority and the text of a unit that did not
-    # fit its quota and could not preempt for it. Streams split by pod rules share requests:
-    # their later heads of the same or lower priority would not fit either (room only
-    # shrinks within a scan), and wait as the units behind one stream do (see ``_step``).
-    misfits: dict[Shape, tuple[int, str]] = field(default_factory=dict)
 
 
 _Held = dict[tuple[str, int, bool], int]
@@ -365,23 +360,17 @@ class Engine:
             scan = self._start_scan(state, 1 if scan is None else scan.rounds + 1)
         heads = scan.heads
         leaf = state.leaf
-        while heads:
-            entry, shape = heads[0]
+        while (head := heads.peek()) is not None:
+            entry, shape = head
             record = self._units[entry[4]]
             info = record.info
-            if info.pod_sets and scan.misfits:
-                known = scan.misfits.get(shape[:-1])
-                if known is not None and info.priority <= known[0] and not any(ps.elastic for ps in info.pod_sets):
-                    heapq.heappop(heads)
-                    self._say(record, known[1])
-                    continue
             misfit = first_misfit(leaf, info.request, info.priority)
             if misfit is None and not scan.borrows and borrowing(leaf, info.request):
                 # As in Kueue: admissions within runtime shares come first in a cycle, so
                 # that a borrower does not take what another quota is about to claim.
                 scan.borrows = True
                 return True
-            heapq.heappop(heads)
+            heads.pop()
             placement: Placement | None = None
             unplaced: Unplaced | None = None
             waits: CheckKey | None = None  # the failed check whose room it waits for
@@ -409,7 +398,7 @@ class Engine:
                 self._admit(record, state, now, result, placement)
                 following = state.pending.next_of(shape)
                 if following is not None:
-                    heapq.heappush(heads, (following, shape))
+                    heads.push(following, shape)
                 scan.admitted = True
                 return True
             # Same request, same or lower priority: the rest of this stream waits too.
@@ -419,8 +408,10 @@ class Engine:
             else:
                 assert misfit is not None
                 told = self._note_misfit(record, state, misfit, now)
-                if by_quota and info.pod_sets and least is None:
-                    scan.misfits.setdefault(shape[:-1], (info.priority, record.message))
+                if by_quota and not isinstance(least, Unplaced):
+                    # The heads of its group (the same request after it) wait as it does.
+                    for dropped in heads.drop_group(shape):
+                        self._say(self._units[dropped[4]], record.message)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key

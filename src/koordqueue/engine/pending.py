@@ -6,6 +6,12 @@ is scanned, so once the first unit of a stream does not fit, none of the later o
 (same request, same or lower priority) can: a scan merges the stream heads and drops a
 whole stream at its first misfit. A cycle therefore costs O(admissions + streams),
 not O(pending units), however long the queue.
+
+Units placed on nodes form a stream per request *and* pod rules, so one request may have
+many streams. Those of one request (and, elastic, one least request) form a *group*: a
+scan takes the heads of a group in order, and when one does not fit its quota, the rest
+of the group (same request, same or lower priority) cannot either and is dropped with it
+(``Heads``), so a scan costs about as much as with one stream per request.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ Shape = tuple[tuple[str, object], ...]
 """A request as a hashable value: sorted (resource, amount) pairs, then, for a unit whose
 pods are placed on nodes, what its pod sets ask for (units alike fit alike)."""
 POD_SETS = "\x00pod-sets"  # the key of the pod sets' part of a shape, after the resources
+LEAST = "\x00least"  # in a group of elastic streams: their least request
 
 
 def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = ()) -> Shape:
@@ -31,6 +38,85 @@ def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = ()) -> Sh
             (ps.name, ps.count, ps.min_count, tuple(sorted(ps.request.items())), ps.node_selector, ps.affinity,
              ps.tolerations, ps.topology) for ps in pod_sets)),)
     return shape
+
+
+def group_of(shape: Shape) -> Shape:
+    """The group of a stream: its request, and for elastic pod sets its least request."""
+    if not shape or shape[-1][0] != POD_SETS:
+        return shape
+    pod_sets = shape[-1][1]
+    assert isinstance(pod_sets, tuple)
+    least: dict[str, object] | None = None
+    for _, count, fewest, request, *_ in pod_sets:
+        if fewest is not None and fewest < count:
+            least = dict(shape[:-1]) if least is None else least
+            for name, amount in request:
+                left = least.get(name, 0)
+                assert isinstance(left, int)
+                least[name] = left - (count - fewest) * amount
+    if least is None:
+        return shape[:-1]
+    return (*shape[:-1], (LEAST, tuple(sorted(least.items()))))
+
+
+class Heads:
+    """The first unit of every stream, merged in admission order a group at a time (see
+    the module doc)."""
+
+    __slots__ = ("_groups", "_top")
+
+    def __init__(self, streams: dict[Shape, list[Entry]]) -> None:
+        groups: dict[Shape, list[tuple[Entry, Shape]]] = {}
+        for shape, stream in streams.items():
+            groups.setdefault(group_of(shape), []).append((stream[0], shape))
+        for items in groups.values():
+            heapq.heapify(items)
+        self._groups = groups
+        self._top = [(items[0][0], group) for group, items in groups.items()]
+        heapq.heapify(self._top)
+
+    def __bool__(self) -> bool:
+        return self.peek() is not None
+
+    def peek(self) -> tuple[Entry, Shape] | None:
+        """The next head in admission order (entries of the top heap left behind by a
+        group's change are dropped here)."""
+        top, groups = self._top, self._groups
+        while top:
+            entry, group = top[0]
+            items = groups.get(group)
+            if items and items[0][0] == entry:
+                return items[0]
+            heapq.heappop(top)
+        return None
+
+    def pop(self) -> None:
+        """Take the head ``peek`` gave."""
+        entry, group = self._top[0]
+        items = self._groups[group]
+        heapq.heappop(items)
+        if items:
+            heapq.heapreplace(self._top, (items[0][0], group))
+        else:
+            heapq.heappop(self._top)
+            del self._groups[group]
+
+    def push(self, entry: Entry, shape: Shape) -> None:
+        group = group_of(shape)
+        items = self._groups.setdefault(group, [])
+        heapq.heappush(items, (entry, shape))
+        if items[0][0] == entry:
+            heapq.heappush(self._top, (entry, group))
+
+    def drop_group(self, shape: Shape) -> list[Entry]:
+        """Drop the heads of the group of ``shape`` (the head of that stream taken): those
+        that wait for the same reason as it."""
+        items = self._groups.pop(group_of(shape), [])
+        return [entry for entry, _ in items]
+
+    def clear(self) -> None:
+        self._groups = {}
+        self._top = []
 
 
 class PendingQueue:
@@ -71,11 +157,9 @@ class PendingQueue:
             del self._streams[shape]
         self._size -= 1
 
-    def heads(self) -> list[tuple[Entry, Shape]]:
-        """The first unit of every stream, as a heap to merge the streams in order."""
-        heads = [(stream[0], shape) for shape, stream in self._streams.items()]
-        heapq.heapify(heads)
-        return heads
+    def heads(self) -> Heads:
+        """The first unit of every stream, to merge the streams in order."""
+        return Heads(self._streams)
 
     def next_of(self, shape: Shape) -> Entry | None:
         stream = self._streams.get(shape)

@@ -410,7 +410,7 @@ class Engine:
                 told = self._note_misfit(record, state, misfit, now)
                 if by_quota and not isinstance(least, Unplaced):
                     # The heads of its group (the same request after it) wait as it does.
-                    for dropped in heads.drop_group(shape):
+                    for dropped in heads.drop_group():
                         self._say(self._units[dropped[4]], record.message)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key

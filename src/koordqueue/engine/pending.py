@@ -63,20 +63,18 @@ class Heads:
     """The first unit of every stream, merged in admission order a group at a time (see
     the module doc)."""
 
-    __slots__ = ("_groups", "_top")
+    __slots__ = ("_groups", "_top", "_last")
 
-    def __init__(self, streams: dict[Shape, list[Entry]]) -> None:
-        groups: dict[Shape, list[tuple[Entry, Shape]]] = {}
-        for shape, stream in streams.items():
-            groups.setdefault(group_of(shape), []).append((stream[0], shape))
-        for items in groups.values():
-            heapq.heapify(items)
-        self._groups = groups
-        self._top = [(items[0][0], group) for group, items in groups.items()]
+    def __init__(self, groups: dict[Shape, dict[Shape, list[Entry]]]) -> None:
+        heads: dict[Shape, list[tuple[Entry, Shape]]] = {}
+        for group, streams in groups.items():
+            items = heads[group] = [(stream[0], shape) for shape, stream in streams.items()]
+            if len(items) > 1:
+                heapq.heapify(items)
+        self._groups = heads
+        self._top = [(items[0][0], group) for group, items in heads.items()]
         heapq.heapify(self._top)
-
-    def __bool__(self) -> bool:
-        return self.peek() is not None
+        self._last: Shape = ()
 
     def peek(self) -> tuple[Entry, Shape] | None:
         """The next head in admission order (entries of the top heap left behind by a
@@ -93,6 +91,7 @@ class Heads:
     def pop(self) -> None:
         """Take the head ``peek`` gave."""
         entry, group = self._top[0]
+        self._last = group
         items = self._groups[group]
         heapq.heappop(items)
         if items:
@@ -102,16 +101,16 @@ class Heads:
             del self._groups[group]
 
     def push(self, entry: Entry, shape: Shape) -> None:
-        group = group_of(shape)
+        """The next unit of the stream of the head taken last."""
+        group = self._last
         items = self._groups.setdefault(group, [])
         heapq.heappush(items, (entry, shape))
         if items[0][0] == entry:
             heapq.heappush(self._top, (entry, group))
 
-    def drop_group(self, shape: Shape) -> list[Entry]:
-        """Drop the heads of the group of ``shape`` (the head of that stream taken): those
-        that wait for the same reason as it."""
-        items = self._groups.pop(group_of(shape), [])
+    def drop_group(self) -> list[Entry]:
+        """Drop the rest of the group of the head taken last: they wait as it does."""
+        items = self._groups.pop(self._last, [])
         return [entry for entry, _ in items]
 
     def clear(self) -> None:
@@ -120,21 +119,31 @@ class Heads:
 
 
 class PendingQueue:
-    """Sorted streams of pending units; insert and remove in O(log n) plus a memmove."""
+    """Sorted streams of pending units, by group; insert and remove in O(log n) plus a
+    memmove."""
 
-    __slots__ = ("_streams", "_size")
+    __slots__ = ("_streams", "_groups", "_group_of", "_size")
 
     def __init__(self) -> None:
         self._streams: dict[Shape, list[Entry]] = {}
+        self._groups: dict[Shape, dict[Shape, list[Entry]]] = {}
+        self._group_of: dict[Shape, Shape] = {}
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
+    def _new_stream(self, shape: Shape) -> list[Entry]:
+        stream: list[Entry] = []
+        self._streams[shape] = stream
+        group = self._group_of[shape] = group_of(shape)
+        self._groups.setdefault(group, {})[shape] = stream
+        return stream
+
     def add(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams.get(shape)
         if stream is None:
-            self._streams[shape] = [entry]
+            self._new_stream(shape).append(entry)
         else:
             insort(stream, entry)
         self._size += 1
@@ -142,7 +151,10 @@ class PendingQueue:
     def load(self, items: Iterable[tuple[Entry, Shape]]) -> None:
         """Add many units at once (a rebuild): one sort per stream."""
         for entry, shape in items:
-            self._streams.setdefault(shape, []).append(entry)
+            stream = self._streams.get(shape)
+            if stream is None:
+                stream = self._new_stream(shape)
+            stream.append(entry)
             self._size += 1
         for stream in self._streams.values():
             stream.sort()
@@ -155,11 +167,16 @@ class PendingQueue:
         del stream[index]
         if not stream:
             del self._streams[shape]
+            group = self._group_of.pop(shape)
+            streams = self._groups[group]
+            del streams[shape]
+            if not streams:
+                del self._groups[group]
         self._size -= 1
 
     def heads(self) -> Heads:
         """The first unit of every stream, to merge the streams in order."""
-        return Heads(self._streams)
+        return Heads(self._groups)
 
     def next_of(self, shape: Shape) -> Entry | None:
         stream = self._streams.get(shape)

@@ -468,48 +468,74 @@ class NodeRoom:
         fitting = np.ones(len(chains), dtype=np.bool_)
         total = sum(count for _, count in sets)
         held = np.zeros(len(chains), dtype=np.int64)  # of all their pods, how many each domain holds
+        known: dict[int, npt.NDArray[np.int64]] = {}  # pod sets alike (a master, its workers): one count
         for ps, count in sets:
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
                 return self._unplaced(free, ps, count, None)
-            k = self._fits(free, vector, cols)
+            k = known.get(id(vector))
+            if k is None:
+                k = known[id(vector)] = self._fits(free, vector, cols)
             use = self._mask(ps) & labelled
             cap = np.bincount(codes[use], weights=np.minimum(k[use], count), minlength=len(chains)).astype(np.int64)
             caps.append(cap)
             fitting &= cap >= count
             held += np.minimum(cap, count)
         main = max(range(len(sets)), key=lambda i: sets[i][1])
-        for domain in sorted(np.flatnonzero(fitting).tolist(), key=lambda d: (int(caps[main][d]), d)):
-            inside = codes == domain
-            found = self._pack_sets(free, sets, inside)
-            if not isinstance(found, Unplaced):
+        candidates = np.flatnonzero(fitting)
+        for domain in candidates[np.lexsort((candidates, caps[main][candidates]))].tolist():
+            rows = np.flatnonzero(codes == domain)
+            found = self._pack_rows(free[rows], sets, rows)
+            if found is not None:
                 return found, chains[domain]
         if not len(chains):
             return Unplaced(sets[0][0].name, total, _shape(sets[0][0].request), 0, level=level)
         # ``held`` counts each pod set on the whole domain: an upper bound when they share it.
         # The few domains it ranks first are counted pod set after pod set.
-        ranked = sorted(range(len(chains)), key=lambda d: (-int(held[d]), d))[:DOMAINS_COUNTED]
-        room, best = max((self._room_in(free, sets, codes == d), -d) for d in ranked)
+        domains = np.arange(len(chains))
+        ranked = domains[np.lexsort((domains, -held))][:DOMAINS_COUNTED].tolist()
+        room, best = max((self._room_in(free, sets, np.flatnonzero(codes == d)), -d) for d in ranked)
         return Unplaced(sets[0][0].name if len(sets) == 1 else "", total, _shape(sets[0][0].request),
                         room, level=level, domain=chains[-best][-1][1])
 
-    def _room_in(self, free: Matrix, sets: list[tuple[PodSetInfo, int]], within: Mask) -> int:
-        """Of the pods of ``sets``, how many fit on the nodes of ``within`` together (the
+    def _room_in(self, free: Matrix, sets: list[tuple[PodSetInfo, int]], rows: npt.NDArray[np.intp]) -> int:
+        """Of the pods of ``sets``, how many fit on the nodes ``rows`` together (the
         biggest pods first, as they are placed)."""
-        scratch = free.copy()
+        scratch = free[rows]
         room = 0
         for ps, count in sorted(sets, key=lambda item: -self._size(item[0].request)):
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
                 continue
             k = self._fits(scratch, vector, cols)
-            k[~(self._mask(ps) & within)] = 0
+            k[~self._mask(ps)[rows]] = 0
             n = min(int(k.sum()), count)
             if n > 0:
                 for index, m in _pack(k, n):
                     scratch[index] -= m * vector
                 room += n
         return room
+
+    def _pack_rows(
+        self, scratch: Matrix, sets: list[tuple[PodSetInfo, int]], rows: npt.NDArray[np.intp]
+    ) -> list[tuple[PodSetInfo, int, int]] | None:
+        """``_pack_sets`` on the nodes ``rows`` alone (a domain), ``scratch`` their room
+        (a copy): None when they do not fit."""
+        placed: list[tuple[PodSetInfo, int, int]] = []
+        if len(sets) > 1:
+            sets = sorted(sets, key=lambda item: -self._size(item[0].request))
+        for ps, count in sets:
+            vector, cols, missing = self._pod_vector(ps.request)
+            if missing is not None:
+                return None
+            k = self._fits(scratch, vector, cols)
+            k[~self._mask(ps)[rows]] = 0
+            if int(k.sum()) < count:
+                return None
+            for index, n in _pack(k, count):
+                placed.append((ps, int(rows[index]), n))
+                scratch[index] -= n * vector
+        return placed
 
     def _pack_sets(
         self, free: Matrix, sets: list[tuple[PodSetInfo, int]], within: Mask | None

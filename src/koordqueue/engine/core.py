@@ -37,8 +37,8 @@ from koordqueue.engine.model import (
     Standing,
     UnitInfo,
 )
-from koordqueue.engine.pending import Entry, PendingQueue, Shape, shape_of
-from koordqueue.engine.placement import NodeRoom, Unplaced
+from koordqueue.engine.pending import Entry, Heads, PendingQueue, Shape, shape_of
+from koordqueue.engine.placement import CheckKey, NodeRoom, Unplaced, check_key
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
 from koordqueue.engine.tenancy import Directory, build_directory, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
@@ -109,7 +109,7 @@ class _Queue:
 class _Scan:
     """A queue's scan within one cycle, resumed at each of its turns."""
 
-    heads: list[tuple[Entry, Shape]]
+    heads: Heads
     old_holds: dict[QuotaNode, _Held]
     rounds: int
     admitted: bool = False
@@ -172,7 +172,9 @@ class Engine:
         self._reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
         self._scans: dict[str, _Scan] = {}
         self._room = NodeRoom(config.topology_levels)
-        self._node_waiters: set[str] = set()  # queues whose units wait for room on the nodes
+        # Queues whose units wait for room on the nodes, with the checks that failed for them.
+        self._node_waiters: dict[str, set[CheckKey]] = {}
+        self._room_grew = False  # since the waiters were last looked at
 
     # --- inputs -------------------------------------------------------------------
     def set_quota(self, quota: QuotaInfo) -> None:
@@ -233,21 +235,21 @@ class Engine:
     def set_node(self, node: NodeInfo) -> None:
         """A node, new or changed: where units' pods may go (node fit, topology)."""
         if self._room.set_node(node):
-            self._wake_nodes()
+            self._wake_nodes(everyone=True)
 
     def remove_node(self, name: str) -> None:
         if self._room.remove_node(name):
-            self._wake_nodes()
+            self._wake_nodes(everyone=True)
 
     def set_node_usage(self, node: str, used: ResourceList) -> None:
         """What the pods bound to ``node`` request (every pod, of units or not)."""
         if self._room.set_usage(node, used):
-            self._wake_nodes()
+            self._room_grew = True
 
     def set_unit_pods(self, key: str, pods: dict[tuple[str, str], int]) -> None:
         """The unit's pods bound to nodes: (pod set, node) -> how many."""
         if self._room.set_pods(key, pods):
-            self._wake_nodes()
+            self._room_grew = True
 
     def node_free(self, node: str) -> ResourceList:
         """The room left on ``node`` as placement sees it."""
@@ -358,8 +360,8 @@ class Engine:
             scan = self._start_scan(state, 1 if scan is None else scan.rounds + 1)
         heads = scan.heads
         leaf = state.leaf
-        while heads:
-            entry, shape = heads[0]
+        while (head := heads.peek()) is not None:
+            entry, shape = head
             record = self._units[entry[4]]
             info = record.info
             misfit = first_misfit(leaf, info.request, info.priority)
@@ -368,13 +370,15 @@ class Engine:
                 # that a borrower does not take what another quota is about to claim.
                 scan.borrows = True
                 return True
-            heapq.heappop(heads)
+            heads.pop()
             placement: Placement | None = None
             unplaced: Unplaced | None = None
+            waits: CheckKey | None = None  # the failed check whose room it waits for
             if misfit is None and self._places(state, info):
                 found = self._room.place(info.pod_sets)
                 if isinstance(found, Unplaced):
                     unplaced = found
+                    waits = check_key(info.pod_sets)
                 else:
                     placement = found
             admit = misfit is None and unplaced is None
@@ -382,25 +386,32 @@ class Engine:
             if not admit and info.pod_sets and any(ps.elastic for ps in info.pod_sets):
                 placement, least = self._in_part(record, state)
                 admit = placement is not None
-                if not admit and self._places(state, info):
-                    self._node_waiters.add(state.key)
+                if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
+                    elastic = next(ps for ps in info.pod_sets if ps.elastic)
+                    waits = check_key(info.pod_sets, {elastic.name: elastic.min_count or 0})
+            by_quota = False  # it fits neither its quota nor by preemption, whatever its pods
             if not admit and misfit is not None:
-                admit, placement = self._preempt_for(record, state, misfit, now, result)
+                admit, placement, by_quota = self._preempt_for(record, state, misfit, now, result)
                 if not admit and least is not None:  # it waits for room for its least, not its most
                     misfit, unplaced = (least, None) if isinstance(least, Misfit) else (None, least)
             if admit:
                 self._admit(record, state, now, result, placement)
                 following = state.pending.next_of(shape)
                 if following is not None:
-                    heapq.heappush(heads, (following, shape))
+                    heads.push(following, shape)
                 scan.admitted = True
                 return True
             # Same request, same or lower priority: the rest of this stream waits too.
             if unplaced is not None:
-                told = self._note_unplaced(record, state, unplaced)
+                assert waits is not None
+                told = self._note_unplaced(record, state, unplaced, waits)
             else:
                 assert misfit is not None
                 told = self._note_misfit(record, state, misfit, now)
+                if by_quota and not isinstance(least, Unplaced):
+                    # The heads of its group (the same request after it) wait as it does.
+                    for dropped in heads.drop_group():
+                        self._say(self._units[dropped[4]], record.message)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -424,6 +435,7 @@ class Engine:
         state.rescan = False
         state.reclaims = False
         state.woken = []
+        self._node_waiters.pop(state.key, None)  # its scan finds what it waits for anew
         scan = _Scan(state.pending.heads(), old, rounds)
         self._scans[state.key] = scan
         return scan
@@ -501,22 +513,23 @@ class Engine:
 
     def _preempt_for(
         self, record: _Unit, state: _Queue, misfit: Misfit, now: float, result: CycleResult
-    ) -> tuple[bool, Placement | None]:
-        """Make room for ``record`` by reclaim or priority preemption: whether it did, and
-        where its pods go (when they are placed), in the room its victims give back."""
+    ) -> tuple[bool, Placement | None, bool]:
+        """Make room for ``record`` by reclaim or priority preemption: whether it did,
+        where its pods go (when they are placed), in the room its victims give back, and
+        whether its request and priority alone kept it from doing so (not its pods)."""
         if misfit.never or misfit.by_hold:
-            return False, None
+            return False, None, True
         leaf = state.leaf
         info = record.info
         reclaim = self._config.reclaim and not borrowing(leaf, info.request)
         if not reclaim and not state.info.preemption:
-            return False, None
+            return False, None, True
         top, names = binding(leaf, info.request)
         if top is None:
-            return False, None
+            return False, None, True
         reclaim = reclaim and top is not leaf and all(name in leaf.runtime for name in names)
         if not reclaim and not state.info.preemption:
-            return False, None
+            return False, None, True
         state.reclaims = state.reclaims or reclaim
         protect = self._config.protect_seconds
         candidates: list[Candidate] = []
@@ -539,14 +552,14 @@ class Engine:
         if chosen is None:
             if free_at < math.inf:
                 self._retry_later(state, free_at)
-            return False, None
+            return False, None, True
         placement = None
         if self._places(state, info):
             # Preemption makes room in quotas, not on nodes: only when the victims' room on
             # the nodes is enough for its pods too.
             placed = self._room.place(info.pod_sets, released=[c.key for c in chosen])
             if isinstance(placed, Unplaced):
-                return False, None
+                return False, None, False
             placement = placed
         reasons = [self._preemption_reason(c, record, leaf, names) for c in chosen]
         for candidate, reason in zip(chosen, reasons, strict=True):
@@ -554,7 +567,7 @@ class Engine:
             result.preempted.append(
                 Preemption(candidate.key, candidate.node.name, record.key, reason, requeue_at)
             )
-        return True, placement
+        return True, placement, False
 
     def _reclaim_candidates(
         self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str], now: float
@@ -758,7 +771,9 @@ class Engine:
         info = record.info
         if sign < 0:
             if room.release(record.key):
-                self._wake_nodes()
+                self._room_grew = True
+                if self._heap is not None:  # victims' room, within the cycle
+                    self._wake_nodes()
             return
         if not room:
             return
@@ -809,25 +824,35 @@ class Engine:
                 high = middle - 1
         return best, None
 
-    def _note_unplaced(self, record: _Unit, state: _Queue, unplaced: Unplaced) -> bool:
-        """Say why the unit's pods have no nodes, and wait for room on them. Return whether
-        it waits for another reason than before (see ``_note_misfit``)."""
+    def _note_unplaced(self, record: _Unit, state: _Queue, unplaced: Unplaced, waits: CheckKey) -> bool:
+        """Say why the unit's pods have no nodes, and wait for room on them that the check
+        ``waits`` could use. Return whether it waits for another reason than before (see
+        ``_note_misfit``)."""
         key: tuple[object, ...] = ("nodes", unplaced)
         reason = record.reason
         told = reason is None or reason[0][0] != "nodes" or _kind(reason[0][1]) != _kind(unplaced)
         if reason is None or reason[0] != key:
             reason = record.reason = (key, messages.unplaced(state.leaf, unplaced))
         self._say(record, reason[1])
-        self._node_waiters.add(state.key)
+        self._node_waiters.setdefault(state.key, set()).add(waits)
         return told
 
-    def _wake_nodes(self) -> None:
-        """Room grew on the nodes: scan again the queues whose units waited for it."""
-        waiters, self._node_waiters = self._node_waiters, set()
-        for key in sorted(waiters):
+    def _wake_nodes(self, everyone: bool = False) -> None:
+        """Room grew on the nodes: scan again the queues waiting for it, those of whose
+        failed checks one may pass now (room grew on a node that takes one of its pods);
+        ``everyone``: nodes came, went or changed, all of them."""
+        self._room_grew = False
+        still: dict[str, set[CheckKey]] = {}
+        for key in sorted(self._node_waiters):
+            checks = self._node_waiters[key]
             state = self._qs.get(key)
-            if state is not None:
+            if state is None:
+                continue
+            if everyone or any(self._room.failing(check) is None for check in checks):
                 self._touch(state)
+            else:
+                still[key] = checks
+        self._node_waiters = still
 
     def _wake_node(self, node: QuotaNode, exclude: str | None = None) -> None:
         """Scan again the queues waiting at ``node`` that might fit in its room now."""
@@ -919,6 +944,8 @@ class Engine:
         if self._rebuild_needed:
             self._rebuild()
         self._room.sync()
+        if self._room_grew:
+            self._wake_nodes()
         for node in self._tree.refresh():
             self._check_borrowing(node)
             for state in self._leaf_queues.get(node, ()):

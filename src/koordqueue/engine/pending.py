@@ -6,6 +6,12 @@ is scanned, so once the first unit of a stream does not fit, none of the later o
 (same request, same or lower priority) can: a scan merges the stream heads and drops a
 whole stream at its first misfit. A cycle therefore costs O(admissions + streams),
 not O(pending units), however long the queue.
+
+Units placed on nodes form a stream per request *and* pod rules, so one request may have
+many streams. Those of one request (and, elastic, one least request) form a *group*: a
+scan takes the heads of a group in order, and when one does not fit its quota, the rest
+of the group (same request, same or lower priority) cannot either and is dropped with it
+(``Heads``), so a scan costs about as much as with one stream per request.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ Shape = tuple[tuple[str, object], ...]
 """A request as a hashable value: sorted (resource, amount) pairs, then, for a unit whose
 pods are placed on nodes, what its pod sets ask for (units alike fit alike)."""
 POD_SETS = "\x00pod-sets"  # the key of the pod sets' part of a shape, after the resources
+LEAST = "\x00least"  # in a group of elastic streams: their least request
 
 
 def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = ()) -> Shape:
@@ -33,22 +40,110 @@ def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = ()) -> Sh
     return shape
 
 
-class PendingQueue:
-    """Sorted streams of pending units; insert and remove in O(log n) plus a memmove."""
+def group_of(shape: Shape) -> Shape:
+    """The group of a stream: its request, and for elastic pod sets its least request."""
+    if not shape or shape[-1][0] != POD_SETS:
+        return shape
+    pod_sets = shape[-1][1]
+    assert isinstance(pod_sets, tuple)
+    least: dict[str, object] | None = None
+    for _, count, fewest, request, *_ in pod_sets:
+        if fewest is not None and fewest < count:
+            least = dict(shape[:-1]) if least is None else least
+            for name, amount in request:
+                left = least.get(name, 0)
+                assert isinstance(left, int)
+                least[name] = left - (count - fewest) * amount
+    if least is None:
+        return shape[:-1]
+    return (*shape[:-1], (LEAST, tuple(sorted(least.items()))))
 
-    __slots__ = ("_streams", "_size")
+
+class Heads:
+    """The first unit of every stream, merged in admission order a group at a time (see
+    the module doc)."""
+
+    __slots__ = ("_groups", "_top", "_last")
+
+    def __init__(self, groups: dict[Shape, dict[Shape, list[Entry]]]) -> None:
+        heads: dict[Shape, list[tuple[Entry, Shape]]] = {}
+        for group, streams in groups.items():
+            items = heads[group] = [(stream[0], shape) for shape, stream in streams.items()]
+            if len(items) > 1:
+                heapq.heapify(items)
+        self._groups = heads
+        self._top = [(items[0][0], group) for group, items in heads.items()]
+        heapq.heapify(self._top)
+        self._last: Shape = ()
+
+    def peek(self) -> tuple[Entry, Shape] | None:
+        """The next head in admission order (entries of the top heap left behind by a
+        group's change are dropped here)."""
+        top, groups = self._top, self._groups
+        while top:
+            entry, group = top[0]
+            items = groups.get(group)
+            if items and items[0][0] == entry:
+                return items[0]
+            heapq.heappop(top)
+        return None
+
+    def pop(self) -> None:
+        """Take the head ``peek`` gave."""
+        entry, group = self._top[0]
+        self._last = group
+        items = self._groups[group]
+        heapq.heappop(items)
+        if items:
+            heapq.heapreplace(self._top, (items[0][0], group))
+        else:
+            heapq.heappop(self._top)
+            del self._groups[group]
+
+    def push(self, entry: Entry, shape: Shape) -> None:
+        """The next unit of the stream of the head taken last."""
+        group = self._last
+        items = self._groups.setdefault(group, [])
+        heapq.heappush(items, (entry, shape))
+        if items[0][0] == entry:
+            heapq.heappush(self._top, (entry, group))
+
+    def drop_group(self) -> list[Entry]:
+        """Drop the rest of the group of the head taken last: they wait as it does."""
+        items = self._groups.pop(self._last, [])
+        return [entry for entry, _ in items]
+
+    def clear(self) -> None:
+        self._groups = {}
+        self._top = []
+
+
+class PendingQueue:
+    """Sorted streams of pending units, by group; insert and remove in O(log n) plus a
+    memmove."""
+
+    __slots__ = ("_streams", "_groups", "_group_of", "_size")
 
     def __init__(self) -> None:
         self._streams: dict[Shape, list[Entry]] = {}
+        self._groups: dict[Shape, dict[Shape, list[Entry]]] = {}
+        self._group_of: dict[Shape, Shape] = {}
         self._size = 0
 
     def __len__(self) -> int:
         return self._size
 
+    def _new_stream(self, shape: Shape) -> list[Entry]:
+        stream: list[Entry] = []
+        self._streams[shape] = stream
+        group = self._group_of[shape] = group_of(shape)
+        self._groups.setdefault(group, {})[shape] = stream
+        return stream
+
     def add(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams.get(shape)
         if stream is None:
-            self._streams[shape] = [entry]
+            self._new_stream(shape).append(entry)
         else:
             insort(stream, entry)
         self._size += 1
@@ -56,7 +151,10 @@ class PendingQueue:
     def load(self, items: Iterable[tuple[Entry, Shape]]) -> None:
         """Add many units at once (a rebuild): one sort per stream."""
         for entry, shape in items:
-            self._streams.setdefault(shape, []).append(entry)
+            stream = self._streams.get(shape)
+            if stream is None:
+                stream = self._new_stream(shape)
+            stream.append(entry)
             self._size += 1
         for stream in self._streams.values():
             stream.sort()
@@ -69,13 +167,16 @@ class PendingQueue:
         del stream[index]
         if not stream:
             del self._streams[shape]
+            group = self._group_of.pop(shape)
+            streams = self._groups[group]
+            del streams[shape]
+            if not streams:
+                del self._groups[group]
         self._size -= 1
 
-    def heads(self) -> list[tuple[Entry, Shape]]:
-        """The first unit of every stream, as a heap to merge the streams in order."""
-        heads = [(stream[0], shape) for shape, stream in self._streams.items()]
-        heapq.heapify(heads)
-        return heads
+    def heads(self) -> Heads:
+        """The first unit of every stream, to merge the streams in order."""
+        return Heads(self._groups)
 
     def next_of(self, shape: Shape) -> Entry | None:
         stream = self._streams.get(shape)

@@ -14,6 +14,13 @@ kept for big pods). Pod sets that ask for the same topology level go together in
 domain of it, the tightest that holds them all (the fewest of their pods would fit there);
 a preferred level falls back to the levels above it, then to anywhere. Arrays over the
 nodes keep a check in tens of microseconds on a thousand nodes.
+
+A check that failed stays failed until room grows on nodes that can take pods of it: as
+many of them as it lacked (a node adds to the counts a check looks at only the pods it
+takes). The failure is kept (``failing``) and answered without a check until then; room
+only shrinking never makes a failed check pass, as the scans already assume for quotas.
+Growth is the room on a node against what it was when last looked at, so that a pod that
+is planned and then bound there (room taken twice, given back once) is no growth.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ Matrix = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 Shape = tuple[tuple[str, int], ...]
 Chain = tuple[tuple[str, str], ...]  # a domain: the labels that pin it, widest level first
+Pair = tuple[Shape, object]  # one pod's request and the rules for the nodes it may go to
+CheckKey = tuple[object, ...]  # what a check depends on besides the room: pod sets, counts
 ONE_POD = 1000  # a pod takes one of a node's ``pods`` (in milli-units)
 MANY = 1 << 40  # pods that fit on a node when they ask for nothing the node counts
 DOMAINS_COUNTED = 3  # of the domains that come closest to holding a gang, those counted exactly
@@ -67,6 +76,17 @@ class Unplaced:
     level: str | None = None  # a required topology level: no domain of it holds them all
     domain: str | None = None  # its best domain (``room`` is counted there)
     never: bool = False  # not even on empty nodes
+
+
+@dataclass(slots=True)
+class _Failure:
+    """A check that failed, and what room would have to grow for it to pass."""
+
+    epoch: int  # it failed after the growths up to this one
+    unplaced: Unplaced
+    pairs: tuple[Pair, ...]  # its pods and their rules
+    lacks: int  # with one pair: how many of its pods the nodes (its best domain) lacked; else 1
+    checked: int  # the epoch it was last found failing at
 
 
 @dataclass(slots=True)
@@ -98,6 +118,19 @@ class NodeRoom:
         self._vectors: dict[Shape, tuple[Vector, list[int], str | None]] = {}
         self._masks: dict[object, Mask] = {}
         self._domains: dict[str, tuple[npt.NDArray[np.intp], list[Chain]]] = {}
+        self._sizes: dict[Shape, float] = {}
+        # Room that grew: an epoch counts growths; per node, the last epoch it grew at, and
+        # the room it had when last looked at; the nodes whose room changed since.
+        self._epoch = 0
+        self._grown: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._seen: Matrix = np.zeros((0, 0), dtype=np.int64)
+        self._touched: set[int] = set()
+        # Per pod and its rules: (the epoch growth was looked at up to, the last epoch a
+        # node where one such pod fits grew at or before).
+        self._relevant: dict[Pair, tuple[int, int]] = {}
+        self._taken: dict[tuple[Pair, int], int] = {}  # (pair, since) -> pods the nodes grown since take
+        self._taken_at = 0  # the epoch ``_taken`` holds for
+        self._failed: dict[CheckKey, _Failure] = {}
 
     def __bool__(self) -> bool:
         return bool(self._infos)
@@ -129,7 +162,9 @@ class NodeRoom:
         if self._stale or node not in self._index:
             return True
         change = self._vector(old) - self._vector(used)
-        self._free[self._index[node]] += change
+        index = self._index[node]
+        self._free[index] += change
+        self._touched.add(index)
         return bool((change > 0).any())
 
     def track(self, unit: str, pod_sets: Sequence[PodSetInfo]) -> None:
@@ -183,6 +218,13 @@ class NodeRoom:
         self._vectors = {}
         self._masks = {}
         self._domains = {}
+        self._sizes = {}
+        self._relevant = {}
+        self._taken = {}
+        self._failed = {}
+        self._epoch += 1
+        self._grown = np.full(len(self.names), self._epoch, dtype=np.int64)
+        self._touched = set()
         self._alloc = np.zeros((len(self.names), len(columns)), dtype=np.int64)
         for i, name in enumerate(self.names):
             self._alloc[i] = self._vector(self._infos[name].allocatable)
@@ -193,6 +235,8 @@ class NodeRoom:
         self._applied = {}
         for unit in self._requests:
             self._refresh(unit)
+        self._seen = self._free.copy()
+        self._touched = set()
 
     def free(self, node: str) -> ResourceList:
         """The room left on ``node`` now (for reports and tests)."""
@@ -207,8 +251,119 @@ class NodeRoom:
         released: Iterable[str] = (),
     ) -> Placement | Unplaced:
         """Nodes for every pod of ``pod_sets`` (``counts`` of them, where given), or why not.
-        ``released``: units whose room counts as given back (victims about to be preempted)."""
+        ``released``: units whose room counts as given back (victims about to be preempted).
+        A check that failed is answered from ``failing`` until room it could use grows."""
         self.sync()
+        released = tuple(released)
+        key = None
+        if not released:
+            key = check_key(pod_sets, counts)
+            known = self.failing(key)
+            if known is not None:
+                return known
+        found = self._place(pod_sets, counts, released)
+        if key is not None and isinstance(found, Unplaced):
+            self._look()
+            pairs = tuple({(_shape(ps.request), _mask_key(ps)): None for ps in pod_sets
+                           if (counts.get(ps.name, ps.count) if counts else ps.count) > 0})
+            for pair in pairs:
+                if pair not in self._relevant:  # room that grew before now is in this check already
+                    self._relevant[pair] = (self._epoch, 0)
+            lacks = self._lacks(pod_sets, counts) if len(pairs) == 1 else 1
+            self._failed[key] = _Failure(self._epoch, found, pairs, lacks, self._epoch)
+        return found
+
+    def failing(self, key: CheckKey) -> Unplaced | None:
+        """Why the check of ``key`` failed, while the room that grew since could not make
+        it pass (None: it did not fail, or it may pass now)."""
+        self.sync()
+        failure = self._failed.get(key)
+        if failure is None:
+            return None
+        self._look()
+        if failure.checked == self._epoch:
+            return failure.unplaced
+        for pair in failure.pairs:
+            if self._last_growth(pair) > failure.epoch and (
+                    failure.lacks <= 1 or self._taken_since(pair, failure.epoch) >= failure.lacks):
+                del self._failed[key]
+                return None
+        failure.checked = self._epoch
+        return failure.unplaced
+
+    def _look(self) -> None:
+        """Mark the nodes whose room grew since it was last looked at."""
+        if not self._touched:
+            return
+        free, seen = self._free, self._seen
+        for index in self._touched:
+            if (free[index] > seen[index]).any():
+                self._epoch += 1
+                self._grown[index] = self._epoch
+            seen[index] = free[index]
+        self._touched = set()
+
+    def _lacks(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> int:
+        """How many pods of a check with one pod shape and one set of rules the nodes lack
+        (in its domain that holds the most of them, for a required level): more than that
+        must fit on nodes where room grew before it can pass. Pods alike add up, so that
+        is exact but for its topology; 1 when unsure."""
+        groups = self._groups(pod_sets, counts)
+        if len(groups) != 1:
+            return 1
+        group = groups[0]
+        ps = group.sets[0][0]
+        wanted = sum(count for _, count in group.sets)
+        vector, cols, missing = self._pod_vector(ps.request)
+        if missing is not None:
+            return MANY
+        k = self._fits(self._free, vector, cols)
+        use = self._mask(ps)
+        if group.level is not None and group.required:
+            codes, chains = self._domain_codes(group.level)
+            use = use & (codes >= 0)
+            if not len(chains) or not use.any():
+                return MANY
+            most = int(np.bincount(codes[use], weights=k[use], minlength=len(chains)).max())
+        else:
+            most = int(k[use].sum())
+        return max(wanted - most, 1)
+
+    def _taken_since(self, pair: Pair, since: int) -> int:
+        """How many pods of ``pair`` the nodes whose room grew after ``since`` take now."""
+        if self._taken_at != self._epoch:
+            self._taken = {}
+            self._taken_at = self._epoch
+        known = self._taken.get((pair, since))
+        if known is None:
+            index = np.flatnonzero(self._grown > since)
+            mask = self._masks.get(pair[1])
+            if mask is not None:
+                index = index[mask[index]]
+            vector, cols, _ = self._pod_vector(dict(pair[0]))
+            known = self._taken[pair, since] = int(self._fits(self._free[index], vector, cols).sum())
+        return known
+
+    def _last_growth(self, pair: Pair) -> int:
+        """The last epoch room grew at on a node that can take one pod of ``pair``."""
+        checked, last = self._relevant.get(pair, (0, self._epoch))
+        if checked < self._epoch:
+            grown = self._grown
+            index = np.flatnonzero(grown > checked)
+            if len(index):
+                vector, cols, missing = self._pod_vector(dict(pair[0]))
+                if missing is None:
+                    mask = self._masks.get(pair[1])
+                    use = index if mask is None else index[mask[index]]
+                    if len(use):
+                        k = self._fits(self._free[use], vector, cols)
+                        if (k > 0).any():
+                            last = max(last, int(grown[use][k > 0].max()))
+            self._relevant[pair] = (self._epoch, last)
+        return last
+
+    def _place(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None,
+               released: tuple[str, ...]) -> Placement | Unplaced:
         free = self._free
         extra = [self._release_change(unit) for unit in released]
         if any(extra):
@@ -313,48 +468,74 @@ class NodeRoom:
         fitting = np.ones(len(chains), dtype=np.bool_)
         total = sum(count for _, count in sets)
         held = np.zeros(len(chains), dtype=np.int64)  # of all their pods, how many each domain holds
+        known: dict[int, npt.NDArray[np.int64]] = {}  # pod sets alike (a master, its workers): one count
         for ps, count in sets:
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
                 return self._unplaced(free, ps, count, None)
-            k = self._fits(free, vector, cols)
+            k = known.get(id(vector))
+            if k is None:
+                k = known[id(vector)] = self._fits(free, vector, cols)
             use = self._mask(ps) & labelled
             cap = np.bincount(codes[use], weights=np.minimum(k[use], count), minlength=len(chains)).astype(np.int64)
             caps.append(cap)
             fitting &= cap >= count
             held += np.minimum(cap, count)
         main = max(range(len(sets)), key=lambda i: sets[i][1])
-        for domain in sorted(np.flatnonzero(fitting).tolist(), key=lambda d: (int(caps[main][d]), d)):
-            inside = codes == domain
-            found = self._pack_sets(free, sets, inside)
-            if not isinstance(found, Unplaced):
+        candidates = np.flatnonzero(fitting)
+        for domain in candidates[np.lexsort((candidates, caps[main][candidates]))].tolist():
+            rows = np.flatnonzero(codes == domain)
+            found = self._pack_rows(free[rows], sets, rows)
+            if found is not None:
                 return found, chains[domain]
         if not len(chains):
             return Unplaced(sets[0][0].name, total, _shape(sets[0][0].request), 0, level=level)
         # ``held`` counts each pod set on the whole domain: an upper bound when they share it.
         # The few domains it ranks first are counted pod set after pod set.
-        ranked = sorted(range(len(chains)), key=lambda d: (-int(held[d]), d))[:DOMAINS_COUNTED]
-        room, best = max((self._room_in(free, sets, codes == d), -d) for d in ranked)
+        domains = np.arange(len(chains))
+        ranked = domains[np.lexsort((domains, -held))][:DOMAINS_COUNTED].tolist()
+        room, best = max((self._room_in(free, sets, np.flatnonzero(codes == d)), -d) for d in ranked)
         return Unplaced(sets[0][0].name if len(sets) == 1 else "", total, _shape(sets[0][0].request),
                         room, level=level, domain=chains[-best][-1][1])
 
-    def _room_in(self, free: Matrix, sets: list[tuple[PodSetInfo, int]], within: Mask) -> int:
-        """Of the pods of ``sets``, how many fit on the nodes of ``within`` together (the
+    def _room_in(self, free: Matrix, sets: list[tuple[PodSetInfo, int]], rows: npt.NDArray[np.intp]) -> int:
+        """Of the pods of ``sets``, how many fit on the nodes ``rows`` together (the
         biggest pods first, as they are placed)."""
-        scratch = free.copy()
+        scratch = free[rows]
         room = 0
         for ps, count in sorted(sets, key=lambda item: -self._size(item[0].request)):
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
                 continue
             k = self._fits(scratch, vector, cols)
-            k[~(self._mask(ps) & within)] = 0
+            k[~self._mask(ps)[rows]] = 0
             n = min(int(k.sum()), count)
             if n > 0:
                 for index, m in _pack(k, n):
                     scratch[index] -= m * vector
                 room += n
         return room
+
+    def _pack_rows(
+        self, scratch: Matrix, sets: list[tuple[PodSetInfo, int]], rows: npt.NDArray[np.intp]
+    ) -> list[tuple[PodSetInfo, int, int]] | None:
+        """``_pack_sets`` on the nodes ``rows`` alone (a domain), ``scratch`` their room
+        (a copy): None when they do not fit."""
+        placed: list[tuple[PodSetInfo, int, int]] = []
+        if len(sets) > 1:
+            sets = sorted(sets, key=lambda item: -self._size(item[0].request))
+        for ps, count in sets:
+            vector, cols, missing = self._pod_vector(ps.request)
+            if missing is not None:
+                return None
+            k = self._fits(scratch, vector, cols)
+            k[~self._mask(ps)[rows]] = 0
+            if int(k.sum()) < count:
+                return None
+            for index, n in _pack(k, count):
+                placed.append((ps, int(rows[index]), n))
+                scratch[index] -= n * vector
+        return placed
 
     def _pack_sets(
         self, free: Matrix, sets: list[tuple[PodSetInfo, int]], within: Mask | None
@@ -445,9 +626,13 @@ class NodeRoom:
 
     def _size(self, request: ResourceList) -> float:
         """A pod's size: the largest share of a node's allocatable it asks for."""
-        vector, cols, _ = self._pod_vector(request)
-        biggest = self._alloc.max(axis=0) if len(self._alloc) else vector
-        return max((int(vector[c]) / max(int(biggest[c]), 1) for c in cols), default=0.0)
+        shape = _shape(request)
+        known = self._sizes.get(shape)
+        if known is None:
+            vector, cols, _ = self._pod_vector(request)
+            biggest = self._alloc.max(axis=0) if len(self._alloc) else vector
+            known = self._sizes[shape] = max((int(vector[c]) / max(int(biggest[c]), 1) for c in cols), default=0.0)
+        return known
 
     @staticmethod
     def _fits(free: Matrix, vector: Vector, cols: list[int]) -> npt.NDArray[np.int64]:
@@ -459,7 +644,7 @@ class NodeRoom:
 
     def _mask(self, ps: PodSetInfo) -> Mask:
         """The nodes the pods of ``ps`` may go to (selector, affinity, taints)."""
-        key = (ps.node_selector, ps.affinity, ps.tolerations)
+        key = _mask_key(ps)
         mask = self._masks.get(key)
         if mask is None:
             mask = self._masks[key] = np.array(
@@ -496,9 +681,11 @@ class NodeRoom:
         grew = False
         for index, vector in old.items():
             self._free[index] -= vector
+            self._touched.add(index)
             grew = grew or bool((vector < 0).any())
         for index, vector in new.items():
             self._free[index] += vector
+            self._touched.add(index)
             grew = grew or bool((vector > 0).any())
         if new:
             self._applied[unit] = new
@@ -569,6 +756,16 @@ def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
     out = [(int(order[i]), int(ordered[i])) for i in range(p)]
     out.append((int(order[last]), rest))
     return out
+
+
+def check_key(pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> CheckKey:
+    """What a check of ``pod_sets`` depends on besides the room: units alike check alike."""
+    return (tuple((ps.name, ps.count, _shape(ps.request), _mask_key(ps), ps.topology) for ps in pod_sets),
+            tuple(sorted(counts.items())) if counts else ())
+
+
+def _mask_key(ps: PodSetInfo) -> object:
+    return (ps.node_selector, ps.affinity, ps.tolerations)
 
 
 def _shape(request: ResourceList) -> Shape:

@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 
 from koordqueue.localcluster.testing import APIClient
 
-from .conftest import configmap
+from .conftest import WIDGETS, configmap, widget
 
 CMS = "/api/v1/namespaces/default/configmaps"
 MWCS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -58,7 +58,8 @@ class Webhook:
     port: int
     ca_bundle: str
     reviews: list[dict[str, Any]] = field(default_factory=list)
-    mode: str = "label"  # label | deny | slow | error
+    mode: str = "label"  # label | deny | slow | error | hold (label, once `release` is set)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @pytest.fixture
@@ -72,6 +73,8 @@ async def webhook(tmp_path: Path) -> AsyncIterator[Webhook]:
         uid = review["request"]["uid"]
         if hook.mode == "slow":
             await asyncio.sleep(3)
+        if hook.mode == "hold":
+            await hook.release.wait()
         if hook.mode == "error":
             return web.Response(status=500, text="boom")
         if hook.mode == "deny":
@@ -189,3 +192,45 @@ async def test_service_reference_is_reached_on_loopback(api: APIClient, webhook:
         "caBundle": webhook.ca_bundle}))
     status, obj, _ = await api.post(CMS, configmap("a"))
     assert status == 201 and obj["metadata"]["labels"] == {"mutated": "yes"}
+
+
+async def _patch_while_another_write_lands(api: APIClient, webhook: Webhook, with_version: bool) -> tuple[int, Any]:
+    """Patch widget w's spec (with the resourceVersion it was created with, or none); while its
+    webhook holds it, w's status is written (no webhook for widgets/status, as for the training
+    operator's jobs). The patch's answer, once the webhook let it go."""
+    webhook.mode = "hold"
+    await api.post(MWCS, configuration(webhook, rules=[{
+        "apiGroups": ["example.com"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["widgets"]}]))
+    _, created, _ = await api.post(WIDGETS, widget("w", size=1))
+    patch: dict[str, Any] = {"spec": {"size": 2}}
+    if with_version:
+        patch["metadata"] = {"resourceVersion": created["metadata"]["resourceVersion"]}
+    patching = asyncio.create_task(api.patch(f"{WIDGETS}/w", patch))
+    while not webhook.reviews:
+        await asyncio.sleep(0.01)
+    assert (await api.patch(f"{WIDGETS}/w/status", {"status": {"phase": "Busy"}}))[0] == 200
+    webhook.release.set()
+    status, body, _ = await patching
+    return status, body
+
+
+async def test_a_patch_is_applied_again_when_another_write_lands_while_its_webhook_runs(
+        api: APIClient, webhook: Webhook) -> None:
+    """kube-apiserver's GuaranteedUpdate: a patch without a resourceVersion is never a conflict.
+    It was a 409 here: a test suspending a PyTorchJob failed when the simulated operator wrote
+    the job's status while the training operator's webhook ran."""
+    status, body = await _patch_while_another_write_lands(api, webhook, with_version=False)
+    assert status == 200, body
+    assert body["spec"] == {"size": 2} and body["status"] == {"phase": "Busy"}
+    assert body["metadata"]["labels"] == {"mutated": "yes"}
+    first, second = (review["request"] for review in webhook.reviews)  # done again, on the object as it is now
+    assert "status" not in first["oldObject"] and second["oldObject"]["status"] == {"phase": "Busy"}
+    assert (await api.get(f"{WIDGETS}/w"))[1] == body
+
+
+async def test_a_patch_with_a_resource_version_is_still_a_conflict_when_another_write_lands(
+        api: APIClient, webhook: Webhook) -> None:
+    status, body = await _patch_while_another_write_lands(api, webhook, with_version=True)
+    assert status == 409 and body["reason"] == "Conflict", body
+    stored = (await api.get(f"{WIDGETS}/w"))[1]
+    assert stored["spec"] == {"size": 1} and stored["status"] == {"phase": "Busy"}

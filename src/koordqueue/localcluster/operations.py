@@ -56,6 +56,12 @@ _SYSTEM_META = ("uid", "creationTimestamp", "namespace", "name", "generation", "
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 ManagedFields = list[dict[str, Any]]  # metadata.managedFields, as server-side apply writes them
+
+
+class _ChangedMeanwhile(Exception):
+    """Another write landed while this one's admission ran: the write is done again from the
+    object as it is now (kube-apiserver's GuaranteedUpdate), where a stale resourceVersion the
+    request carries is a conflict."""
 # (operation, resource type, subresource, object, old object) -> object after mutating admission
 Admit = Callable[[str, ResourceType, str, dict[str, Any], dict[str, Any] | None], Awaitable[dict[str, Any]]]
 
@@ -335,8 +341,12 @@ class Operations:
         if not meta.get("resourceVersion") and rt.from_crd:
             raise errors.invalid(rt, name, [("metadata.resourceVersion",
                                              "Invalid value: 0x0: must be specified for an update")])
-        old = self.get(rt, namespace, name)
-        return await self._write_update(rt, old, new, subresource, dry_run, manager=manager)
+        while True:
+            old = self.get(rt, namespace, name)
+            try:
+                return await self._write_update(rt, old, deep_copy(new), subresource, dry_run, manager=manager)
+            except _ChangedMeanwhile:
+                continue  # done again on the object as it is now: a stale resourceVersion is a conflict then
 
     async def patch(
         self, rt: ResourceType, namespace: str, name: str, patch_type: str, body: bytes,
@@ -344,7 +354,20 @@ class Operations:
         check: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None, manager: str = "",
     ) -> dict[str, Any]:
         """Apply a patch of `patch_type`; `check` sees the patched object (and the stored one) before
-        it is written."""
+        it is written. Another write landing while admission ran has the patch applied again to the
+        object as it is now, as kube-apiserver's GuaranteedUpdate does: a patch without a
+        resourceVersion is never a conflict."""
+        while True:
+            try:
+                return await self._patch_once(rt, namespace, name, patch_type, body, subresource, dry_run, check,
+                                              manager)
+            except _ChangedMeanwhile:
+                continue
+
+    async def _patch_once(
+        self, rt: ResourceType, namespace: str, name: str, patch_type: str, body: bytes, subresource: str,
+        dry_run: bool, check: Callable[[dict[str, Any], dict[str, Any]], Any] | None, manager: str,
+    ) -> dict[str, Any]:
         old = self.get(rt, namespace, name)
         if patch_type == APPLY_PATCH or (patch_type == STRATEGIC_PATCH and rt.from_crd):
             raise errors.unsupported_media_type(patch_type, [JSON_PATCH, MERGE_PATCH] + (
@@ -388,7 +411,8 @@ class Operations:
     ) -> tuple[dict[str, Any], bool]:
         """Server-side apply of the configuration `body` by field manager `manager` (see apply.py);
         (the object, whether it was created). `check` sees the object before it is written; `force`
-        takes over fields other managers own (else they are a 409 conflict)."""
+        takes over fields other managers own (else they are a 409 conflict). Like a patch, it is done
+        again on the object as it is now when another write landed while admission ran."""
         if not isinstance(body, dict) or not body.get("apiVersion") or not body.get("kind"):
             raise errors.bad_request("apply configuration must be an object with apiVersion and kind")
         config = self._check_body(rt, deep_copy(body))
@@ -401,6 +425,17 @@ class Operations:
                 "the namespace of the provided object does not match the namespace sent on the request")
         meta.pop("managedFields", None)
         fields = ssa.field_set(config, rt)
+        while True:
+            try:
+                return await self._apply_once(rt, namespace, name, deep_copy(config), fields, manager, dry_run, check,
+                                              force)
+            except _ChangedMeanwhile:
+                continue
+
+    async def _apply_once(
+        self, rt: ResourceType, namespace: str, name: str, config: dict[str, Any], fields: ssa.FieldSet,
+        manager: str, dry_run: bool, check: Callable[[dict[str, Any]], Any] | None, force: bool,
+    ) -> tuple[dict[str, Any], bool]:
         now = now_rfc3339()
         current = self.store.get(rt.storage_key, namespace if rt.namespaced else "", name)
         if current is None:
@@ -502,8 +537,8 @@ class Operations:
         current = self.store.get(rt.storage_key, old["metadata"].get("namespace", ""), name)
         if current is None:
             raise errors.not_found(rt, name)
-        if current is not old:  # changed while admission ran
-            raise errors.conflict(rt, name, errors.STALE_OBJECT)
+        if current is not old:  # changed while admission ran: the caller does it again
+            raise _ChangedMeanwhile
         if "generation" in old["metadata"] and _spec_of(result, rt) != _spec_of(old, rt):
             result["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
         result["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]

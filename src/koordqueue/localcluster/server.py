@@ -108,11 +108,12 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | Headers | None
 
 
 def _warning_headers(warnings: list[str] | None) -> Headers | None:
-    """One `Warning: 299 - "text"` header per warning, the text quoted as RFC 7234 says."""
+    """One `Warning: 299 - "text"` header per warning, the text quoted as RFC 7234 says; the
+    same text once, as kube-apiserver's recorder has it (a write done again adds its warnings again)."""
     if not warnings:
         return None
     out: Headers = []
-    for text in warnings:
+    for text in dict.fromkeys(warnings):
         out.append(("Warning", '299 - "' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'))
     return out
 

@@ -62,6 +62,8 @@ class _ChangedMeanwhile(Exception):
     """Another write landed while this one's admission ran: the write is done again from the
     object as it is now (kube-apiserver's GuaranteedUpdate), where a stale resourceVersion the
     request carries is a conflict."""
+
+
 # (operation, resource type, subresource, object, old object) -> object after mutating admission
 Admit = Callable[[str, ResourceType, str, dict[str, Any], dict[str, Any] | None], Awaitable[dict[str, Any]]]
 

@@ -95,7 +95,7 @@ class JobReconciler(Part):
                 unit.phase in HOLDING and (known is None or known.admitted_quota is None)):
             # (A unit whose object still holds quota that the engine has taken back is being
             # preempted or sent back: its job is suspended once that status is written, never
-            # before, or a write that fails would leave a job stopped and released again for nothing.)
+            # before, or a write that fails would leave a job stopped and resumed again for nothing.)
             await self.switch.suspend(job, adapter)
         elif not may_run and job.suspended and job.placed and unit.phase not in FINISHED:
             await self.switch.put_back(job)
@@ -212,7 +212,7 @@ class JobReconciler(Part):
     def _mark_running(self, item: str, key: str, status: Object) -> None:
         """Write Running in the background, in the line of the messages: it only informs, so
         admissions and releases never wait behind it, nor does the job's worker (a job that
-        ends meanwhile is released at once). Not written if the unit is no longer Dequeued as
+        ends meanwhile has its quota released at once). Not written if the unit is no longer Dequeued as
         we last wrote it, nor for a job that ended meanwhile: its unit goes to Succeed next."""
         if key in self.running_writes:
             return

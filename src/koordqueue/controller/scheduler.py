@@ -149,7 +149,7 @@ class Scheduler(Part):
             return True
         info = self.engine.unit(key)
         try:
-            async with self.switch.job_locks.hold(unit.job_key):  # after its job's release on its way, if any
+            async with self.switch.job_locks.hold(unit.job_key):  # after its job's resume on its way, if any
                 await self.status.write(
                     key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at))
         except KubeError as e:
@@ -209,7 +209,7 @@ class Scheduler(Part):
         requeue_at = self.engine.requeue(unit.key, self.clock(), reason)
         info = self.engine.unit(unit.key)
         try:
-            async with self.switch.job_locks.hold(unit.job_key):  # after its job's release on its way, if any
+            async with self.switch.job_locks.hold(unit.job_key):  # after its job's resume on its way, if any
                 await self.status.write(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
                                                                       requeue_at))
         except KubeError:

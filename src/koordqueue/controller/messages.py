@@ -89,15 +89,16 @@ class MessageWriter(Part):
         seen = unit.resource_version
 
         def still_waiting() -> bool:  # not admitted, nor written otherwise, while this write waited for its turn
-            return self._waiting(key) and self.records.written_message(key) != message and self.records.newer(key, seen)
+            return self._waiting(key) and self.records.written_message(key) != message and \
+                self.records.newer(key, seen)
 
         try:
             if first:
                 written = await self.status.write(key, st.enqueued(message), precondition=True,
-                                                        limit=self.status.message_limit, still=still_waiting)
+                                                  limit=self.status.message_limit, still=still_waiting)
             else:
                 written = await self.status.write(key, {"message": message}, touch=False,
-                                                        limit=self.status.message_limit, still=still_waiting)
+                                                  limit=self.status.message_limit, still=still_waiting)
             if not written:
                 return
             self.records.unit_to_write(key).message_written_at = self.clock()

@@ -180,7 +180,8 @@ class JobReconciler(Part):
                         if state in (c.AdmissionCheckState.RETRY, c.AdmissionCheckState.REJECTED))
         if failed:
             said = ", ".join(f"{name} said {states[name]}" for name in failed)
-            await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF, f"admission check {said}; quota released")
+            await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
+                                           f"admission check {said}; quota released")
         elif states and all(state == c.AdmissionCheckState.READY for state in states.values()):
             await self.status.write(unit.key, st.checks_passed(sorted(states)))
             self._event(unit_ref(unit), c.EventType.NORMAL, c.EventReason.DEQUEUED, "admission checks passed")
@@ -206,8 +207,9 @@ class JobReconciler(Part):
             self.jobs_queue.add_after(item, left + 0.05)
             return
         await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
-                              f"its pods were not all running {self.config.wait_for_pods_running_seconds:g} s "
-                              f"after admission (running {pods.running}, pending {pods.pending}); quota released")
+                                       f"its pods were not all running {self.config.wait_for_pods_running_seconds:g} s "
+                                       f"after admission (running {pods.running}, pending {pods.pending}); "
+                                       "quota released")
 
     def _mark_running(self, item: str, key: str, status: Object) -> None:
         """Write Running in the background, in the line of the messages: it only informs, so

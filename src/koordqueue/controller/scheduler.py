@@ -187,7 +187,7 @@ class Scheduler(Part):
                 # new admission. Written then, this Enqueued would take back what its job was given.)
                 try:
                     await self.status.write(key, st.enqueued("back in the queue after a back-off"),
-                                                  still=lambda key=key: self._waiting(key))
+                                            still=lambda key=key: self._waiting(key))
                 except KubeError as e:
                     log.info("unit %s not requeued yet: %s", key, e)
 
@@ -211,7 +211,7 @@ class Scheduler(Part):
         try:
             async with self.switch.job_locks.hold(unit.job_key):  # after its job's resume on its way, if any
                 await self.status.write(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
-                                                                      requeue_at))
+                                                               requeue_at))
         except KubeError:
             count_as_admitted(self.engine, known, unit.allocated_at or unit.created, admitted_placement(unit))
             raise

@@ -123,7 +123,7 @@ class UnitSync(Part):
         self.jobs_queue.add(unit.job_key)
         self.wake.set()
 
-    # --- pods: where they are bound, which jobs they belong to -------------------------------------------------------------------------
+    # --- pods: where they are bound, which jobs they belong to ------------------------
 
     def _pod_changed(self, pod: PodView, old: PodView | None = None) -> None:
         self._pod_room(self.node_usage.put(pod), pod)

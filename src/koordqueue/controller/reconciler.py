@@ -213,9 +213,9 @@ class JobReconciler(Part):
 
     def _mark_running(self, item: str, key: str, status: Object) -> None:
         """Write Running in the background, in the line of the messages: it only informs, so
-        admissions and releases never wait behind it, nor does the job's worker (a job that
-        ends meanwhile has its quota released at once). Not written if the unit is no longer Dequeued as
-        we last wrote it, nor for a job that ended meanwhile: its unit goes to Succeed next."""
+        admissions and resumes never wait behind it, nor does the job's worker (a job that ends
+        meanwhile has its quota released at once). Not written if the unit is no longer Dequeued
+        as we last wrote it, nor for a job that ended meanwhile: its unit goes to Succeed next."""
         if key in self.running_writes:
             return
 

@@ -1,7 +1,7 @@
 """From the cluster's objects to the engine's inputs: the one translation.
 
 The controller, `koord-queue status` and `explain` (from a snapshot of the objects, in
-controller/snapshot.py), the dashboard (the controller's own engine) and the simulator
+controller/loading.py), the dashboard (the controller's own engine) and the simulator
 load the engine through ``Settings``, so that they cannot disagree on what the objects
 mean: the queue policy of a quota that names none, the cluster total the quotas share
 (the nodes' allocatable times the oversell rate), who may be preempted when, the

@@ -1,7 +1,7 @@
 """`koord-queue status` and `koord-queue explain`: the queue as text, from any cluster.
 
 Both read the cluster's objects and the settings the controller published, load them
-into an engine as the controller does (controller/snapshot.py, loader.py), run the
+into an engine as the controller does (controller/loading.py, loader.py), run the
 cycle it would run now (to know who blocks whom), and print the same overview and
 explanation the dashboard shows, with reasons worked out now.
 """
@@ -15,8 +15,8 @@ from typing import Any
 from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.quantity import format_quantity
+from koordqueue.controller.loading import Snapshot, look_now, take_snapshot
 from koordqueue.controller.overview import Overview, explain, overview
-from koordqueue.controller.snapshot import Snapshot, look_now, take_snapshot
 from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config

@@ -28,10 +28,11 @@ import yaml
 from koordqueue import __version__, aio
 from koordqueue.api import constants as c
 from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.loading import look_now, take_snapshot
 from koordqueue.controller.logs import TEXT_FORMAT
 from koordqueue.controller.manager import Manager
 from koordqueue.controller.overview import overview
-from koordqueue.controller.snapshot import UNITS, look_now, take_snapshot
+from koordqueue.controller.resources import UNITS
 from koordqueue.controller.webhook import MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
 from koordqueue.jobs import PLURALS
 from koordqueue.kube.client import KubeClient, Resource

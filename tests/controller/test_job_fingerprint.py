@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from koordqueue.api import constants as c
-from koordqueue.controller.controller import _job_fingerprint
+from koordqueue.controller.informers import _job_fingerprint
 
 from .conftest import pytorch_job
 

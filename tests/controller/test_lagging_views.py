@@ -13,7 +13,6 @@ object's watch events.
 from __future__ import annotations
 
 import asyncio
-import heapq
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +159,7 @@ async def test_a_back_off_left_over_does_not_take_back_a_new_admission_from_a_la
         unit_lag.hold()
 
         async def view_suspended() -> bool:
-            view = ctl._job_view(f"{c.PYTORCH_JOB_KIND}/default/low")
+            view = ctl.shared.informers.job_view(f"{c.PYTORCH_JOB_KIND}/default/low")
             return view is not None and view.suspended
 
         await system.wait_for(view_suspended, 30, "our view of low's job to say suspended")
@@ -170,8 +169,8 @@ async def test_a_back_off_left_over_does_not_take_back_a_new_admission_from_a_la
             return bool(checker.units["default/low-py-qu"].epoch >= 2 and not checker.suspended["default/low"])
 
         await system.wait_for(readmitted_and_released, 30, "low to be admitted and released again")
-        heapq.heappush(ctl.backoffs, (0.0, "default/low-py-qu"))
-        ctl.wake.set()
+        ctl.shared.backoffs.push(0.0, "default/low-py-qu")
+        ctl.shared.wake.set()
         await asyncio.sleep(1.0)
         assert await system.phase("low-py-qu") in (c.Phase.DEQUEUED.value, c.Phase.RUNNING.value)
         await unit_lag.release()

@@ -174,3 +174,21 @@ async def test_deleted_jobs_and_units_show_in_the_recent_decisions(system: Syste
     assert sorted(deleted) == [
         ("default/runs-py-qu", "team-del", "PyTorchJob default/runs was deleted; quota team-del released"),
         ("default/waits-py-qu", None, "PyTorchJob default/waits was deleted; it left the queue")]
+
+
+async def test_what_is_kept_of_a_job_and_its_unit_goes_when_they_are_deleted(system: System) -> None:
+    """All the controller keeps of a unit, and of a job, is one record each
+    (controller/records.py), dropped when the object is deleted: none is left behind."""
+    await system.apply(quota("team-gone", 2, 2))
+    await system.apply(pytorch_job("gone", quota_name="team-gone"))
+    await system.wait_phase("gone-py-qu", c.Phase.RUNNING)
+    records = system.controller.shared.records
+    unit, job = "default/gone-py-qu", f"{c.PYTORCH_JOB_KIND}/default/gone"
+    assert records.unit(unit) is not None and records.job(job) is not None
+    await system.akubectl("delete", "pytorchjob", "gone")
+
+    async def dropped() -> bool | None:
+        return True if records.unit(unit) is None and records.job(job) is None else None
+
+    await system.wait_for(dropped, what="the records of the job and its unit dropped")
+    assert unit not in records.pending_messages

@@ -78,7 +78,7 @@ async def test_a_victim_seen_as_new_is_not_written_enqueued_before_its_preemptio
         await system.wait_for(preemption_decided, 30, "high to preempt low")
 
         async def message_written() -> bool:  # at the next flushes of messages, or never
-            return "preempted" in ctl.written_messages.get("default/low-py-qu", "")
+            return "preempted" in (ctl.shared.records.written_message("default/low-py-qu") or "")
 
         with contextlib.suppress(AssertionError):
             await system.wait_for(message_written, 3, "the message of low to be written")

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.controller.snapshot import QUOTAS, UNITS, take_snapshot
+from koordqueue.controller.loading import take_snapshot
+from koordqueue.controller.resources import QUOTAS, UNITS
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config

@@ -47,11 +47,11 @@ async def test_a_lease_lost_as_the_scheduler_wakes_still_stops_the_controller(st
         old = system.controller
         # A unit backing off makes the scheduler wait with a deadline, as it does under load
         # (this key names no unit: when due, it is dropped).
-        old.backoffs.append((old.clock() + 60.0, "default/backing-off"))
-        old.wake.set()
+        old.shared.backoffs.push(old.shared.clock() + 60.0, "default/backing-off")
+        old.shared.wake.set()
         await asyncio.sleep(0.5)  # the scheduler's cycle runs; it waits again, until woken or due
         work = leader_work()
-        old.wake.set()
+        old.shared.wake.set()
         work.cancel()  # what losing the Lease does, in the same step
         async with asyncio.timeout(STEP_DOWN_SECONDS):
             await asyncio.gather(work, return_exceptions=True)
@@ -70,7 +70,7 @@ async def test_a_lease_lost_while_the_controller_starts_leaves_no_informer_runni
         leader_work().cancel()  # step down; the replica campaigns again at once
         fresh = await new_controller(system, system.controller)
         async with asyncio.timeout(STEP_DOWN_SECONDS):
-            while fresh.node_informer._task is None:  # started: it waits for the first lists
+            while fresh.shared.informers.node._task is None:  # started: it waits for the first lists
                 await asyncio.sleep(0)
         assert not fresh.sync_done
         work = leader_work()

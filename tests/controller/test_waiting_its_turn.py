@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from koordqueue.controller.controller import _waiting_its_turn
+from koordqueue.controller.messages import _waiting_its_turn
 from koordqueue.engine import messages
 
 

@@ -1,6 +1,6 @@
-"""Loading the engine from the objects' status: what a restarted controller does, and
-what `koord-queue status` and `explain` do to see the queue as the controller sees it,
-with the settings it published (loader.py).
+"""Loading an engine from the objects' status: what a restarted controller does, and what
+`koord-queue status` and `explain` do (a Snapshot: the cluster read once) to see the queue
+as the controller sees it, with the settings it published (loader.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,19 @@ from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
+from koordqueue.controller.resources import (
+    CONFIG_MAPS,
+    FINISHED,
+    HOLDING,
+    NODES,
+    ORPHAN,
+    PRIORITY_CLASSES,
+    QUEUES,
+    QUOTAS,
+    SENT_BACK,
+    UNITS,
+    UNRESOLVED,
+)
 from koordqueue.controller.views import (
     JOB_PLURALS,
     JobView,
@@ -31,21 +44,10 @@ from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import key_of
 from koordqueue.loader import Settings
 
-QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
-QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
-UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
-NODES = Resource("", "v1", "nodes", namespaced=False)
-CONFIG_MAPS = Resource("", "v1", "configmaps")
-PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)
-HOLDING = {p.value for p in c.PHASES_HOLDING_QUOTA}
-FINISHED = {p.value for p in c.PHASES_FINISHED}
-SENT_BACK = {c.Phase.PREEMPTED.value, c.Phase.TIMEOUT_BACKOFF.value}
-ORPHAN = "this QueueUnit stands for no job"  # how the reason of a unit without one begins
-UNRESOLVED = "(unresolved)"  # a held unit whose quota is gone: charged to the cluster total
 
-
-def hold(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
-    """Account a unit as holding quota: the quota it resolves to (else the cluster's);
+def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
+    """Account a unit as holding quota, as its object says it does (not a hold: room the
+    engine keeps for a waiting unit): in the quota it resolves to, else the cluster's;
     ``placement``: what its status says was admitted (an elastic role in part)."""
     info.requeue_at = None
     info.placement = placement
@@ -63,7 +65,7 @@ def load_unit(engine: Engine, unit: UnitView, info: UnitInfo, now: float) -> flo
     if unit.phase in FINISHED:
         return None
     if unit.phase in HOLDING:
-        hold(engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
+        count_as_admitted(engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
         return None
     requeue_at = None
     if unit.phase in SENT_BACK:

@@ -1,0 +1,173 @@
+"""Our views of the cluster: one informer per kind of object, each keeping a small projection
+(views.py), and the lookups the parts share (a unit's job, what the engine is told a unit
+asks for, how many of a job's pods run)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from koordqueue.api import constants as c
+from koordqueue.api.meta import InvalidObject
+from koordqueue.api.quantity import QuantityError, parse_resource_list
+from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.loading import orphan_reason
+from koordqueue.controller.pods import PodIndex, pod_view
+from koordqueue.controller.records import Records
+from koordqueue.controller.resources import NODES, ORPHAN, PODS, PRIORITY_CLASSES, QUEUES, QUOTAS, UNITS
+from koordqueue.controller.views import (
+    JOB_PLURALS,
+    JobView,
+    Object,
+    UnitView,
+    adapter_of_kind,
+    job_view,
+    orphan_info,
+    priority_classes_changed,
+    unit_info,
+    unit_view,
+    with_priority_classes,
+)
+from koordqueue.engine.model import NodeInfo, Taint, UnitInfo
+from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.informer import Informer, trim
+
+
+def job_resource(kind: str) -> Resource:
+    return Resource.of(adapter_of_kind(kind).api_version, JOB_PLURALS[kind])
+
+
+class Informers:
+    def __init__(self, client: KubeClient, config: ControllerConfig, records: Records) -> None:
+        self.records = records  # (each job's fingerprint)
+        self.priority_classes: dict[str, int] = {}
+        self.pc_version = 0  # moves when PriorityClasses change: jobs' next views are made afresh
+        self.pc = Informer(client, PRIORITY_CLASSES, project=_priority_value)
+        self.node = Informer(client, NODES, project=_node_info)
+        self.quota = Informer(client, QUOTAS, project=_without_status)
+        self.queue = Informer(client, QUEUES, project=_without_status)
+        self.unit = Informer(client, UNITS, project=unit_view)
+        self.pod = Informer(client, PODS, project=pod_view)
+        self.jobs: dict[str, Informer[JobView]] = {
+            kind: Informer(client, job_resource(kind), project=self._project_job)
+            for kind in sorted(config.job_kinds)
+        }
+        self.pods = PodIndex()  # the pods of jobs, by their job's label
+
+    def all(self) -> list[Informer[Any]]:
+        return [self.pc, self.node, self.quota, self.queue, self.unit, self.pod, *self.jobs.values()]
+
+    async def start(self) -> None:
+        # Priority classes first: job projections read them.
+        self.pc.start()
+        await self.pc.wait_synced()
+        rest = self.all()[1:]
+        for inf in rest:
+            inf.start()
+        for inf in rest:
+            await inf.wait_synced()
+
+    def _project_job(self, obj: Object) -> JobView:
+        """The job's view; when only its suspension or status changed (our resume, the operator's
+        conditions), the last view with those refreshed: reading pod templates again costs
+        50 times more."""
+        kind = str(obj.get("kind") or "")
+        adapter = adapter_of_kind(kind)
+        meta = obj.get("metadata") or {}
+        item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        fingerprint = _job_fingerprint(obj, self.pc_version)
+        old = self.job_view(item)
+        record = self.records.job(item)
+        if old is not None and old.invalid is None and record is not None and record.fingerprint == fingerprint:
+            try:
+                return replace(old, suspended=adapter.is_suspended(obj), state=adapter.status(obj),
+                               deleting=bool(meta.get("deletionTimestamp")),
+                               # a RayJob's pods are found by its status (its Ray cluster's name)
+                               pods=next(iter(adapter.pod_selector(obj).items()), None))
+            except InvalidObject:
+                pass
+        self.records.job_to_write(item).fingerprint = fingerprint
+        return job_view(obj, adapter, self.priority_classes)
+
+    def job_view(self, item: str) -> JobView | None:
+        """Our view of the job ``kind/namespace/name``, if we have one, as of the PriorityClasses
+        there are now."""
+        kind, _, key = item.partition("/")
+        informer = self.jobs.get(kind)
+        job = informer.get(key) if informer is not None else None
+        if job is not None and job.priority_classes and priority_classes_changed(job, self.priority_classes):
+            job = with_priority_classes(job, self.priority_classes)
+        return job
+
+    def job_of(self, unit: UnitView) -> JobView | None:
+        return self.job_view(unit.job_key)
+
+    def job_ended(self, item: str) -> bool:
+        """Whether our latest view of the job says it succeeded or failed."""
+        job = self.job_view(item)
+        return job is not None and job.state.ended
+
+    def orphan_reason(self, unit: UnitView) -> str | None:
+        return orphan_reason(unit, self.jobs)
+
+    def unit_info(self, unit: UnitView) -> UnitInfo:
+        """The engine's view of a unit: what its job asks for (see views.unit_info), or why it
+        stands for no job."""
+        orphan = self.orphan_reason(unit)
+        job = self.job_of(unit)
+        if orphan is not None or job is None:
+            return orphan_info(unit, orphan or ORPHAN)
+        return unit_info(unit, job)
+
+    def pod_count(self, job: JobView) -> Any:
+        label = job.pods[0] if job.pods else c.LABEL_JOB_NAME
+        value = job.pods[1] if job.pods else job.name
+        return self.pods.count(label, job.namespace, value)
+
+
+def _job_fingerprint(obj: Object, pc_version: int) -> int:
+    """A hash of what a job's unit is made from: all but its suspension and status."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and ("suspend" in spec or isinstance(spec.get("runPolicy"), dict)):
+        spec = {k: v for k, v in spec.items() if k != "suspend"}
+        if isinstance(spec.get("runPolicy"), dict):
+            spec["runPolicy"] = {k: v for k, v in spec["runPolicy"].items() if k != "suspend"}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and c.ANNOTATION_SUSPEND in annotations:
+        annotations = {k: v for k, v in annotations.items() if k != c.ANNOTATION_SUSPEND}
+    try:
+        return hash(orjson.dumps([meta.get("uid"), meta.get("creationTimestamp"), meta.get("labels"), annotations,
+                                  spec, pc_version], option=orjson.OPT_SORT_KEYS))
+    except TypeError:
+        return id(obj)  # not JSON as we know it: never equal to another
+
+
+def _without_status(obj: Object) -> Object:
+    """Quotas and Queues as cached: their status is ours, written from the engine, never read."""
+    obj = trim(obj)
+    obj.pop("status", None)
+    return obj
+
+
+def _priority_value(obj: Object) -> int | None:
+    value = obj.get("value")
+    return value if isinstance(value, int) else None
+
+
+def _node_info(obj: Object) -> NodeInfo:
+    """A node as node fit needs it: allocatable ({} when unreadable), labels, taints, cordon."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    try:
+        allocatable = parse_resource_list((obj.get("status") or {}).get("allocatable") or {})
+    except QuantityError:
+        allocatable = {}
+    labels = meta.get("labels") or {}
+    taints = tuple(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                   for t in spec.get("taints") or () if isinstance(t, dict))
+    return NodeInfo(str(meta.get("name", "")), allocatable,
+                    {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+                    taints, bool(spec.get("unschedulable")))

@@ -1,0 +1,126 @@
+"""Who suspends and resumes jobs. A job's suspensions and resumes go one at a time, each
+landing before the next is sent, in the order they were decided: a write that takes long
+to land (retried after a 429 or a 500) must not land after one decided later. The same
+line (job_locks) keeps a unit from being sent back before its job's resume on its way has
+landed (scheduler.py). A job is resumed once per admission, with its admission's placement
+(pods pinned to their domain, an elastic role's replicas) in the same write; a suspension
+puts back what that placement changed."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from koordqueue.api.meta import InvalidObject
+from koordqueue.controller.informers import job_resource
+from koordqueue.controller.keyedlock import KeyedLock
+from koordqueue.controller.shared import Part, Shared
+from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admitted_placement
+from koordqueue.engine.model import Placement
+from koordqueue.jobs.base import JobAdapter
+from koordqueue.jobs.placement import admission_patch, read_originals
+from koordqueue.kube.errors import KubeError
+
+log = logging.getLogger(__name__)
+
+# A job we resumed whose view still says suspended: our watch has not brought the resume
+# back yet. It is resumed again only after this long (someone suspended it since).
+RESUME_AGAIN_AFTER_SECONDS = 5.0
+
+
+class JobSwitch(Part):
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        self.job_locks = KeyedLock()  # job item -> one suspension or resume at a time
+
+    def _resumed(self, item: str, when: float | None) -> None:
+        """When we resumed the job (None: not since its view showed it, or we suspended it)."""
+        record = self.records.job_to_write(item) if when is not None else self.records.job(item)
+        if record is not None:
+            record.resumed_at = when
+
+    def seen_running(self, item: str) -> None:
+        """Our view shows the job not suspended: a resume of ours has landed."""
+        self._resumed(item, None)
+
+    async def suspend(self, job: JobView, adapter: JobAdapter) -> None:
+        """Suspend the job, and put back what its admission changed on it (the domain its
+        pods were pinned to, an elastic role's replicas), in one write."""
+        item = f"{job.kind}/{job.key}"
+        self._resumed(item, None)
+        owed = self.shared.owed.token(item)
+        patch = _merged(adapter.suspend_patch({}), self._placement_patch(job, None) or {})
+        async with self.job_locks.hold(item):
+            await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
+        if owed is not None:  # (not if owed anew while we wrote)
+            self.shared.owed.paid(item, owed)
+
+    def _placement_patch(self, job: JobView, placement: Placement | None) -> dict[str, Any] | None:
+        """The part of a job's patch that applies an admission's placement to it (pods pinned
+        to their domain, an elastic role's replicas), or, with None, puts back what an earlier
+        one changed; None when there is nothing to write."""
+        try:
+            before = read_originals(job.placed, f"{job.kind} {job.key}")
+        except InvalidObject as e:
+            log.warning("%s", e.reason)
+            before = {}
+        return admission_patch(adapter_of_kind(job.kind).role_patch, job.roles, before, placement)
+
+    async def put_back(self, job: JobView) -> None:
+        """A suspended job whose admission's changes are still on it (suspended by someone
+        else, or our suspension written from a view older than our resume): put them back,
+        while its unit is not admitted."""
+        patch = self._placement_patch(job, None)
+        if patch is None:
+            return
+        async with self.job_locks.hold(f"{job.kind}/{job.key}"):
+            known = self.engine.unit(job.unit_key)
+            if known is not None and known.admitted_quota is not None:
+                return  # admitted again meanwhile: its resume writes its own
+            await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
+
+    async def resume(self, job: JobView, placement: Placement | None = None) -> None:
+        """Resume a job, once: the admission and the reconciler of its unit's admission may both
+        find it suspended before our watch brings the first resume back. In its turn after the
+        job's suspensions on their way, and only while its unit is still admitted then. Its
+        admission's placement (``placement``, else what its unit's status says) goes into the
+        same write: its pods pinned to their domain, an elastic role's replicas set."""
+        item = f"{job.kind}/{job.key}"
+        async with self.job_locks.hold(item):
+            known = self.engine.unit(job.unit_key)
+            if known is None or known.admitted_quota is None:
+                return  # sent back while this waited for its turn
+            record = self.records.job(item)
+            resumed_at = record.resumed_at if record is not None and record.resumed_at is not None \
+                else -RESUME_AGAIN_AFTER_SECONDS
+            if self.clock() - resumed_at < RESUME_AGAIN_AFTER_SECONDS:
+                return
+            self._resumed(item, self.clock())
+            if placement is None:
+                unit = self.informers.unit.get(job.unit_key)
+                placement = admitted_placement(unit) if unit is not None else None
+            patch = _merged(adapter_of_kind(job.kind).resume_patch({}), self._placement_patch(job, placement) or {})
+            try:
+                await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
+            except KubeError:
+                self._resumed(item, None)
+                raise
+
+    async def resume_admitted(self, unit: UnitView, placement: Placement | None) -> None:
+        """Let an admitted unit's job run now, rather than when our watch brings back the
+        admission we just wrote (the job reconciler does it then, if this fails)."""
+        job = self.informers.job_of(unit)
+        if job is None or not job.suspended or job.deleting:
+            return
+        try:
+            await self.resume(job, placement)
+        except KubeError as e:
+            log.info("job %s not resumed yet: %s", job.key, e)
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two merge patches as one (``b`` wins where both set a value)."""
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out

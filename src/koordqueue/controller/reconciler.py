@@ -1,0 +1,281 @@
+"""The job reconciler: keeps every job and its QueueUnit in step. A new job gets its unit
+and is suspended until admitted; an admitted unit's job is resumed (jobswitch.py), one sent
+back is suspended; Reserved units pass or fail their admission checks; a running job's
+unit follows it (Running, podState, the wait-for-pods-running timeout) and is finished
+when it ends; a unit's spec and labels are its job's (a hand edit is undone). Runs in
+the job workers, one job at a time each (kube/workqueue.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from koordqueue.api import constants as c
+from koordqueue.api.objects import QueueSettings
+from koordqueue.api.quantity import QuantityError, parse_resource_list
+from koordqueue.controller import status as st
+from koordqueue.controller.eventline import job_ref, unit_ref
+from koordqueue.controller.jobswitch import JobSwitch
+from koordqueue.controller.loading import count_as_admitted
+from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, UNITS
+from koordqueue.controller.scheduler import Scheduler
+from koordqueue.controller.shared import Part, Shared
+from koordqueue.controller.unitstatus import UnitStatusWriter
+from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.views import (
+    JobView,
+    Object,
+    UnitView,
+    adapter_of_kind,
+    missing_class_reason,
+    queue_unit_manifest,
+    unit_info,
+    unit_view,
+)
+from koordqueue.jobs.base import JobAdapter, JobState
+from koordqueue.kube.errors import AlreadyExists, KubeError
+from koordqueue.kube.events import ObjectRef
+
+log = logging.getLogger(__name__)
+
+UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labels the engine reads
+
+
+class JobReconciler(Part):
+    def __init__(self, shared: Shared, unit_sync: UnitSync, status: UnitStatusWriter, switch: JobSwitch,
+                 scheduler: Scheduler, queue_settings: dict[str, QueueSettings]) -> None:
+        super().__init__(shared)
+        self.unit_sync = unit_sync
+        self.status = status
+        self.switch = switch
+        self.scheduler = scheduler
+        self.queue_settings = queue_settings  # (quotasync.py's)
+        self.running_writes: dict[str, asyncio.Task[None]] = {}  # unit key -> its Running write, in line
+
+    async def reconcile(self, item: str) -> None:
+        kind = item.partition("/")[0]
+        job = self.informers.job_view(item)
+        if job is None or job.deleting:
+            return
+        self._warn_of_missing_classes(item, job)
+        adapter = adapter_of_kind(kind)
+        unit = self.informers.unit.get(job.unit_key)
+        if unit is None:
+            if not job.state.ended:
+                await self._create_unit(item, job, adapter)
+            return
+        if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
+            return  # a unit of that name belongs to another job: not ours to drive
+        known = self.engine.unit(unit.key)
+        if known is not None and known.invalid is not None and known.invalid.startswith(ORPHAN):
+            await self.unit_sync.unit_changed(unit)  # made before its job: it stands for one now
+        if job.state.ended and (known is not None or self.records.newer(unit.key, unit.resource_version)):
+            # The job ended: its unit is finished whatever our view of it says (a view older than
+            # our last write, a Running say, would wait for our watch to bring that write first).
+            await self._finish(unit, job)
+            return
+        if item in self.shared.owed:
+            # We sent its unit back: its job stops now. Not from our views: the one of the unit
+            # may not show the send-back yet (and we would wait for it below), the one of the job
+            # may not show our resume yet (and take it for a job suspended already).
+            await self.switch.suspend(job, adapter)
+            return  # the rest when our watch brings that suspension back
+        if not self.records.newer(unit.key, unit.resource_version):
+            return  # we wrote a newer version than our watch has brought: act on that one when it comes
+        if unit.phase == c.Phase.RESERVED.value:
+            await self._check_admission(unit, job)
+        known = self.engine.unit(unit.key)
+        may_run = known is not None and known.admitted_quota is not None and unit.phase in RUNNABLE
+        if not job.suspended:
+            self.switch.seen_running(item)
+        if may_run and job.suspended:
+            await self.switch.resume(job)
+        elif not may_run and not job.suspended and unit.phase not in FINISHED and not (
+                unit.phase in HOLDING and (known is None or known.admitted_quota is None)):
+            # (A unit whose object still holds quota that the engine has taken back is being
+            # preempted or sent back: its job is suspended once that status is written, never
+            # before, or a write that fails would leave a job stopped and resumed again for nothing.)
+            await self.switch.suspend(job, adapter)
+        elif not may_run and job.suspended and job.placed and unit.phase not in FINISHED:
+            await self.switch.put_back(job)
+        if may_run:
+            await self._follow_running(item, unit, job)
+        if job.unit_spec is not None and unit.phase not in FINISHED and _unit_spec_drifted(unit, job):
+            # The controller owns the unit's spec: a hand edit (say, of its priority) is reverted.
+            spec = job.unit_spec if "queue" in job.unit_spec else {**job.unit_spec, "queue": None}
+            await self.client.patch(UNITS, unit.name, {"spec": spec}, namespace=unit.namespace)
+            self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
+                        "spec edited by hand; restored from the job (edit the job instead)")
+        labels = _unit_labels_drifted(unit, job)
+        if labels and job.unit_spec is not None and unit.phase not in FINISHED:
+            # So are the labels the engine reads: the unit's quota is the one its job names.
+            await self.client.patch(UNITS, unit.name, {"metadata": {"labels": labels}}, namespace=unit.namespace)
+            said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
+            self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
+                        f"labels set from the job: {said} (edit the job instead)")
+
+    def _warn_of_missing_classes(self, item: str, job: JobView) -> None:
+        """A Warning on the job, once for each set of missing PriorityClasses it waits for."""
+        missing = job.missing_priority_classes if job.unit_spec is not None and not job.state.ended else ()
+        record = self.records.job(item)
+        if not missing:
+            if record is not None:
+                record.warned_of_classes = None
+        elif (record.warned_of_classes if record is not None else None) != missing:
+            self.records.job_to_write(item).warned_of_classes = missing
+            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.PRIORITY_CLASS_NOT_FOUND,
+                        f"not admitted: {missing_class_reason(missing)}")
+
+    async def _create_unit(self, item: str, job: JobView, adapter: JobAdapter) -> None:
+        if job.invalid or job.unit_spec is None:
+            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.INVALID_JOB,
+                        f"not queued: {job.invalid or 'unreadable'}")
+            if not job.suspended:
+                await self.switch.suspend(job, adapter)
+            return
+        body = queue_unit_manifest(job)
+        # A job that already ran before we started is accounted, not disturbed; a later one is suspended.
+        adopt = not job.suspended and item in self.shared.initial_jobs and (
+            job.state is JobState.RUNNING or self.informers.pod_count(job).running > 0)
+        if adopt:
+            count_as_admitted(self.engine, unit_info(unit_view(body), job), job.created)
+        try:
+            created = await self.client.create(UNITS, body, namespace=job.namespace)
+        except AlreadyExists:
+            return
+        self.records.unit_to_write(job.unit_key).rv = str(created["metadata"]["resourceVersion"])
+        ref = ObjectRef.of(created)
+        if adopt:
+            await self.status.write(job.unit_key, {**st.running(), "message": "adopted: it was already running"})
+            return
+        # No status yet: the engine says where the unit stands in the message it sends for
+        # every new unit, and that message brings the phase Enqueued with it (one write, at
+        # the next flush of messages); a unit admitted before then gets its phase from that.
+        self._event(ref, c.EventType.NORMAL, c.EventReason.ENQUEUED, "queued")
+        if not job.suspended:
+            await self.switch.suspend(job, adapter)
+
+    async def _finish(self, unit: UnitView, job: JobView) -> None:
+        if unit.phase in FINISHED:
+            return
+        succeeded = job.state is JobState.SUCCEEDED
+        await self.status.write(unit.key, st.finished(succeeded), limit=self.status.job_line)
+        self.shared.owed.forgive(unit.job_key)  # it runs no more
+        known = self.engine.unit(unit.key)
+        self._remember("finished", unit.key, known.admitted_quota if known else None, f"the job {job.state.value}")
+        self.engine.remove_unit(unit.key)
+        record = self.records.unit(unit.key)
+        if record is not None:
+            record.finished()
+        self.wake.set()
+        reason = c.EventReason.SUCCEED if succeeded else c.EventReason.FAILED
+        self._event(unit_ref(unit), c.EventType.NORMAL if succeeded else c.EventType.WARNING, reason,
+                    f"the job {job.state.value}; its quota is released")
+
+    async def _check_admission(self, unit: UnitView, job: JobView) -> None:
+        """Reserved: all checks Ready → Dequeued; any Retry or Rejected → back to the queue."""
+        states = dict(unit.checks)
+        failed = sorted(name for name, state in states.items()
+                        if state in (c.AdmissionCheckState.RETRY, c.AdmissionCheckState.REJECTED))
+        if failed:
+            said = ", ".join(f"{name} said {states[name]}" for name in failed)
+            await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
+                                           f"admission check {said}; quota released")
+        elif states and all(state == c.AdmissionCheckState.READY for state in states.values()):
+            await self.status.write(unit.key, st.checks_passed(sorted(states)))
+            self._event(unit_ref(unit), c.EventType.NORMAL, c.EventReason.DEQUEUED, "admission checks passed")
+
+    async def _follow_running(self, item: str, unit: UnitView, job: JobView) -> None:
+        """An admitted job: Running when it runs, podState, and the wait-for-pods-running timeout."""
+        pods = self.informers.pod_count(job)
+        change = st.pod_state(unit, pods)
+        if job.state is JobState.RUNNING and unit.phase == c.Phase.DEQUEUED.value:
+            self._mark_running(item, unit.key, {**st.running(), **(change or {})})
+            return
+        if change is not None and (pods.running or pods.pending or unit.pod_state):
+            await self.status.write(unit.key, change, touch=False, limit=self.status.job_line)
+        if unit.phase != c.Phase.DEQUEUED.value:
+            return
+        known = self.engine.unit(unit.key)
+        settings = self.queue_settings.get(known.admitted_queue or "") if known else None
+        if settings is None or not settings.wait_for_pods_running:
+            return
+        since = unit.allocated_at or (known.admitted_at if known and known.admitted_at else self.clock())
+        left = since + self.config.wait_for_pods_running_seconds - self.clock()
+        if left > 0:
+            self.jobs_queue.add_after(item, left + 0.05)
+            return
+        await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
+                                       f"its pods were not all running {self.config.wait_for_pods_running_seconds:g} s "
+                                       f"after admission (running {pods.running}, pending {pods.pending}); "
+                                       "quota released")
+
+    def _mark_running(self, item: str, key: str, status: Object) -> None:
+        """Write Running in the background, in the line of the messages: it only informs, so
+        admissions and resumes never wait behind it, nor does the job's worker (a job that ends
+        meanwhile has its quota released at once). Not written if the unit is no longer Dequeued
+        as we last wrote it, nor for a job that ended meanwhile: its unit goes to Succeed next."""
+        if key in self.running_writes:
+            return
+
+        def still() -> bool:
+            known, view = self.engine.unit(key), self.informers.unit.get(key)
+            return known is not None and known.admitted_quota is not None and view is not None and \
+                view.phase == c.Phase.DEQUEUED.value and self.records.newer(key, view.resource_version) and \
+                not self.informers.job_ended(item)
+
+        async def write() -> None:
+            try:
+                await self.status.write(key, status, limit=self.status.message_limit, still=still)
+            except KubeError as e:
+                log.info("Running of %s not written: %s", key, e)
+                self.jobs_queue.add_rate_limited(item)
+            finally:
+                self.running_writes.pop(key, None)
+
+        self.running_writes[key] = asyncio.create_task(write(), name=f"running-{key}")
+
+
+def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
+    """Whether the unit asks for something else than its job: priority, queue, total request
+    (as amounts), pod sets (name, count, minCount). How pod templates are written is not
+    compared: Koord-Queue copies whole templates where we keep only the requests, and a
+    unit it wrote is not one edited by hand."""
+    want = job.unit_spec
+    assert want is not None
+    if unit.spec.get("priority") != want.get("priority"):
+        return True
+    if "queue" in want and unit.spec.get("queue") != want["queue"]:
+        return True
+    if "queue" not in want and unit.spec.get("queue") not in (None, "", _job_label(job, c.LABEL_QUOTA_NAME)):
+        return True  # a queue given by hand (Koord-Queue writes the one of the job's quota: no change)
+    return _amounts(unit.spec.get("resource")) != _amounts(want.get("resource")) or \
+        _pod_set_shape(unit.spec.get("podSet")) != _pod_set_shape(want.get("podSet"))
+
+
+UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labels the engine reads
+
+
+def _job_label(job: JobView, name: str) -> str | None:
+    return dict(job.unit_labels).get(name)
+
+
+def _unit_labels_drifted(unit: UnitView, job: JobView) -> dict[str, str | None]:
+    """The owned labels on which the unit and its job differ, as a merge patch to the job's values."""
+    return {name: _job_label(job, name) for name in UNIT_LABELS_OWNED
+            if unit.label(name) != _job_label(job, name)}
+
+
+def _amounts(resources: object) -> dict[str, int] | None:
+    try:
+        return parse_resource_list(resources or {})
+    except QuantityError:
+        return None
+
+
+def _pod_set_shape(pod_sets: object) -> list[tuple[Any, ...]] | None:
+    if not isinstance(pod_sets, list):
+        return None
+    return sorted((str(p.get("name")), p.get("count"), p.get("minCount")) if isinstance(p, dict) else ("?",)
+                  for p in pod_sets)

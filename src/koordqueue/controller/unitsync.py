@@ -1,0 +1,205 @@
+"""QueueUnits, pods, PriorityClasses and jobs into the engine: each unit as its object
+says (holding quota, backing off, waiting) once the first sync is over, then as they
+change; what a job asks for (through its view, never its unit's spec); where each job's
+pods are bound and the room they take on each node. Each change of a job or its unit
+queues the job for its reconciler (reconciler.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from koordqueue.controller.loading import count_as_admitted, load_unit
+from koordqueue.controller.pods import NodeUsage, PodView
+from koordqueue.controller.resources import FINISHED, HOLDING, SENT_BACK
+from koordqueue.controller.shared import Part, Shared
+from koordqueue.controller.views import (
+    JobView,
+    UnitView,
+    admitted_placement,
+    orphan_info,
+    priority_classes_changed,
+    with_priority_classes,
+)
+from koordqueue.engine.model import UnitInfo
+
+
+class UnitSync(Part):
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        self.node_usage = NodeUsage()  # what bound pods take on each node: the engine's, for node fit
+
+    def wire(self) -> None:
+        informers = self.informers
+
+        def pcs_changed(*_: Any) -> None:
+            informers.pc_version += 1  # jobs' priorities may change: their next views are made afresh
+            informers.priority_classes.clear()
+            informers.priority_classes.update({k: v for k, v in informers.pc.items() if v is not None})
+            self._priority_classes_changed()
+
+        informers.pc.on_add(pcs_changed)
+        informers.pc.on_update(pcs_changed)
+        informers.pc.on_delete(pcs_changed)
+        informers.unit.on_add(self.unit_changed)
+        informers.unit.on_update(lambda _old, new: self.unit_changed(new))
+        informers.unit.on_delete(self._unit_deleted)
+        informers.pod.on_add(self._pod_changed)
+        informers.pod.on_update(lambda old, new: self._pod_changed(new, old))
+        informers.pod.on_delete(self._pod_deleted)
+        for kind, inf in informers.jobs.items():
+            inf.on_add(lambda j, k=kind: self._job_changed(f"{k}/{j.key}", j))
+            inf.on_update(lambda _o, j, k=kind: self._job_changed(f"{k}/{j.key}", j))
+            inf.on_delete(self._job_deleted)
+
+    def _remember_deletion(self, key: str, what: str) -> None:
+        self.shared.recent.deleted(self.engine, self.clock(), key, what)
+
+    def load_units(self) -> None:
+        """After the first sync: every unit as its object says (holding, backing off, waiting)."""
+        now = self.clock()
+        for _, unit in self.informers.unit.items():
+            self.records.unit_to_write(unit.key).rv = unit.resource_version
+            orphan = self.informers.orphan_reason(unit)
+            if orphan is not None:
+                self.engine.set_unit(orphan_info(unit, orphan))
+                continue
+            requeue_at = load_unit(self.engine, unit, self.informers.unit_info(unit), now)
+            if requeue_at is not None:
+                self.shared.backoffs.push(requeue_at, unit.key)
+            job = self.informers.job_of(unit)
+            if job is not None:
+                self._tell_unit_pods(job)
+            if unit.phase in SENT_BACK and job is not None and not job.suspended and not job.state.ended:
+                self.shared.owed.owe(unit.job_key)  # the last controller stopped before suspending it
+            if unit.phase not in FINISHED:
+                self.records.unit_to_write(unit.key).written_message = unit.message
+
+    async def unit_changed(self, unit: UnitView) -> None:
+        if not self.records.newer(unit.key, unit.resource_version):
+            return  # older than what we wrote ourselves: nothing new
+        self.records.unit_to_write(unit.key).rv = unit.resource_version
+        if not self.shared.sync_done:
+            return
+        current = self.engine.unit(unit.key)
+        if unit.phase in FINISHED:
+            if current is not None:
+                self.engine.remove_unit(unit.key)
+                self.wake.set()
+        elif current is None:
+            orphan = self.informers.orphan_reason(unit)
+            if orphan is not None:
+                self.engine.set_unit(orphan_info(unit, orphan))
+            elif unit.phase in HOLDING:
+                count_as_admitted(self.engine, self.informers.unit_info(unit), unit.allocated_at or unit.created,
+                                  admitted_placement(unit))
+            else:
+                self.engine.set_unit(self.informers.unit_info(unit))
+            job = self.informers.job_of(unit)
+            if job is not None:
+                self._tell_unit_pods(job)
+            self.wake.set()
+        else:
+            self._refresh_asks(unit, current)
+        self._enqueue_job(unit.job_key, self.informers.job_of(unit))
+
+    def _refresh_asks(self, unit: UnitView, current: UnitInfo) -> None:
+        """Give the engine what the unit's job asks for now, its admission state kept (the
+        engine owns that while we run)."""
+        info = self.informers.unit_info(unit)
+        if not _spec_changed(current, info):
+            return
+        info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
+        info.admitted_at, info.requeue_at = current.admitted_at, current.requeue_at
+        info.attempts, info.placement = current.attempts, current.placement
+        if current.admitted_quota is not None and info.invalid is not None:
+            info.request = current.request  # its job unusable now: it holds what it was admitted with
+        self.engine.set_unit(info)
+        self.wake.set()
+
+    async def _unit_deleted(self, unit: UnitView) -> None:
+        self._remember_deletion(unit.key, f"QueueUnit {unit.key} was deleted")
+        self.engine.remove_unit(unit.key)
+        self.records.forget_unit(unit.key)
+        self.jobs_queue.add(unit.job_key)
+        self.wake.set()
+
+    # --- pods: where they are bound, which jobs they belong to ------------------------
+
+    def _pod_changed(self, pod: PodView, old: PodView | None = None) -> None:
+        self._pod_room(self.node_usage.put(pod), pod)
+        if not pod.job_label or (old is not None and old.phase == pod.phase):
+            return
+        self.informers.pods.put(pod)
+        self._pod_owner_changed(pod)
+
+    def _pod_deleted(self, pod: PodView) -> None:
+        self._pod_room(self.node_usage.remove(pod), pod)
+        if not pod.job_label:
+            return
+        self.informers.pods.remove(pod)
+        self._pod_owner_changed(pod)
+
+    def _pod_room(self, nodes: set[str], pod: PodView) -> None:
+        """A pod bound, ended or gone: the room on its node changed, and where its job's pods are."""
+        if not nodes:
+            return
+        for node in nodes:
+            self.engine.set_node_usage(node, self.node_usage.used.get(node, {}))
+        if pod.job_label:
+            for inf in self.informers.jobs.values():
+                job = inf.get(f"{pod.namespace}/{pod.owner_name}")
+                if job is not None and job.pods is not None and job.pods[0] == pod.job_label:
+                    self._tell_unit_pods(job)
+        self.wake.set()
+
+    def _tell_unit_pods(self, job: JobView) -> None:
+        """Where the pods of the job's unit are bound: the room they take is theirs, not the
+        unbound pods' its admission planned."""
+        if job.pods is not None:
+            where = self.node_usage.bound((job.pods[0], job.namespace, job.pods[1]),
+                                          tuple(ps.name for ps in job.pod_sets))
+            self.engine.set_unit_pods(job.unit_key, where)
+
+    def _pod_owner_changed(self, pod: PodView) -> None:
+        for kind, inf in self.informers.jobs.items():
+            job = inf.get(f"{pod.namespace}/{pod.owner_name}")
+            if job is not None and job.pods is not None and job.pods[0] == pod.job_label:
+                self.jobs_queue.add(f"{kind}/{job.key}")
+
+    # --- jobs: what they ask for ---------------------------------------------------------
+
+    def _priority_classes_changed(self) -> None:
+        """The jobs naming a PriorityClass that came, went or changed: the engine gets their
+        new priority (or holds them, or lets them go) now, their units are rewritten."""
+        if not self.shared.sync_done:
+            return  # load_units reads every job's view as it is then
+        for kind, informer in self.informers.jobs.items():
+            for key, job in informer.items():
+                if job.priority_classes and priority_classes_changed(job, self.informers.priority_classes):
+                    self._job_changed(f"{kind}/{key}", with_priority_classes(job, self.informers.priority_classes))
+
+    def _job_changed(self, item: str, job: JobView) -> None:
+        """What the job asks for goes to the engine at once (not through its unit's spec,
+        which the job's reconciler rewrites later); then the job is reconciled."""
+        unit = self.informers.unit.get(job.unit_key)
+        current = self.engine.unit(job.unit_key) if self.shared.sync_done else None
+        if unit is not None and current is not None and unit.phase not in FINISHED:
+            self._refresh_asks(unit, current)
+        self._enqueue_job(item, job)
+
+    def _enqueue_job(self, item: str, job: JobView | None) -> None:
+        """A job that ended goes ahead of the others: reconciling it releases its quota, and
+        it must not wait behind thousands of new jobs to be given units."""
+        self.jobs_queue.add(item, urgent=job is not None and job.state.ended)
+
+    def _job_deleted(self, job: JobView) -> None:
+        self.records.forget_job(f"{job.kind}/{job.key}")
+        self._remember_deletion(job.unit_key, f"{job.kind} {job.key} was deleted")
+        self.engine.remove_unit(job.unit_key)
+        self.wake.set()
+
+
+def _spec_changed(current: UnitInfo, new: UnitInfo) -> bool:
+    return (current.priority, current.request, current.queue_name, current.quota_name, current.preemptible,
+            current.invalid, current.pod_sets) != (new.priority, new.request, new.queue_name, new.quota_name,
+                                                   new.preemptible, new.invalid, new.pod_sets)

@@ -136,6 +136,9 @@ class SimResult:
     node_rooms: list[NodeRoom] = field(default_factory=list)  # with nodes, when holdings are kept
 
 
+_STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
+
+
 def _at(seconds: float) -> float:
     return round(round(seconds / TIME_QUANTUM) * TIME_QUANTUM, 6)
 
@@ -227,7 +230,7 @@ class Simulator:
             self.now = last = moment
             while self.heap and self.heap[0][0] <= moment:
                 _, step, _, payload = heapq.heappop(self.heap)
-                self._handle(Step(step), payload)
+                self._handle(_STEPS[step], payload)
             wakeup = self._cycle()
         for _ in self.pending:
             pass  # the rest of a streamed trace is still read: its errors, and keys after the jobs

@@ -13,9 +13,7 @@ import heapq
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from dataclasses import fields as dataclass_fields
 from enum import IntEnum
-from operator import attrgetter
 from time import process_time
 from typing import Any, TypeVar
 
@@ -28,7 +26,7 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import InvalidObject, Meta, read_int, read_meta
 from koordqueue.api.objects import parse_queue
-from koordqueue.engine.core import Engine
+from koordqueue.engine.core import Engine, copy_unit
 from koordqueue.engine.model import (
     CycleResult,
     EngineConfig,
@@ -138,8 +136,6 @@ class SimResult:
     node_rooms: list[NodeRoom] = field(default_factory=list)  # with nodes, when holdings are kept
 
 
-_UNIT_FIELDS = tuple(f.name for f in dataclass_fields(UnitInfo) if f.init)
-_unit_values = attrgetter(*_UNIT_FIELDS)
 _STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
 
 
@@ -374,11 +370,8 @@ class Simulator:
             if len(self.units) >= UNIT_SHAPES:
                 self.units.clear()
             self.units[key] = known
-        # Only its name (which may be too long) and creation differ; a copy as
-        # dataclasses.replace makes it, in half the time.
-        fields = dict(zip(_UNIT_FIELDS, _unit_values(known), strict=True))
-        fields["name"], fields["created"] = adapter.unit_name(manifest, meta), created
-        return UnitInfo(**fields)
+        # Only its name (which may be too long) and creation differ.
+        return copy_unit(known, name=adapter.unit_name(manifest, meta), created=created)
 
     def _shared(self, request: ResourceList) -> ResourceList:
         """An equal request another job already holds (never changed), so that a million jobs

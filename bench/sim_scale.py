@@ -5,10 +5,11 @@ quotas, 900 leaves; leaf min 8 CPU, max 16), so leaves lend and borrow under the
 parents' max. Jobs are PyTorchJobs of 1, 2 or 4 CPU (one pod) running 30 to 600 s, one
 in ten of priority 100 (it may preempt what borrows), spread over the leaves and
 arriving at random (seeded) at 85 % of the leaves' mins: a busy cluster that keeps up
-(its backlog stays at some 50 waiting jobs). At 90 % (``--load 0.9``) it does not: the
-work preempted jobs lose pushes it past what the quotas run, its backlog grows with
-the run (1,700 waiting after 100,000 jobs), and so does the engine's work per cycle
-(more queues waiting at the top quotas, scanned on each release). The trace is written in the order of the jobs' arrival, as a generator
+(its backlog stays at 30-55 waiting jobs). At 90 % (``--load 0.9``) it does not (its
+running jobs hold some 96 % of the 7,200 CPU, and preempted jobs lose their work): the
+backlog grows with the run (67 waiting after 10,000 jobs, 1,708 after 90,000), and so
+does the engine's work per job (more queues wait at the parents, each scanned again on
+every release there), which made run time grow faster than the jobs. The trace is written in the order of the jobs' arrival, as a generator
 writes one, so the simulator reads each job when its clock reaches it.
 
 Measured: the whole command, `koord-queue simulate TRACE --json` as a user runs it,

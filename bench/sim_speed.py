@@ -12,6 +12,8 @@ shared machine. Per run: wall time, CPU time (user + system) and peak RSS.
     .venv/bin/python bench/sim_speed.py --rounds 5 --json
     .venv/bin/python bench/sim_speed.py --small      # 1/10 of the jobs (a smoke run)
     .venv/bin/python bench/sim_speed.py --keep DIR   # leave the trace files in DIR
+    .venv/bin/python bench/sim_speed.py --baseline /work/main/.venv/bin/koord-queue
+                                                     # another build of ours in the same rounds
 """
 
 from __future__ import annotations
@@ -82,15 +84,21 @@ def admitted(out: Path) -> int:
     return sum(1 for job in json.loads(out.read_text())["jobs"] if job["admitted"] is not None)
 
 
-def measure(paths: dict[tuple[str, str], Path], rounds: int, directory: Path) -> dict[str, Any]:
+def measure(paths: dict[tuple[str, str], Path], rounds: int, directory: Path,
+            baseline: str | None = None) -> dict[str, Any]:
+    commands = {"ours": OURS, "greedy": GREEDY}
+    if baseline:
+        commands["baseline"] = [baseline, *OURS[1:]]
     figures: dict[str, Any] = {}
     for (fmt, layout), trace in paths.items():
-        runs: dict[str, list[dict[str, float]]] = {"ours": [], "greedy": []}
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
         outs = {name: directory / f"{name}.out" for name in runs}
         for index in range(rounds):
-            order = ("ours", "greedy") if index % 2 == 0 else ("greedy", "ours")  # A B, then B A
+            order = list(commands) if index % 2 == 0 else list(reversed(commands))  # A B, then B A
             for name in order:
-                runs[name].append(run_once(OURS if name == "ours" else GREEDY, trace, outs[name]))
+                runs[name].append(run_once(commands[name], trace, outs[name]))
+        if baseline and outs["ours"].read_bytes() != outs["baseline"].read_bytes():
+            raise SystemExit(f"{trace}: ours and the baseline printed different results")
         jobs = {name: admitted(out) for name, out in outs.items()}
         med = {name: {key: statistics.median(run[key] for run in rs) for key in ("wall", "cpu", "rss_mib")}
                for name, rs in runs.items()}
@@ -101,22 +109,28 @@ def measure(paths: dict[tuple[str, str], Path], rounds: int, directory: Path) ->
             "ratio_ours_to_greedy": {key: med["ours"][key] / med["greedy"][key] for key in ("wall", "cpu")},
             "admitted": jobs,
         }
+        if baseline:
+            figures[f"{fmt}, {layout}"]["ratio_ours_to_baseline"] = {
+                key: med["ours"][key] / med["baseline"][key] for key in ("wall", "cpu")}
     return figures
 
 
 def render(figures: dict[str, Any], load: tuple[float, float]) -> str:
     lines = [f"load (1 min) before -> after: {load[0]:.2f} -> {load[1]:.2f}",
-             f"{'trace':<28}{'program':<8}{'wall s, each run':<30}{'CPU s, each run':<30}{'peak RSS':>10}"]
+             f"{'trace':<28}{'program':<10}{'wall s, each run':<30}{'CPU s, each run':<30}{'peak RSS':>10}"]
     for name, f in figures.items():
         label = f"{name} ({f['trace_bytes'] / 1e6:.1f} MB)"
-        for program in ("ours", "greedy"):
+        for program in f["runs"]:
             walls = " ".join(f"{run['wall']:.2f}" for run in f["runs"][program])
             cpus = " ".join(f"{run['cpu']:.2f}" for run in f["runs"][program])
-            lines.append(f"{label:<28}{program:<8}{walls:<30}{cpus:<30}{f['median'][program]['rss_mib']:>6.0f} MiB")
+            lines.append(f"{label:<28}{program:<10}{walls:<30}{cpus:<30}{f['median'][program]['rss_mib']:>6.0f} MiB")
             label = ""
         r = f["ratio_ours_to_greedy"]
         lines.append(f"{'':<28}ours / greedy (medians): wall {r['wall']:.2f}, CPU {r['cpu']:.2f}; "
                      f"admitted {f['admitted']['ours']} / {f['admitted']['greedy']}")
+        if "ratio_ours_to_baseline" in f:
+            b = f["ratio_ours_to_baseline"]
+            lines.append(f"{'':<28}ours / baseline (medians): wall {b['wall']:.2f}, CPU {b['cpu']:.2f}; same output")
     return "\n".join(lines)
 
 
@@ -126,13 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="1/10 of the jobs (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument("--keep", metavar="DIR", help="write the trace files here and leave them")
+    parser.add_argument("--baseline", metavar="KOORD_QUEUE",
+                        help="another koord-queue executable (say, main's) run in the same rounds; "
+                             "its output must be the same bytes")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(args.keep or scratch)
         directory.mkdir(parents=True, exist_ok=True)
         paths = write_traces(directory, 10 if args.small else 1)
         before = os.getloadavg()[0]
-        figures = measure(paths, args.rounds, Path(scratch))
+        figures = measure(paths, args.rounds, Path(scratch), args.baseline)
         load = (before, os.getloadavg()[0])
     print(json.dumps({"load": load, "traces": figures}, indent=2) if args.json else render(figures, load))
     return 0

@@ -286,3 +286,26 @@ def test_the_json_is_written_as_json_dumps_writes_it() -> None:
     assert render_json(result) == "".join(json_chunks(result)) == expected
     empty = SimResult([], {}, {}, result.usage, 0.0, [], None, None)
     assert render_json(empty) == json.dumps(result_json(empty), indent=2, ensure_ascii=False)
+
+
+def test_jobs_of_one_manifest_but_their_names_are_each_their_own() -> None:
+    """A job's unit is reused for a later job whose manifest differs only in its name
+    (simulator.py ``_unit``): the name, the creation and the priority classes still count."""
+    def classed(name: str) -> dict[str, Any]:
+        manifest = pytorch_job(name, "team", gpus(1))
+        manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["priorityClassName"] = "high"
+        return manifest
+
+    too_long = "x" * 254
+    high = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 7}
+    result = run({"objects": [TEAM], "jobs": [
+        job(0, classed("a"), runtime=10),
+        job(1, classed("b"), runtime=10),
+        job(2, classed(too_long), runtime=10),
+        job(6, classed("c"), runtime=10),
+    ], "events": [{"at": 5, "apply": high}]})
+    jobs = by_name(result)
+    assert [(jobs[n].priority, jobs[n].submitted, jobs[n].unit_key) for n in "abc"] == \
+        [(0, 0.0, "team/a-py-qu"), (0, 1.0, "team/b-py-qu"), (7, 6.0, "team/c-py-qu")]
+    assert jobs[too_long].unit_key is None
+    assert jobs[too_long].message is not None and "260 characters, more than 253" in jobs[too_long].message

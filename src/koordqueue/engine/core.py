@@ -15,9 +15,10 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from itertools import islice
+from operator import attrgetter
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import messages
@@ -123,6 +124,17 @@ _Held = dict[tuple[str, int, bool], int]
 
 _Turn = tuple[int, bool, float, str, int]
 """A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version)."""
+
+
+_UNIT_FIELDS = tuple(f.name for f in fields(UnitInfo) if f.init)
+_unit_values = attrgetter(*_UNIT_FIELDS)
+
+
+def copy_unit(unit: UnitInfo, **changes: object) -> UnitInfo:
+    """``dataclasses.replace(unit, **changes)`` in half its time: every unit set is copied."""
+    values = dict(zip(_UNIT_FIELDS, _unit_values(unit), strict=True))
+    values.update(changes)
+    return UnitInfo(**values)
 
 
 def _entry(unit: UnitInfo) -> Entry:
@@ -259,7 +271,7 @@ class Engine:
         old = self._units.get(unit.key)
         if old is not None and old.info == unit:
             return
-        record = _Unit(replace(unit), unit.key, _entry(unit), shape_of(unit.request, unit.pod_sets), unit.request)
+        record = _Unit(copy_unit(unit), unit.key, _entry(unit), shape_of(unit.request, unit.pod_sets), unit.request)
         previous = None
         if old is not None:
             previous = old.state

@@ -24,9 +24,9 @@ from koordqueue.api.constants import (
     QUEUE_KIND,
     Phase,
 )
-from koordqueue.api.meta import InvalidObject, read_int, read_meta
+from koordqueue.api.meta import InvalidObject, Meta, read_int, read_meta
 from koordqueue.api.objects import parse_queue
-from koordqueue.engine.core import Engine
+from koordqueue.engine.core import Engine, copy_unit
 from koordqueue.engine.model import (
     CycleResult,
     EngineConfig,
@@ -34,6 +34,7 @@ from koordqueue.engine.model import (
     PodSetInfo,
     QuotaInfo,
     ResourceList,
+    UnitInfo,
     auto_queue_for,
 )
 from koordqueue.jobs import JobAdapter, adapter_for
@@ -52,6 +53,7 @@ TIME_QUANTUM = 1e-6  # times are rounded to this, so that 0.1 + 0.2 meets 0.3
 # beyond this, the engine is deemed stuck: the simulator says so and moves on.
 MAX_CYCLES_PER_INSTANT = 100
 REQUEST_SHAPES = 1024  # distinct requests kept for sharing
+UNIT_SHAPES = 16384  # distinct job manifests (less their names) whose unit is kept
 
 
 class Step(IntEnum):
@@ -134,6 +136,9 @@ class SimResult:
     node_rooms: list[NodeRoom] = field(default_factory=list)  # with nodes, when holdings are kept
 
 
+_STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
+
+
 def _at(seconds: float) -> float:
     return round(round(seconds / TIME_QUANTUM) * TIME_QUANTUM, 6)
 
@@ -168,6 +173,7 @@ class Simulator:
         self.by_name: dict[tuple[str, str, str], JobRecord] = {}  # (kind, namespace, name)
         self.by_unit: dict[str, JobRecord] = {}  # the live jobs
         self.requests: dict[tuple[tuple[str, int], ...], ResourceList] = {}  # one dict per request shape
+        self.units: dict[tuple[str, str, bool], UnitInfo] = {}  # (kind, manifest less its name, placed) -> unit
         self.quotas: dict[str, QuotaInfo] = {}
         self.priority_classes: dict[str, int] = {}
         self.usage = UsageBook()
@@ -224,7 +230,7 @@ class Simulator:
             self.now = last = moment
             while self.heap and self.heap[0][0] <= moment:
                 _, step, _, payload = heapq.heappop(self.heap)
-                self._handle(Step(step), payload)
+                self._handle(_STEPS[step], payload)
             wakeup = self._cycle()
         for _ in self.pending:
             pass  # the rest of a streamed trace is still read: its errors, and keys after the jobs
@@ -322,7 +328,7 @@ class Simulator:
         name = (adapter.kind, meta.namespace, meta.name)
         existing = self.by_name.get(name)
         if existing is not None and existing.live:
-            self._update(existing, manifest, adapter, where)
+            self._update(existing, manifest, adapter, meta, where)
             return
         if existing is not None and existing.finished is not None:
             self.warnings.append(f"{where}: {meta.describe()} already finished; applying it again changes nothing")
@@ -330,7 +336,7 @@ class Simulator:
         record = self._new_record(manifest, runtime)
         record.namespace = sys.intern(meta.namespace)
         try:
-            unit = unit_info(manifest, adapter, self.priority_classes, self.now, placed=self.nodes is not None)
+            unit = self._unit(manifest, adapter, meta, self.now)
         except InvalidObject as err:
             record.message = f"rejected: {err.reason}"
             return
@@ -345,6 +351,28 @@ class Simulator:
         self.by_unit[key] = record
         self._call(self.engine.set_unit, unit)
 
+    def _unit(self, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, created: float) -> UnitInfo:
+        """``unit_info`` of the job, taken from an earlier job whose manifest was the same but
+        for its name: a trace repeats a few manifests, and reading pod sets and requests was
+        the most of a job's cost. The manifest is compared by ``repr`` (types and order
+        too), its name blanked for the time of it; ``meta`` is its metadata, read."""
+        placed = self.nodes is not None
+        metadata = manifest["metadata"]
+        name = metadata["name"]
+        metadata["name"] = ""
+        try:
+            key = (adapter.kind, repr(manifest), placed)
+        finally:
+            metadata["name"] = name
+        known = self.units.get(key)
+        if known is None:
+            known = unit_info(manifest, adapter, self.priority_classes, created, placed=placed)
+            if len(self.units) >= UNIT_SHAPES:
+                self.units.clear()
+            self.units[key] = known
+        # Only its name (which may be too long) and creation differ.
+        return copy_unit(known, name=adapter.unit_name(manifest, meta), created=created)
+
     def _shared(self, request: ResourceList) -> ResourceList:
         """An equal request another job already holds (never changed), so that a million jobs
         of a few shapes keep a few dicts; the cache is emptied when it grows past its bound."""
@@ -356,11 +384,11 @@ class Simulator:
             shared = self.requests[key] = dict(request)
         return shared
 
-    def _update(self, record: JobRecord, manifest: dict[str, Any], adapter: JobAdapter, where: str) -> None:
+    def _update(self, record: JobRecord, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, where: str) -> None:
         """A live job applied again: new priority or request; an admission it holds stays."""
         assert record.unit_key is not None and record.submitted is not None
         try:
-            unit = unit_info(manifest, adapter, self.priority_classes, record.submitted, placed=self.nodes is not None)
+            unit = self._unit(manifest, adapter, meta, record.submitted)
         except InvalidObject as err:
             self.warnings.append(f"{where}: update of {record.unit_key} refused: {err.reason}")
             return
@@ -483,6 +511,7 @@ class Simulator:
             elif kind == PRIORITY_CLASS_KIND:
                 meta = read_meta(obj, PRIORITY_CLASS_KIND)
                 self.priority_classes[meta.name] = read_int(obj.get("value"), f"{PRIORITY_CLASS_KIND} {meta.name}: value")
+                self.units.clear()  # a job's priority may come from its class
             elif kind == NAMESPACE_KIND:
                 read_meta(obj, NAMESPACE_KIND)
             else:

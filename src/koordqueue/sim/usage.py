@@ -37,14 +37,19 @@ class UsageBook:
 
     def charge(self, names: Sequence[str], request: ResourceList, now: float, sign: int) -> None:
         """Add (``sign`` 1) or take back (-1) ``request`` on every quota of ``names``."""
+        quotas = self.quotas
         for name in names:
-            usage = self.quotas.setdefault(name, QuotaUsage(since=now))
-            self._advance(usage, now)
+            usage = quotas.get(name)
+            if usage is None:
+                usage = quotas[name] = QuotaUsage(since=now)
+            elif now != usage.since:
+                self._advance(usage, now)
+            used, peak = usage.used, usage.peak
             for resource, amount in request.items():
-                value = usage.used.get(resource, 0) + sign * amount
-                usage.used[resource] = value
-                if value > usage.peak.get(resource, 0):
-                    usage.peak[resource] = value
+                value = used.get(resource, 0) + sign * amount
+                used[resource] = value
+                if value > peak.get(resource, 0):
+                    peak[resource] = value
 
     def close(self, now: float) -> None:
         """Bring every integral up to ``now`` (the end of the simulation)."""

@@ -231,6 +231,47 @@ async def test_label_selector_scopes_the_cache(client: KubeClient) -> None:
         await informer.stop()
 
 
+def project_kept(obj: dict[str, Any]) -> Seen | None:
+    """Like `project`, but keeps only config maps labelled keep=yes (as the controller keeps
+    only the pods of queued jobs, or bound ones)."""
+    return project(obj) if (obj["metadata"].get("labels") or {}).get("keep") == "yes" else None
+
+
+async def test_an_object_that_stops_being_kept_is_deleted_with_its_last_kept_state(
+        server: APIServer, client: KubeClient) -> None:
+    """It used to stay in the cache as it last was, and its deletion told the handlers None."""
+    for name in ("a", "b", "x"):
+        await client.create(CONFIGMAPS, configmap(name, {"v": "1"}, labels={"keep": "yes"}))
+    await client.create(CONFIGMAPS, configmap("never", {"v": "1"}))
+    informer = Informer(client, CONFIGMAPS, project=project_kept, namespace="default", base_delay=0.02,
+                        max_delay=0.2)
+    mirror = Mirror(informer)
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        assert sorted(k for k, _ in informer.items()) == ["default/a", "default/b", "default/x"]
+
+        await client.patch(CONFIGMAPS, "a", {"metadata": {"labels": {"keep": "no"}}, "data": {"v": "2"}},
+                           namespace="default")
+        await eventually(lambda: "default/a" not in informer)
+        assert mirror.log[-1] == ("delete", "default/a", {"v": "1"})
+        await client.delete(CONFIGMAPS, "a", namespace="default")  # nothing more to tell
+        await client.patch(CONFIGMAPS, "b", {"data": {"v": "2"}}, namespace="default")
+        await eventually(lambda: mirror.log[-1][0:2] == ("update", "default/b"))
+        assert [e[0:2] for e in mirror.log[3:]] == [("delete", "default/a"), ("update", "default/b")]
+
+        await hide_changes(server)  # the same seen by a relist
+        await client.patch(CONFIGMAPS, "x", {"metadata": {"labels": {"keep": "no"}}}, namespace="default")
+        server.controls.compact()
+        server.controls.clear_errors()
+        await eventually(lambda: informer.lists == 2)
+        assert mirror.log[-1] == ("delete", "default/x", {"v": "1"})
+        assert sorted(k for k, _ in informer.items()) == ["default/b"]
+        assert mirror.state == dict(informer.items()) and mirror.violations == []
+    finally:
+        await informer.stop()
+
+
 async def test_a_failing_handler_does_not_stop_the_informer(client: KubeClient) -> None:
     informer, mirror = make(client)
 

@@ -52,9 +52,8 @@ class Manager:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.metrics_host, self.config.metrics_port)
         await site.start()
-        server = site._server
-        if server is not None and server.sockets:  # the port actually bound (0 asks for any)
-            self.metrics_port = server.sockets[0].getsockname()[1]
+        if addresses := self._runner.addresses:  # the port actually bound (0 asks for any)
+            self.metrics_port = int(addresses[0][1])
         if self.webhook is not None:
             await self.webhook.start()
         if self.dashboard is not None:

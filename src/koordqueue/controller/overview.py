@@ -73,13 +73,13 @@ def overview(
     for key, standings in engine.queue_positions().items():
         pending = []
         for standing in standings[:queue_limit]:
-            unit = units.get(standing.unit)
+            queued = units.get(standing.unit)
             pending.append({
                 "unit": standing.unit,
-                "job": f"{unit.consumer_kind}/{unit.consumer_name}" if unit else "",
+                "job": f"{queued.consumer_kind}/{queued.consumer_name}" if queued else "",
                 "position": standing.position,
                 "priority": standing.priority,
-                "age": max(0.0, now - unit.created) if unit else None,
+                "age": max(0.0, now - queued.created) if queued else None,
                 "message": told.get(standing.unit, standing.message),
             })
         waiting_out = sorted(backing_off.get(key, []), key=lambda b: (b["requeue_at"] or 0.0, b["unit"]))

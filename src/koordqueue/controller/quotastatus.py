@@ -65,8 +65,8 @@ class QuotaStatusWriter(Part):
                 except KubeError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
             if self.shared.sync_done:
-                for key, quota in list(self.quotas.queue_quotas.items()):
-                    await self._write_binding(key, quota)
+                for key, bound in list(self.quotas.queue_quotas.items()):
+                    await self._write_binding(key, bound)
             now = self.clock()
             due = [key for key, settings in self.quotas.queue_settings.items()
                    if now - last_queue_write.get(key, -1e18) >= self._refresh_seconds(key, settings)]

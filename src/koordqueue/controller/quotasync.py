@@ -114,9 +114,9 @@ class QuotaSync(Part):
         self.quotas[quota.name] = quota
         if not self.shared.sync_done:
             return  # settle does the rest once for all
-        reason = self.engine.validation_errors().get(quota.name)
-        if reason:
-            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
+        invalid = self.engine.validation_errors().get(quota.name)
+        if invalid:
+            self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {invalid}")
         if not quota.is_parent:
             await self._ensure_auto_queue(auto_queue_for(quota))
         self._refeed_queues()

@@ -8,6 +8,7 @@ back (timeouts, failed admission checks) and puts them back in the queue after t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -187,7 +188,7 @@ class Scheduler(Part):
                 # new admission. Written then, this Enqueued would take back what its job was given.)
                 try:
                     await self.status.write(key, st.enqueued("back in the queue after a back-off"),
-                                            still=lambda key=key: self._waiting(key))
+                                            still=functools.partial(self._waiting, key))
                 except KubeError as e:
                     log.info("unit %s not requeued yet: %s", key, e)
 

@@ -6,6 +6,7 @@ queues the job for its reconciler (reconciler.py)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from koordqueue.controller.loading import count_as_admitted, load_unit
@@ -34,7 +35,7 @@ class UnitSync(Part):
         def pcs_changed(*_: Any) -> None:
             informers.pc_version += 1  # jobs' priorities may change: their next views are made afresh
             informers.priority_classes.clear()
-            informers.priority_classes.update({k: v for k, v in informers.pc.items() if v is not None})
+            informers.priority_classes.update(informers.pc.items())  # (those without a value are not kept)
             self._priority_classes_changed()
 
         informers.pc.on_add(pcs_changed)
@@ -47,8 +48,8 @@ class UnitSync(Part):
         informers.pod.on_update(lambda old, new: self._pod_changed(new, old))
         informers.pod.on_delete(self._pod_deleted)
         for kind, inf in informers.jobs.items():
-            inf.on_add(lambda j, k=kind: self._job_changed(f"{k}/{j.key}", j))
-            inf.on_update(lambda _o, j, k=kind: self._job_changed(f"{k}/{j.key}", j))
+            inf.on_add(functools.partial(self._job_added, kind))
+            inf.on_update(functools.partial(self._job_updated, kind))
             inf.on_delete(self._job_deleted)
 
     def _remember_deletion(self, key: str, what: str) -> None:
@@ -177,6 +178,12 @@ class UnitSync(Part):
             for key, job in informer.items():
                 if job.priority_classes and priority_classes_changed(job, self.informers.priority_classes):
                     self._job_changed(f"{kind}/{key}", with_priority_classes(job, self.informers.priority_classes))
+
+    def _job_added(self, kind: str, job: JobView) -> None:
+        self._job_changed(f"{kind}/{job.key}", job)
+
+    def _job_updated(self, kind: str, _old: JobView, job: JobView) -> None:
+        self._job_changed(f"{kind}/{job.key}", job)
 
     def _job_changed(self, item: str, job: JobView) -> None:
         """What the job asks for goes to the engine at once (not through its unit's spec,

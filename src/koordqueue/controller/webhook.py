@@ -132,9 +132,8 @@ class SuspendWebhook:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.webhook_host, self.config.webhook_port, ssl_context=self._ssl)
         await site.start()
-        server = site._server
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        if addresses := self._runner.addresses:  # the port actually bound (0 asks for any)
+            self.port = int(addresses[0][1])
         if self._cert is not None:
             self._keeper = asyncio.create_task(self._keep_ca_bundle(), name="webhook-ca-bundle")
 

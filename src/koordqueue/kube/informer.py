@@ -12,17 +12,21 @@ What it guarantees handlers, whatever the connection does:
 
 The cache holds `project(raw_object)`, not the object: the controller keeps 100k jobs,
 so it stores only the fields it reads. The default keeps the raw dict minus
-managedFields and the last-applied annotation, the two largest parts nobody reads.
+managedFields and the last-applied annotation, the two largest parts nobody reads. A
+projection that returns None does not keep the object: the informer treats it as absent
+(an object that stops being kept is deleted, handlers told with its last kept state). A
+projection that raises (a malformed object) changes nothing: the last kept state stays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from koordqueue import aio
 from koordqueue.kube.client import KubeClient, Resource
@@ -34,6 +38,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Object = dict[str, Any]
 LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+class _Unreadable(enum.Enum):
+    """What `_projection` gives for an object the projection raised on."""
+
+    UNREADABLE = enum.auto()
+
+
+UNREADABLE: Literal[_Unreadable.UNREADABLE] = _Unreadable.UNREADABLE
 
 
 def trim(obj: Object) -> Object:
@@ -82,7 +95,7 @@ class Informer(Generic[T]):
         client: KubeClient,
         resource: Resource,
         *,
-        project: Callable[[Object], T],
+        project: Callable[[Object], T | None],
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -115,7 +128,7 @@ class Informer(Generic[T]):
         self.watch_timeout = watch_timeout
         self.base_delay = base_delay
         self.max_delay = max_delay
-        self._project: Callable[[Object], T] = project
+        self._project: Callable[[Object], T | None] = project
         self._cache: dict[str, T] = {}
         self._versions: dict[str, str] = {}  # key -> resourceVersion, to see what a relist changed
         self._resource_version = ""
@@ -222,12 +235,16 @@ class Informer(Generic[T]):
             resource_version = resource_version or page.resource_version
             for obj in page.items:
                 key = key_of(obj)
-                seen.add(key)
                 rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
-                if self._versions.get(key) != rv or key not in self._cache:
-                    new = self._project_or(obj, None)
-                    if new is not None:
-                        fresh[key] = (rv, new)
+                if self._versions.get(key) == rv and key in self._cache:
+                    seen.add(key)
+                    continue
+                new = self._projection(obj)
+                if new is None:
+                    continue  # not kept: as though absent (deleted below if it was kept)
+                seen.add(key)
+                if new is not UNREADABLE:
+                    fresh[key] = (rv, new)
             token = page.continue_token
             if not token:
                 break
@@ -255,28 +272,37 @@ class Informer(Generic[T]):
             if kind == "BOOKMARK":
                 pass
             elif kind in ("ADDED", "MODIFIED"):
-                if (new := self._project_or(obj, None)) is not None:
+                new = self._projection(obj)
+                if new is None:
+                    await self._forget(key_of(obj), None)  # no longer kept
+                elif new is not UNREADABLE:
                     await self._store(key_of(obj), rv, new)
             elif kind == "DELETED":
-                key = key_of(obj)
-                if key in self._cache:
-                    old = self._cache.pop(key)
-                    self._versions.pop(key, None)
-                    await self._emit(self._delete_handlers, self._project_or(obj, old))
+                new = self._projection(obj)
+                await self._forget(key_of(obj), None if new is UNREADABLE else new)
             else:
                 log.warning("%s: ignoring watch event of type %r", self.resource.plural, kind)
                 continue
             if rv:
                 self._resource_version = rv
 
-    def _project_or(self, obj: Object, fallback: T | None) -> T | None:
-        """The projection, or `fallback` when the projection fails on a malformed object
+    def _projection(self, obj: Object) -> T | None | Literal[_Unreadable.UNREADABLE]:
+        """The projection (None: not kept), or UNREADABLE when it fails on a malformed object
         (logged): one bad object must not stop the informer for all the others."""
         try:
             return self._project(obj)
         except Exception:
             log.exception("%s: cannot project %s", self.resource.plural, key_of(obj))
-            return fallback
+            return UNREADABLE
+
+    async def _forget(self, key: str, last: T | None) -> None:
+        """Drop a cached key, telling the delete handlers its `last` state (the last kept
+        one when None); nothing when the key was not kept."""
+        if key not in self._cache:
+            return
+        old = self._cache.pop(key)
+        self._versions.pop(key, None)
+        await self._emit(self._delete_handlers, old if last is None else last)
 
     async def _store(self, key: str, rv: str, new: T) -> None:
         old = self._cache.get(key)

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.shared import Shared
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.client import Body, ListResult, Object, PatchType, Resource, WatchEvent
 from koordqueue.kube.errors import ApiError, KubeError, error_from_status
@@ -358,6 +361,21 @@ def _matches(term: str, values: dict[str, str]) -> bool:
         return values.get(k.strip()) == v.strip()
     term = term.strip()
     return term[1:] not in values if term.startswith("!") else term in values
+
+
+class Clock:
+    """A clock that moves when a test says so."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def shared_on(fake: FakeKube, clock: Clock | None = None, config: ControllerConfig | None = None) -> Shared:
+    """What the parts share, made as controller.py makes it, on the fake (informers not started)."""
+    return Shared(fake, config or ControllerConfig(), Metrics(), clock or Clock())  # type: ignore[arg-type]
 
 
 def _conforms(fake: FakeKube) -> KubeAPI:

@@ -1,0 +1,129 @@
+"""JobSwitch alone, on the in-memory API server: a job's suspensions and resumes land one at
+a time in the order they were decided, even when the first is slow to land (a failed attempt
+the client retries), and a suspension owed is paid only by one that landed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.controller.informers import job_resource
+from koordqueue.controller.jobswitch import JobSwitch
+from koordqueue.controller.views import JobView, adapter_of_kind, job_view
+from koordqueue.engine.model import UnitInfo
+from koordqueue.kube.errors import ConnectionFailed
+
+from ..engine.builders import quota
+from .conftest import pytorch_job
+from .fakeapi import Clock, FakeKube, shared_on, status_error
+
+KIND = c.PYTORCH_JOB_KIND
+ADAPTER = adapter_of_kind(KIND)
+JOBS = job_resource(KIND)
+ITEM = f"{KIND}/default/j"
+
+
+def setting(clock: Clock | None = None) -> tuple[FakeKube, JobSwitch, JobView]:
+    """A PyTorchJob `j`, running, whose unit the engine holds admitted in quota `q`."""
+    fake = FakeKube()
+    fake.seed(JOBS, pytorch_job("j"))
+    shared = shared_on(fake, clock)
+    switch = JobSwitch(shared)
+    job = job_view(fake.get(JOBS, "j", namespace="default"), ADAPTER, {})
+    ns, _, name = job.unit_key.partition("/")
+    shared.engine.set_quota(quota("q", 8, 8))
+    shared.engine.set_unit(UnitInfo(namespace=ns, name=name, priority=0, created=0.0, request={},
+                                    quota_name="q", admitted_quota="q"))
+    return fake, switch, job
+
+
+def landed(fake: FakeKube) -> list[str]:
+    """The job's writes as the server took them: suspend or resume, and how each attempt ended."""
+    out = []
+    for r in fake.writes(JOBS.plural, "j"):
+        suspend = r.body["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+        out.append(("suspend" if suspend else "resume") + (f" failed ({type(r.error).__name__})" if r.error else ""))
+    return out
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize("first", ["suspend", "resume"])
+async def test_a_write_slow_to_land_lands_before_the_one_decided_after_it(first: str) -> None:
+    """The first write's first attempt fails with a 500 and is retried 50 ms later; the other
+    is decided meanwhile. It waits for the first to land: the job ends as the last decision
+    says, and the server saw the writes in the order decided."""
+    fake, switch, job = setting()
+    if first == "resume":
+        # (the job starts running: suspend it first, out of the log, for the resume to change it)
+        await fake.patch(JOBS, "j", ADAPTER.suspend_patch({}), namespace="default")
+        fake.requests.clear()
+        job = job_view(fake.get(JOBS, "j", namespace="default"), ADAPTER, {})
+    second = "resume" if first == "suspend" else "suspend"
+
+    def decide(what: str) -> asyncio.Task[None]:
+        return asyncio.create_task(switch.suspend(job, ADAPTER) if what == "suspend" else switch.resume(job))
+
+    fake.fail_next(status_error(500, "InternalError"), verb="patch", name="j", retried_after=0.05)
+    one = decide(first)
+    await until(lambda: len(fake.requests) == 1)  # the first attempt failed; the retry is on its way
+    two = decide(second)
+    await asyncio.gather(one, two)
+    assert landed(fake) == [f"{first} failed (ServerError)", first, second]
+    assert ADAPTER.is_suspended(fake.get(JOBS, "j", namespace="default")) == (second == "suspend")
+
+
+async def test_a_suspension_owed_is_paid_only_by_one_that_landed() -> None:
+    """The job's unit was sent back: a suspension is owed. The first one fails (the server
+    could not be reached): still owed. The reconciler's next one lands: paid."""
+    fake, switch, job = setting()
+    switch.shared.owed.owe(ITEM)
+    fake.fail_next(ConnectionFailed("unreachable"), verb="patch", name="j")
+    with pytest.raises(ConnectionFailed):
+        await switch.suspend(job, ADAPTER)
+    assert ITEM in switch.shared.owed
+    assert not ADAPTER.is_suspended(fake.get(JOBS, "j", namespace="default"))
+    await switch.suspend(job, ADAPTER)
+    assert ITEM not in switch.shared.owed
+    assert ADAPTER.is_suspended(fake.get(JOBS, "j", namespace="default"))
+    assert landed(fake) == ["suspend failed (ConnectionFailed)", "suspend"]
+
+
+async def test_a_suspension_owed_anew_while_one_was_on_its_way_stays_owed() -> None:
+    """Sent back twice: the suspension sent for the first debt pays that one only."""
+    fake, switch, job = setting()
+    owed = switch.shared.owed
+    owed.owe(ITEM)
+    fake.fail_next(status_error(503, "ServiceUnavailable"), verb="patch", name="j", retried_after=0.05)
+    writing = asyncio.create_task(switch.suspend(job, ADAPTER))
+    await until(lambda: len(fake.requests) == 1)
+    owed.owe(ITEM)
+    await writing
+    assert ITEM in owed
+    await switch.suspend(job, ADAPTER)
+    assert ITEM not in owed
+
+
+async def test_a_job_is_resumed_once_and_not_when_its_unit_was_sent_back() -> None:
+    """Two resumes of the same admission (the cycle's and the reconciler's) write once; a
+    resume that finds the unit no longer admitted writes nothing."""
+    clock = Clock()
+    fake, switch, job = setting(clock)
+    await fake.patch(JOBS, "j", ADAPTER.suspend_patch({}), namespace="default")
+    fake.requests.clear()
+    job = job_view(fake.get(JOBS, "j", namespace="default"), ADAPTER, {})
+    await asyncio.gather(switch.resume(job), switch.resume(job))
+    assert landed(fake) == ["resume"]
+    switch.engine.revert_admission(job.unit_key)
+    clock.now += 60  # (past the wait before a resume not seen yet is sent again)
+    await switch.resume(job)
+    assert landed(fake) == ["resume"]

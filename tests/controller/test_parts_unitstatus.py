@@ -1,0 +1,89 @@
+"""UnitStatusWriter alone, on the in-memory API server: writes of one unit go one after
+another, each on the version the last one made, however long the first takes to land; a
+write on a version someone else has moved past is refused and remembers nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from koordqueue.controller.resources import UNITS
+from koordqueue.controller.unitstatus import UnitStatusWriter
+from koordqueue.kube.errors import Conflict
+
+from .fakeapi import Clock, FakeKube, shared_on, status_error
+
+KEY = "default/u"
+
+
+def setting() -> tuple[FakeKube, UnitStatusWriter, str]:
+    """A QueueUnit `u`, its version known to the writer as our views would have it."""
+    fake = FakeKube()
+    obj = fake.seed(UNITS, {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "QueueUnit",
+                            "metadata": {"name": "u", "namespace": "default"}, "spec": {},
+                            "status": {"phase": "Enqueued"}})
+    writer = UnitStatusWriter(shared_on(fake, Clock()))
+    rv = obj["metadata"]["resourceVersion"]
+    writer.records.saw(KEY, rv)
+    return fake, writer, rv
+
+
+def sent_versions(fake: FakeKube) -> list[tuple[str | None, str | None]]:
+    """Each status write's precondition, and how it ended."""
+    out: list[tuple[str | None, str | None]] = []
+    for r in fake.writes(UNITS.plural, "u"):
+        body: dict[str, Any] = r.body
+        out.append(((body.get("metadata") or {}).get("resourceVersion"), type(r.error).__name__ if r.error else None))
+    return out
+
+
+async def test_writes_of_a_unit_go_one_after_another_on_the_last_version() -> None:
+    """The admission's write fails once with a 500 and lands 50 ms later; the message written
+    meanwhile waits for it and goes on the version it made (not the one both started from,
+    which would be a Conflict)."""
+    fake, writer, rv0 = setting()
+    fake.fail_next(status_error(500, "InternalError"), verb="patch_status", name="u", retried_after=0.05)
+    admission = asyncio.create_task(writer.write(KEY, {"phase": "Dequeued"}, precondition=True))
+    while not fake.requests:
+        await asyncio.sleep(0.001)
+    message = asyncio.create_task(writer.write(KEY, {"message": "admitted"}, precondition=True,
+                                               limit=writer.message_limit))
+    assert await admission and await message
+    rv1 = fake.writes()[1].resource_version
+    assert sent_versions(fake) == [(rv0, "ServerError"), (rv0, None), (rv1, None)]
+    stored = fake.get(UNITS, "u", namespace="default")
+    assert stored["status"]["phase"] == "Dequeued" and stored["status"]["message"] == "admitted"
+    assert writer.records.rv(KEY) == stored["metadata"]["resourceVersion"] != rv1
+    assert writer.records.written_message(KEY) == "admitted"
+    assert writer.metrics.registry.get_sample_value(
+        "koord_queue_api_writes_total", {"verb": "patch", "resource": "queueunits/status"}) == 2
+
+
+async def test_a_write_on_a_version_moved_past_is_refused() -> None:
+    """Someone else wrote the unit since the version we know: our write with that version as
+    its precondition is a Conflict, and neither the version nor the message is remembered."""
+    fake, writer, rv0 = setting()
+    await fake.patch_status(UNITS, "u", {"status": {"phase": "Preempted"}}, namespace="default")
+    with pytest.raises(Conflict):
+        await writer.write(KEY, {"message": "waiting"}, precondition=True)
+    assert writer.records.rv(KEY) == rv0
+    assert writer.records.written_message(KEY) is None
+    assert fake.get(UNITS, "u", namespace="default")["status"] == {"phase": "Preempted"}
+
+
+async def test_a_write_no_longer_wanted_when_its_turn_comes_is_skipped() -> None:
+    """`still` is asked once the unit's lock is had: a write that waited behind another and
+    is stale by then is not sent."""
+    fake, writer, _ = setting()
+    fake.fail_next(status_error(429, "TooManyRequests"), verb="patch_status", retried_after=0.05)
+    wanted = {"yes": True}
+    first = asyncio.create_task(writer.write(KEY, {"phase": "Dequeued"}))
+    while not fake.requests:
+        await asyncio.sleep(0.001)
+    second = asyncio.create_task(writer.write(KEY, {"message": "waits"}, still=lambda: wanted["yes"]))
+    await asyncio.sleep(0)
+    wanted["yes"] = False
+    assert await first and not await second
+    assert len(fake.writes()) == 2 and "message" not in fake.get(UNITS, "u", namespace="default")["status"]

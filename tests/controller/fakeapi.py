@@ -375,7 +375,7 @@ class Clock:
 
 def shared_on(fake: FakeKube, clock: Clock | None = None, config: ControllerConfig | None = None) -> Shared:
     """What the parts share, made as controller.py makes it, on the fake (informers not started)."""
-    return Shared(fake, config or ControllerConfig(), Metrics(), clock or Clock())  # type: ignore[arg-type]
+    return Shared(fake, config or ControllerConfig(), Metrics(), clock or Clock())
 
 
 def _conforms(fake: FakeKube) -> KubeAPI:

@@ -118,7 +118,7 @@ async def test_an_informer_lists_and_watches_the_fake() -> None:
         fake.seed(UNITS, unit(name))
     fake.seed(UNITS, unit("x", namespace="other"))
     seen: list[tuple[str, str]] = []
-    informer = Informer(fake, UNITS, namespace="default", page_size=2)  # type: ignore[arg-type]
+    informer = Informer(fake, UNITS, namespace="default", page_size=2)
     informer.on_add(lambda obj: seen.append(("add", obj["metadata"]["name"])))
     informer.on_update(lambda old, new: seen.append(("update", new["metadata"]["name"])))
     informer.on_delete(lambda obj: seen.append(("delete", obj["metadata"]["name"])))

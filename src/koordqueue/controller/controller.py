@@ -42,7 +42,7 @@ from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync
 from koordqueue.controller.views import JobView, UnitView
 from koordqueue.engine import Engine
-from koordqueue.kube.client import KubeClient
+from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.informer import Informer
 
 
@@ -51,7 +51,7 @@ class Controller:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeAPI,
         config: ControllerConfig | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
@@ -73,7 +73,7 @@ class Controller:
     # --- what the manager, the dashboard and tests read --------------------------------
 
     @property
-    def client(self) -> KubeClient:
+    def client(self) -> KubeAPI:
         return self.shared.client
 
     @property

@@ -14,7 +14,7 @@ import logging
 
 from koordqueue.api import constants as c
 from koordqueue.controller.views import JobView, Object, UnitView
-from koordqueue.kube.client import KubeClient
+from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.events import EventRecorder, ObjectRef
 from koordqueue.kube.ratelimit import TokenBucket
 
@@ -29,7 +29,7 @@ Event = tuple[ObjectRef | Object, c.EventType, c.EventReason, str]
 
 
 class EventLine:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeAPI) -> None:
         self.recorder = EventRecorder(client, "koord-queue")
         self.queue: asyncio.Queue[Event] = asyncio.Queue(EVENT_BACKLOG)
         self.dropped = 0

@@ -31,7 +31,8 @@ from koordqueue.controller.views import (
     with_priority_classes,
 )
 from koordqueue.engine.model import NodeInfo, Taint, UnitInfo
-from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.api import KubeAPI
+from koordqueue.kube.client import Resource
 from koordqueue.kube.informer import Informer, trim
 
 
@@ -40,7 +41,7 @@ def job_resource(kind: str) -> Resource:
 
 
 class Informers:
-    def __init__(self, client: KubeClient, config: ControllerConfig, records: Records) -> None:
+    def __init__(self, client: KubeAPI, config: ControllerConfig, records: Records) -> None:
         self.records = records  # (each job's fingerprint)
         self.priority_classes: dict[str, int] = {}
         self.pc_version = 0  # moves when PriorityClasses change: jobs' next views are made afresh

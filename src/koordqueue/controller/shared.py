@@ -16,14 +16,14 @@ from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.records import Backoffs, OwedSuspensions, RecentDecisions, Records
 from koordqueue.controller.views import Object
 from koordqueue.engine import Engine
-from koordqueue.kube.client import KubeClient
+from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.events import ObjectRef
 from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.loader import Settings
 
 
 class Shared:
-    def __init__(self, client: KubeClient, config: ControllerConfig, metrics: Metrics,
+    def __init__(self, client: KubeAPI, config: ControllerConfig, metrics: Metrics,
                  clock: Callable[[], float]) -> None:
         self.client = client
         self.config = config

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.api import KubeAPI
+from koordqueue.kube.client import Resource
 from koordqueue.kube.errors import AlreadyExists, NotFound
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class _Written:
 
 class EventRecorder:
     def __init__(
-        self, client: KubeClient, component: str, *, host: str | None = None, cache_size: int = 4096
+        self, client: KubeAPI, component: str, *, host: str | None = None, cache_size: int = 4096
     ) -> None:
         self.client = client
         self.component = component

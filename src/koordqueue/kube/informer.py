@@ -29,7 +29,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from koordqueue import aio
-from koordqueue.kube.client import KubeClient, Resource
+from koordqueue.kube.api import KubeAPI
+from koordqueue.kube.client import Resource
 from koordqueue.kube.errors import Gone, KubeError
 from koordqueue.kube.ratelimit import exponential_backoff
 
@@ -77,7 +78,7 @@ class Informer(Generic[T]):
     @overload
     def __init__(
         self: Informer[Object],
-        client: KubeClient,
+        client: KubeAPI,
         resource: Resource,
         *,
         namespace: str | None = None,
@@ -92,7 +93,7 @@ class Informer(Generic[T]):
     @overload
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeAPI,
         resource: Resource,
         *,
         project: Callable[[Object], T | None],
@@ -107,7 +108,7 @@ class Informer(Generic[T]):
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeAPI,
         resource: Resource,
         *,
         project: Callable[[Object], Any] = trim,

@@ -8,6 +8,8 @@ runs it over many seeds and shapes.
 Two fixed seeds, so that CI is repeatable: the first one's storm, and one that found a bug,
 at the size CI affords (a seed replays its storm, not its interleaving): 20261204, with more
 kills and errors, found a job released twice in one admission (issue 20).
+The run's deadline (600 s) only ends a run that hangs: at load 8 the first shape took 137 s
+where a quiet machine takes 60, and a missed deadline is reported as a violation.
 KQ_CHAOS_SEED=N runs the first shape with another seed (the figures, printed with -s or
 on failure, name the seed to replay).
 """
@@ -22,7 +24,7 @@ import pytest
 
 from .conftest import load_chaos
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(800)
 SEED = int(os.environ.get("KQ_CHAOS_SEED", "20240607"))
 RUNS = [
     pytest.param(SEED, 3, 0.05, id="fixed"),
@@ -34,7 +36,7 @@ RUNS = [
 async def test_chaos_run_keeps_every_invariant(tmp_path: Path, seed: int, kills: int, error_rate: float) -> None:
     chaos = load_chaos()
     config = chaos.ChaosConfig(jobs=300, quotas=20, parents=4, kills=kills, error_rate=error_rate, seed=seed,
-                               runtime=(0.3, 2.0), submit_per_second=25.0, tail_runtime=6.0, timeout=200.0,
+                               runtime=(0.3, 2.0), submit_per_second=25.0, tail_runtime=6.0, timeout=600.0,
                                state_dir=tmp_path, verbose=False, lease=(3.0, 2.0, 0.5))
     report = await chaos.ChaosRun(config).run()
     figures = report.figures()

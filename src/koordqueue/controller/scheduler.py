@@ -143,6 +143,7 @@ class Scheduler(Part):
             self.wake.set()
             return
         if not written:
+            log.info("admission of %s not written: the engine no longer holds it (its unit finished meanwhile)", key)
             return
         self._remember("admitted", key, quota, status["message"])
         self.metrics.admissions.labels(queue, quota).inc()

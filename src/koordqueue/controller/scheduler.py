@@ -93,6 +93,11 @@ class Scheduler(Part):
     async def _admit_all(self, admitted: list[Admission]) -> None:
         await asyncio.gather(*(self._admit(a.unit, a.quota, a.queue, a.placement) for a in admitted))
 
+    def _still_admitted(self, key: str, quota: str, admitted_at: float | None) -> bool:
+        """Whether the engine still holds the admission of `key` into `quota` made at `admitted_at`."""
+        known = self.engine.unit(key)
+        return known is not None and known.admitted_quota == quota and known.admitted_at == admitted_at
+
     def _admissions_written(self, task: asyncio.Task[None]) -> None:
         self.admitting.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -123,7 +128,11 @@ class Scheduler(Part):
                   if selector_matches(check.label_selector, labels)]
         status = st.admitted(job.unit_spec, quota, queue, checks, info.attempts + 1, now, placement)
         try:
-            await self.status.write(key, status, precondition=True)
+            # Only while the engine still holds this admission when its turn comes: its unit may
+            # have been finished meanwhile (its job ended) and its room given to another.
+            admitted_at = info.admitted_at
+            written = await self.status.write(key, status, precondition=True,
+                                              still=lambda: self._still_admitted(key, quota, admitted_at))
         except (Conflict, NotFound) as e:
             log.info("admission of %s not written (%s); undone", key, e.reason)
             self.engine.revert_admission(key)
@@ -133,6 +142,9 @@ class Scheduler(Part):
             log.warning("admission of %s not written: %s; undone", key, e)
             self.engine.revert_admission(key)
             self.wake.set()
+            return
+        if not written:
+            log.info("admission of %s not written: the engine no longer holds it (its unit finished meanwhile)", key)
             return
         self._remember("admitted", key, quota, status["message"])
         self.metrics.admissions.labels(queue, quota).inc()

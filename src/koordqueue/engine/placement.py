@@ -131,6 +131,14 @@ class NodeRoom:
         self._taken: dict[tuple[Pair, int], int] = {}  # (pair, since) -> pods the nodes grown since take
         self._taken_at = 0  # the epoch ``_taken`` holds for
         self._failed: dict[CheckKey, _Failure] = {}
+        # Per pod vector (by id, as kept in ``_vectors``): how many such pods each node has
+        # room for, and how far into ``_log`` (the rows of ``_free`` changed since, in
+        # order) that count is current; a check updates only the rows changed since.
+        self._counts: dict[int, tuple[npt.NDArray[np.int64], int]] = {}
+        self._log: list[int] = []
+        self._whole: dict[int, npt.NDArray[np.int64]] = {}  # per pod vector: pods per empty node
+        self._rows: dict[str, list[npt.NDArray[np.intp]]] = {}  # level -> each domain's rows
+        self._usable: dict[tuple[object, str], Mask] = {}  # (rules, level) -> nodes labelled and allowed
 
     def __bool__(self) -> bool:
         return bool(self._infos)
@@ -165,6 +173,7 @@ class NodeRoom:
         index = self._index[node]
         self._free[index] += change
         self._touched.add(index)
+        self._log.append(index)
         return bool((change > 0).any())
 
     def track(self, unit: str, pod_sets: Sequence[PodSetInfo]) -> None:
@@ -222,6 +231,11 @@ class NodeRoom:
         self._relevant = {}
         self._taken = {}
         self._failed = {}
+        self._counts = {}
+        self._log = []
+        self._whole = {}
+        self._rows = {}
+        self._usable = {}
         self._epoch += 1
         self._grown = np.full(len(self.names), self._epoch, dtype=np.int64)
         self._touched = set()
@@ -317,7 +331,7 @@ class NodeRoom:
         vector, cols, missing = self._pod_vector(ps.request)
         if missing is not None:
             return MANY
-        k = self._fits(self._free, vector, cols)
+        k = self._count(vector, cols)
         use = self._mask(ps)
         if group.level is not None and group.required:
             codes, chains = self._domain_codes(group.level)
@@ -341,7 +355,7 @@ class NodeRoom:
             if mask is not None:
                 index = index[mask[index]]
             vector, cols, _ = self._pod_vector(dict(pair[0]))
-            known = self._taken[pair, since] = int(self._fits(self._free[index], vector, cols).sum())
+            known = self._taken[pair, since] = int(self._count(vector, cols)[index].sum())
         return known
 
     def _last_growth(self, pair: Pair) -> int:
@@ -356,7 +370,7 @@ class NodeRoom:
                     mask = self._masks.get(pair[1])
                     use = index if mask is None else index[mask[index]]
                     if len(use):
-                        k = self._fits(self._free[use], vector, cols)
+                        k = self._count(vector, cols)[use]
                         if (k > 0).any():
                             last = max(last, int(grown[use][k > 0].max()))
             self._relevant[pair] = (self._epoch, last)
@@ -396,7 +410,7 @@ class NodeRoom:
         vector, cols, missing = self._pod_vector(pod_set.request)
         if missing is not None:
             return 0
-        return int(self._fits(self._free, vector, cols)[self._mask(pod_set)].sum())
+        return int(self._count(vector, cols)[self._mask(pod_set)].sum())
 
     def best_effort(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> Placement:
         """Nodes for as many pods as fit (a unit found holding quota: its pods that are not
@@ -446,8 +460,9 @@ class NodeRoom:
             if level is None:  # preferred, and no domain holds them: anywhere
                 found = self._pack_sets(free, group.sets, None)
                 return (found, None) if not isinstance(found, Unplaced) else found
-            in_domain = self._place_in_domain(free, group.sets, level)
-            if not isinstance(in_domain, Unplaced):
+            # Preferred: the fallback answers when no domain holds them, why not is not asked.
+            in_domain = self._place_in_domain(free, group.sets, level, explain=group.required)
+            if in_domain is not None and not isinstance(in_domain, Unplaced):
                 return in_domain
             first = first or in_domain
         assert first is not None
@@ -460,10 +475,11 @@ class NodeRoom:
         return [level, *wider, None]
 
     def _place_in_domain(
-        self, free: Matrix, sets: list[tuple[PodSetInfo, int]], level: str
-    ) -> tuple[list[tuple[PodSetInfo, int, int]], Chain] | Unplaced:
+        self, free: Matrix, sets: list[tuple[PodSetInfo, int]], level: str, explain: bool = True
+    ) -> tuple[list[tuple[PodSetInfo, int, int]], Chain] | Unplaced | None:
+        """The tightest domain of ``level`` that holds ``sets``, and where in it; else why
+        not (None without ``explain``)."""
         codes, chains = self._domain_codes(level)
-        labelled = codes >= 0
         caps: list[npt.NDArray[np.int64]] = []
         fitting = np.ones(len(chains), dtype=np.bool_)
         total = sum(count for _, count in sets)
@@ -472,29 +488,33 @@ class NodeRoom:
         for ps, count in sets:
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
-                return self._unplaced(free, ps, count, None)
+                return self._unplaced(free, ps, count, None) if explain else None
             k = known.get(id(vector))
             if k is None:
-                k = known[id(vector)] = self._fits(free, vector, cols)
-            use = self._mask(ps) & labelled
+                k = known[id(vector)] = self._count(vector, cols) if free is self._free else \
+                    self._fits(free, vector, cols)
+            use = self._usable_in(ps, level)
             cap = np.bincount(codes[use], weights=np.minimum(k[use], count), minlength=len(chains)).astype(np.int64)
             caps.append(cap)
             fitting &= cap >= count
             held += np.minimum(cap, count)
         main = max(range(len(sets)), key=lambda i: sets[i][1])
         candidates = np.flatnonzero(fitting)
+        rows_of = self._domain_rows(level)
         for domain in candidates[np.lexsort((candidates, caps[main][candidates]))].tolist():
-            rows = np.flatnonzero(codes == domain)
-            found = self._pack_rows(free[rows], sets, rows)
+            rows = rows_of[domain]
+            found = self._pack_rows(free[rows], sets, rows, known if free is self._free else None)
             if found is not None:
                 return found, chains[domain]
+        if not explain:
+            return None
         if not len(chains):
             return Unplaced(sets[0][0].name, total, _shape(sets[0][0].request), 0, level=level)
         # ``held`` counts each pod set on the whole domain: an upper bound when they share it.
         # The few domains it ranks first are counted pod set after pod set.
         domains = np.arange(len(chains))
         ranked = domains[np.lexsort((domains, -held))][:DOMAINS_COUNTED].tolist()
-        room, best = max((self._room_in(free, sets, np.flatnonzero(codes == d)), -d) for d in ranked)
+        room, best = max((self._room_in(free, sets, rows_of[d]), -d) for d in ranked)
         return Unplaced(sets[0][0].name if len(sets) == 1 else "", total, _shape(sets[0][0].request),
                         room, level=level, domain=chains[-best][-1][1])
 
@@ -517,10 +537,12 @@ class NodeRoom:
         return room
 
     def _pack_rows(
-        self, scratch: Matrix, sets: list[tuple[PodSetInfo, int]], rows: npt.NDArray[np.intp]
+        self, scratch: Matrix, sets: list[tuple[PodSetInfo, int]], rows: npt.NDArray[np.intp],
+        known: dict[int, npt.NDArray[np.int64]] | None = None,
     ) -> list[tuple[PodSetInfo, int, int]] | None:
         """``_pack_sets`` on the nodes ``rows`` alone (a domain), ``scratch`` their room
-        (a copy): None when they do not fit."""
+        (a copy): None when they do not fit. ``known``: per pod vector, the counts on all
+        nodes for the room ``scratch`` starts from (good until a pod is placed)."""
         placed: list[tuple[PodSetInfo, int, int]] = []
         if len(sets) > 1:
             sets = sorted(sets, key=lambda item: -self._size(item[0].request))
@@ -528,7 +550,8 @@ class NodeRoom:
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
                 return None
-            k = self._fits(scratch, vector, cols)
+            whole = known.get(id(vector)) if known is not None and not placed else None
+            k = whole[rows] if whole is not None else self._fits(scratch, vector, cols)
             k[~self._mask(ps)[rows]] = 0
             if int(k.sum()) < count:
                 return None
@@ -551,7 +574,7 @@ class NodeRoom:
             if missing is not None:
                 return self._unplaced(scratch, ps, count, within)
             mask = self._mask(ps) if within is None else self._mask(ps) & within
-            k = self._fits(scratch, vector, cols)
+            k = self._count(vector, cols).copy() if scratch is self._free else self._fits(scratch, vector, cols)
             k[~mask] = 0
             if int(k.sum()) < count:
                 return self._unplaced(scratch, ps, count, within)
@@ -574,7 +597,10 @@ class NodeRoom:
             return Unplaced(ps.name, count, asked, 0, resource=missing, never=True)
         k = self._fits(free, vector, cols)
         room = int(k[mask].sum())
-        never = int(self._fits(self._alloc, vector, cols)[mask].sum()) < count
+        whole = self._whole.get(id(vector))
+        if whole is None:
+            whole = self._whole[id(vector)] = self._fits(self._alloc, vector, cols)
+        never = int(whole[mask].sum()) < count
         if room > 0:
             return Unplaced(ps.name, count, asked, room, never=never)
         index = np.flatnonzero(mask)
@@ -634,6 +660,46 @@ class NodeRoom:
             known = self._sizes[shape] = max((int(vector[c]) / max(int(biggest[c]), 1) for c in cols), default=0.0)
         return known
 
+    def _count(self, vector: Vector, cols: list[int]) -> npt.NDArray[np.int64]:
+        """``_fits`` on the room now, kept per pod vector and brought up to date on the rows
+        changed since it was last asked for (read only: callers copy before writing)."""
+        log = self._log
+        known = self._counts.get(id(vector))
+        if known is None:
+            k = self._fits(self._free, vector, cols)
+        else:
+            k, seen = known
+            if seen < len(log):
+                changed = np.unique(np.array(log[seen:], dtype=np.intp))
+                if 2 * len(changed) >= len(k):
+                    k = self._fits(self._free, vector, cols)
+                else:
+                    k = k.copy()
+                    k[changed] = self._fits(self._free[changed], vector, cols)
+        if len(log) > 4 * max(len(self.names), 64):  # trim: what is behind every count
+            self._counts = {}
+            log.clear()
+        self._counts[id(vector)] = (k, len(log))
+        return k
+
+    def _domain_rows(self, level: str) -> list[npt.NDArray[np.intp]]:
+        """The rows of each domain of ``level``, in the order of ``_domain_codes``."""
+        rows = self._rows.get(level)
+        if rows is None:
+            codes, chains = self._domain_codes(level)
+            order = np.argsort(codes, kind="stable")
+            bounds = np.searchsorted(codes[order], np.arange(len(chains) + 1))
+            rows = self._rows[level] = [order[bounds[d]:bounds[d + 1]] for d in range(len(chains))]
+        return rows
+
+    def _usable_in(self, ps: PodSetInfo, level: str) -> Mask:
+        """The nodes pods of ``ps`` may go to that have a domain of ``level``."""
+        key = (_mask_key(ps), level)
+        mask = self._usable.get(key)
+        if mask is None:
+            mask = self._usable[key] = self._mask(ps) & (self._domain_codes(level)[0] >= 0)
+        return mask
+
     @staticmethod
     def _fits(free: Matrix, vector: Vector, cols: list[int]) -> npt.NDArray[np.int64]:
         """How many pods of ``vector`` each node has room for."""
@@ -682,10 +748,12 @@ class NodeRoom:
         for index, vector in old.items():
             self._free[index] -= vector
             self._touched.add(index)
+            self._log.append(index)
             grew = grew or bool((vector < 0).any())
         for index, vector in new.items():
             self._free[index] += vector
             self._touched.add(index)
+            self._log.append(index)
             grew = grew or bool((vector > 0).any())
         if new:
             self._applied[unit] = new

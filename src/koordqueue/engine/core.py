@@ -74,6 +74,7 @@ class _Unit:
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
     message: str = ""
     reason: tuple[tuple[object, ...], str] | None = None  # its last misfit and its text, not to format it again
+    check: CheckKey | None = None  # what a check of all its pods depends on (once asked for)
 
 
 @dataclass(slots=True, eq=False)
@@ -387,10 +388,12 @@ class Engine:
             unplaced: Unplaced | None = None
             waits: CheckKey | None = None  # the failed check whose room it waits for
             if misfit is None and self._places(state, info):
-                found = self._room.place(info.pod_sets)
+                if record.check is None:
+                    record.check = check_key(info.pod_sets)
+                found = self._room.place(info.pod_sets, key=record.check)
                 if isinstance(found, Unplaced):
                     unplaced = found
-                    waits = check_key(info.pod_sets)
+                    waits = record.check
                 else:
                     placement = found
             admit = misfit is None and unplaced is None
@@ -422,8 +425,11 @@ class Engine:
                 told = self._note_misfit(record, state, misfit, now)
                 if by_quota and not isinstance(least, Unplaced):
                     # The heads of its group (the same request after it) wait as it does.
+                    units, text = self._units, record.message
                     for dropped in heads.drop_group():
-                        self._say(self._units[dropped[4]], record.message)
+                        other = units[dropped[4]]
+                        if other.message != text:  # _say, inline: a group can have many heads
+                            self._say(other, text)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key

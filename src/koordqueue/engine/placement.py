@@ -263,15 +263,18 @@ class NodeRoom:
         pod_sets: Sequence[PodSetInfo],
         counts: Mapping[str, int] | None = None,
         released: Iterable[str] = (),
+        key: CheckKey | None = None,
     ) -> Placement | Unplaced:
         """Nodes for every pod of ``pod_sets`` (``counts`` of them, where given), or why not.
         ``released``: units whose room counts as given back (victims about to be preempted).
-        A check that failed is answered from ``failing`` until room it could use grows."""
+        A check that failed is answered from ``failing`` until room it could use grows.
+        ``key``: ``check_key(pod_sets, counts)``, when the caller keeps it."""
         self.sync()
         released = tuple(released)
-        key = None
-        if not released:
-            key = check_key(pod_sets, counts)
+        if released:
+            key = None
+        else:
+            key = key if key is not None else check_key(pod_sets, counts)
             known = self.failing(key)
             if known is not None:
                 return known
@@ -595,7 +598,7 @@ class NodeRoom:
             return Unplaced(ps.name, count, asked, 0, shut_out=self._shut_out(ps))
         if missing is not None:
             return Unplaced(ps.name, count, asked, 0, resource=missing, never=True)
-        k = self._fits(free, vector, cols)
+        k = self._count(vector, cols) if free is self._free else self._fits(free, vector, cols)
         room = int(k[mask].sum())
         whole = self._whole.get(id(vector))
         if whole is None:

@@ -2,12 +2,10 @@
 Node informer) and the pods bound to them are the engine's inputs; a job whose pods fit
 the quota but no node waits, saying so, and its pods never stay Pending; a job asking for
 a topology domain is admitted with one chosen, recorded on its unit and pinned on its pod
-templates before it is resumed (on the real control plane, kube-scheduler puts every pod
-there); an elastic PyTorchJob is admitted with the workers that fit, and what was changed
-on the job is put back when it is suspended again.
-
-The embedded control plane's simulated kubelet places pods first fit and reads no
-nodeSelector: where pods land is checked on the real one (kube-scheduler, kwok nodes)."""
+templates before it is resumed, so the scheduler puts every pod there (kube-scheduler on
+the real control plane; on the embedded one the simulated scheduler, which filters nodes
+by the same rules); an elastic PyTorchJob is admitted with the workers that fit, and what
+was changed on the job is put back when it is suspended again."""
 
 from __future__ import annotations
 
@@ -95,6 +93,9 @@ async def test_a_job_is_pinned_to_the_domain_chosen_and_unpinned_when_sent_back(
         await told(system, "wide-py-qu", re.escape(
             "quota team-a has room, but no zone (topology.kubernetes.io/zone) has room for all its 3 pods "
             "(the most in one: 2, in az)"))
+        # Half a node taken: first fit by resources alone would start the pair there.
+        await system.apply(pytorch_job("half", gpus_per_pod=4, workers=0, quota_name="team-b"))
+        await system.wait_phase("half-py-qu", c.Phase.RUNNING, timeout=60)
         # 2 pods of 4 GPUs in one rack (one node each here): a whole node.
         await system.apply(with_topology(pytorch_job("pair", gpus_per_pod=4, workers=1, quota_name="team-b"),
                                          RACK, required=True))
@@ -105,10 +106,18 @@ async def test_a_job_is_pinned_to_the_domain_chosen_and_unpinned_when_sent_back(
         job = await system.get_json("pytorchjob", "pair")
         assert all(t["spec"]["nodeSelector"] == domain for t in templates(job).values())
         assert job["metadata"]["annotations"][c.ANNOTATION_PLACED]
-        if system.sim is None:  # kube-scheduler put them where the engine chose
+        # the scheduler (kube-scheduler, or the simulated one) put them where the engine chose
+        pods: list[dict[str, Any]] = []
+
+        async def bound() -> bool:
+            nonlocal pods
             pods = await pods_of(system, "pair")
-            assert len(pods) == 2 and {where[p["spec"]["nodeName"]][RACK] for p in pods} == {domain[RACK]}
-            assert {where[p["spec"]["nodeName"]][ZONE] for p in pods} == {domain[ZONE]}
+            return len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods)
+
+        await system.wait_for(bound, 60, "pair's 2 pods bound")
+        assert {where[p["spec"]["nodeName"]][RACK] for p in pods} == {domain[RACK]}
+        assert {where[p["spec"]["nodeName"]][ZONE] for p in pods} == {domain[ZONE]}
+        await system.akubectl("delete", "pytorchjob", "half")
         # team-a takes back its min, all 4 nodes: pair (team-b, borrowing) is preempted, its job
         # suspended and its pod templates as the user wrote them (no nodeSelector).
         await system.akubectl("delete", "pytorchjob", "wide")

@@ -19,6 +19,7 @@ from koordqueue.engine.model import (
     UnitInfo,
     auto_queue_for,
 )
+from koordqueue.engine.placement import Refusal, node_refusal
 
 from .builders import CPU, GPU, G, engine_with, gang, node, pod_set, quota, settle, unit, used, with_nodes
 
@@ -310,3 +311,18 @@ def test_node_info_of_a_cordoned_node_tolerated() -> None:
     engine.set_unit(gang("job", PodSetInfo("worker", 1, {GPU: 8 * G}, tolerations=(
         Toleration("node.kubernetes.io/unschedulable", operator="Exists"),)), quota_name="team"))
     assert settle(engine, 0.0) == ["default/job"]
+
+
+def test_node_refusal_checks_the_cordon_first_then_taints_then_affinity() -> None:
+    """kube-scheduler's filter order (NodeUnschedulable, TaintToleration, NodeAffinity): a node
+    is counted under the first it fails, here and in the simulated scheduler's messages."""
+    taint = Taint("gpu", "true", "NoSchedule")
+    ps = PodSetInfo("worker", 1, {GPU: G}, node_selector=(("rack", "a"),))
+    cordoned = NodeInfo("n", {GPU: 8 * G}, taints=(taint,), unschedulable=True)
+    assert node_refusal(cordoned, ps) == Refusal("unschedulable")
+    tainted = replace(cordoned, unschedulable=False)
+    assert node_refusal(tainted, ps) == Refusal("taint", taint=taint)
+    assert node_refusal(tainted, replace(ps, tolerations=(Toleration("gpu", operator="Exists"),))) == Refusal(
+        "nodeSelector", label=("rack", "a"))
+    assert node_refusal(replace(tainted, taints=(Taint("gpu", "true", "PreferNoSchedule"),),
+                                labels={"rack": "a"}), ps) is None

@@ -31,7 +31,7 @@ from koordqueue.engine.model import (
     UnitInfo,
     auto_queue_for,
 )
-from koordqueue.engine.placement import Unplaced, _refusal
+from koordqueue.engine.placement import Unplaced, node_refusal
 
 from .builders import CPU, GPU, G, quota
 
@@ -112,7 +112,7 @@ def check(engine: Engine, cluster: Cluster) -> None:
             assert sum(n for _, n in planned) == count, (key, ps.name, placement)
             assert count == ps.count or (ps.min_count is not None and ps.min_count <= count < ps.count)
             for node, _ in planned:
-                assert _refusal(cluster.nodes[node], ps) is None, (key, ps, node)
+                assert node_refusal(cluster.nodes[node], ps) is None, (key, ps, node)
             if ps.topology is not None and ps.topology.required:
                 domains = {(cluster.nodes[node].labels.get(ZONE), cluster.nodes[node].labels.get(RACK))
                            if ps.topology.level == RACK else cluster.nodes[node].labels.get(ZONE)
@@ -178,7 +178,7 @@ def test_placement_keeps_every_node_within_its_allocatable(node_list: list[NodeI
                     ps = next(p for p in cluster.units[key].pod_sets if p.name == pod_set)
                     for other in sorted(cluster.nodes):
                         free = engine.node_free(other)
-                        if other != node and _refusal(cluster.nodes[other], ps) is None and all(
+                        if other != node and node_refusal(cluster.nodes[other], ps) is None and all(
                                 free.get(r, 0) >= a for r, a in {**ps.request, "pods": 1000}.items()):
                             pods[(pod_set, node)] -= 1
                             pods[(pod_set, other)] = pods.get((pod_set, other), 0) + 1

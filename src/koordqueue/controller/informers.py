@@ -11,7 +11,6 @@ import orjson
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.loading import orphan_reason
 from koordqueue.controller.pods import PodIndex, pod_view
@@ -30,7 +29,8 @@ from koordqueue.controller.views import (
     unit_view,
     with_priority_classes,
 )
-from koordqueue.engine.model import NodeInfo, Taint, UnitInfo
+from koordqueue.engine.model import UnitInfo
+from koordqueue.jobs.placement import node_info
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.client import Resource
 from koordqueue.kube.informer import Informer, trim
@@ -46,7 +46,7 @@ class Informers:
         self.priority_classes: dict[str, int] = {}
         self.pc_version = 0  # moves when PriorityClasses change: jobs' next views are made afresh
         self.pc = Informer(client, PRIORITY_CLASSES, project=_priority_value)
-        self.node = Informer(client, NODES, project=_node_info)
+        self.node = Informer(client, NODES, project=node_info)
         self.quota = Informer(client, QUOTAS, project=_without_status)
         self.queue = Informer(client, QUEUES, project=_without_status)
         self.unit = Informer(client, UNITS, project=unit_view)
@@ -156,19 +156,3 @@ def _without_status(obj: Object) -> Object:
 def _priority_value(obj: Object) -> int | None:
     value = obj.get("value")
     return value if isinstance(value, int) else None
-
-
-def _node_info(obj: Object) -> NodeInfo:
-    """A node as node fit needs it: allocatable ({} when unreadable), labels, taints, cordon."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    try:
-        allocatable = parse_resource_list((obj.get("status") or {}).get("allocatable") or {})
-    except QuantityError:
-        allocatable = {}
-    labels = meta.get("labels") or {}
-    taints = tuple(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
-                   for t in spec.get("taints") or () if isinstance(t, dict))
-    return NodeInfo(str(meta.get("name", "")), allocatable,
-                    {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
-                    taints, bool(spec.get("unschedulable")))

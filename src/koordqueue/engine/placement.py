@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +60,7 @@ MANY = 1 << 40  # pods that fit on a node when they ask for nothing the node cou
 DOMAINS_COUNTED = 3  # of the domains that come closest to holding a gang, those counted exactly
 UNSCHEDULABLE = Taint(TAINT_UNSCHEDULABLE, "", TAINT_NO_SCHEDULE)
 BLOCKING_EFFECTS = (TAINT_NO_SCHEDULE, TAINT_NO_EXECUTE)
+Rule = Literal["unschedulable", "taint", "nodeSelector", "node affinity"]  # a Refusal's
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +283,7 @@ class NodeRoom:
         found = self._place(pod_sets, counts, released)
         if key is not None and isinstance(found, Unplaced):
             self._look()
-            pairs = tuple({(_shape(ps.request), _mask_key(ps)): None for ps in pod_sets
+            pairs = tuple({(_shape(ps.request), rules_key(ps)): None for ps in pod_sets
                            if (counts.get(ps.name, ps.count) if counts else ps.count) > 0})
             for pair in pairs:
                 if pair not in self._relevant:  # room that grew before now is in this check already
@@ -627,9 +629,9 @@ class NodeRoom:
         """Why no node may take pods of ``ps``: the first rule each node breaks, counted."""
         reasons: dict[str, int] = {}
         for name in self.names:
-            reason = _refusal(self._infos[name], ps)
-            if reason is not None:
-                reasons[reason] = reasons.get(reason, 0) + 1
+            refusal = node_refusal(self._infos[name], ps)
+            if refusal is not None:
+                reasons[refusal.reason] = reasons.get(refusal.reason, 0) + 1
         return tuple(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
 
     # --- arrays -------------------------------------------------------------------------
@@ -713,11 +715,11 @@ class NodeRoom:
 
     def _mask(self, ps: PodSetInfo) -> Mask:
         """The nodes the pods of ``ps`` may go to (selector, affinity, taints)."""
-        key = _mask_key(ps)
+        key = rules_key(ps)
         mask = self._masks.get(key)
         if mask is None:
             mask = self._masks[key] = np.array(
-                [_refusal(self._infos[name], ps) is None for name in self.names], dtype=np.bool_)
+                [node_refusal(self._infos[name], ps) is None for name in self.names], dtype=np.bool_)
         return mask
 
     def _domain_codes(self, level: str) -> tuple[npt.NDArray[np.intp], list[Chain]]:
@@ -831,11 +833,12 @@ def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
 
 def check_key(pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> CheckKey:
     """What a check of ``pod_sets`` depends on besides the room: units alike check alike."""
-    return (tuple((ps.name, ps.count, _shape(ps.request), _mask_key(ps), ps.topology) for ps in pod_sets),
+    return (tuple((ps.name, ps.count, _shape(ps.request), rules_key(ps), ps.topology) for ps in pod_sets),
             tuple(sorted(counts.items())) if counts else ())
 
 
-def _mask_key(ps: PodSetInfo) -> object:
+def rules_key(ps: PodSetInfo) -> object:
+    """What the nodes a pod set may go to depend on: pod sets with equal keys go to the same nodes."""
     return (ps.node_selector, ps.affinity, ps.tolerations)
 
 
@@ -843,25 +846,48 @@ def _shape(request: ResourceList) -> Shape:
     return tuple(sorted((name, amount) for name, amount in request.items() if amount))
 
 
-def _refusal(node: NodeInfo, ps: PodSetInfo) -> str | None:
-    """The first rule by which ``node`` may not take pods of ``ps`` (None: it may)."""
-    taints = (*node.taints, UNSCHEDULABLE) if node.unschedulable else node.taints
-    for taint in taints:
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The first rule by which a node may not take a pod set's pods (``node_refusal``)."""
+
+    rule: Rule
+    taint: Taint | None = None  # rule "taint": the first of the node's taints the pods do not tolerate
+    label: tuple[str, str] | None = None  # rule "nodeSelector": the label the node lacks
+
+    @property
+    def reason(self) -> str:
+        """In short, as the engine's waiting messages count it (messages.py words it)."""
+        if self.taint is not None:
+            value = f"={self.taint.value}" if self.taint.value else ""
+            return f"taint {self.taint.key}{value}:{self.taint.effect}"
+        if self.label is not None:
+            return f"nodeSelector {self.label[0]}={self.label[1]}"
+        return self.rule
+
+
+def node_refusal(node: NodeInfo, ps: PodSetInfo) -> Refusal | None:
+    """The first rule by which ``node`` may not take pods of ``ps`` (None: it may), the one
+    place these rules are read, for the engine and the simulated scheduler alike. The order
+    is kube-scheduler's filters': NodeUnschedulable (a cordoned node takes only pods that
+    tolerate its ``node.kubernetes.io/unschedulable`` taint), TaintToleration (NoSchedule
+    and NoExecute taints; PreferNoSchedule does not block), NodeAffinity (nodeSelector, then
+    required node affinity: any one term, all of it)."""
+    if node.unschedulable and not _tolerated(UNSCHEDULABLE, ps.tolerations):
+        return Refusal("unschedulable")
+    for taint in node.taints:
         if taint.effect in BLOCKING_EFFECTS and not _tolerated(taint, ps.tolerations):
-            if taint is UNSCHEDULABLE:
-                return "unschedulable"
-            value = f"={taint.value}" if taint.value else ""
-            return f"taint {taint.key}{value}:{taint.effect}"
+            return Refusal("taint", taint=taint)
     labels = node.labels
     for key, value in ps.node_selector:
         if labels.get(key) != value:
-            return f"nodeSelector {key}={value}"
+            return Refusal("nodeSelector", label=(key, value))
     if ps.affinity and not any(_term_matches(term, node) for term in ps.affinity):
-        return "node affinity"
+        return Refusal("node affinity")
     return None
 
 
 def _tolerated(taint: Taint, tolerations: tuple[Toleration, ...]) -> bool:
+    """Whether any of a pod's tolerations tolerates ``taint``."""
     return any(t.tolerates(taint) for t in tolerations)
 
 
@@ -871,6 +897,8 @@ def _term_matches(term: tuple[Requirement, ...], node: NodeInfo) -> bool:
 
 
 def _requirement_matches(req: Requirement, node: NodeInfo) -> bool:
+    """One matchExpressions entry on the node's labels, or matchFields on its name
+    (``metadata.name``); Gt and Lt compare integers."""
     if req.field:
         value: str | None = node.name if req.key == "metadata.name" else None
     else:

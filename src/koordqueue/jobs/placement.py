@@ -6,7 +6,8 @@ template's metadata (so that Kueue users' manifests carry over). An admission ma
 role's pods to the domain the engine chose (nodeSelector on the domain's labels) and set
 an elastic role's replicas to the count admitted; the values replaced are kept on the job
 (annotation koord-queue/placed) and put back when the job is suspended again. The job's
-unit is always made from the values as the user wrote them.
+unit is always made from the values as the user wrote them. A Node object is read into
+the engine's NodeInfo here too (``node_info``).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ from koordqueue.api.constants import (
     TOLERATION_EXISTS,
 )
 from koordqueue.api.meta import InvalidObject, Meta, read_int, section
+from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.engine.model import (
+    NodeInfo,
     Placement,
     PodSetInfo,
     Requirement,
     ResourceList,
+    Taint,
     Toleration,
     TopologyRequest,
 )
@@ -60,6 +64,23 @@ def pod_set_info(name: str, count: int, request: ResourceList, template: Mapping
         _interned.clear()
     _interned[key] = info
     return info
+
+
+def node_info(obj: Mapping[str, Any]) -> NodeInfo:
+    """A Node object as node fit needs it: allocatable ({} when unreadable), labels, taints,
+    cordon; for the controller's engine and the simulated scheduler alike."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    try:
+        allocatable = parse_resource_list((obj.get("status") or {}).get("allocatable") or {})
+    except QuantityError:
+        allocatable = {}
+    labels = meta.get("labels") or {}
+    taints = tuple(Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+                   for t in spec.get("taints") or () if isinstance(t, Mapping))
+    return NodeInfo(str(meta.get("name", "")), allocatable,
+                    {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {},
+                    taints, bool(spec.get("unschedulable")))
 
 
 def _selector(value: object, where: str) -> tuple[tuple[str, str], ...]:

@@ -5,7 +5,10 @@ Scheduling is by gang, as Koordinator's coscheduling does it: pods carrying the 
 not at all, once `min-available` of them exist; a gang that already has a pod bound
 takes its later pods (replacements) as they come. Pods without the annotation are a
 gang of one. Placement is first fit on the pods' requests (as `jobs/podrequest.py`
-computes them) against each node's allocatable minus the pods it holds.
+computes them) against each node's allocatable minus the pods it holds, among the nodes
+the pod's rules let it on, as kube-scheduler's filters read them: spec.nodeSelector,
+required node affinity, tolerations against the node's NoSchedule/NoExecute taints, and
+cordoned (spec.unschedulable) nodes, which take only pods tolerating the cordon.
 
 Pods with `spec.schedulingGates` wait until the gates are removed, as kube-scheduler
 has them. Everything is driven by the pod and node informers: a pod that does not fit is marked
@@ -31,6 +34,9 @@ from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
+from koordqueue.engine.model import PodSetInfo
+from koordqueue.engine.placement import rules_key
+from koordqueue.jobs.placement import pod_set_info
 from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Conflict, NotFound
@@ -38,7 +44,7 @@ from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.localcluster.simbackground import Background
-from koordqueue.localcluster.simnodes import NodeRoom, ready_allocatable
+from koordqueue.localcluster.simnodes import NodeRoom, ready_node
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +101,17 @@ def request_of(pod: Mapping[str, Any]) -> ResourceList:
         return {}
 
 
+def needs_of(pod: Mapping[str, Any]) -> PodSetInfo:
+    """What the pod asks of a node and which nodes its rules let it on; rules that cannot be
+    read are left out (logged), as the request is."""
+    request = request_of(pod)
+    try:
+        return pod_set_info("", 1, request, pod, None, f"pod {key_of(dict(pod))}")
+    except InvalidObject as e:
+        log.warning("%s; placing it as if it had no node rules", e)
+        return PodSetInfo("", 1, request)
+
+
 def is_terminal(pod: Mapping[str, Any]) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") in TERMINAL or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
@@ -105,7 +122,7 @@ class Gang:
     minimum: int
     seq: int  # arrival order: older gangs are tried first among equal priorities
     priority: int = 0
-    pending: dict[str, tuple[Object, ResourceList]] = field(default_factory=dict)  # unbound pods and requests
+    pending: dict[str, tuple[Object, PodSetInfo]] = field(default_factory=dict)  # unbound pods and their needs
     bound: set[str] = field(default_factory=set)  # pods holding room (assumed or bound), not ended
 
 
@@ -167,7 +184,7 @@ class SimKubelet:
 
     def _on_node(self, node: Object) -> None:
         name = node["metadata"]["name"]
-        self.room.set_node(name, ready_allocatable(node), str((node.get("spec") or {}).get("podCIDR") or ""))
+        self.room.set_node(name, ready_node(node), str((node.get("spec") or {}).get("podCIDR") or ""))
         for address in (node.get("status") or {}).get("addresses") or []:
             if isinstance(address, Mapping) and address.get("type") == c.NODE_ADDRESS_INTERNAL_IP:
                 self._host_ips[name] = str(address.get("address"))
@@ -199,7 +216,7 @@ class SimKubelet:
         else:
             known = gang.pending.get(key)
             new = known is None or known[0]["metadata"].get("uid") != uid
-            gang.pending[key] = (pod, request_of(pod) if new or known is None else known[1])
+            gang.pending[key] = (pod, needs_of(pod) if new or known is None else known[1])
             if new:  # a pod's own status writes change nothing for placement
                 self._changed.add(self._gang_of_pod[key])
                 self._wake.set()
@@ -274,23 +291,24 @@ class SimKubelet:
         self._room_grew = False
         self._changed.clear()
         candidates.sort(key=lambda g: (-g.priority, g.seq))
-        reasons: dict[tuple[tuple[str, int], ...], str] = {}  # why a request fits nowhere, per request shape
+        reasons: dict[tuple[object, ...], str] = {}  # why a pod fits nowhere, per request shape and rules
         for gang in candidates:
             if not gang.bound and len(gang.pending) < gang.minimum:
                 continue  # the rest of the gang is not created yet
             pods = [(key, pod) for key, (pod, _) in gang.pending.items()]
-            requests = [request for _, request in gang.pending.values()]
-            nodes = self.room.place_gang(requests)
+            needs = [need for _, need in gang.pending.values()]
+            nodes = self.room.place_gang(needs)
             if nodes is None:
-                for (key, _), request in zip(pods, requests, strict=True):
-                    message = reasons.get(_shape(request))
+                for (key, _), need in zip(pods, needs, strict=True):
+                    kind = (_shape(need.request), rules_key(need))
+                    message = reasons.get(kind)
                     if message is None:
-                        message = reasons[_shape(request)] = self.room.why_not(request)
+                        message = reasons[kind] = self.room.why_not(need)
                     self._mark_unschedulable(key, message, len(pods))
                 continue
-            for (key, pod), node, request in zip(pods, nodes, requests, strict=True):
+            for (key, pod), node, need in zip(pods, nodes, needs, strict=True):
                 uid = str(pod["metadata"].get("uid", ""))
-                self.room.hold(key, node, request, uid)
+                self.room.hold(key, node, need.request, uid)
                 self._assumed[key] = (uid, node)
                 self._unschedulable.pop(key, None)
                 del gang.pending[key]

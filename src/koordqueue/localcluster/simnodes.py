@@ -1,7 +1,9 @@
 """Simulated nodes: the Node objects, and the room left on each for the simulated kubelet.
 
 A node's room is its allocatable (cpu, memory, nvidia.com/gpu, pods) minus the requests
-of the pods placed on it that have not ended. `place_gang` is first fit over nodes in
+of the pods placed on it that have not ended. A pod may go only to the nodes its rules
+let it (``node_refusal``, the engine's reading of kube-scheduler's NodeUnschedulable,
+TaintToleration and NodeAffinity filters). `place_gang` is first fit over those nodes in
 name order, for all pods of a gang at once, on a scratch copy: it commits nothing, so
 a gang either gets a node for every pod or no node at all.
 """
@@ -14,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.api.quantity import QuantityError, add, parse_quantity, parse_resource_list, sub
+from koordqueue.api.quantity import QuantityError, add, parse_quantity, sub
+from koordqueue.engine.model import NodeInfo, PodSetInfo
+from koordqueue.engine.placement import Refusal, node_refusal, rules_key
+from koordqueue.jobs.placement import node_info
 
 Object = dict[str, Any]
 ResourceList = dict[str, int]
@@ -80,11 +85,13 @@ def check_node_sizes(cpu: str, memory: str, gpus: int, pods: int) -> None:
         raise ValueError(f"simulated nodes need gpus >= 0 and pods >= 1 (got gpus={gpus}, pods={pods})")
 
 
-def ready_allocatable(node: Mapping[str, Any]) -> ResourceList | None:
-    """What the node offers pods, or None when it takes no new pods (not Ready, cordoned, malformed)."""
+def ready_node(node: Mapping[str, Any]) -> NodeInfo | None:
+    """The node as placement reads it (labels, taints, cordon, allocatable), or None when
+    it takes no new pods: not Ready, or malformed. A cordoned node stays: kube-scheduler
+    counts it, and it takes the pods that tolerate its cordon."""
     spec = node.get("spec") or {}
     status = node.get("status") or {}
-    if not isinstance(spec, Mapping) or not isinstance(status, Mapping) or spec.get("unschedulable"):
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
         return None
     conditions = status.get("conditions") or []
     ready = any(
@@ -92,12 +99,7 @@ def ready_allocatable(node: Mapping[str, Any]) -> ResourceList | None:
         and cond.get("status") == c.CONDITION_TRUE
         for cond in conditions
     ) if isinstance(conditions, list) else False
-    if not ready:
-        return None
-    try:
-        return parse_resource_list(status.get("allocatable") or {})
-    except QuantityError:
-        return None
+    return node_info(node) if ready else None
 
 
 @dataclass
@@ -109,20 +111,22 @@ class Placement:
 
 @dataclass
 class NodeRoom:
-    """Allocatable per node and the pods holding room, by pod key; the source of truth for fits."""
+    """The nodes that take pods and the pods holding room, by pod key; the source of truth for fits."""
 
-    allocatable: dict[str, ResourceList] = field(default_factory=dict)
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
     used: dict[str, ResourceList] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
     cidrs: dict[str, str] = field(default_factory=dict)  # node -> spec.podCIDR
     ip_counter: Counter[str] = field(default_factory=Counter)
+    _allowed: dict[object, list[str]] = field(default_factory=dict)  # pods' rules -> their nodes, in name order
 
-    def set_node(self, name: str, allocatable: ResourceList | None, pod_cidr: str = "") -> None:
+    def set_node(self, name: str, info: NodeInfo | None, pod_cidr: str = "") -> None:
         """A node appeared or changed; None removes it from placement (its pods keep running)."""
-        if allocatable is None:
-            self.allocatable.pop(name, None)
+        if info is None:
+            self.nodes.pop(name, None)
         else:
-            self.allocatable[name] = allocatable
+            self.nodes[name] = info
+        self._allowed.clear()
         if pod_cidr:
             self.cidrs[name] = pod_cidr
 
@@ -147,15 +151,26 @@ class NodeRoom:
         return True
 
     def free(self, node: str) -> ResourceList:
-        return sub(self.allocatable.get(node, {}), self.used.get(node, {}))
+        info = self.nodes.get(node)
+        return sub(info.allocatable if info is not None else {}, self.used.get(node, {}))
 
-    def place_gang(self, requests: Iterable[ResourceList]) -> list[str] | None:
-        """A node per request (first fit, nodes in name order), or None if any one cannot fit."""
-        free = {name: self.free(name) for name in sorted(self.allocatable)}
+    def allowed(self, pod: PodSetInfo) -> list[str]:
+        """The nodes, in name order, whose rules let ``pod`` in (resources aside)."""
+        key = rules_key(pod)
+        names = self._allowed.get(key)
+        if names is None:
+            names = self._allowed[key] = [name for name in sorted(self.nodes)
+                                          if node_refusal(self.nodes[name], pod) is None]
+        return names
+
+    def place_gang(self, pods: Iterable[PodSetInfo]) -> list[str] | None:
+        """A node per pod (first fit among the nodes it may go to), or None if any one cannot fit."""
+        free: dict[str, ResourceList] = {}
         chosen = []
-        for request in requests:
-            need = add(request, ONE_POD)
-            for name, room in free.items():
+        for pod in pods:
+            need = add(pod.request, ONE_POD)
+            for name in self.allowed(pod):
+                room = free[name] if name in free else self.free(name)
                 if fits(need, room):
                     free[name] = sub(room, need)
                     chosen.append(name)
@@ -164,21 +179,25 @@ class NodeRoom:
                 return None
         return chosen
 
-    def why_not(self, request: ResourceList) -> str:
-        """kube-scheduler's words for a pod that fits no node: `0/4 nodes are available: ...`."""
-        need = add(request, ONE_POD)
-        short: Counter[str] = Counter()
-        for name in self.allocatable:
+    def why_not(self, pod: PodSetInfo) -> str:
+        """kube-scheduler's words for a pod that fits no node: `0/4 nodes are available: ...`,
+        each node counted under the first filter it fails, as kube-scheduler counts them."""
+        need = add(pod.request, ONE_POD)
+        reasons: Counter[str] = Counter()
+        for name, info in self.nodes.items():
+            refusal = node_refusal(info, pod)
+            if refusal is not None:
+                reasons[_in_scheduler_words(refusal)] += 1
+                continue
             room = self.free(name)
             for resource, amount in need.items():
                 if amount > room.get(resource, 0):
-                    short[_insufficient(resource)] += 1
-        total = len(self.allocatable)
-        if not short:
+                    reasons[_insufficient(resource)] += 1
+        total = len(self.nodes)
+        if not reasons:
             return (f"0/{total} nodes are available: the pod fits a node alone, "
                     "but not together with the rest of its gang.")
-        reasons = ", ".join(f"{count} {text}" for text, count in sorted(short.items()))
-        return f"0/{total} nodes are available: {reasons}."
+        return f"0/{total} nodes are available: {', '.join(sorted(f'{n} {text}' for text, n in reasons.items()))}."
 
     def next_pod_ip(self, node: str) -> str:
         """The next address of the node's pod CIDR (a /24 taken as its first three octets)."""
@@ -190,6 +209,15 @@ class NodeRoom:
 
 def fits(need: Mapping[str, int], room: Mapping[str, int]) -> bool:
     return all(amount <= room.get(resource, 0) for resource, amount in need.items() if amount > 0)
+
+
+def _in_scheduler_words(refusal: Refusal) -> str:
+    """A node's refusal as kube-scheduler's filter plugins word it."""
+    if refusal.rule == "unschedulable":
+        return "node(s) were unschedulable"
+    if refusal.taint is not None:
+        return f"node(s) had untolerated taint {{{refusal.taint.key}: {refusal.taint.value}}}"
+    return "node(s) didn't match Pod's node affinity/selector"
 
 
 def _insufficient(resource: str) -> str:

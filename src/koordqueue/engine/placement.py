@@ -699,7 +699,7 @@ class NodeRoom:
 
     def _usable_in(self, ps: PodSetInfo, level: str) -> Mask:
         """The nodes pods of ``ps`` may go to that have a domain of ``level``."""
-        key = (_mask_key(ps), level)
+        key = (rules_key(ps), level)
         mask = self._usable.get(key)
         if mask is None:
             mask = self._usable[key] = self._mask(ps) & (self._domain_codes(level)[0] >= 0)

@@ -5,21 +5,24 @@ allow; and the reason it waits names the fact."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
 
-from koordqueue.api.constants import QueuePolicy
+from koordqueue.api.constants import LABEL_TOPOLOGY_RACK, QueuePolicy
 from koordqueue.engine.model import (
     NodeInfo,
+    Placement,
     PodSetInfo,
     Requirement,
     Taint,
     Toleration,
+    TopologyRequest,
     UnitInfo,
     auto_queue_for,
 )
-from koordqueue.engine.placement import Refusal, node_refusal
+from koordqueue.engine.placement import NodeRoom, Refusal, node_refusal
 
 from .builders import CPU, GPU, G, engine_with, gang, node, pod_set, quota, settle, unit, used, with_nodes
 
@@ -326,3 +329,59 @@ def test_node_refusal_checks_the_cordon_first_then_taints_then_affinity() -> Non
         "nodeSelector", label=("rack", "a"))
     assert node_refusal(replace(tainted, taints=(Taint("gpu", "true", "PreferNoSchedule"),),
                                 labels={"rack": "a"}), ps) is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_counts_kept_between_checks_place_as_a_room_built_afresh(seed: int) -> None:
+    """The room keeps, per pod shape, how many fit on each node between checks, and
+    updates only the nodes whose room changed: after random usage, plans, bindings and
+    releases, every check places as a room built from the same inputs at once."""
+    rng = random.Random(seed)
+    nodes = [node(f"n{i}", labels={LABEL_TOPOLOGY_RACK: f"r{i // 4}"}, taints=(DEDICATED,) if i % 7 == 0 else ())
+             for i in range(24)]
+    shapes = [pod_set("worker", count, gpus=gpus, cpu=gpus, **extra)  # type: ignore[arg-type]
+              for count in (1, 3, 6) for gpus in (1, 2, 4, 8)
+              for extra in ({}, {"topology": TopologyRequest(LABEL_TOPOLOGY_RACK, True)},
+                            {"topology": TopologyRequest(LABEL_TOPOLOGY_RACK, False)})]
+    calls: list[tuple[str, tuple[object, ...]]] = []
+
+    def room_from(history: list[tuple[str, tuple[object, ...]]]) -> NodeRoom:
+        room = NodeRoom((LABEL_TOPOLOGY_RACK, "kubernetes.io/hostname"))
+        for info in nodes:
+            room.set_node(info)
+        for name, args in history:
+            getattr(room, name)(*args)
+        return room
+
+    kept = room_from([])
+    held: list[str] = []
+    for step in range(120):
+        choice = rng.random()
+        if choice < 0.3:
+            name = rng.choice(nodes).name
+            call: tuple[str, tuple[object, ...]] = ("set_usage", (name, busy(rng.randint(0, 8))))
+        elif choice < 0.6 or not held:
+            ps = rng.choice(shapes)
+            found = kept.place((ps,))
+            if not isinstance(found, Placement):
+                continue
+            unit_key = f"u{step}"
+            kept.track(unit_key, (ps,))
+            calls.append(("track", (unit_key, (ps,))))
+            call = ("hold", (unit_key, found.nodes))
+            held.append(unit_key)
+        elif choice < 0.8:
+            unit_key = rng.choice(held)
+            plan = kept.plan_of(unit_key)
+            call = ("set_pods", (unit_key, {(s, n): c for s, n, c in plan[: rng.randint(0, len(plan))]}))
+        else:
+            unit_key = held.pop(rng.randrange(len(held)))
+            call = ("release", (unit_key,)) if rng.random() < 0.5 else ("forget", (unit_key,))
+        getattr(kept, call[0])(*call[1])
+        calls.append(call)
+        fresh = room_from(calls)
+        for ps in rng.sample(shapes, 6):
+            mine, theirs = kept.place((ps,)), fresh.place((ps,))
+            assert isinstance(mine, Placement) == isinstance(theirs, Placement), (step, ps)
+            if isinstance(mine, Placement):
+                assert mine == theirs, (step, ps)

@@ -596,6 +596,11 @@ def quota_manifests(config: ChaosConfig, rng: random.Random) -> list[dict[str, A
     for p, children in enumerate(leaves):
         parent = f"org-{p}"
         min_sum = sum(m for _, m, _ in children)
+        if min_sum > config.gpus_per_parent:
+            # Many children (20 quotas under 2 parents): their mins, scaled down, must fit in the
+            # parent's max, or the parent is refused (min > max) and no job of its children runs.
+            children = [(name, max(1, m * config.gpus_per_parent // min_sum), x) for name, m, x in children]
+            min_sum = sum(m for _, m, _ in children)
         out.append(eq(parent, max(min_sum, config.gpus_per_parent // 2), config.gpus_per_parent,
                       {c.LABEL_QUOTA_IS_PARENT: c.TRUE}))
         for name, min_gpu, max_gpu in children:

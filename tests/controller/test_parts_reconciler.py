@@ -1,0 +1,159 @@
+"""JobReconciler alone, on the in-memory API server: a new job gets its QueueUnit (its job's
+spec, owned by the job) and is suspended until admitted, and stays so when reconciled again;
+a job that already ran before we started is adopted (its unit accounted as holding quota),
+not stopped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.controller.informers import job_resource
+from koordqueue.controller.jobswitch import JobSwitch
+from koordqueue.controller.quotasync import QuotaSync
+from koordqueue.controller.reconciler import JobReconciler
+from koordqueue.controller.resources import UNITS
+from koordqueue.controller.scheduler import Scheduler
+from koordqueue.controller.unitstatus import UnitStatusWriter
+from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.views import adapter_of_kind
+
+from ..engine.builders import quota
+from .conftest import pytorch_job
+from .fakeapi import Clock, FakeKube, shared_on
+
+KIND = c.PYTORCH_JOB_KIND
+JOBS = job_resource(KIND)
+ADAPTER = adapter_of_kind(KIND)
+ITEM = f"{KIND}/default/j"
+UNIT_KEY = "default/j-py-qu"
+
+
+class Setting:
+    """The JobReconciler and the parts it is given, made as controller.py makes them, with the
+    informers of units and PyTorchJobs running on the fake."""
+
+    def __init__(self) -> None:
+        self.fake = FakeKube()
+        self.shared = shared = shared_on(self.fake, Clock())
+        queue_settings = QuotaSync(shared).queue_settings
+        status = UnitStatusWriter(shared)
+        switch = JobSwitch(shared)
+        scheduler = Scheduler(shared, status, switch, queue_settings)
+        self.reconciler = JobReconciler(shared, UnitSync(shared), status, switch, scheduler, queue_settings)
+        self.informers = [shared.informers.unit, shared.informers.jobs[KIND]]
+
+    async def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            await informer.wait_synced(5)
+
+    async def caught_up(self) -> None:
+        """Until our views show the unit and the job as they are on the server."""
+        def shown() -> bool:
+            unit, job = self.shared.informers.unit.get(UNIT_KEY), self.shared.informers.job_view(ITEM)
+            return unit is not None and job is not None and \
+                unit.resource_version == self.fake.get(UNITS, "j-py-qu", namespace="default")[
+                    "metadata"]["resourceVersion"] and job.suspended == ADAPTER.is_suspended(self.job())
+
+        await until(shown)
+
+    def writes(self) -> list[str]:
+        out = []
+        for r in self.fake.writes():
+            what = r.verb
+            if r.plural == JOBS.plural and r.verb == "patch":
+                suspend = (r.body.get("metadata") or {}).get("annotations", {}).get(c.ANNOTATION_SUSPEND)
+                what = "suspend" if suspend == c.TRUE else "resume"
+            out.append(f"{what} {r.plural} {r.name}")
+        return out
+
+    def job(self) -> dict[str, Any]:
+        return self.fake.get(JOBS, "j", namespace="default")
+
+    def events(self) -> list[tuple[str, str]]:
+        """The Events emitted since the last call (reason, message), taken from the line."""
+        queue, out = self.shared.events.queue, []
+        while not queue.empty():
+            _, _, reason, message = queue.get_nowait()
+            out.append((str(reason), message))
+        return out
+
+
+async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+async def setting() -> AsyncIterator[Setting]:
+    s = Setting()
+    try:
+        yield s
+    finally:
+        for informer in s.informers:
+            await informer.stop()
+
+
+async def test_a_new_job_gets_its_unit_and_stays_suspended(setting: Setting) -> None:
+    """A job created while we run (not suspended by its author): its unit is created, with the
+    job's spec and quota label and owned by the job, then the job is suspended. Reconciled
+    again once our views show both: nothing more is written, the job stays suspended."""
+    setting.fake.seed(JOBS, pytorch_job("j", gpus_per_pod=2, quota_name="team-a"))
+    await setting.start()
+    job_view = setting.shared.informers.job_view(ITEM)
+    assert job_view is not None and not job_view.suspended
+    await setting.reconciler.reconcile(ITEM)
+    assert setting.writes() == [f"create {UNITS.plural} j-py-qu", f"suspend {JOBS.plural} j"]
+    unit = setting.fake.get(UNITS, "j-py-qu", namespace="default")
+    assert unit["spec"] == job_view.unit_spec
+    assert unit["metadata"]["labels"][c.LABEL_QUOTA_NAME] == "team-a"
+    assert [(o["kind"], o["name"], o["uid"]) for o in unit["metadata"]["ownerReferences"]] == [
+        (KIND, "j", setting.job()["metadata"]["uid"])]
+    assert "status" not in unit  # (its first status comes with the engine's first message)
+    assert setting.shared.records.rv(UNIT_KEY) == unit["metadata"]["resourceVersion"]
+    assert c.ANNOTATION_SUSPEND in setting.job()["metadata"]["annotations"]
+    assert setting.shared.engine.unit(UNIT_KEY) is None  # (UnitSync tells the engine, from the unit's view)
+    assert (str(c.EventReason.ENQUEUED), "queued") in setting.events()
+
+    await setting.caught_up()
+    for _ in range(2):
+        await setting.reconciler.reconcile(ITEM)
+    assert len(setting.writes()) == 2
+    assert c.ANNOTATION_SUSPEND in setting.job()["metadata"]["annotations"]
+
+
+async def test_a_job_suspended_by_its_author_gets_its_unit_and_no_write(setting: Setting) -> None:
+    job = pytorch_job("j", quota_name="team-a")
+    job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] = c.TRUE
+    setting.fake.seed(JOBS, job)
+    await setting.start()
+    await setting.reconciler.reconcile(ITEM)
+    assert setting.writes() == [f"create {UNITS.plural} j-py-qu"]
+
+
+async def test_a_job_that_ran_before_we_started_is_adopted_not_stopped(setting: Setting) -> None:
+    """In the first sync's jobs and running: its unit is created, accounted in the engine as
+    holding its quota, and written Running; the job is not suspended."""
+    job = pytorch_job("j", gpus_per_pod=2, quota_name="team-a")
+    job["status"] = {"conditions": [{"type": c.KUBEFLOW_CONDITION_RUNNING, "status": c.CONDITION_TRUE,
+                                     "reason": "PyTorchJobRunning", "lastTransitionTime": "2026-12-04T15:00:00Z"}]}
+    setting.fake.seed(JOBS, job)
+    setting.shared.engine.set_quota(quota("team-a", 4, 8))
+    await setting.start()
+    setting.shared.initial_jobs = {ITEM}
+    await setting.reconciler.reconcile(ITEM)
+    assert setting.writes() == [f"create {UNITS.plural} j-py-qu", f"patch_status {UNITS.plural} j-py-qu"]
+    status = setting.fake.get(UNITS, "j-py-qu", namespace="default")["status"]
+    assert status["phase"] == c.Phase.RUNNING.value and status["message"] == "adopted: it was already running"
+    info = setting.shared.engine.unit(UNIT_KEY)
+    assert info is not None and info.admitted_quota == "team-a"
+    assert c.ANNOTATION_SUSPEND not in setting.job()["metadata"]["annotations"]

@@ -1,0 +1,103 @@
+"""UnitSync alone, on the in-memory API server: once the first sync is over, a new unit waits
+in the engine asking for what its job asks, its job queued for the reconciler; a unit the
+engine never saw that says it holds quota is accounted as holding it; a finished unit and a
+deleted job leave the engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.controller.informers import job_resource
+from koordqueue.controller.resources import UNITS
+from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
+
+from ..engine.builders import quota
+from .conftest import pytorch_job
+from .fakeapi import Clock, FakeKube, merge_patch, shared_on
+
+KIND = c.PYTORCH_JOB_KIND
+ADAPTER = adapter_of_kind(KIND)
+JOBS = job_resource(KIND)
+ITEM = f"{KIND}/default/j"
+KEY = "default/j-py-qu"
+
+
+class Setting:
+    """UnitSync wired to the informers of units and PyTorchJobs on the fake, the first sync over."""
+
+    def __init__(self) -> None:
+        self.fake = FakeKube()
+        self.shared = shared = shared_on(self.fake, Clock())
+        shared.engine.set_quota(quota("team-a", 4, 8))
+        self.sync = UnitSync(shared)
+        self.sync.wire()
+        self.informers = [shared.informers.unit, shared.informers.jobs[KIND]]
+
+    async def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            await informer.wait_synced(5)
+        self.shared.sync_done = True
+
+    async def submit(self, status: dict[str, Any] | None = None) -> None:
+        """A suspended job of 2 pods of 2 GPUs each, then, once our view shows the job, its unit
+        (with ``status``, if given)."""
+        job = merge_patch(pytorch_job("j", gpus_per_pod=2, quota_name="team-a"), ADAPTER.suspend_patch({}))
+        self.fake.seed(JOBS, job)
+        await until(lambda: self.shared.informers.job_view(ITEM) is not None)
+        unit = queue_unit_manifest(job_view(self.fake.get(JOBS, "j", namespace="default"), ADAPTER, {}))
+        if status is not None:
+            unit["status"] = status
+        self.fake.seed(UNITS, unit)
+
+
+async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+async def setting() -> AsyncIterator[Setting]:
+    s = Setting()
+    await s.start()
+    try:
+        yield s
+    finally:
+        for informer in s.informers:
+            await informer.stop()
+
+
+async def test_a_new_unit_waits_with_its_jobs_ask_and_leaves_when_finished(setting: Setting) -> None:
+    setting.shared.wake.clear()
+    await setting.submit()
+    await until(lambda: setting.shared.engine.unit(KEY) is not None)
+    info = setting.shared.engine.unit(KEY)
+    assert info is not None and info.admitted_quota is None and info.quota_name == "team-a"
+    assert info.request[c.GPU] == 4000  # the job's two pods of 2 GPUs (milli-units)
+    assert setting.shared.wake.is_set()
+    await until(lambda: len(setting.shared.jobs_queue) >= 1)
+    assert await setting.shared.jobs_queue.get() == ITEM
+    await setting.fake.patch_status(UNITS, "j-py-qu", {"status": {"phase": c.Phase.SUCCEED.value}},
+                                    namespace="default")
+    await until(lambda: setting.shared.engine.unit(KEY) is None)
+
+
+async def test_a_unit_that_says_it_holds_quota_is_accounted_as_holding_it(setting: Setting) -> None:
+    """After a restart (or an upgrade): the engine never saw the unit, whose object says
+    Running; it holds its quota in the engine, and is dropped when its job is deleted."""
+    await setting.submit({"phase": c.Phase.RUNNING.value, "lastAllocateTime": "2026-12-04T15:00:00Z"})
+    await until(lambda: setting.shared.engine.unit(KEY) is not None)
+    info = setting.shared.engine.unit(KEY)
+    assert info is not None and info.admitted_quota == "team-a"
+    await setting.fake.delete(JOBS, "j", namespace="default")
+    await until(lambda: setting.shared.engine.unit(KEY) is None)

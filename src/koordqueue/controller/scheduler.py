@@ -19,11 +19,11 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.loading import count_as_admitted
-from koordqueue.controller.resources import SENT_BACK
+from koordqueue.controller.resources import SENT_BACK, UNITS
 from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
-from koordqueue.controller.views import JobView, UnitView, admitted_placement
+from koordqueue.controller.views import JobView, Object, UnitView, admitted_placement
 from koordqueue.engine.model import Admission, CycleResult, Placement
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
 
@@ -98,6 +98,25 @@ class Scheduler(Part):
         known = self.engine.unit(key)
         return known is not None and known.admitted_quota == quota and known.admitted_at == admitted_at
 
+    async def _admission_landed(self, key: str, status: Object) -> bool:
+        """Whether the stored unit shows this admission. A Conflict after a retry may be our own
+        write: the patch landed, its answer was lost (kube-apiserver was restarted), and the
+        client sent it again on the version it had made. Undone then, the unit would be
+        admitted again while its object holds quota, and its room given to another meanwhile."""
+        ns, _, name = key.partition("/")
+        try:
+            found = await self.client.list(UNITS, namespace=ns, field_selector=f"metadata.name={name}")
+        except KubeError as e:
+            log.warning("admission of %s: whether it landed is unknown (%s); undone", key, e)
+            return False
+        for obj in found.items:
+            stored = obj.get("status") or {}
+            if all(stored.get(field) == status[field] for field in ("phase", "attempts", "lastAllocateTime")):
+                self.records.saw(key, str(obj["metadata"]["resourceVersion"]))
+                log.info("admission of %s landed though its answer was lost", key)
+                return True
+        return False
+
     def _admissions_written(self, task: asyncio.Task[None]) -> None:
         self.admitting.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -134,10 +153,12 @@ class Scheduler(Part):
             written = await self.status.write(key, status, precondition=True,
                                               still=lambda: self._still_admitted(key, quota, admitted_at))
         except (Conflict, NotFound) as e:
-            log.info("admission of %s not written (%s); undone", key, e.reason)
-            self.engine.revert_admission(key)
-            self.wake.set()
-            return
+            if not (isinstance(e, Conflict) and e.after_retry and await self._admission_landed(key, status)):
+                log.info("admission of %s not written (%s); undone", key, e.reason)
+                self.engine.revert_admission(key)
+                self.wake.set()
+                return
+            written = True
         except KubeError as e:
             log.warning("admission of %s not written: %s; undone", key, e)
             self.engine.revert_admission(key)

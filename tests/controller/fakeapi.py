@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,15 @@ from koordqueue.kube.client import Body, ListResult, Object, PatchType, Resource
 from koordqueue.kube.errors import ApiError, KubeError, error_from_status
 
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
+
+
+async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
+    """Poll ``condition()`` every millisecond until it holds; fail after ``timeout`` s."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
 
 
 def status_error(code: int, reason: str = "", message: str = "") -> ApiError:

@@ -5,7 +5,6 @@ the client retries), and a suspension owed is paid only by one that landed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -18,7 +17,7 @@ from koordqueue.kube.errors import ConnectionFailed
 
 from ..engine.builders import quota
 from .conftest import pytorch_job
-from .fakeapi import Clock, FakeKube, shared_on, status_error
+from .fakeapi import Clock, FakeKube, shared_on, status_error, until
 
 KIND = c.PYTORCH_JOB_KIND
 ADAPTER = adapter_of_kind(KIND)
@@ -47,14 +46,6 @@ def landed(fake: FakeKube) -> list[str]:
         suspend = r.body["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
         out.append(("suspend" if suspend else "resume") + (f" failed ({type(r.error).__name__})" if r.error else ""))
     return out
-
-
-async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
 
 
 @pytest.mark.parametrize("first", ["suspend", "resume"])

@@ -6,7 +6,7 @@ unit older than our own last write of it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from koordqueue.controller.resources import UNITS
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.engine.model import UnitInfo
 
-from .fakeapi import Clock, FakeKube, shared_on
+from .fakeapi import Clock, FakeKube, shared_on, until
 
 FLUSH = 0.01  # seconds between flushes here (MESSAGE_FLUSH_SECONDS, 1 s in the product)
 KEY = "default/u"
@@ -67,14 +67,6 @@ async def setting(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Setting]:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await s.informer.stop()
-
-
-async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
 
 
 async def test_a_message_is_written_once_per_flush_and_not_again_unchanged(setting: Setting) -> None:

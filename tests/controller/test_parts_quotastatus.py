@@ -5,7 +5,7 @@ again after a write that failed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from koordqueue.engine.model import UnitInfo
 from koordqueue.kube.errors import ConnectionFailed
 
 from .conftest import quota
-from .fakeapi import Clock, FakeKube, shared_on
+from .fakeapi import Clock, FakeKube, shared_on, until
 
 REFRESH = 0.01  # seconds between the writer's rounds
 
@@ -69,14 +69,6 @@ async def setting() -> AsyncIterator[Setting]:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await informer.stop()
-
-
-async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.005)
 
 
 async def test_status_used_is_the_engines_and_written_when_it_changes(setting: Setting) -> None:

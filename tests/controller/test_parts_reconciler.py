@@ -5,8 +5,7 @@ not stopped."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from koordqueue.controller.views import adapter_of_kind
 
 from ..engine.builders import quota
 from .conftest import pytorch_job
-from .fakeapi import Clock, FakeKube, shared_on
+from .fakeapi import Clock, FakeKube, shared_on, until
 
 KIND = c.PYTORCH_JOB_KIND
 JOBS = job_resource(KIND)
@@ -83,14 +82,6 @@ class Setting:
             _, _, reason, message = queue.get_nowait()
             out.append((str(reason), message))
         return out
-
-
-async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
 
 
 @pytest.fixture

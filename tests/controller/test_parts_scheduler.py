@@ -25,7 +25,7 @@ from koordqueue.engine.model import auto_queue_for
 from ..engine.builders import parent
 from ..engine.builders import quota as engine_quota
 from .conftest import pytorch_job
-from .fakeapi import Clock, FakeKube, merge_patch, shared_on, status_error
+from .fakeapi import Clock, FakeKube, merge_patch, shared_on, status_error, until
 
 KIND = c.PYTORCH_JOB_KIND
 ADAPTER = adapter_of_kind(KIND)
@@ -85,14 +85,6 @@ class Setting:
                 suspend = r.body["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
                 out.append(f"job {r.name} {'suspend' if suspend else 'resume'}")
         return out
-
-
-async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
 
 
 @pytest.fixture

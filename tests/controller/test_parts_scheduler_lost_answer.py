@@ -14,7 +14,8 @@ from koordqueue.controller.resources import UNITS
 from koordqueue.kube.client import Object, PatchType, Resource
 from koordqueue.kube.errors import error_from_status
 
-from .test_parts_scheduler import Setting, running, until
+from .fakeapi import until
+from .test_parts_scheduler import Setting, running
 
 __all__ = ["running"]  # the fixture, used by name
 

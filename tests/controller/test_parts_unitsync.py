@@ -5,8 +5,7 @@ deleted job leave the engine."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_ma
 
 from ..engine.builders import quota
 from .conftest import pytorch_job
-from .fakeapi import Clock, FakeKube, merge_patch, shared_on
+from .fakeapi import Clock, FakeKube, merge_patch, shared_on, until
 
 KIND = c.PYTORCH_JOB_KIND
 ADAPTER = adapter_of_kind(KIND)
@@ -56,14 +55,6 @@ class Setting:
         if status is not None:
             unit["status"] = status
         self.fake.seed(UNITS, unit)
-
-
-async def until(condition: Callable[[], object], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
 
 
 @pytest.fixture

@@ -56,7 +56,8 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--wait-for-pods-running-timeout", type=float, default=300.0, show_default=True,
               help="Seconds an admitted job's pods have to run, on Queues with wait-for-pods-running.")
 @click.option("--oversell-rate", type=float, default=1.0, show_default=True,
-              help="The cluster total the quotas may share is the nodes' allocatable times this.")
+              help="Koord-Queue's oversellrate: a job fits while its quota's (and each ancestor's) "
+                   "used + request <= max times this; the nodes' allocatable is oversold alike.")
 @click.option("--qps", type=float, default=200.0, show_default=True)
 @click.option("--burst", type=int, default=400, show_default=True)
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)

@@ -69,6 +69,11 @@ ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL = "koord-queue/queue-items-refresh-inter
 ANNOTATION_WAIT_FOR_PODS_RUNNING = "koord-queue/wait-for-pods-running"
 ANNOTATION_ENABLE_PREEMPTION = "koord-queue/enable-queueunit-preemption"
 ANNOTATION_MAX_DEPTH = "koord-queue/max-depth"
+# Koord-Queue's back-off arguments of a Queue: a YAML map of strings, read here for the
+# two keys below (seconds), which stand for our back-off base and cap on that Queue.
+ANNOTATION_QUEUE_ARGS = "koord-queue/queue-args"
+QUEUE_ARG_INITIAL_BACKOFF = "podInitialBackoffSeconds"
+QUEUE_ARG_MAX_BACKOFF = "podMaxBackoffSeconds"
 DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS = 15.0
 # How long a unit waits before free room under a shared parent is held for it against
 # borrowing units of its own priority (units of lower priority are kept out at once).

@@ -26,8 +26,8 @@ class ControllerConfig:
     # of now at least this often when it moved (amounts, the unit it waits behind): with
     # the message writes' own pacing it is never more than ~45 s behind (docs/dashboard.md).
     reason_refresh_seconds: float = 30.0
-    # Koord-Queue's oversellrate: the cluster total the root quota may hand out is the
-    # nodes' allocatable times this.
+    # Koord-Queue's oversellrate: a job fits its quota and each ancestor while used +
+    # request <= max times this; the cluster's total (the nodes' allocatable) is oversold alike.
     oversell_rate: float = 1.0
     # Client side of the API (the chart's qps/burst values).
     qps: float = 200.0

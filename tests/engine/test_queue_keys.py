@@ -11,7 +11,7 @@ from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine.backoff import backoff_seconds
 from koordqueue.engine.model import EngineConfig
 
-from .builders import GPU, G, engine_with, keys, parent, quota, queue_of, settle, unit, used
+from .builders import GPU, G, engine_with, keys, parent, queue_of, quota, settle, unit, used
 
 
 # --- oversellrate: used + request <= max x rate, for the quota and each ancestor ---------

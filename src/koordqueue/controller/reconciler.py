@@ -187,7 +187,12 @@ class JobReconciler(Part):
             self._event(unit_ref(unit), c.EventType.NORMAL, c.EventReason.DEQUEUED, "admission checks passed")
 
     async def _follow_running(self, item: str, unit: UnitView, job: JobView) -> None:
-        """An admitted job: Running when it runs, podState, and the wait-for-pods-running timeout."""
+        """An admitted job: Running when it runs, podState, and the wait-for-pods-running
+        timeout; the engine is told whether its pods run (a Queue with wait-for-pods-running
+        admits nothing more until they do)."""
+        if self.engine.set_pods_running(unit.key, job.state is JobState.RUNNING or
+                                        unit.phase == c.Phase.RUNNING.value):
+            self.wake.set()
         pods = self.informers.pod_count(job)
         change = st.pod_state(unit, pods)
         if job.state is JobState.RUNNING and unit.phase == c.Phase.DEQUEUED.value:

@@ -305,16 +305,19 @@ class Engine:
             self._rebuild()
         return self._send_back(record, now, reason)
 
-    def set_pods_running(self, key: str, running: bool) -> None:
+    def set_pods_running(self, key: str, running: bool) -> bool:
         """Whether all pods of an admitted unit run (the shell watches them). A unit the
         engine admits starts out with pods not running; one handed in admitted (loaded
-        after a restart) counts as running until the shell says otherwise."""
+        after a restart) counts as running until the shell says otherwise. Returns
+        whether that changed."""
         record = self._units.get(key)
         info = record.info if record is not None else None
+        before = self._starting.get(key)
         if running or info is None or info.admitted_quota is None or info.admitted_queue is None:
             self._not_starting(key)
         else:
             self._now_starting(key, info.admitted_queue)
+        return self._starting.get(key) != before
 
     def revert_admission(self, key: str) -> None:
         record = self._units.get(key)

@@ -1172,11 +1172,13 @@ class Engine:
                     {},
                     False,
                     self._reasons.get(name),
+                    dict(quota.max),
                 )
             else:
                 used = {k: v for k, v in node.used.items() if v}
                 out[name] = QuotaStatus(
-                    name, dict(quota.min), dict(quota.max), used, dict(node.runtime), dict(node.demand), True
+                    name, dict(quota.min), dict(quota.max), used, dict(node.runtime), dict(node.demand), True,
+                    limit=dict(node.limit),
                 )
         return out
 

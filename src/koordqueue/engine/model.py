@@ -209,6 +209,7 @@ class QuotaStatus:
     demand: ResourceList
     valid: bool
     reason: str | None = None  # why it is not valid
+    limit: ResourceList = field(default_factory=dict)  # what admission checks against: max x oversellrate
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,7 @@ class JobReconciler(Part):
         if not self.records.newer(unit.key, unit.resource_version):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
         if unit.phase == c.Phase.RESERVED.value:
+            self.engine.set_pods_running(unit.key, False)  # (held, its pods not made yet: after a restart too)
             await self._check_admission(unit, job)
         known = self.engine.unit(unit.key)
         may_run = known is not None and known.admitted_quota is not None and unit.phase in RUNNABLE

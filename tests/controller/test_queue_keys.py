@@ -59,7 +59,7 @@ async def test_max_depth_keeps_the_scan_to_the_first_units(system: System) -> No
 async def test_wait_for_pods_running_holds_the_queue_until_timeout(start_system: SystemFactory) -> None:
     """The first job's pods can never be placed: nothing more is admitted from its Queue,
     and the next job says why, until the timeout sends the first back; then it runs."""
-    async with start_system(config=quick_config(wait_for_pods_running_seconds=3.0)) as system:
+    async with start_system(config=quick_config(wait_for_pods_running_seconds=6.0)) as system:
         await system.apply(quota("team-p", 8, 16))
         await system.apply(queue("careful", "team-p", annotations={c.ANNOTATION_WAIT_FOR_PODS_RUNNING: c.TRUE,
                                                                     c.ANNOTATION_NODE_FIT: c.FALSE}))

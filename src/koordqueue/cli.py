@@ -60,6 +60,10 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
                    "used + request <= max times this; the nodes' allocatable is oversold alike.")
 @click.option("--qps", type=float, default=200.0, show_default=True)
 @click.option("--burst", type=int, default=400, show_default=True)
+@click.option("--koordinator", type=click.Choice([m.value for m in c.KoordinatorMode]),
+              default=c.KoordinatorMode.AUTO.value, show_default=True,
+              help="Mark admitted jobs' pods for koord-scheduler (the quota label and a gang); "
+                   "auto: once Koordinator's own quotas are seen.")
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--lease-name", default="koord-queue-controller", show_default=True)
 @click.option("--lease-duration", type=float, default=10.0, show_default=True,
@@ -102,6 +106,7 @@ def controller(**opts: Any) -> None:
         oversell_rate=opts["oversell_rate"],
         qps=opts["qps"],
         burst=opts["burst"],
+        koordinator=c.KoordinatorMode(opts["koordinator"]),
         leader_election=opts["leader_elect"],
         lease_name=opts["lease_name"],
         lease_duration=opts["lease_duration"],

@@ -47,6 +47,23 @@ LABEL_QUEUE_POLICY = "koord-queue/queue-policy"
 LABEL_QUOTA_PARENT = "quota.scheduling.koordinator.sh/parent"
 LABEL_QUOTA_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
 LABEL_ALLOW_LENT_RESOURCE = "quota.scheduling.koordinator.sh/allow-lent-resource"
+# The quotas Koordinator makes for itself (koord-scheduler creates them at start). Its root
+# is the tree's root: a quota whose parent label names it is a child of the root, as one
+# without the label (koord-manager's webhook writes that name into an empty parent label).
+# Its system and default quotas are for the pods of no team (unlimited): no Queue of ours.
+KOORDINATOR_ROOT_QUOTA = "koordinator-root-quota"
+KOORDINATOR_SYSTEM_QUOTA = "koordinator-system-quota"
+KOORDINATOR_DEFAULT_QUOTA = "koordinator-default-quota"
+KOORDINATOR_QUOTAS = frozenset({KOORDINATOR_ROOT_QUOTA, KOORDINATOR_SYSTEM_QUOTA, KOORDINATOR_DEFAULT_QUOTA})
+
+
+class KoordinatorMode(StrEnum):
+    """Whether jobs are admitted for koord-scheduler (--koordinator, the chart's koordinator.mode):
+    their pod templates marked with the quota and a gang (jobs/placement.py)."""
+
+    AUTO = "auto"  # on once Koordinator's own quotas are seen (koord-scheduler makes them)
+    ON = "on"
+    OFF = "off"
 # kube-apiserver refuses a CRD whose group is k8s.io's or kubernetes.io's (or under them)
 # without this annotation (KEP-1111). ElasticQuota's group is one: its upstream CRD
 # (scheduler-plugins, which Koordinator installs too) names the PR that approved it.
@@ -93,6 +110,10 @@ ANNOTATION_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 # set to the count admitted): per role, the values we replaced (JSON), put back when the
 # job is suspended again. The job's QueueUnit is made from those, as the user wrote them.
 ANNOTATION_PLACED = "koord-queue/placed"
+# Koordinator's gang of pods (koord-scheduler's Coscheduling: all of them placed, or none),
+# written on the pod templates of a job admitted beside Koordinator (jobs/placement.py).
+ANNOTATION_GANG_NAME = "gang.scheduling.koordinator.sh/name"
+ANNOTATION_GANG_MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
 LABEL_TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
 LABEL_TOPOLOGY_BLOCK = "topology.koord-queue.io/block"
 LABEL_TOPOLOGY_RACK = "topology.koord-queue.io/rack"

@@ -35,6 +35,8 @@ from koordqueue.api.constants import (
     DEFAULT_QUEUE_POLICY,
     ELASTIC_QUOTA_KIND,
     FALSE,
+    KOORDINATOR_QUOTAS,
+    KOORDINATOR_ROOT_QUOTA,
     LABEL_ALLOW_LENT_RESOURCE,
     LABEL_QUEUE_POLICY,
     LABEL_QUOTA_IS_PARENT,
@@ -57,6 +59,7 @@ __all__ = [
     "QueueInfo",
     "QueueSettings",
     "QuotaInfo",
+    "is_koordinators_own",
     "parse_elastic_quota",
     "parse_go_duration",
     "parse_queue",
@@ -162,7 +165,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         namespace=meta.namespace,
         min=_resources(spec.get("min"), f"{where}: spec.min"),
         max=_resources(spec.get("max"), f"{where}: spec.max"),
-        parent=labels.get(LABEL_QUOTA_PARENT) or None,
+        parent=_parent(labels.get(LABEL_QUOTA_PARENT)),
         is_parent=labels.get(LABEL_QUOTA_IS_PARENT, "").lower() == TRUE,
         shared_weight=shared_weight,
         allow_lent=labels.get(LABEL_ALLOW_LENT_RESOURCE, "").lower() != FALSE,
@@ -172,6 +175,16 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
+
+
+def _parent(label: str | None) -> str | None:
+    """The parent quota a label names; None for the root (no label, or Koordinator's root)."""
+    return None if not label or label == KOORDINATOR_ROOT_QUOTA else label
+
+
+def is_koordinators_own(obj: Mapping[str, Any]) -> bool:
+    """One of the quotas Koordinator makes for itself (root, system, default): not a team's."""
+    return str((obj.get("metadata") or {}).get("name", "")) in KOORDINATOR_QUOTAS
 
 
 def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:

@@ -29,6 +29,8 @@ class ControllerConfig:
     # Koord-Queue's oversellrate: a job fits its quota and each ancestor while used +
     # request <= max times this; the cluster's total (the nodes' allocatable) is oversold alike.
     oversell_rate: float = 1.0
+    # Beside Koordinator, pod templates are marked with the quota and a gang at admission.
+    koordinator: c.KoordinatorMode = c.KoordinatorMode.AUTO
     # Client side of the API (the chart's qps/burst values).
     qps: float = 200.0
     burst: int = 400

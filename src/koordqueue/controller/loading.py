@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.objects import parse_queue
+from koordqueue.api.objects import is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.controller.resources import (
     CONFIG_MAPS,
@@ -142,6 +142,8 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
     snap.engine.set_cluster_capacity(snap.capacity)
     used: dict[str, Object] = {}  # quota name -> the object used under it
     for obj in sorted((await client.list_all(QUOTAS)).items, key=quota_age):
+        if is_koordinators_own(obj):
+            continue
         meta = obj.get("metadata") or {}
         first = used.setdefault(str(meta.get("name", "")), obj)
         if first is not obj:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.objects import QueueSettings, parse_queue
+from koordqueue.api.objects import QueueSettings, is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError
 from koordqueue.controller.loading import quota_age
 from koordqueue.controller.resources import CONFIG_MAPS, QUEUES
@@ -90,6 +90,12 @@ class QuotaSync(Part):
             await self._queue_changed(obj, settling=True)
 
     async def _quota_changed(self, obj: Object) -> None:
+        if is_koordinators_own(obj):  # Koordinator's root, system and default quotas: no team's, no Queue
+            if not self.shared.koordinator_seen:
+                log.info("Koordinator's quota %s is there: admissions mark pods for koord-scheduler (%s)",
+                         (obj.get("metadata") or {}).get("name"), self.config.koordinator)
+            self.shared.koordinator_seen = True
+            return
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
         in_use = self._quota_in_use(name)

@@ -73,6 +73,9 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--webhook/--no-webhook", default=False, show_default=True,
               help="Serve the mutating admission webhook that suspends new jobs before their pods exist.")
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
+@click.option("--visibility/--no-visibility", default=False, show_default=True,
+              help="Serve the visibility API (visibility.koord-queue.x-k8s.io, pending units and their positions) "
+                   "on the webhook's port, for kube-apiserver's aggregation layer.")
 @click.option("--webhook-cert-dir", default="", help="tls.crt and tls.key to serve with (empty: make our own).")
 @click.option("--webhook-config-name", default="koord-queue", show_default=True,
               help="MutatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
@@ -115,6 +118,7 @@ def controller(**opts: Any) -> None:
         webhook_cert_dir=opts["webhook_cert_dir"],
         webhook_config_name=opts["webhook_config_name"],
         webhook_hosts=tuple(opts["webhook_hosts"]) or ("127.0.0.1",),
+        visibility=opts["visibility"],
     )
     run(opts["kubeconfig"], config, opts["log_format"], opts["log_level"])
 

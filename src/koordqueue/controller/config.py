@@ -58,6 +58,8 @@ class ControllerConfig:
     webhook_cert_dir: str = ""
     webhook_config_name: str = "koord-queue"  # the MutatingWebhookConfiguration to keep the caBundle of
     webhook_hosts: tuple[str, ...] = field(default=("127.0.0.1",))  # names in the self-made certificate
+    # The visibility API (controller/visibility.py), on the webhook's port: needs webhook on.
+    visibility: bool = False
 
     @property
     def settings(self) -> Settings:

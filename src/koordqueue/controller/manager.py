@@ -16,11 +16,13 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from koordqueue import aio
+from koordqueue.api import constants as c
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard
 from koordqueue.controller.logs import setup_logging
 from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.visibility import VisibilityAPI
 from koordqueue.controller.webhook import SuspendWebhook
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
@@ -38,7 +40,14 @@ class Manager:
         self.identity = config.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._runner: web.AppRunner | None = None
         self.metrics_port = 0
-        self.webhook = SuspendWebhook(client, config) if config.webhook else None
+        self.visibility = (VisibilityAPI(client, lambda: self.controller, config.system_namespace)
+                           if config.visibility and config.webhook else None)
+        if config.visibility and not config.webhook:
+            log.warning("the visibility API is served on the webhook's port: it is off without --webhook")
+        self.webhook = (SuspendWebhook(client, config, routes=[self.visibility.add_routes],
+                                       api_services=[c.VISIBILITY_APISERVICE])
+                        if self.visibility is not None else SuspendWebhook(client, config) if config.webhook else None)
+        self._request_header: asyncio.Task[None] | None = None
         self.dashboard = (Dashboard(lambda: self.controller, config.dashboard_host, config.dashboard_port,
                                     self.identity) if config.dashboard else None)
         self.endpoints_ready = asyncio.Event()  # set once the ports are bound (tests, `up`)
@@ -56,10 +65,15 @@ class Manager:
             self.metrics_port = int(addresses[0][1])
         if self.webhook is not None:
             await self.webhook.start()
+        if self.visibility is not None and self.webhook is not None:
+            await self.visibility.load_request_header(self.webhook.ssl_context)  # before anyone is told it is up
+            self._request_header = asyncio.create_task(self.visibility.keep_request_header(self.webhook.ssl_context),
+                                                       name="visibility-request-header")
         if self.dashboard is not None:
             await self.dashboard.start()
         log.info("%s: serving /metrics, /healthz and /readyz on port %d%s%s", self.identity, self.metrics_port,
-                 f", the admission webhook on port {self.webhook.port}" if self.webhook is not None else "",
+                 f", the admission webhook{' and the visibility API' if self.visibility else ''} on port {self.webhook.port}"
+                 if self.webhook is not None else "",
                  f", the dashboard on port {self.dashboard.port}" if self.dashboard is not None else "")
         self.endpoints_ready.set()
 
@@ -100,6 +114,9 @@ class Manager:
             )
             await elector.run(self._lead)
         finally:
+            if self._request_header is not None:
+                self._request_header.cancel()
+                await asyncio.gather(self._request_header, return_exceptions=True)
             if self.webhook is not None:
                 await self.webhook.stop()
             if self.dashboard is not None:

@@ -53,8 +53,8 @@ DEFAULT_LIMIT = 1000  # Koord-Queue's and Kueue's
 REVIEW_TTL = 10.0  # seconds an access decision is reused for the same user
 REQUEST_HEADER_CHECK_SECONDS = 60.0
 POSITIONS_TTL = 1.0  # seconds the queues' order is reused between requests
-# The resources served: (plural, kind of the parent, singular). The parents have no verbs:
-# only their queueunits subresource is read (as in Koord-Queue).
+# The resources served: (plural, kind, singular). GET of a parent answers Koord-Queue's Queue
+# (or ElasticQuota) type, its QueueUnitsSummary inside; its queueunits subresource, the summary.
 RESOURCES = (("queues", "Queue", "queue"), ("elasticquotas", "ElasticQuota", "elasticquota"))
 ADMITTED_PHASES = frozenset(p.value for p in c.PHASES_HOLDING_QUOTA)
 
@@ -126,7 +126,7 @@ def api_resource_list() -> dict[str, Any]:
     """Discovery of the group version: what `kubectl api-resources` lists."""
     resources: list[dict[str, Any]] = []
     for plural, kind, singular in RESOURCES:
-        resources.append({"name": plural, "singularName": singular, "namespaced": False, "kind": kind, "verbs": []})
+        resources.append({"name": plural, "singularName": singular, "namespaced": False, "kind": kind, "verbs": ["get"]})
         resources.append({"name": f"{plural}/{c.VISIBILITY_SUBRESOURCE}", "singularName": "", "namespaced": False,
                           "kind": c.VISIBILITY_SUMMARY_KIND, "verbs": ["get"]})
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": c.VISIBILITY_API_VERSION,
@@ -246,14 +246,16 @@ class VisibilityAPI:
     # -- the answer, for any caller (the embedded control plane calls it directly) ------------------
     async def answer(self, tail: str, query: Mapping[str, str], caller: Caller) -> tuple[int, dict[str, Any]]:
         parts = tail.strip("/").split("/")
-        plurals = [plural for plural, _, _ in RESOURCES]
-        if len(parts) != 3 or parts[0] not in plurals or parts[2] != c.VISIBILITY_SUBRESOURCE or not parts[1]:
+        kinds = {plural: kind for plural, kind, _ in RESOURCES}
+        if len(parts) not in (2, 3) or parts[0] not in kinds or not parts[1] or \
+                parts[2:] not in ([], [c.VISIBILITY_SUBRESOURCE]):
             return 404, status(404, "NotFound", "the server could not find the requested resource")
-        plural, name = parts[0], parts[1]
-        if not await self._allowed(caller, "get", c.VISIBILITY_GROUP, plural, c.VISIBILITY_SUBRESOURCE, "", name):
+        plural, name, sub = parts[0], parts[1], "".join(parts[2:])
+        if not await self._allowed(caller, "get", c.VISIBILITY_GROUP, plural, sub, "", name):
+            what = f"{plural}/{sub}" if sub else plural
             return 403, status(403, "Forbidden", f'{plural}.{c.VISIBILITY_GROUP} "{name}" is forbidden: User '
-                               f'"{caller.user}" cannot get resource "{plural}/{c.VISIBILITY_SUBRESOURCE}" in API '
-                               f'group "{c.VISIBILITY_GROUP}" at the cluster scope')
+                               f'"{caller.user}" cannot get resource "{what}" in API group "{c.VISIBILITY_GROUP}" '
+                               "at the cluster scope")
         try:
             limit = int(query.get("limit") or DEFAULT_LIMIT)
             offset = int(query.get("offset") or 0)
@@ -275,7 +277,12 @@ class VisibilityAPI:
         if phase:
             items = [i for i in items if i.get("phase") == phase]
         items = await self._visible(caller, items)
-        return 200, summary(name, items[offset:offset + limit] if limit else items[offset:])
+        listed = summary(name, items[offset:offset + limit] if limit else items[offset:])
+        if sub:
+            return 200, listed
+        # The Queue (or ElasticQuota) itself, as Koord-Queue's type says it: its summary inside.
+        return 200, {"kind": kinds[plural], "apiVersion": c.VISIBILITY_API_VERSION, "metadata": {"name": name},
+                     "QueueUnitsSummary": listed}
 
     def _positions(self, controller: Controller) -> dict[str, list[Standing]]:
         now = time.monotonic()

@@ -39,7 +39,7 @@ from koordqueue.api import constants as c
 from koordqueue.controller.views import UnitView, rfc3339
 from koordqueue.engine.model import Standing
 from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.kube.errors import KubeError
+from koordqueue.kube.errors import KubeError, NotFound
 
 if TYPE_CHECKING:
     from koordqueue.controller.controller import Controller
@@ -212,9 +212,13 @@ class VisibilityAPI:
         certificates; without it (no grant, not kube-apiserver) nobody is believed."""
         try:
             cm = await self.client.get(CONFIG_MAPS, c.REQUESTHEADER_CONFIG_MAP, namespace=c.REQUESTHEADER_NAMESPACE)
+        except NotFound:
+            log.info("visibility: no %s/%s (not kube-apiserver): no client certificate names a user",
+                     c.REQUESTHEADER_NAMESPACE, c.REQUESTHEADER_CONFIG_MAP)
+            return
         except KubeError as e:
-            log.warning("visibility: cannot read %s/%s (%s): its API answers no user", c.REQUESTHEADER_NAMESPACE,
-                        c.REQUESTHEADER_CONFIG_MAP, e)
+            log.warning("visibility: cannot read %s/%s (%s): no client certificate names a user",
+                        c.REQUESTHEADER_NAMESPACE, c.REQUESTHEADER_CONFIG_MAP, e)
             return
         header = RequestHeader.from_config_map(cm.get("data") or {})
         if header.ca_pem and header != self.request_header:
@@ -244,6 +248,11 @@ class VisibilityAPI:
         return web.Response(status=code, body=orjson.dumps(doc), content_type="application/json")
 
     # -- the answer, for any caller (the embedded control plane calls it directly) ------------------
+    async def answer_for(self, tail: str, query: Mapping[str, str], user: str,
+                         groups: tuple[str, ...]) -> tuple[int, dict[str, Any]]:
+        """``answer`` for a user an API server authenticated itself (the embedded control plane)."""
+        return await self.answer(tail, query, Caller(user, tuple(groups)))
+
     async def answer(self, tail: str, query: Mapping[str, str], caller: Caller) -> tuple[int, dict[str, Any]]:
         parts = tail.strip("/").split("/")
         kinds = {plural: kind for plural, kind, _ in RESOURCES}

@@ -31,7 +31,6 @@ from tests.controller.conftest import pytorch_job, quick_config, quota, running_
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
 BASE = f"/apis/{c.VISIBILITY_GROUP}/{c.VISIBILITY_VERSION}"
-SERVICE_DNS = f"{RELEASE}.{NAMESPACE}.svc"  # the name the aggregator checks our certificate for
 
 
 def kubectl(config: Path, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -55,32 +54,50 @@ def units(summary: dict[str, Any]) -> list[tuple[str, str, int | None]]:
     return [(i["metadata"]["namespace"], i["metadata"]["name"], i["position"]) for i in summary["items"]]
 
 
-def registration(port: int, host: str) -> list[dict[str, Any]]:
-    """The chart's visibility objects (its readers: group `tenants`), and the Service they name
-    pointed at this host."""
-    rendered = render({"visibility": {"enable": True, "readers": [
+CHART_SA = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+CONTROLLER_POD = "controller-0"
+
+
+def registration(port: int, host: str) -> tuple[list[dict[str, Any]], str]:
+    """The chart's visibility objects and controller grants (its readers: group `tenants`),
+    with the Service the APIService names pointed at this host; and that Service's DNS name."""
+    rendered = render({"controller": {"enableVisibilityServer": True, "visibilityReaders": [
         {"kind": "Group", "name": "tenants", "apiGroup": "rbac.authorization.k8s.io"}]}})
-    chart = [o for o in rendered if o["kind"] in ("APIService", "ClusterRole", "ClusterRoleBinding")
-             and "visibility" in o["metadata"]["name"]]
-    assert {o["kind"] for o in chart} == {"APIService", "ClusterRole", "ClusterRoleBinding"}
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": RELEASE, "namespace": NAMESPACE},
-               "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": port, "protocol": "TCP"}]}}
+    chart = [o for o in rendered if o["kind"] in ("APIService", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                  "RoleBinding", "ServiceAccount")]
+    assert {o["kind"] for o in chart} == {"APIService", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                          "ServiceAccount"}
+    api_service = next(o for o in chart if o["kind"] == "APIService")
+    name = api_service["spec"]["service"]["name"]
+    chart_service = next(o for o in rendered if o["kind"] == "Service" and o["metadata"]["name"] == name)
+    assert chart_service["spec"]["selector"][c.LABEL_LEADER] == c.TRUE  # the leader's pod only
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NAMESPACE},
+               "spec": {"ports": [{"name": "visibility", "port": api_service["spec"]["service"]["port"],
+                                   "targetPort": port, "protocol": "TCP"}]}}
     endpoints = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                 "metadata": {"name": f"{RELEASE}-host", "namespace": NAMESPACE,
-                              "labels": {"kubernetes.io/service-name": RELEASE}},
+                 "metadata": {"name": f"{name}-host", "namespace": NAMESPACE,
+                              "labels": {"kubernetes.io/service-name": name}},
                  "addressType": "IPv4", "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
-                 "ports": [{"name": "webhook", "port": port, "protocol": "TCP"}]}
-    return [*chart, service, endpoints]
+                 "ports": [{"name": "visibility", "port": port, "protocol": "TCP"}]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": CONTROLLER_POD, "namespace": NAMESPACE},
+           "spec": {"containers": [{"name": "controller", "image": "koord-queue"}]}}
+    return [*chart, service, endpoints, pod], f"{name}.{NAMESPACE}.svc"
 
 
 async def test_tenants_read_their_pending_units_and_positions_through_kube_apiserver(
         kube: RealCluster, tmp_path: Path) -> None:
     admin = kube.kubeconfig_path
     port, host = free_port(), host_address()
-    objects = registration(port, host)
+    objects, service_dns = registration(port, host)
     kubectl(admin, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    # The chart grants its controller what the visibility API asks of kube-apiserver.
+    for ask in (["create", "subjectaccessreviews"],
+                ["get", f"configmap/{c.REQUESTHEADER_CONFIG_MAP}", "-n", c.REQUESTHEADER_NAMESPACE],
+                ["patch", f"apiservices/{c.VISIBILITY_APISERVICE}"], ["patch", "pods", "-n", NAMESPACE]):
+        assert kubectl(admin, "auth", "can-i", *ask, f"--as={CHART_SA}", check=False).stdout.strip() == "yes", ask
     config = replace(quick_config(), webhook_host="0.0.0.0", webhook_port=port, visibility=True,
-                     webhook_hosts=(SERVICE_DNS, host, "127.0.0.1"))
+                     webhook_hosts=(service_dns, host, "127.0.0.1"), pod_name=CONTROLLER_POD,
+                     pod_namespace=NAMESPACE)
     try:
         async with running_system(tmp_path / "state", config=config, cluster=kube) as system:
             shared = quota("shared", 2, 2, annotations={c.ANNOTATION_QUOTA_NAMESPACES: json.dumps(["team-a", "team-b"])})
@@ -101,6 +118,13 @@ async def test_tenants_read_their_pending_units_and_positions_through_kube_apise
                 return True
 
             await system.wait_for(available, 60, "the APIService Available")
+
+            async def labelled() -> bool:  # the leader's pod, which the chart's Service selects
+                pod = json.loads((await akubectl(admin, "get", "pod", CONTROLLER_POD, "-n", NAMESPACE, "-o",
+                                                 "json")).stdout)
+                return bool(pod["metadata"].get("labels", {}).get(c.LABEL_LEADER) == c.TRUE)
+
+            await system.wait_for(labelled, 10, "the leader's pod labelled")
 
             async def all_pending() -> dict[str, Any]:
                 got = json.loads((await raw(admin, f"{BASE}/queues/shared/queueunits")).stdout)
@@ -151,6 +175,8 @@ async def test_tenants_read_their_pending_units_and_positions_through_kube_apise
                     f"https://{host}:{port}{BASE}/queues/shared/queueunits",
                     headers={"X-Remote-User": "admin", "X-Remote-Group": "system:masters"}, ssl=context) as answer:
                 assert answer.status == 401, await answer.text()
+        pod = json.loads(kubectl(admin, "get", "pod", CONTROLLER_POD, "-n", NAMESPACE, "-o", "json").stdout)
+        assert c.LABEL_LEADER not in pod["metadata"].get("labels", {}), "stepping down takes the label off"
     finally:
         kubectl(admin, "delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=yaml.safe_dump_all(objects),
                 check=False)

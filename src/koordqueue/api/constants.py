@@ -36,6 +36,9 @@ VISIBILITY_APISERVICE = f"{VISIBILITY_VERSION}.{VISIBILITY_GROUP}"  # the APISer
 # Where kube-apiserver publishes who may call an aggregated API, and how it names the user.
 REQUESTHEADER_CONFIG_MAP = "extension-apiserver-authentication"
 REQUESTHEADER_NAMESPACE = "kube-system"
+# Koord-Queue's label on the leader's pod: its visibility Service selects it (only the leader
+# holds the queues' order).
+LABEL_LEADER = "koord-queue-leader"
 
 KUBEFLOW_GROUP = "kubeflow.org"
 KUBEFLOW_API_VERSION = "kubeflow.org/v1"

@@ -22,13 +22,17 @@ from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard
 from koordqueue.controller.logs import setup_logging
 from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.resources import PODS
 from koordqueue.controller.visibility import VisibilityAPI
 from koordqueue.controller.webhook import SuspendWebhook
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
+from koordqueue.kube.errors import KubeError
 from koordqueue.kube.leader import LeaderElector
 
 log = logging.getLogger(__name__)
+
+LABEL_TIMEOUT = 5.0  # seconds: a replica stepping down does not wait longer to unlabel its pod
 
 
 class Manager:
@@ -91,7 +95,23 @@ class Manager:
         leading = self.controller is not None and self.controller.sync_done
         return web.Response(text="ok: leading" if leading else "ok: following")
 
+    async def _label_leader(self, leading: bool) -> None:
+        """Label this replica's pod koord-queue-leader=true while it leads (Koord-Queue's way): the
+        visibility API's Service selects it, since only the leader knows the queues' order. A
+        replica clears the label as it starts (a restarted container keeps its pod's labels)."""
+        if self.visibility is None or not self.config.pod_name:
+            return
+        patch = {"metadata": {"labels": {c.LABEL_LEADER: c.TRUE if leading else None}}}
+        try:
+            async with asyncio.timeout(LABEL_TIMEOUT):
+                await self.client.patch(PODS, self.config.pod_name, patch,
+                                        namespace=self.config.pod_namespace or self.config.system_namespace)
+        except (KubeError, TimeoutError) as e:
+            log.warning("%s: cannot %s the label %s of pod %s: %s", self.identity, "set" if leading else "remove",
+                        c.LABEL_LEADER, self.config.pod_name, e)
+
     async def _lead(self) -> None:
+        await self._label_leader(True)
         log.info("%s: leading; queueing %s in namespace %s", self.identity, ", ".join(sorted(self.config.job_kinds)),
                  self.config.system_namespace)
         self.metrics.leading(True)
@@ -101,9 +121,11 @@ class Manager:
         finally:
             self.metrics.leading(False)
             self.controller = None
+            await self._label_leader(False)
 
     async def run(self) -> None:
         await self.start_endpoints()
+        await self._label_leader(False)
         try:
             if not self.config.leader_election:
                 await self._lead()

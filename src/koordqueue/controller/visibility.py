@@ -140,6 +140,15 @@ def api_group() -> dict[str, Any]:
             "preferredVersion": version}
 
 
+def openapi(path: str) -> dict[str, Any]:
+    info = {"title": "koord-queue visibility", "version": c.VISIBILITY_VERSION}
+    if path == "/openapi/v2":
+        return {"swagger": "2.0", "info": info, "paths": {}, "definitions": {}}
+    if path == "/openapi/v3":
+        return {"paths": {PREFIX.lstrip("/"): {"serverRelativeURL": "/openapi/v3" + PREFIX}}}
+    return {"openapi": "3.0.0", "info": info, "paths": {}, "components": {"schemas": {}}}
+
+
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": reason, "code": code}
@@ -208,6 +217,9 @@ class VisibilityAPI:
         app.router.add_get(f"/apis/{c.VISIBILITY_GROUP}", self._discovery)
         app.router.add_get(PREFIX, self._discovery)
         app.router.add_get(PREFIX + "/{tail:.+}", self._serve)
+        app.router.add_get("/openapi/v2", self._openapi)
+        app.router.add_get("/openapi/v3", self._openapi)
+        app.router.add_get("/openapi/v3" + PREFIX, self._openapi)
 
     async def load_request_header(self, context: ssl.SSLContext) -> None:
         """Read who may name users (the requestheader CA and names) and trust that CA for client
@@ -238,6 +250,11 @@ class VisibilityAPI:
     async def _discovery(self, request: web.Request) -> web.Response:
         doc = api_group() if request.path.rstrip("/") == f"/apis/{c.VISIBILITY_GROUP}" else api_resource_list()
         return web.Response(body=orjson.dumps(doc), content_type="application/json")
+
+    async def _openapi(self, request: web.Request) -> web.Response:
+        """Empty OpenAPI documents: kube-apiserver merges every APIService's, and logs a failure
+        (and retries) for one that has none."""
+        return web.Response(body=orjson.dumps(openapi(request.path)), content_type="application/json")
 
     async def _serve(self, request: web.Request) -> web.Response:
         header = self.request_header

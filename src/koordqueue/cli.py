@@ -71,6 +71,10 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--renew-deadline", type=float, default=7.0, show_default=True,
               help="The leader steps down when it could not renew for this long.")
 @click.option("--retry-period", type=float, default=2.0, show_default=True)
+@click.option("--pod-name", envvar="POD_NAME", default="",
+              help="This replica's pod (default: $POD_NAME): labelled koord-queue-leader=true while it leads, "
+                   "for the visibility API's Service.")
+@click.option("--pod-namespace", envvar="POD_NAMESPACE", default="", help="Its namespace (default: $POD_NAMESPACE).")
 @click.option("--identity", default="", help="This replica's name in the Lease (default: host, pid, random).")
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
 @click.option("--dashboard/--no-dashboard", default=False, show_default=True, help="Serve the web dashboard.")
@@ -78,6 +82,9 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--webhook/--no-webhook", default=False, show_default=True,
               help="Serve the mutating admission webhook that suspends new jobs before their pods exist.")
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
+@click.option("--visibility/--no-visibility", default=False, show_default=True,
+              help="Serve the visibility API (visibility.koord-queue.x-k8s.io, pending units and their positions) "
+                   "on the webhook's port, for kube-apiserver's aggregation layer.")
 @click.option("--webhook-cert-dir", default="", help="tls.crt and tls.key to serve with (empty: make our own).")
 @click.option("--webhook-config-name", default="koord-queue", show_default=True,
               help="MutatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
@@ -121,6 +128,9 @@ def controller(**opts: Any) -> None:
         webhook_cert_dir=opts["webhook_cert_dir"],
         webhook_config_name=opts["webhook_config_name"],
         webhook_hosts=tuple(opts["webhook_hosts"]) or ("127.0.0.1",),
+        visibility=opts["visibility"],
+        pod_name=opts["pod_name"],
+        pod_namespace=opts["pod_namespace"],
     )
     run(opts["kubeconfig"], config, opts["log_format"], opts["log_level"])
 

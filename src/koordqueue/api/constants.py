@@ -25,6 +25,21 @@ QUEUE_UNIT_KIND = "QueueUnit"
 QUEUE_UNIT_PLURAL = "queueunits"
 QUEUE_UNIT_SHORT_NAMES = ("qu",)
 
+# The visibility API the controller serves through the aggregation layer (as Koord-Queue's):
+# GET /apis/VISIBILITY_GROUP/VISIBILITY_VERSION/queues/NAME/queueunits (and elasticquotas/NAME/...).
+VISIBILITY_GROUP = "visibility.koord-queue.x-k8s.io"
+VISIBILITY_VERSION = "v1alpha1"
+VISIBILITY_API_VERSION = f"{VISIBILITY_GROUP}/{VISIBILITY_VERSION}"
+VISIBILITY_SUBRESOURCE = "queueunits"
+VISIBILITY_SUMMARY_KIND = "QueueUnitsSummary"
+VISIBILITY_APISERVICE = f"{VISIBILITY_VERSION}.{VISIBILITY_GROUP}"  # the APIService's name
+# Where kube-apiserver publishes who may call an aggregated API, and how it names the user.
+REQUESTHEADER_CONFIG_MAP = "extension-apiserver-authentication"
+REQUESTHEADER_NAMESPACE = "kube-system"
+# Koord-Queue's label on the leader's pod: its visibility Service selects it (only the leader
+# holds the queues' order).
+LABEL_LEADER = "koord-queue-leader"
+
 KUBEFLOW_GROUP = "kubeflow.org"
 KUBEFLOW_API_VERSION = "kubeflow.org/v1"
 PYTORCH_JOB_KIND = "PyTorchJob"

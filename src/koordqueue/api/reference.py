@@ -145,6 +145,10 @@ REFERENCE: tuple[Key, ...] = (
     _label(c.LABEL_TOPOLOGY_RACK, Where.NODE, "the node's rack",
            "The third topology level by default (then `kubernetes.io/hostname`).", Origin.OURS),
     # --- read from pods and jobs that others write ---
+    _label(c.LABEL_LEADER, Where.POD, f'`"{c.TRUE}"`',
+           "On the leading controller replica's pod, with the visibility API on: the "
+           "`<release>-visibility-server` Service selects it (only the leader knows the queues' order).",
+           Origin.KOORD_QUEUE, "the controller"),
     _label(c.LABEL_JOB_NAME, Where.POD, "the job's name",
            "Which PyTorchJob/TFJob/MPIJob a pod belongs to: its running pods are counted in "
            "the QueueUnit's `status.podState`.", Origin.KUBEFLOW, "training operator"),

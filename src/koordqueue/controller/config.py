@@ -60,6 +60,11 @@ class ControllerConfig:
     webhook_cert_dir: str = ""
     webhook_config_name: str = "koord-queue"  # the MutatingWebhookConfiguration to keep the caBundle of
     webhook_hosts: tuple[str, ...] = field(default=("127.0.0.1",))  # names in the self-made certificate
+    # The visibility API (controller/visibility.py), on the webhook's port: needs webhook on.
+    visibility: bool = False
+    # This replica's pod (downward API): labelled koord-queue-leader=true while it leads, with visibility on.
+    pod_name: str = ""
+    pod_namespace: str = ""
 
     @property
     def settings(self) -> Settings:

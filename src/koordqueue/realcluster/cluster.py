@@ -66,6 +66,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def host_address() -> str:
+    """This machine's address on its default route: what an Endpoints or EndpointSlice may name
+    for a process on the host (kube-apiserver refuses loopback addresses there), e.g. for an
+    APIService whose server runs out of cluster. No packet is sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        return str(s.getsockname()[0])
+
+
 @dataclass(frozen=True)
 class NodeShape:
     count: int = 4

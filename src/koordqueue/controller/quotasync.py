@@ -213,9 +213,10 @@ class QuotaSync(Part):
         except InvalidObject as e:
             parsed = ParsedTree(f"{c.ELASTIC_QUOTA_TREE_KIND} {key}", problems=(f"not used: {e}",))
         before = dict(self.quotas) if self.tree is None else dict(self.tree.quotas)
-        if self.tree is None:
-            self._set_aside_elastic_quotas()
+        coming = self.tree is None
         self.tree, self.tree_key = parsed, key
+        if coming:
+            self._set_aside_elastic_quotas()
         gone = [name for name in before if name not in parsed.quotas]
         for name in gone:
             self.engine.remove_quota(name)

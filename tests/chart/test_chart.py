@@ -108,7 +108,7 @@ def test_every_object_is_valid_kubernetes_1_32(name: str) -> None:
         except kubernetes_validate.ValidationError as e:
             raise AssertionError(f"{obj['kind']} {obj['metadata']['name']}: {e.message}") from e
         checked.append(obj["kind"])
-    assert checked.count("CustomResourceDefinition") == 3
+    assert checked.count("CustomResourceDefinition") == 4
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service"} <= set(checked)
 
 

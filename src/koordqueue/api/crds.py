@@ -109,7 +109,7 @@ def _tree_status_node(levels: int) -> Schema:
         "namespaces": described(STRINGS, "Its namespaces, as the spec lists them."),
         "used": described(RESOURCES, "What the admitted jobs of the quota and of those below it hold now."),
         "request": described(RESOURCES, "What they hold plus what their waiting jobs ask, up to the max."),
-        "children": {"type": "array", "items": children},
+        "children": {"type": "array", "description": "The quotas below this one.", "items": children},
     }}
 
 

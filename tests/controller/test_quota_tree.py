@@ -5,14 +5,20 @@ set aside while a tree exists and read again when it goes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.kube.client import KubeClient
+from koordqueue.kube.config import load_config
+from koordqueue.localcluster.server import APIServer
+from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.manifests import all_crds
 
-from .conftest import System, pytorch_job, quota
+from .conftest import System, _controller, pytorch_job, quick_config, quota
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.both_control_planes]
 
@@ -155,5 +161,48 @@ async def test_elastic_quotas_are_set_aside_while_a_tree_exists(system: System) 
         return True
 
     await system.wait_for(waits, what="a job of the set-aside quota waiting")
+
+    async def legacy_queue(there: bool) -> bool:
+        out = await system.akubectl("get", "queue", "legacy", "-n", c.SYSTEM_NAMESPACE, check=False)
+        return ("NotFound" not in out) == there
+
+    assert await legacy_queue(False), "the set-aside quota's Queue is removed"
     await system.akubectl("delete", c.ELASTIC_QUOTA_TREE_PLURAL, TREE, "-n", c.QUOTA_TREE_NAMESPACE)
     await system.wait_phase("during-py-qu", c.Phase.RUNNING)  # the ElasticQuota is read again
+    await system.wait_for(lambda: legacy_queue(True), what="its Queue made again")
+    out = await system.akubectl("get", "queue", "team-c", "-n", c.SYSTEM_NAMESPACE, check=False)
+    assert "NotFound" in out, "the tree's Queues go with it"
+
+
+async def test_a_restarted_controller_reads_the_tree_and_keeps_the_elastic_quotas_aside(tmp_path: Path) -> None:
+    """The tree came while no controller ran: the next one uses it, and removes the Queue of
+    the ElasticQuota it sets aside."""
+    server = APIServer(tmp_path / "state", crds=all_crds())
+    await server.start()
+    try:
+        async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
+            sim = SimCluster(client, nodes=2, gpus_per_node=8)
+            await sim.start()
+            try:
+                async with _controller(server, client, sim, quick_config(webhook=False)) as system:
+                    await system.apply(quota("legacy", 2, 8))
+
+                    async def legacy_queue() -> bool:
+                        out = await system.akubectl("get", "queue", "legacy", "-n", c.SYSTEM_NAMESPACE, check=False)
+                        return "NotFound" not in out
+
+                    await system.wait_for(legacy_queue, what="the ElasticQuota's Queue")
+                await system.apply(namespace("tree-r"))
+                await create(system, tree(gpus("team-r", 2, 8, namespaces=["tree-r"])))
+                async with _controller(server, client, sim, quick_config(webhook=False)) as system:
+                    await system.apply(pytorch_job("r1", gpus_per_pod=2, namespace="tree-r"))
+                    await system.wait_phase("r1-py-qu", c.Phase.RUNNING, namespace="tree-r")
+
+                    async def legacy_queue_gone() -> bool:
+                        return not await legacy_queue()
+
+                    await system.wait_for(legacy_queue_gone, what="the set-aside quota's Queue removed")
+            finally:
+                await sim.stop()
+    finally:
+        await server.stop()

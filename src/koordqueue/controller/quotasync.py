@@ -102,6 +102,11 @@ class QuotaSync(Part):
         for quota in list(self.quotas.values()):
             if not quota.is_parent:
                 await self._ensure_auto_queue(auto_queue_for(quota))
+        if self.tree is not None:  # the Queues of ElasticQuotas set aside while we were away
+            for _, obj in self.informers.quota.items():
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                if name not in self.quotas:
+                    await self._delete_auto_queue(name)
         for _, obj in self.informers.queue.items():
             await self._queue_changed(obj, settling=True)
 

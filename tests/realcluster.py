@@ -24,7 +24,8 @@ from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster, i
 # Objects a test may leave behind, deleted between tests (namespaced; every namespace).
 LEFTOVERS = ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org", "mpijobs.kubeflow.org", "jobs.batch",
              "queueunits.scheduling.x-k8s.io", "queues.scheduling.x-k8s.io",
-             "elasticquotas.scheduling.sigs.k8s.io", "leases.coordination.k8s.io", "events", "deployments.apps")
+             "elasticquotas.scheduling.sigs.k8s.io", "elasticquotatrees.scheduling.sigs.k8s.io",
+             "leases.coordination.k8s.io", "events", "deployments.apps")
 # Koordinator's namespace (its variant, tests/kubecluster/test_koordinator.py) keeps its own
 # quotas, which koord-scheduler makes only when it starts.
 KEEP_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kubeflow", KOORDINATOR_NAMESPACE}

@@ -15,6 +15,20 @@ QUOTA_API_VERSION = f"{QUOTA_GROUP}/{QUOTA_VERSION}"
 ELASTIC_QUOTA_KIND = "ElasticQuota"
 ELASTIC_QUOTA_PLURAL = "elasticquotas"
 ELASTIC_QUOTA_SHORT_NAMES = ("eq",)
+# Koord-Queue's other way to write quotas: the whole tree in one object, read only in
+# kube-system (Koord-Queue's constant, not the chart's namespace). Its root is always
+# named "root", as Koord-Queue renames it.
+QUOTA_TREE_VERSION = "v1beta1"
+QUOTA_TREE_API_VERSION = f"{QUOTA_GROUP}/{QUOTA_TREE_VERSION}"
+ELASTIC_QUOTA_TREE_KIND = "ElasticQuotaTree"
+ELASTIC_QUOTA_TREE_PLURAL = "elasticquotatrees"
+ELASTIC_QUOTA_TREE_SHORT_NAMES = ("eqtree",)
+QUOTA_TREE_NAMESPACE = "kube-system"
+QUOTA_TREE_ROOT = "root"
+QUOTA_TREE_CONDITION_VALID = "Valid"
+# Node attributes Koord-Queue reads that we do not (said in a warning on the tree).
+TREE_ATTRIBUTE_PREEMPT_POLICY = "preempt-policy"
+TREE_ATTRIBUTE_LEND_LIMIT = "alibabacloud.com/lendlimit"
 
 QUEUE_GROUP = "scheduling.x-k8s.io"
 QUEUE_VERSION = "v1alpha1"

@@ -58,6 +58,7 @@ def test_review_suspends_new_jobs_of_queued_kinds_and_leaves_the_rest() -> None:
     ops = patch_of(review(admission_review(job, "kubeflow.org", "v1", "PyTorchJob"), frozenset({"PyTorchJob"})))
     assert {"op": "add", "path": "/metadata/annotations/scheduling.x-k8s.io~1suspend", "value": "true"} in ops
     assert {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}} in ops  # the seed has none
+    assert {"op": "add", "path": "/metadata/annotations/koord-queue~1job-has-enqueued", "value": "true"} in ops
     # A kind we do not queue (extension off), an update, a ConfigMap: allowed unchanged.
     assert patch_of(review(admission_review(job, "kubeflow.org", "v1", "PyTorchJob"), frozenset({"TFJob"}))) == []
     assert patch_of(review(admission_review(job, "kubeflow.org", "v1", "PyTorchJob", "UPDATE"),
@@ -65,9 +66,12 @@ def test_review_suspends_new_jobs_of_queued_kinds_and_leaves_the_rest() -> None:
     assert patch_of(review(admission_review({"metadata": {}}, "", "v1", "ConfigMap"), frozenset({"Job"}))) == []
     # A job we cannot read is suspended all the same; the controller says why later.
     broken = {"metadata": {"name": "b"}, "spec": {"runPolicy": {"suspend": "yes please"}}}
-    assert patch_of(review(admission_review(broken, "kubeflow.org", "v1", "PyTorchJob"),
-                           frozenset({"PyTorchJob"}))) == [
-        {"op": "add", "path": "/metadata/annotations", "value": {c.ANNOTATION_SUSPEND: c.TRUE}},
+    ops = patch_of(review(admission_review(broken, "kubeflow.org", "v1", "PyTorchJob"), frozenset({"PyTorchJob"})))
+    queued = ops[0]["value"].pop(c.ANNOTATION_JOB_ENQUEUE_TIMESTAMP)  # Koord-Queue's: queued from now, in Go's layout
+    assert queued.endswith(" +0000 UTC") and queued[:4].isdigit(), queued
+    assert ops == [
+        {"op": "add", "path": "/metadata/annotations",
+         "value": {c.ANNOTATION_SUSPEND: c.TRUE, c.ANNOTATION_JOB_HAS_ENQUEUED: c.TRUE}},
         {"op": "replace", "path": "/spec/runPolicy/suspend", "value": True},
     ]
     with pytest.raises(ValueError):

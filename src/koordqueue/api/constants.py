@@ -105,10 +105,25 @@ DEFAULT_PRIORITY_THRESHOLD = 4
 
 # --- Labels and annotations on jobs (and Queues) ------------------------------------
 LABEL_QUOTA_NAME = "quota.scheduling.koordinator.sh/name"
+# Koord-Queue's fallback for the quota label (ASI clusters): read when the label above is
+# absent or empty, on jobs only.
+LABEL_ASI_QUOTA_NAME = "alibabacloud.com/quota-name"
 LABEL_PREEMPTIBLE = "quota.scheduling.koordinator.sh/preemptible"
 ANNOTATION_SUSPEND = "scheduling.x-k8s.io/suspend"
 ANNOTATION_QUEUE = "scheduling.x-k8s.io/queue"
 ANNOTATION_PRIORITY = "scheduling.x-k8s.io/priority"
+# Koord-Queue v1.8's spec.active and spec.maximumExecutionTimeSeconds of a job's QueueUnit,
+# set from the job: "false" (Go's strconv.ParseBool spellings) keeps the job out of admission
+# and suspends it if running; a positive int32 bounds the seconds its pods may run, summed
+# over its admissions.
+ANNOTATION_ACTIVE = "scheduling.x-k8s.io/active"
+ANNOTATION_MAX_EXEC_TIME_SECONDS = "scheduling.x-k8s.io/max-exec-time-seconds"
+# Written on a job as Koord-Queue's job extensions write them: "true" and the time once it is
+# queued, the time it is let run (emptied when it is suspended again). Times in Go's
+# time.Time.String() layout, in UTC, which Koord-Queue's own reader (this layout) parses.
+ANNOTATION_JOB_HAS_ENQUEUED = "koord-queue/job-has-enqueued"
+ANNOTATION_JOB_ENQUEUE_TIMESTAMP = "koord-queue/job-enqueue-timestamp"
+ANNOTATION_JOB_DEQUEUE_TIMESTAMP = "koord-queue/job-dequeue-timestamp"
 
 # --- Queue annotations ------------------------------------------------------------
 ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL = "koord-queue/queue-items-refresh-interval"
@@ -120,6 +135,20 @@ ANNOTATION_MAX_DEPTH = "koord-queue/max-depth"
 ANNOTATION_QUEUE_ARGS = "koord-queue/queue-args"
 QUEUE_ARG_INITIAL_BACKOFF = "podInitialBackoffSeconds"
 QUEUE_ARG_MAX_BACKOFF = "podMaxBackoffSeconds"
+# Present (any value): status.queueItemDetails is no longer refreshed (what it says stays).
+ANNOTATION_DISABLE_SHOW_QUEUE_ITEMS = "koord-queue/disable-show-queue-items"
+# What a Queue's quota holds, written on the Queue as Koord-Queue writes them: JSON objects
+# of whole units (cpu cores, memory bytes, rounded up), keys sorted. Used: the quota and its
+# descendants; self: units charged to the quota itself; children: to its descendants. The
+# guaranteed variants leave out units admitted oversold (Koord-Queue: never, unless a unit
+# carries its oversold-type annotation; ours: none), so they equal the others.
+QUEUE_USAGE_PREFIX = "alibabacloud.com/queue-"  # the six below
+ANNOTATION_QUEUE_USED = "alibabacloud.com/queue-used"
+ANNOTATION_QUEUE_SELF_USED = "alibabacloud.com/queue-self-used"
+ANNOTATION_QUEUE_CHILDREN_USED = "alibabacloud.com/queue-children-used"
+ANNOTATION_QUEUE_GUARANTEED_USED = "alibabacloud.com/queue-guaranteed-used"
+ANNOTATION_QUEUE_SELF_GUARANTEED_USED = "alibabacloud.com/queue-self-guaranteed-used"
+ANNOTATION_QUEUE_CHILDREN_GUARANTEED_USED = "alibabacloud.com/queue-children-guaranteed-used"
 DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS = 15.0
 # How long a unit waits before free room under a shared parent is held for it against
 # borrowing units of its own priority (units of lower priority are kept out at once).
@@ -336,6 +365,12 @@ class Phase(StrEnum):
 # Phases in which a unit holds quota.
 PHASES_HOLDING_QUOTA = frozenset({Phase.RESERVED, Phase.DEQUEUED, Phase.RUNNING})
 PHASES_FINISHED = frozenset({Phase.SUCCEED, Phase.FAILED})
+# Koord-Queue v1.8's QueueUnit conditions we write: PodsReady (True while its pods run: the
+# execution clock of maximumExecutionTimeSeconds) and Evicted (why it lost its admission).
+UNIT_CONDITION_PODS_READY = "PodsReady"
+UNIT_CONDITION_EVICTED = "Evicted"
+UNIT_REASON_PODS_RUNNING = "PodsRunning"
+UNIT_REASON_PODS_STOPPED = "PodsStopped"
 # Koord-Queue's older phases, read as the phase of ours they mean (units written before a
 # switch to us): SchedReady (quota reserved, job not yet released) and SchedSucceed (pods
 # placed, job released) hold quota as Dequeued does; SchedFailed waits as Enqueued does.
@@ -369,6 +404,8 @@ class EventReason(StrEnum):
     FAILED = "Failed"
     SPEC_RESTORED = "SpecRestored"  # a hand edit of a QueueUnit's spec was undone
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # a job is held for a class that does not exist
+    DEACTIVATED = "Deactivated"  # Koord-Queue's: an inactive job suspended, its quota released
+    MAX_EXEC_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"  # (Koord-Queue's) ran past its maximum
 
 
 class EventType(StrEnum):

@@ -117,9 +117,12 @@ class QueueUnitSpec(_Model):
     request: Resources = Field(default_factory=dict)
     """The job's total request: what it takes from its quota when admitted."""
     active: bool | None = None
-    """False evicts the job and keeps it from being admitted (Koord-Queue v1.8)."""
+    """False keeps the job from being admitted, and suspends it if it runs (Koord-Queue v1.8). Set from
+    the job's scheduling.x-k8s.io/active annotation when it has one; set false once the job ran past
+    maximumExecutionTimeSeconds."""
     maximum_execution_time_seconds: Int32 | None = None
-    """Seconds the job may run once admitted before it is sent back."""
+    """Seconds the job's pods may run, summed over its admissions, before it is suspended and made
+    inactive (the job's scheduling.x-k8s.io/max-exec-time-seconds annotation)."""
 
 
 class AdmissionCheckState(_Model):
@@ -213,13 +216,13 @@ class QueueUnitStatus(_Model):
     last_allocate_time: Time | None = None
     """When the unit was last admitted."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Not used by the controller."""
+    """PodsReady: True while the job's pods run, since when (its execution clock)."""
     requeue_state: RequeueState | None = None
     """When a unit sent back may be admitted again."""
     reclaimable_pods: list[ReclaimablePod] = Field(default_factory=list)
     """Pods that may be given back (elastic jobs)."""
     accumulated_past_execution_time_seconds: Int32 | None = None
-    """Seconds the job ran in earlier admissions."""
+    """Seconds the job's pods ran in earlier admissions (counted against maximumExecutionTimeSeconds)."""
 
 
 class QueueUnit(_Model):

@@ -105,6 +105,20 @@ REFERENCE: tuple[Key, ...] = (
                 "base and cap of the jobs of this Queue sent back after admission (a timeout, a preemption, a "
                 "failed admission check), in place of the controller's; other keys are ignored.",
                 Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_DISABLE_SHOW_QUEUE_ITEMS, Where.QUEUE, "any value (its presence counts)",
+                "`status.queueItemDetails` is no longer refreshed; what it said last stays. Remove it to refresh "
+                "again.", Origin.KOORD_QUEUE),
+    *(_annotation(key, Where.QUEUE, 'JSON object of whole units, e.g. `{"cpu":4,"memory":17179869184}`', meaning
+                  + " Rounded up to whole units (cores, bytes), keys sorted, as Koord-Queue writes it; a resource "
+                  "used before stays at 0. The guaranteed variant is equal (no job is admitted oversold).",
+                  Origin.KOORD_QUEUE, "koord-queue")
+      for key, meaning in (
+          (c.ANNOTATION_QUEUE_USED, "What the Queue's quota and the quotas below it hold."),
+          (c.ANNOTATION_QUEUE_GUARANTEED_USED, "What the Queue's quota and the quotas below it hold."),
+          (c.ANNOTATION_QUEUE_SELF_USED, "What the jobs charged to the Queue's quota itself hold."),
+          (c.ANNOTATION_QUEUE_SELF_GUARANTEED_USED, "What the jobs charged to the Queue's quota itself hold."),
+          (c.ANNOTATION_QUEUE_CHILDREN_USED, "What the quotas below the Queue's quota hold."),
+          (c.ANNOTATION_QUEUE_CHILDREN_GUARANTEED_USED, "What the quotas below the Queue's quota hold."))),
     _annotation(c.ANNOTATION_HOLD_ROOM_AFTER, Where.QUEUE,
                 f"Go duration, e.g. `5m`; `0s`: at once; default `{c.DEFAULT_HOLD_ROOM_AFTER_SECONDS / 60:g}m`",
                 "How long a job of this Queue waits before free room under a shared parent quota is held for "
@@ -117,6 +131,9 @@ REFERENCE: tuple[Key, ...] = (
     # --- on a job ---
     _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
            "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),
+    _label(c.LABEL_ASI_QUOTA_NAME, Where.JOB, "a quota's name",
+           f"Read when `{c.LABEL_QUOTA_NAME}` is absent or empty: the quota the job is charged to.",
+           Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_QUEUE, Where.JOB, "a Queue's name",
                 "The Queue the job waits in; a quota's own Queue bears the quota's name.", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_PRIORITY, Where.JOB, 'integer, e.g. `"10"`',
@@ -126,6 +143,24 @@ REFERENCE: tuple[Key, ...] = (
     _annotation(c.ANNOTATION_SUSPEND, Where.JOB, f'`"{c.TRUE}"` while queued',
                 "Set when the job is created (by the admission webhook) and removed when it is admitted; "
                 "kinds with a native suspend field get that set too.", Origin.KOORD_QUEUE, "koord-queue"),
+    _annotation(c.ANNOTATION_ACTIVE, Where.JOB, f'`"{c.FALSE}"` or `"{c.TRUE}"` (also Go\'s `0`/`1`/`f`/`t`...)',
+                "False: the job is not admitted (it stays queued, its message saying it is inactive); if it runs, "
+                "it is suspended and its quota released. Copied to its QueueUnit's `spec.active`; absent, the "
+                "unit's own `spec.active` stands (false once the job ran past its maximum execution time).",
+                Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_MAX_EXEC_TIME_SECONDS, Where.JOB, "positive integer (seconds)",
+                "How long the job's pods may run, summed over its admissions (a preempted job keeps what it ran, "
+                "in its unit's `status.accumulatedPastExecutionTimeSeconds`). Past it, the job is suspended, its "
+                "quota released, and its unit made inactive (`spec.active: false`): nothing is deleted.",
+                Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_JOB_HAS_ENQUEUED, Where.JOB, f'`"{c.TRUE}"`',
+                "The job is queued (set when it is created, or when its QueueUnit is).", Origin.KOORD_QUEUE,
+                "koord-queue"),
+    _annotation(c.ANNOTATION_JOB_ENQUEUE_TIMESTAMP, Where.JOB, "Go time, e.g. `2025-01-02 15:04:05.123456 +0000 UTC`",
+                "When the job was queued.", Origin.KOORD_QUEUE, "koord-queue"),
+    _annotation(c.ANNOTATION_JOB_DEQUEUE_TIMESTAMP, Where.JOB, "Go time, or empty",
+                "When the job was last let run (admitted); emptied when it is suspended again.", Origin.KOORD_QUEUE,
+                "koord-queue"),
     _annotation(c.ANNOTATION_PLACED, Where.JOB, "JSON: per role, the values replaced",
                 "Set when an admission pins the job's pods to the topology domain chosen (nodeSelector entries "
                 "on its pod templates) or admits an elastic job with fewer workers (its Worker replicas): "

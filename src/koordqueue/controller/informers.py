@@ -117,6 +117,7 @@ class Informers:
             try:
                 return replace(old, suspended=adapter.is_suspended(obj), state=adapter.status(obj),
                                deleting=bool(meta.get("deletionTimestamp")),
+                               enqueued=bool((meta.get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
                                # a RayJob's pods are found by its status (its Ray cluster's name)
                                pods=next(iter(adapter.pod_selector(obj).items()), None))
             except InvalidObject:
@@ -160,6 +161,11 @@ class Informers:
         return self.pods.count(label, job.namespace, value)
 
 
+# A job's annotations its unit is not made from: we write them at each suspension and resume.
+_UNREAD_ANNOTATIONS = frozenset({c.ANNOTATION_SUSPEND, c.ANNOTATION_JOB_HAS_ENQUEUED,
+                                 c.ANNOTATION_JOB_ENQUEUE_TIMESTAMP, c.ANNOTATION_JOB_DEQUEUE_TIMESTAMP})
+
+
 def _job_fingerprint(obj: Object, pc_version: int) -> int:
     """A hash of what a job's unit is made from: all but its suspension and status."""
     meta = obj.get("metadata") or {}
@@ -169,8 +175,8 @@ def _job_fingerprint(obj: Object, pc_version: int) -> int:
         if isinstance(spec.get("runPolicy"), dict):
             spec["runPolicy"] = {k: v for k, v in spec["runPolicy"].items() if k != "suspend"}
     annotations = meta.get("annotations")
-    if isinstance(annotations, dict) and c.ANNOTATION_SUSPEND in annotations:
-        annotations = {k: v for k, v in annotations.items() if k != c.ANNOTATION_SUSPEND}
+    if isinstance(annotations, dict) and not _UNREAD_ANNOTATIONS.isdisjoint(annotations):
+        annotations = {k: v for k, v in annotations.items() if k not in _UNREAD_ANNOTATIONS}
     try:
         return hash(orjson.dumps([meta.get("uid"), meta.get("creationTimestamp"), meta.get("labels"), annotations,
                                   spec, pc_version], option=orjson.OPT_SORT_KEYS))

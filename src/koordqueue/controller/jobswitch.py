@@ -17,7 +17,7 @@ from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admitted_placement
 from koordqueue.engine.model import Placement
-from koordqueue.jobs.base import JobAdapter
+from koordqueue.jobs.base import JobAdapter, dequeued_patch, enqueued_patch
 from koordqueue.jobs.placement import admission_patch, koordinator_marks, read_originals
 from koordqueue.kube.errors import KubeError
 
@@ -49,11 +49,20 @@ class JobSwitch(Part):
         item = f"{job.kind}/{job.key}"
         self._resumed(item, None)
         owed = self.shared.owed.token(item)
-        patch = _merged(adapter.suspend_patch({}), self._placement_patch(job, None) or {})
+        patch = _merged(_merged(adapter.suspend_patch({}), self._placement_patch(job, None) or {}),
+                        self._stamps(job, None))
         async with self.job_locks.hold(item):
             await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
         if owed is not None:  # (not if owed anew while we wrote)
             self.shared.owed.paid(item, owed)
+
+    def _stamps(self, job: JobView, resumed: float | None) -> dict[str, Any]:
+        """Koord-Queue's annotations on a job we suspend (resumed None) or resume, in the same
+        write: when it was let run, and that it is queued (since it was made) if no one said so
+        yet (our webhook says it as the job is created; a job made suspended without it gets no
+        write of its own for it)."""
+        patch = dequeued_patch(resumed)
+        return patch if job.enqueued else _merged(enqueued_patch(job.created or self.clock()), patch)
 
     def _placement_patch(self, job: JobView, placement: Placement | None,
                          quota: str | None = None) -> dict[str, Any] | None:
@@ -106,6 +115,7 @@ class JobSwitch(Part):
                 placement = admitted_placement(unit) if unit is not None else None
             patch = _merged(adapter_of_kind(job.kind).resume_patch({}),
                             self._placement_patch(job, placement or Placement(), known.admitted_quota) or {})
+            patch = _merged(patch, self._stamps(job, self.clock()))
             try:
                 await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
             except KubeError:

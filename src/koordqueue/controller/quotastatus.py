@@ -1,24 +1,30 @@
 """Who writes the status of ElasticQuotas and Queues, every few seconds from the engine: a
 quota's status.used (and its Prometheus gauges), a Queue's status.quota and Bound
-condition, and the positions of the units pending in each Queue (status.queueItemDetails,
-refreshed at the Queue's own interval). Also has the waiting units told again why they wait
+condition, Koord-Queue's usage annotations on a Queue (alibabacloud.com/queue-used and the
+others, when they change), and the positions of the units pending in each Queue
+(status.queueItemDetails, refreshed at the Queue's own interval, unless the Queue has
+koord-queue/disable-show-queue-items). Also has the waiting units told again why they wait
 when their reason moved (messages.py writes it)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from koordqueue.api import constants as c
-from koordqueue.api.objects import QueueSettings
-from koordqueue.api.quantity import format_resource_list
+from koordqueue.api.objects import QueueSettings, QuotaInfo
+from koordqueue.api.quantity import ResourceList, add, format_resource_list, sub
 from koordqueue.controller import status as st
 from koordqueue.controller.messages import MessageWriter
 from koordqueue.controller.quotasync import QuotaSync
 from koordqueue.controller.resources import QUEUES, QUOTAS
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import Object
+from koordqueue.engine.model import QuotaStatus
 from koordqueue.kube.errors import KubeError, NotFound
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,7 @@ class QuotaStatusWriter(Part):
         self.quotas = quotas
         self.messages = messages
         self.queue_bindings: dict[str, Object] = {}  # queue key -> the status.quota and Bound condition written
+        self.usage_written: dict[str, dict[str, str]] = {}  # queue key -> usage annotations we wrote last
 
     def wire(self) -> None:
         self.informers.queue.on_delete(self._queue_deleted)
@@ -39,6 +46,7 @@ class QuotaStatusWriter(Part):
     def _queue_deleted(self, obj: Object) -> None:
         meta = obj.get("metadata") or {}
         self.queue_bindings.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+        self.usage_written.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
 
     async def run(self) -> None:
         last_used: dict[str, dict[str, str]] = {}
@@ -47,7 +55,8 @@ class QuotaStatusWriter(Part):
         last_reasons = self.clock()
         while True:
             await asyncio.sleep(self.config.quota_status_refresh_seconds)
-            for name, quota in self.engine.quota_status().items():
+            statuses = self.engine.quota_status()
+            for name, quota in statuses.items():
                 for resource in set(quota.max) | set(quota.used) | set(quota.min):
                     for kind, amounts in (("min", quota.min), ("max", quota.max),
                                           ("runtime", quota.runtime), ("used", quota.used)):
@@ -65,8 +74,10 @@ class QuotaStatusWriter(Part):
                 except KubeError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
             if self.shared.sync_done:
+                usage = queue_usage(statuses, self.quotas.quotas)
                 for key, bound in list(self.quotas.queue_quotas.items()):
                     await self._write_binding(key, bound)
+                    await self._write_usage(key, usage.get(bound) if bound is not None else None)
             now = self.clock()
             due = [key for key, settings in self.quotas.queue_settings.items()
                    if now - last_queue_write.get(key, -1e18) >= self._refresh_seconds(key, settings)]
@@ -82,6 +93,8 @@ class QuotaStatusWriter(Part):
                 settings = self.quotas.queue_settings.get(queue_key, QueueSettings())
                 if now - last_queue_write.get(queue_key, -1e18) < self._refresh_seconds(queue_key, settings):
                     continue
+                if c.ANNOTATION_DISABLE_SHOW_QUEUE_ITEMS in self._annotations(queue_key):
+                    continue  # as Koord-Queue: no longer refreshed, what was written stays
                 depth = min(QUEUE_ITEMS_WRITTEN, settings.max_depth or QUEUE_ITEMS_WRITTEN)
                 active = [
                     {"name": s.unit.partition("/")[2], "namespace": s.unit.partition("/")[0],
@@ -118,9 +131,70 @@ class QuotaStatusWriter(Part):
         except KubeError as e:
             log.info("binding of queue %s not written: %s", key, e)
 
+    def _annotations(self, queue_key: str) -> dict[str, str]:
+        obj = self.informers.queue.get(queue_key) or {}
+        return (obj.get("metadata") or {}).get("annotations") or {}
+
+    async def _write_usage(self, key: str, usage: dict[str, ResourceList] | None) -> None:
+        """Koord-Queue's usage annotations on the Queue, when they changed (zeros aside, as it
+        compares them). A resource written before stays, at 0, as Koord-Queue's do."""
+        annotations = {**self._annotations(key), **self.usage_written.get(key, {})}  # (our watch may lag)
+        patch: dict[str, str] = {}
+        for annotation, amounts in (usage or {}).items():
+            now = {name: -(-milli // 1000) for name, milli in amounts.items() if milli > 0}  # Quantity.Value()
+            if now and annotations.get(annotation) == orjson.dumps(now, option=orjson.OPT_SORT_KEYS).decode():
+                continue  # (the common case, without reading it)
+            before = _read_usage(annotations.get(annotation))
+            if before is not None and {k: v for k, v in before.items() if v} == now:
+                continue
+            if before is None and not now and annotation not in annotations:
+                continue  # nothing used yet: Koord-Queue writes nothing either
+            patch[annotation] = orjson.dumps({**dict.fromkeys(before or {}, 0), **now},
+                                             option=orjson.OPT_SORT_KEYS).decode()
+        if not patch:
+            return
+        namespace, _, name = key.partition("/")
+        try:
+            await self.client.patch(QUEUES, name, {"metadata": {"annotations": patch}}, namespace=namespace)
+            self.usage_written.setdefault(key, {}).update(patch)
+        except NotFound:
+            pass
+        except KubeError as e:
+            log.info("usage annotations of queue %s not written: %s", key, e)
+
     def _refresh_seconds(self, queue_key: str, settings: QueueSettings) -> float:
         """The Queue's own refresh interval annotation, else the controller's setting."""
-        obj = self.informers.queue.get(queue_key) or {}
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        annotations = self._annotations(queue_key)
         given = c.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL in annotations
         return settings.refresh_seconds if given else self.config.queue_status_refresh_seconds
+
+
+def queue_usage(statuses: Mapping[str, QuotaStatus], quotas: Mapping[str, QuotaInfo]) -> dict[str, dict[str, ResourceList]]:
+    """Per quota, what Koord-Queue writes on its Queue: used by the quota and its descendants,
+    by units charged to the quota itself, and by those charged to its descendants; the
+    guaranteed variants are the same (no unit of ours is admitted oversold)."""
+    children: dict[str, ResourceList] = {}
+    for name, quota in quotas.items():
+        if quota.parent is not None and name in statuses:
+            children[quota.parent] = add(children.get(quota.parent, {}), statuses[name].used)
+    out: dict[str, dict[str, ResourceList]] = {}
+    for name, status in statuses.items():
+        below = children.get(name, {})
+        own = {k: v for k, v in sub(status.used, below).items() if v > 0}
+        out[name] = {c.ANNOTATION_QUEUE_USED: status.used, c.ANNOTATION_QUEUE_GUARANTEED_USED: status.used,
+                     c.ANNOTATION_QUEUE_SELF_USED: own, c.ANNOTATION_QUEUE_SELF_GUARANTEED_USED: own,
+                     c.ANNOTATION_QUEUE_CHILDREN_USED: below, c.ANNOTATION_QUEUE_CHILDREN_GUARANTEED_USED: below}
+    return out
+
+
+def _read_usage(text: str | None) -> dict[str, int] | None:
+    """A usage annotation as written (JSON object of integers); None when absent or not that."""
+    if not text:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, int) for v in value.values()):
+        return None
+    return {str(k): v for k, v in value.items()}

@@ -405,7 +405,12 @@ def _same_spec(old: Object, new: Object) -> bool:
     """Whether a change left spec, labels and annotations (all a quota or a Queue is read for) alone."""
     before, after = old.get("metadata") or {}, new.get("metadata") or {}
     return old.get("spec") == new.get("spec") and before.get("labels") == after.get("labels") and \
-        before.get("annotations") == after.get("annotations")
+        _read_annotations(before) == _read_annotations(after)
+
+
+def _read_annotations(meta: Object) -> dict[str, str]:
+    """The annotations we read (not the usage ones we write on Queues, quotastatus.py)."""
+    return {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(c.QUEUE_USAGE_PREFIX)}
 
 
 def _is_auto_queue(obj: Object, quota: str) -> bool:

@@ -17,6 +17,7 @@ from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
+from koordqueue.controller.lifetime import Lifetime
 from koordqueue.controller.loading import count_as_admitted
 from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, UNITS
 from koordqueue.controller.scheduler import Scheduler
@@ -33,7 +34,7 @@ from koordqueue.controller.views import (
     unit_info,
     unit_view,
 )
-from koordqueue.jobs.base import JobAdapter, JobState
+from koordqueue.jobs.base import JobAdapter, JobState, quota_of_labels
 from koordqueue.kube.errors import AlreadyExists, KubeError
 from koordqueue.kube.events import ObjectRef
 
@@ -51,6 +52,7 @@ class JobReconciler(Part):
         self.switch = switch
         self.scheduler = scheduler
         self.queue_settings = queue_settings  # (quotasync.py's)
+        self.lifetime = Lifetime(shared, scheduler, status)  # active and maximumExecutionTimeSeconds
         self.running_writes: dict[str, asyncio.Task[None]] = {}  # unit key -> its Running write, in line
 
     async def reconcile(self, item: str) -> None:
@@ -83,6 +85,8 @@ class JobReconciler(Part):
             return  # the rest when our watch brings that suspension back
         if not self.records.newer(unit.key, unit.resource_version):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
+        if await self.lifetime.check(item, unit, job):
+            return  # inactive, or ran past its maximum: sent back, its job suspended when that lands
         if unit.phase == c.Phase.RESERVED.value:
             self.engine.set_pods_running(unit.key, False)  # (held, its pods not made yet: after a restart too)
             await self._check_admission(unit, job)
@@ -254,7 +258,7 @@ def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
         return True
     if "queue" in want and unit.spec.get("queue") != want["queue"]:
         return True
-    if "queue" not in want and unit.spec.get("queue") not in (None, "", _job_label(job, c.LABEL_QUOTA_NAME)):
+    if "queue" not in want and unit.spec.get("queue") not in (None, "", quota_of_labels(dict(job.unit_labels))):
         return True  # a queue given by hand (Koord-Queue writes the one of the job's quota: no change)
     return _amounts(unit.spec.get("resource")) != _amounts(want.get("resource")) or \
         _pod_set_shape(unit.spec.get("podSet")) != _pod_set_shape(want.get("podSet"))

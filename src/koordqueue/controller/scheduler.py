@@ -235,8 +235,9 @@ class Scheduler(Part):
         self.shared.backoffs.push(now + BACKOFF_RECHECK_SECONDS, key)
         self.jobs_queue.add(unit.job_key)
 
-    async def send_back(self, unit: UnitView, job: JobView | None, phase: c.Phase, reason: str) -> None:
-        """Release the unit's quota and back it off (timeout, failed admission check)."""
+    async def send_back(self, unit: UnitView, job: JobView | None, phase: c.Phase, reason: str,
+                        event: c.EventReason = c.EventReason.TIMEOUT_BACKOFF) -> None:
+        """Release the unit's quota and back it off (timeout, failed admission check, inactive)."""
         known = self.engine.unit(unit.key)
         if known is None or known.admitted_quota is None:
             return  # already sent back (a second look at a stale view of the unit)
@@ -253,8 +254,8 @@ class Scheduler(Part):
         self.shared.backoffs.push(requeue_at, unit.key)
         self._remember("sent back", unit.key, info.admitted_quota if info else None, reason)
         self.metrics.requeues.labels(phase.value).inc()
-        self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.TIMEOUT_BACKOFF, reason)
+        self._event(unit_ref(unit), c.EventType.WARNING, event, reason)
         if job is not None:
-            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.TIMEOUT_BACKOFF, reason)
+            self._event(job_ref(job), c.EventType.WARNING, event, reason)
         self.jobs_queue.add(unit.job_key)
         self.wake.set()

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.api.meta import INT32_MAX
 from koordqueue.controller.pods import PodCount
 from koordqueue.controller.views import Object, UnitView, rfc3339
 from koordqueue.engine.model import Placement
@@ -82,6 +83,30 @@ def checks_passed(names: Sequence[str]) -> Object:
 
 def running() -> Object:
     return {"phase": c.Phase.RUNNING.value, "message": "the job is running"}
+
+
+def execution_clock(unit: UnitView | None, status: Object, now: float, reset: bool = False) -> Object:
+    """``status`` with the unit's execution clock (Koord-Queue's PodsReady condition and
+    accumulatedPastExecutionTimeSeconds) moved along: started when it becomes Running, and
+    when it leaves Running, stopped with the time it ran added (``reset``: emptied instead,
+    once it ran past its maximum: a new budget if it is made active again). ``unit``: our
+    view of it before this write."""
+    phase = status.get("phase")
+    since = unit.running_since if unit is not None else None
+    if phase is None or (phase == c.Phase.RUNNING.value) == (since is not None) and not reset:
+        return status
+    if phase == c.Phase.RUNNING.value:
+        return {**status, "conditions": [_pods_ready(True, now)]}
+    ran = (unit.ran_seconds if unit is not None else 0) + (max(0, int(now - since)) if since is not None else 0)
+    return {**status, "conditions": [_pods_ready(False, now)],
+            "accumulatedPastExecutionTimeSeconds": None if reset else min(ran, INT32_MAX)}
+
+
+def _pods_ready(running: bool, now: float) -> Object:
+    return {"type": c.UNIT_CONDITION_PODS_READY, "status": c.CONDITION_TRUE if running else c.CONDITION_FALSE,
+            "reason": c.UNIT_REASON_PODS_RUNNING if running else c.UNIT_REASON_PODS_STOPPED,
+            "message": "the job's pods run" if running else "the job's pods no longer run",
+            "lastTransitionTime": rfc3339(now)}
 
 
 def finished(succeeded: bool) -> Object:

@@ -1,13 +1,15 @@
 """Who writes a QueueUnit's status: one patch at a time per unit, each on the latest version
 we know of, in one of three lines so that no write waits behind writes it must not: the
 cycles' admissions and send-backs (write_limit), the job reconcilers' writes that free quota
-or only inform (job_line: releases, podState), and the messages and Running (message_limit)."""
+or only inform (job_line: releases, podState), and the messages and Running (message_limit).
+Each write that starts or ends a run moves the unit's execution clock (status.py)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
+from koordqueue.controller import status as st
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.shared import Part, Shared
@@ -29,6 +31,12 @@ class UnitStatusWriter(Part):
         # worker reconciles the job when it ends), so neither waits behind admissions (job
         # workers bound this line).
         self.job_line = asyncio.Semaphore(self.config.job_workers)
+        self.clock_resets: set[str] = set()  # units whose next run-ending write empties their run time
+
+    def reset_clock(self, key: str) -> None:
+        """The unit's next write that ends its run empties the time it ran (it ran past its
+        maximum execution time: made active again, it gets a new budget)."""
+        self.clock_resets.add(key)
 
     async def write(self, key: str, status: Object, *, precondition: bool = False, touch: bool = True,
                     limit: asyncio.Semaphore | None = None, still: Callable[[], bool] | None = None) -> bool:
@@ -43,12 +51,17 @@ class UnitStatusWriter(Part):
         async with limit or self.write_limit, self.unit_locks.hold(key):
             if still is not None and not still():
                 return False
+            # Its execution clock: started at Running, stopped (its run time added) when it leaves it.
+            status = st.execution_clock(self.informers.unit.get(key), status, self.clock(),
+                                        reset=key in self.clock_resets and "phase" in status)
             patch: Object = {"status": status}
             mine = self.records.rv(key)
             if precondition and mine is not None:
                 patch["metadata"] = {"resourceVersion": mine}
             obj = await self.client.patch_status(UNITS, name, patch, namespace=ns, patch_type=PatchType.MERGE)
             self.records.saw(key, str(obj["metadata"]["resourceVersion"]))
+            if "phase" in status:
+                self.clock_resets.discard(key)
         self.metrics.unit_status_writes.inc()
         if "message" in status:
             self.records.unit_to_write(key).written_message = status["message"]

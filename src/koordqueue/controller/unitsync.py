@@ -14,6 +14,7 @@ from koordqueue.controller.pods import NodeUsage, PodView
 from koordqueue.controller.resources import FINISHED, HOLDING, SENT_BACK
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import (
+    INACTIVE,
     JobView,
     UnitView,
     admitted_placement,
@@ -111,6 +112,8 @@ class UnitSync(Part):
             return
         info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
         info.admitted_at, info.requeue_at = current.admitted_at, current.requeue_at
+        if info.invalid is None and current.invalid is not None and current.invalid.startswith(INACTIVE):
+            info.requeue_at = None  # made active again: queued at once (its send-back was no failure)
         info.attempts, info.placement = current.attempts, current.placement
         if current.admitted_quota is not None and info.invalid is not None:
             info.request = current.request  # its job unusable now: it holds what it was admitted with

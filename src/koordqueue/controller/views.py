@@ -18,7 +18,7 @@ from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
 from koordqueue.engine.model import Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import PLURALS, kind_named
-from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority
+from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority, quota_of_labels
 from koordqueue.jobs.placement import Written, written_role
 
 Object = dict[str, Any]
@@ -77,6 +77,9 @@ class JobView:
     pod_sets: tuple[PodSetInfo, ...] = ()  # its roles' pods as the user wrote them, for node fit
     roles: tuple[Written, ...] = ()  # its roles as the user wrote them (see jobs/placement.py)
     placed: str | None = None  # annotation koord-queue/placed: what an admission changed on it
+    active: bool | None = None  # annotation scheduling.x-k8s.io/active (None: not given)
+    max_execution_seconds: int | None = None  # annotation scheduling.x-k8s.io/max-exec-time-seconds
+    enqueued: bool = False  # annotation koord-queue/job-has-enqueued is there
 
     @property
     def key(self) -> str:
@@ -102,7 +105,10 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
     annotated = False
     pod_sets: tuple[PodSetInfo, ...] = ()
     roles: tuple[Written, ...] = ()
-    placed = (meta.get("annotations") or {}).get(c.ANNOTATION_PLACED) if isinstance(meta, Mapping) else None
+    annotations = (meta.get("annotations") or {}) if isinstance(meta, Mapping) else {}
+    placed = annotations.get(c.ANNOTATION_PLACED)
+    active: bool | None = None
+    max_seconds: int | None = None
     try:
         unit_name = adapter.unit_name(obj)
         job_meta = adapter.meta(obj)
@@ -113,6 +119,7 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         annotated = adapter.annotated_priority(obj) is not None
         pod_sets = adapter.pod_set_infos(sets, job_meta)
         roles = tuple(written_role(ps.role, ps.count, ps.template) for ps in sets)
+        active, max_seconds = adapter.active(obj, job_meta), adapter.max_execution_seconds(obj, job_meta)
     except (InvalidObject, QuantityError) as e:
         invalid = str(e)
         unit_name = adapter.unit_name_for(name)
@@ -150,6 +157,9 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         pod_sets=pod_sets,
         roles=roles,
         placed=placed if isinstance(placed, str) else None,
+        active=active,
+        max_execution_seconds=max_seconds,
+        enqueued=bool(annotations.get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
     )
 
 
@@ -210,6 +220,12 @@ def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
     pc = adapter.priority_class_name(job)
     if pc:
         spec["priorityClassName"] = pc
+    active = adapter.active(job, meta)
+    if active is not None:  # (absent: the unit's own spec.active stands, as in Koord-Queue)
+        spec["active"] = active
+    seconds = adapter.max_execution_seconds(job, meta)
+    if seconds is not None:
+        spec["maximumExecutionTimeSeconds"] = seconds
     return spec
 
 
@@ -262,6 +278,8 @@ class UnitView:
     pod_state: tuple[int, int] | None = None  # status.podState: (running, pending)
     admissions_running: tuple[int, ...] = ()  # status.admissions[].running
     admissions: tuple[Object, ...] = ()  # status.admissions as written (what was admitted, per role)
+    running_since: float | None = None  # condition PodsReady True: since when its pods run
+    ran_seconds: int = 0  # status.accumulatedPastExecutionTimeSeconds: run in earlier admissions
 
     @property
     def key(self) -> str:
@@ -318,7 +336,37 @@ def unit_view(obj: Object) -> UnitView:
         if isinstance(pod_state, dict) else None,
         admissions_running=tuple(_count(a.get("running")) for a in admissions),
         admissions=tuple(admissions),
+        running_since=_running_since(status.get("conditions")),
+        ran_seconds=_count(status.get("accumulatedPastExecutionTimeSeconds")),
     )
+
+
+def _running_since(conditions: object) -> float | None:
+    """When the unit's pods started running (its PodsReady condition, True), if they run."""
+    for cond in conditions if isinstance(conditions, list) else ():
+        if isinstance(cond, Mapping) and cond.get("type") == c.UNIT_CONDITION_PODS_READY:
+            if cond.get("status") != c.CONDITION_TRUE:
+                return None
+            return parse_time(cond.get("lastTransitionTime")) or None
+    return None
+
+
+def unit_active(unit: UnitView, job: JobView) -> bool:
+    """Whether the unit may be admitted: the job's annotation scheduling.x-k8s.io/active when
+    it gives one, else the unit's spec.active (set by hand, or false once it ran past its
+    maximum execution time), else true: Koord-Queue's precedence."""
+    if job.active is not None:
+        return job.active
+    return unit.spec.get("active") is not False
+
+
+INACTIVE = "it is inactive"  # how the reason an inactive unit waits begins
+
+
+def inactive_reason(job: JobView) -> str:
+    why = f"annotation {c.ANNOTATION_ACTIVE} is false" if job.active is False else \
+        "its QueueUnit's spec.active is false: set by hand, or as it ran past its maximum execution time"
+    return f"{INACTIVE} ({why}); it is admitted once active again"
 
 
 def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
@@ -340,11 +388,13 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         created=unit.created,
         request=parse_resource_list(spec["resource"]),  # formatted from amounts we computed: it parses
         queue_name=spec.get("queue") or None,
-        quota_name=labels.get(c.LABEL_QUOTA_NAME) or None,
+        quota_name=quota_of_labels(labels),
         preemptible=(labels.get(c.LABEL_PREEMPTIBLE) or "").lower() != c.FALSE,
         attempts=unit.attempts,
         requeue_at=unit.requeue_at,
-        invalid=missing_class_reason(missing) if missing else None,  # held: it waits, saying why
+        # held: it waits, saying why
+        invalid=missing_class_reason(missing) if missing else
+        None if unit_active(unit, job) else inactive_reason(job),
         pod_sets=job.pod_sets,
     )
 

@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 import ssl
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,12 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from koordqueue.api import constants as c
 from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
 from koordqueue.jobs import adapter_for
+from koordqueue.jobs.base import enqueued_patch, merge_patches
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
 
@@ -104,7 +107,10 @@ def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
     adapter = adapter_for(api_version, str(kind.get("kind", "")))
     if request.get("operation") == "CREATE" and adapter is not None and adapter.kind in job_kinds \
             and isinstance(obj, dict):
-        patch = json_patch_for(obj, adapter.suspend_patch(obj))
+        merge = adapter.suspend_patch(obj)
+        if not ((obj.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED):
+            merge = merge_patches(merge, enqueued_patch(time.time()))  # queued from now: said in the same write
+        patch = json_patch_for(obj, merge)
         if patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()

@@ -7,6 +7,8 @@ the annotation, and the engine's ``UnitInfo`` are computed here, the same for al
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,11 +16,17 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from koordqueue.api.constants import (
+    ANNOTATION_ACTIVE,
+    ANNOTATION_JOB_DEQUEUE_TIMESTAMP,
+    ANNOTATION_JOB_ENQUEUE_TIMESTAMP,
+    ANNOTATION_JOB_HAS_ENQUEUED,
+    ANNOTATION_MAX_EXEC_TIME_SECONDS,
     ANNOTATION_PRIORITY,
     ANNOTATION_QUEUE,
     ANNOTATION_SUSPEND,
     CONDITION_TRUE,
     FALSE,
+    LABEL_ASI_QUOTA_NAME,
     LABEL_PREEMPTIBLE,
     LABEL_QUOTA_NAME,
     TRUE,
@@ -188,7 +196,22 @@ class JobAdapter(ABC):
         return (meta or self.meta(job)).annotations.get(ANNOTATION_QUEUE) or None
 
     def requested_quota(self, job: Job, meta: Meta | None = None) -> str | None:
-        return (meta or self.meta(job)).labels.get(LABEL_QUOTA_NAME) or None
+        return quota_of_labels((meta or self.meta(job)).labels)
+
+    def active(self, job: Job, meta: Meta | None = None) -> bool | None:
+        """The annotation ``scheduling.x-k8s.io/active`` as Koord-Queue reads it (Go's
+        strconv.ParseBool); None when absent, empty or not a boolean (ignored, as there)."""
+        text = (meta or self.meta(job)).annotations.get(ANNOTATION_ACTIVE, "")
+        return GO_BOOLS.get(text)
+
+    def max_execution_seconds(self, job: Job, meta: Meta | None = None) -> int | None:
+        """The annotation ``scheduling.x-k8s.io/max-exec-time-seconds``: a positive int32, else
+        None (absent or not one: ignored, as Koord-Queue does)."""
+        text = (meta or self.meta(job)).annotations.get(ANNOTATION_MAX_EXEC_TIME_SECONDS, "")
+        if not GO_INT.fullmatch(text):
+            return None
+        seconds = int(text)
+        return seconds if 0 < seconds <= INT32_MAX else None
 
     def preemptible(self, job: Job, meta: Meta | None = None) -> bool:
         return (meta or self.meta(job)).labels.get(LABEL_PREEMPTIBLE, "").lower() != FALSE
@@ -199,13 +222,13 @@ class JobAdapter(ABC):
 
     def suspend_patch(self, job: Job) -> dict[str, Any]:
         """A merge patch that suspends the job: annotation and native field."""
-        return _merge(
+        return merge_patches(
             {"metadata": {"annotations": {ANNOTATION_SUSPEND: TRUE}}}, self.native_suspend_patch(True)
         )
 
     def resume_patch(self, job: Job) -> dict[str, Any]:
         """A merge patch that lets the job run: the annotation removed, the native field false."""
-        return _merge(
+        return merge_patches(
             {"metadata": {"annotations": {ANNOTATION_SUSPEND: None}}}, self.native_suspend_patch(False)
         )
 
@@ -213,6 +236,38 @@ class JobAdapter(ABC):
         roles = self.roles(job)
         rank = {name: index for index, name in enumerate(self.leader_roles)}
         return sorted(roles, key=lambda role: rank.get(role.name, len(rank)))
+
+
+# Go's strconv.ParseBool: the spellings Koord-Queue accepts for a boolean annotation.
+GO_INT = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt reads in base 10
+GO_BOOLS = {**dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+            **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False)}
+
+
+def quota_of_labels(labels: Mapping[str, str]) -> str | None:
+    """The quota a job names: ``quota.scheduling.koordinator.sh/name``, else (absent or
+    empty) ``alibabacloud.com/quota-name``, as Koord-Queue reads its units' labels."""
+    return labels.get(LABEL_QUOTA_NAME) or labels.get(LABEL_ASI_QUOTA_NAME) or None
+
+
+def go_time(seconds: float) -> str:
+    """A time as Koord-Queue writes it on jobs, Go's time.Time.String() in UTC
+    (``2006-01-02 15:04:05.999999999 +0000 UTC``), without the monotonic clock reading
+    (`` m=+...``) that Go appends and that Koord-Queue's own reader cannot parse."""
+    when = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    fraction = f"{when.microsecond:06d}".rstrip("0")
+    return when.strftime("%Y-%m-%d %H:%M:%S") + (f".{fraction}" if fraction else "") + " +0000 UTC"
+
+
+def enqueued_patch(now: float) -> dict[str, Any]:
+    """A merge patch saying, as Koord-Queue's job extensions do, that the job is queued (and since when)."""
+    return {"metadata": {"annotations": {ANNOTATION_JOB_HAS_ENQUEUED: TRUE,
+                                         ANNOTATION_JOB_ENQUEUE_TIMESTAMP: go_time(now)}}}
+
+
+def dequeued_patch(now: float | None) -> dict[str, Any]:
+    """A merge patch saying when the job was let run (None: suspended again, emptied)."""
+    return {"metadata": {"annotations": {ANNOTATION_JOB_DEQUEUE_TIMESTAMP: go_time(now) if now is not None else ""}}}
 
 
 def class_priority(names: tuple[str, ...], priority_classes: Mapping[str, int]) -> int:
@@ -252,12 +307,12 @@ def condition_true(conditions: object, kind: str) -> bool:
     )
 
 
-def _merge(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+def merge_patches(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     """Deep merge of two patch dicts (b wins on leaves)."""
     result = dict(a)
     for key, value in b.items():
         if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
-            result[key] = _merge(dict(result[key]), value)
+            result[key] = merge_patches(dict(result[key]), value)
         else:
             result[key] = value
     return result

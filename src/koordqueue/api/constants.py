@@ -34,6 +34,14 @@ BATCH_API_VERSION = "batch/v1"
 BATCH_JOB_KIND = "Job"
 RAY_API_VERSION = "ray.io/v1"
 RAY_JOB_KIND = "RayJob"
+RAY_CLUSTER_KIND = "RayCluster"
+MPI_V1ALPHA1_API_VERSION = "kubeflow.org/v1alpha1"  # the mpi-operator's MPIJob: spec.replicas + spec.template
+SPARK_GROUP = "sparkoperator.k8s.io"
+SPARK_API_VERSION = f"{SPARK_GROUP}/v1beta2"
+SPARK_APPLICATION_KIND = "SparkApplication"
+ARGO_GROUP = "argoproj.io"
+ARGO_API_VERSION = f"{ARGO_GROUP}/v1alpha1"
+ARGO_WORKFLOW_KIND = "Workflow"
 
 SCHEDULING_API_VERSION = "scheduling.k8s.io/v1"
 PRIORITY_CLASS_KIND = "PriorityClass"
@@ -363,11 +371,50 @@ RAY_HEAD_GROUP = "headgroup"
 RAY_OPERATOR = "kuberay-operator"
 RAY_JOB_CONTROLLER = "rayjob-controller"  # the source of RayJob events
 RAY_PLURAL = "rayjobs"
+RAY_CLUSTER_PLURAL = "rayclusters"
+RAY_CLUSTER_CONTROLLER = "raycluster-controller"  # the source of RayCluster events
+# ray.io/v1 RayCluster status.state values (KubeRay's ClusterState).
+RAY_CLUSTER_STATE_READY = "ready"
+RAY_CLUSTER_STATE_SUSPENDED = "suspended"
+RAY_CLUSTER_STATE_FAILED = "failed"
+# The Spark operator's SparkApplication: its pods' labels, status.applicationState.state values.
+SPARK_PLURAL = "sparkapplications"
+SPARK_API_APPROVAL = "https://github.com/kubeflow/spark-operator/pull/1298"  # its CRD's (k8s.io group)
+SPARK_OPERATOR = "spark-operator"  # the source of SparkApplication events
+LABEL_SPARK_APP_NAME = "spark-app-name"
+LABEL_SPARK_ROLE = "spark-role"  # driver or executor
+SPARK_ROLE_DRIVER = "driver"
+SPARK_ROLE_EXECUTOR = "executor"
+SPARK_MODE_CLIENT = "client"  # spec.mode: the driver runs outside the cluster (not counted)
+SPARK_STATE_SUBMITTED = "SUBMITTED"
+SPARK_STATE_RUNNING = "RUNNING"
+SPARK_STATE_SUCCEEDING = "SUCCEEDING"
+SPARK_STATE_FAILING = "FAILING"
+SPARK_STATE_COMPLETED = "COMPLETED"
+SPARK_STATE_FAILED = "FAILED"
+SPARK_STATE_SUBMISSION_FAILED = "SUBMISSION_FAILED"
+# Argo's Workflow: its demand is the annotation (a JSON or YAML ResourceList, as Koord-Queue reads it).
+ARGO_PLURAL = "workflows"
+ARGO_CONTROLLER = "workflow-controller"  # the source of Workflow events
+ANNOTATION_ARGO_MIN_RESOURCES = "koord-queue/min-resources"
+LABEL_ARGO_WORKFLOW = "workflows.argoproj.io/workflow"
+ARGO_PHASE_PENDING = "Pending"
+ARGO_PHASE_RUNNING = "Running"
+ARGO_PHASE_SUCCEEDED = "Succeeded"
+ARGO_PHASE_FAILED = "Failed"
+ARGO_PHASE_ERROR = "Error"
+# The mpi-operator's kubeflow.org/v1alpha1 MPIJob: status.launcherStatus values.
+MPI_LAUNCHER_ACTIVE = "Active"
+MPI_LAUNCHER_SUCCEEDED = "Succeeded"
+MPI_LAUNCHER_FAILED = "Failed"
 # QueueUnit name = job name + "-" + suffix (Koord-Queue's job extensions; batch Job: none).
 UNIT_SUFFIX_PYTORCH = "py-qu"
 UNIT_SUFFIX_TF = "tf-qu"
 UNIT_SUFFIX_MPI = "mpi-qu"
 UNIT_SUFFIX_RAY = "ray-qu"
+UNIT_SUFFIX_RAY_CLUSTER = "raycluster-qu"
+UNIT_SUFFIX_SPARK = "spark-qu"
+UNIT_SUFFIX_ARGO = ""  # a Workflow's QueueUnit has the Workflow's name
 # kubeflow.org/v1 JobCondition types.
 KUBEFLOW_CONDITION_CREATED = "Created"
 KUBEFLOW_CONDITION_RUNNING = "Running"

@@ -3,7 +3,7 @@ from it here: ``ADAPTERS``, ``KIND_NAMES``, ``PLURALS``, ``adapter_for``, ``kind
 
 from __future__ import annotations
 
-from koordqueue.jobs import batchjob, mpijob, pytorchjob, rayjob, tfjob
+from koordqueue.jobs import argo, batchjob, mpijob, pytorchjob, raycluster, rayjob, spark, tfjob
 from koordqueue.jobs.base import JobAdapter
 from koordqueue.jobs.kind import JobKind
 
@@ -13,6 +13,9 @@ KINDS: tuple[JobKind, ...] = (
     mpijob.KIND,
     batchjob.KIND,
     rayjob.KIND,
+    raycluster.KIND,
+    spark.KIND,
+    argo.KIND,
 )
 """In the order the chart and ``--job-kinds`` list them. A new kind: its file, and its line here."""
 

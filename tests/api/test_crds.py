@@ -99,7 +99,13 @@ def test_groups_versions_names() -> None:
         ("kubeflow.org", "v1", "TFJob"),
         ("kubeflow.org", "v1", "MPIJob"),
         ("ray.io", "v1", "RayJob"),
+        ("ray.io", "v1", "RayCluster"),
+        ("sparkoperator.k8s.io", "v1beta2", "SparkApplication"),
+        ("argoproj.io", "v1alpha1", "Workflow"),
     ]
+    # MPIJob's CRD serves the mpi-operator's v1alpha1 too (stored as v1, as one CRD must).
+    assert [(v["name"], v["storage"]) for v in by_kind("MPIJob")["spec"]["versions"]] == [
+        ("v1", True), ("v1alpha1", False)]
     assert [m["spec"]["names"]["kind"] for m in our_crds()] == ["ElasticQuota", "Queue", "QueueUnit"]
     assert by_kind("ElasticQuota")["spec"]["names"]["shortNames"] == ["eq"]
     assert by_kind("QueueUnit")["spec"]["names"]["shortNames"] == ["qu"]

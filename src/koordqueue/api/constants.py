@@ -404,6 +404,8 @@ ARGO_PHASE_SUCCEEDED = "Succeeded"
 ARGO_PHASE_FAILED = "Failed"
 ARGO_PHASE_ERROR = "Error"
 # The mpi-operator's kubeflow.org/v1alpha1 MPIJob: status.launcherStatus values.
+LABEL_MPI_JOB_NAME_V1ALPHA1 = "mpi_job_name"
+LABEL_MPI_ROLE_V1ALPHA1 = "mpi_role_type"  # launcher or worker
 MPI_LAUNCHER_ACTIVE = "Active"
 MPI_LAUNCHER_SUCCEEDED = "Succeeded"
 MPI_LAUNCHER_FAILED = "Failed"

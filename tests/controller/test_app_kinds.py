@@ -140,3 +140,44 @@ async def test_ray_clusters_queue_serve_until_deleted_and_release_their_quota(sy
     await system.akubectl("delete", "raycluster", "first")
     await system.wait_phase("second-raycluster-qu", c.Phase.RUNNING, timeout=30)
     assert (await system.get_json("raycluster", "second"))["spec"]["suspend"] is False
+
+
+def mpi_v1alpha1(name: str, duration: float | None) -> dict[str, Any]:
+    """The mpi-operator's v1alpha1 form: 2 workers of 2 CPUs and 1 GPU (the launcher not counted)."""
+    annotations = {} if duration is None else {c.ANNOTATION_SIM_DURATION: str(duration)}
+    return {"apiVersion": c.MPI_V1ALPHA1_API_VERSION, "kind": c.MPI_JOB_KIND,
+            "metadata": {"name": name, "namespace": "default", "labels": {c.LABEL_QUOTA_NAME: "team"},
+                         "annotations": annotations},
+            "spec": {"replicas": 2, "template": {"spec": {"containers": [
+                {"name": "mpi", "image": "horovod/horovod:0.28.1",
+                 "resources": {"limits": {"cpu": "2", "memory": "4Gi", c.GPU: "1"}}}]}}}}
+
+
+async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(system: System) -> None:
+    await system.apply(quota("team", 2, 3))  # 3 GPUs: one MPIJob (2 GPUs) at a time
+    await system.apply(mpi_v1alpha1("first", duration=None))
+    await system.wait_phase("first-mpi-qu", c.Phase.RUNNING)
+    # Created as v1alpha1, sent to our webhook as v1 (matchPolicy Equivalent), read by its shape.
+    await system.apply(mpi_v1alpha1("second", duration=1))
+    await system.wait_phase("second-mpi-qu", c.Phase.ENQUEUED)
+    second = await system.get_json("mpijobs.v1alpha1.kubeflow.org", "second")
+    assert second["apiVersion"] == c.MPI_V1ALPHA1_API_VERSION
+    assert second["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+    assert not await live_pods(system, f"{c.LABEL_MPI_JOB_NAME_V1ALPHA1}=second")
+    unit = await system.unit("first-mpi-qu")
+    assert unit["spec"]["consumerRef"]["kind"] == c.MPI_JOB_KIND
+    assert unit["spec"]["resource"] == {"cpu": "4", "memory": "8Gi", c.GPU: "2"}
+
+    async def running() -> bool:
+        job = await system.get_json("mpijobs.v1alpha1.kubeflow.org", "first")
+        pods = await live_pods(system, f"{c.LABEL_MPI_JOB_NAME_V1ALPHA1}=first")
+        return (job.get("status") or {}).get("launcherStatus") == "Active" and \
+            sorted(p["metadata"]["name"] for p in pods) == ["first-launcher", "first-worker-0", "first-worker-1"]
+
+    await system.wait_for(running, what="the launcher and 2 workers running")
+    launcher = (await system.get_json("pod", "first-launcher"))["spec"]["containers"][0]["resources"]
+    assert c.GPU not in launcher["limits"]  # the launcher asks for no GPU
+    await system.akubectl("delete", "mpijobs.v1alpha1.kubeflow.org", "first")
+    await system.wait_phase("second-mpi-qu", c.Phase.SUCCEED, timeout=30)
+    done = await system.get_json("mpijobs.v1alpha1.kubeflow.org", "second")
+    assert done["status"]["launcherStatus"] == "Succeeded"

@@ -107,16 +107,23 @@ def test_priorities() -> None:
      {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
     (RAY_CLUSTER, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"suspend": True}},
      {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
-    (MPI_V1ALPHA1, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}},  # no runPolicy in v1alpha1
-     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}}),
+    # v1alpha1 has no runPolicy: the annotation holds it (runPolicy.suspend, written too, is not read).
+    (MPI_V1ALPHA1, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"runPolicy": {"suspend": True}}},
+     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"runPolicy": {"suspend": False}}}),
 ])
 def test_suspend_and_resume_patches(job: dict[str, Any], suspend: dict[str, Any], resume: dict[str, Any]) -> None:
     a = adapter(job)
-    assert a.suspend_patch(job) == suspend
-    assert a.resume_patch(job) == resume
+    assert a.suspend_patch(job) == a.suspend_patch({}) == suspend  # the controller's patches are made of no job
+    assert a.resume_patch(job) == a.resume_patch({}) == resume
     held = merge_patch(job, suspend)
     assert a.is_suspended(held)
     assert not a.is_suspended(merge_patch(held, resume))
+
+
+def test_only_the_annotation_holds_an_mpijob_in_the_v1alpha1_form() -> None:
+    a = adapter(MPI_V1ALPHA1)
+    assert not a.is_suspended(merge_patch(MPI_V1ALPHA1, {"spec": {"runPolicy": {"suspend": True}}}))
+    assert a.is_suspended(merge_patch(MPI_V1ALPHA1, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}}))
 
 
 def test_an_mpijob_in_the_v1_form_keeps_runpolicy() -> None:

@@ -5,7 +5,7 @@ the mpi-operator's older form (kubeflow.org/v1alpha1: ``spec.replicas`` pods of
 One kind, two versions of one CRD (mpijobs.kubeflow.org): the API server stores both and
 serves either as either (no conversion), so a job is read by its shape, not its apiVersion.
 In the v1alpha1 form the demand is ``replicas`` times the template (the launcher is not
-counted, as in Koord-Queue), and only the annotation suspends it (it has no runPolicy).
+counted, as in Koord-Queue), and only the annotation holds it (it has no runPolicy).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from koordqueue.api.constants import (
-    ANNOTATION_SUSPEND,
     LABEL_MPI_JOB_NAME_V1ALPHA1,
     MPI_JOB_KIND,
     MPI_JOB_PLURAL,
@@ -22,7 +21,6 @@ from koordqueue.api.constants import (
     MPI_LAUNCHER_FAILED,
     MPI_LAUNCHER_SUCCEEDED,
     MPI_V1ALPHA1_API_VERSION,
-    TRUE,
     UNIT_SUFFIX_MPI,
 )
 from koordqueue.api.meta import section
@@ -65,17 +63,10 @@ class MPIJobAdapter(KubeflowAdapter):
         return {"spec": spec}
 
     def native_suspended(self, job: Job) -> bool:
+        """The v1alpha1 form has no runPolicy: the annotation alone holds it, as in Koord-Queue
+        (the suspend patch, which cannot depend on the job, writes runPolicy.suspend too:
+        nothing reads it there)."""
         return False if v1alpha1_form(job) else super().native_suspended(job)
-
-    def suspend_patch(self, job: Job) -> dict[str, Any]:
-        if v1alpha1_form(job):  # no runPolicy: the annotation alone, as Koord-Queue suspends it
-            return {"metadata": {"annotations": {ANNOTATION_SUSPEND: TRUE}}}
-        return super().suspend_patch(job)
-
-    def resume_patch(self, job: Job) -> dict[str, Any]:
-        if v1alpha1_form(job):
-            return {"metadata": {"annotations": {ANNOTATION_SUSPEND: None}}}
-        return super().resume_patch(job)
 
     def status(self, job: Job) -> JobState:
         if not v1alpha1_form(job):
@@ -94,11 +85,19 @@ ADAPTER = MPIJobAdapter()
 
 
 def mpi_job_crd() -> Manifest:
-    """The MPIJob CRD serving v1 (stored) and the mpi-operator's v1alpha1 (schema left open)."""
+    """The MPIJob CRD serving v1 (stored) and the mpi-operator's v1alpha1 (schema left open).
+    Both versions are one stored object (no conversion), so v1's spec keeps the fields of the
+    v1alpha1 form (replicas, template; status.launcherStatus) and does not require
+    mpiReplicaSpecs: a write through v1 (our patches, the operator's status) would otherwise
+    prune or refuse a v1alpha1 job."""
     from koordqueue.api.crds import OPERATOR_SCHEMA  # pydantic: only when CRDs are wanted
 
     manifest = kubeflow_crd(ADAPTER, MPI_JOB_PLURAL)()
     stored = manifest["spec"]["versions"][0]
+    v1_spec = stored["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    v1_spec.pop("required", None)
+    for part in ("spec", "status"):  # status: launcherStatus, written through v1 too
+        stored["schema"]["openAPIV3Schema"]["properties"][part]["x-kubernetes-preserve-unknown-fields"] = True
     version = MPI_V1ALPHA1_API_VERSION.rpartition("/")[2]
     schema = {**stored["schema"]["openAPIV3Schema"], "properties": {
         **{k: v for k, v in stored["schema"]["openAPIV3Schema"]["properties"].items() if k != "spec"},

@@ -30,7 +30,10 @@ workflow; `<cluster>-head-…` and `<cluster>-<group>-worker-…` with ray.io/cl
 simulation annotations go to the leader (the driver, the workflow's pod): the application
 ends when it ends, the other pods deleted. A RayCluster's pods get none: it serves until
 deleted. Status as each writes it: applicationState.state SUBMITTED, RUNNING, COMPLETED,
-FAILED; phase Running, Succeeded, Failed; state ready (suspended while suspended).
+FAILED; phase Running, Succeeded, Failed; state ready (suspended while suspended). An MPIJob
+in the mpi-operator's v1alpha1 form (spec.replicas + spec.template) runs there too:
+`<job>-worker-<i>` and a `<job>-launcher` without GPUs (labels mpi_job_name, mpi_role_type),
+status.launcherStatus Active, Succeeded or Failed as the launcher runs and ends.
 Pods are owned by their job (controller reference, so the garbage collector removes them
 with it) and carry the job's simulation annotations (`koord-queue.sim/duration`,
 `koord-queue.sim/fail`). A training job's and a RayJob's pods also get Koordinator's gang
@@ -56,6 +59,7 @@ from koordqueue.jobs import KINDS
 from koordqueue.jobs.argo import WorkflowAdapter
 from koordqueue.jobs.base import JobAdapter, JobState, Role
 from koordqueue.jobs.kubeflow import KubeflowAdapter
+from koordqueue.jobs.mpijob import MPIJobAdapter, v1alpha1_form
 from koordqueue.jobs.raycluster import RayClusterAdapter
 from koordqueue.jobs.rayjob import RayJobAdapter
 from koordqueue.jobs.spark import SparkApplicationAdapter
@@ -329,12 +333,12 @@ class SimOperator:
         uid = job["metadata"].get("uid")
         pods = [pod for pod_key in sorted(self._pods_of.get(item, ()))
                 if (pod := self.pods.get(pod_key)) is not None and (controller_of(pod) or {}).get("uid") == uid]
-        if kind.kubeflow:
+        if kind.app or isinstance(kind.adapter, MPIJobAdapter) and v1alpha1_form(job):
+            await self._sync_app(item, kind, job, pods)
+        elif kind.kubeflow:
             await self._sync_kubeflow(item, kind, job, pods)
         elif kind.ray:
             await self._sync_ray(item, kind, job, pods)
-        elif kind.app:
-            await self._sync_app(item, kind, job, pods)
         else:
             await self._sync_batch(item, kind, job, pods)
 
@@ -670,7 +674,7 @@ class SimOperator:
         old_status = copy.deepcopy(status)
         active = [p for p in pods if not is_deleting(p)]
         try:
-            roles = kind.adapter.roles(job)
+            roles = _app_roles(kind, job)
             suspended = kind.adapter.is_suspended(job)
             state = kind.adapter.status(job)
         except InvalidObject as e:  # the operator's own validation would refuse it
@@ -937,6 +941,20 @@ def event_source(kind: SimKind) -> str:
 
 _ENDED = (c.POD_SUCCEEDED, c.POD_FAILED)
 _SUSPENDED = "suspended"
+MPI_LAUNCHER = "Launcher"
+
+
+def _app_roles(kind: SimKind, job: Object) -> list[Role]:
+    """The roles the operator makes pods of: the adapter's, and a v1alpha1 MPIJob's launcher,
+    made from its template without the GPUs (the mpi-operator gives the launcher none)."""
+    roles = kind.adapter.roles(job)
+    if not isinstance(kind.adapter, MPIJobAdapter):
+        return roles
+    launcher = copy.deepcopy(dict(roles[0].template))
+    for container in (launcher.get("spec") or {}).get("containers") or ():
+        for part in ((container.get("resources") or {}).get(key) or {} for key in ("requests", "limits")):
+            part.pop(c.GPU, None)
+    return [Role(MPI_LAUNCHER, 1, launcher), *roles]
 
 
 def _role_of(kind: SimKind, pod: Mapping[str, Any]) -> str:
@@ -947,6 +965,9 @@ def _role_of(kind: SimKind, pod: Mapping[str, Any]) -> str:
     if isinstance(kind.adapter, RayClusterAdapter):
         group = str(labels.get(c.LABEL_RAY_GROUP, ""))
         return "head" if group == c.RAY_HEAD_GROUP else group
+    if isinstance(kind.adapter, MPIJobAdapter):
+        role = str(labels.get(c.LABEL_MPI_ROLE_V1ALPHA1, ""))
+        return MPI_LAUNCHER if role == "launcher" else role
     return "default"  # a Workflow's one pod
 
 
@@ -962,6 +983,10 @@ def _app_pod(kind: SimKind, name: str, role: str, index: int) -> tuple[dict[str,
                   c.LABEL_RAY_GROUP: group, c.LABEL_RAY_IS_RAY_NODE: "yes", c.LABEL_CREATED_BY: c.RAY_OPERATOR,
                   c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: name, c.LABEL_RAY_ORIGINATED_FROM_CRD: kind.kind}
         return labels, f"{name}-head-" if head else f"{name}-{group}-worker-"
+    if isinstance(kind.adapter, MPIJobAdapter):
+        rtype = "launcher" if role == MPI_LAUNCHER else role
+        labels = {c.LABEL_MPI_JOB_NAME_V1ALPHA1: name, c.LABEL_MPI_ROLE_V1ALPHA1: rtype}
+        return labels, f"{name}-launcher" if rtype == "launcher" else f"{name}-{rtype}-{index}"
     return {c.LABEL_ARGO_WORKFLOW: name}, f"{name}-"
 
 
@@ -987,6 +1012,15 @@ def _app_status(kind: SimKind, job: Object, status: Object, state: JobState | st
         status.setdefault("startedAt", now)
         if state in (JobState.SUCCEEDED, JobState.FAILED):
             status["finishedAt"] = now
+    elif isinstance(kind.adapter, MPIJobAdapter):  # the v1alpha1 form
+        launcher: dict[str, str] = {JobState.RUNNING: c.MPI_LAUNCHER_ACTIVE, JobState.SUCCEEDED: c.MPI_LAUNCHER_SUCCEEDED,
+                                    JobState.FAILED: c.MPI_LAUNCHER_FAILED}
+        if state in launcher:
+            status["launcherStatus"] = launcher[state]
+        else:
+            status.pop("launcherStatus", None)
+        if state in (JobState.SUCCEEDED, JobState.FAILED):
+            status["completionTime"] = now
     else:  # RayCluster
         workers = [p for p in pods if (p["metadata"].get("labels") or {}).get(c.LABEL_RAY_NODE_TYPE) == "worker"]
         ready = sum(1 for p in workers if pod_phase(p) == c.POD_RUNNING)

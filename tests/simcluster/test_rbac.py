@@ -17,6 +17,7 @@ from koordqueue.kube.config import load_config
 from koordqueue.localcluster.controls import Access
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from tests.controller.test_app_kinds import ray_cluster, spark_app, workflow
 from tests.simcluster.conftest import (
     FAST_RETRY,
     JOBS,
@@ -27,7 +28,6 @@ from tests.simcluster.conftest import (
     seed_job,
     wait_for,
 )
-from tests.controller.test_app_kinds import ray_cluster, spark_app, workflow
 from tests.simcluster.test_rayjob import rayjob
 
 pytestmark = pytest.mark.timeout(40)

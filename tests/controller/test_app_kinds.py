@@ -72,7 +72,13 @@ async def test_spark_applications_queue_run_and_release_their_quota(system: Syst
     await system.apply(spark_app("second", duration=1))
     await system.wait_phase("second-spark-qu", c.Phase.ENQUEUED)
     second = await system.get_json("sparkapplication", "second")
-    assert second["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE  # held: no field of its own
+    assert second["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE and second["spec"]["suspend"] is True
+
+    async def held() -> bool:  # as the Spark operator shows a suspended application
+        app = await system.get_json("sparkapplication", "second")
+        return (app.get("status") or {}).get("applicationState", {}).get("state") == "SUSPENDED"
+
+    await system.wait_for(held, what="the second application SUSPENDED")
     assert not await live_pods(system, f"{c.LABEL_SPARK_APP_NAME}=second")
     unit = await system.unit("first-spark-qu")
     assert unit["spec"]["consumerRef"]["kind"] == c.SPARK_APPLICATION_KIND

@@ -101,8 +101,8 @@ def test_priorities() -> None:
 
 
 @pytest.mark.parametrize(("job", "suspend", "resume"), [
-    (SPARK, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}},  # no field of its own
-     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}}),
+    (SPARK, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"suspend": True}},
+     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
     (WORKFLOW, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"suspend": True}},
      {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
     (RAY_CLUSTER, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"suspend": True}},
@@ -142,6 +142,7 @@ def test_an_mpijob_in_the_v1_form_keeps_runpolicy() -> None:
 @pytest.mark.parametrize(("job", "status", "state"), [
     (SPARK, None, JobState.PENDING),
     (SPARK, {"applicationState": {"state": "SUBMITTED"}}, JobState.PENDING),
+    (SPARK, {"applicationState": {"state": "SUSPENDED"}}, JobState.PENDING),
     (SPARK, {"applicationState": {"state": "RUNNING"}}, JobState.RUNNING),
     (SPARK, {"applicationState": {"state": "SUCCEEDING"}}, JobState.RUNNING),
     (SPARK, {"applicationState": {"state": "COMPLETED"}}, JobState.SUCCEEDED),

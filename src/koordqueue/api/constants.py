@@ -393,6 +393,7 @@ SPARK_STATE_FAILING = "FAILING"
 SPARK_STATE_COMPLETED = "COMPLETED"
 SPARK_STATE_FAILED = "FAILED"
 SPARK_STATE_SUBMISSION_FAILED = "SUBMISSION_FAILED"
+SPARK_STATE_SUSPENDED = "SUSPENDED"  # spec.suspend (the Spark operator's since kubeflow/spark-operator#2387)
 # Argo's Workflow: its demand is the annotation (a JSON or YAML ResourceList, as Koord-Queue reads it).
 ARGO_PLURAL = "workflows"
 ARGO_CONTROLLER = "workflow-controller"  # the source of Workflow events

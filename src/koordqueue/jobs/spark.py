@@ -2,8 +2,10 @@
 executors, described by cores and JVM memory rather than pod templates; queued as
 ``<name>-spark-qu``, as Koord-Queue's sparkapp extension names its units.
 
-The Spark operator has no suspend field of its own (v1beta2): the annotation
-``scheduling.x-k8s.io/suspend`` alone holds it back, as in Koord-Queue. Each role's pod is
+Suspended by the annotation ``scheduling.x-k8s.io/suspend`` (Koord-Queue's only hold, which
+the Spark operator does not read) and ``spec.suspend``, which the Spark operator honours since
+kubeflow/spark-operator#2387 (an older one prunes it: then nothing holds the application back
+on a real cluster, as with Koord-Queue's annotation). Each role's pod is
 made here from its fields as the operator makes it: cpu from ``coreRequest``, else
 ``cores``, else ``coreLimit``; memory ``memory`` plus ``memoryOverhead`` (JVM sizes: ``512m``
 is 512Mi, a bare number MiB); ``gpu`` {name, quantity}. In ``client`` mode the driver runs
@@ -36,7 +38,7 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import InvalidObject, section
 from koordqueue.api.quantity import QuantityError, parse_quantity
-from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, replicas
+from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, replicas, suspend_flag
 from koordqueue.jobs.kind import JobKind, Manifest
 
 _JVM_SIZE = re.compile(r"^\s*(\d+)\s*([kmgtp]?)b?\s*$", re.IGNORECASE)
@@ -78,10 +80,11 @@ class SparkApplicationAdapter(JobAdapter):
         return roles
 
     def native_suspended(self, job: Job) -> bool:
-        return False  # no field of its own: the annotation holds it
+        where = self.meta(job).describe()
+        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
 
     def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {}
+        return {"spec": {"suspend": suspend}}
 
     def status(self, job: Job) -> JobState:
         status = section(job, "status", self.meta(job).describe())
@@ -92,7 +95,7 @@ class SparkApplicationAdapter(JobAdapter):
             return JobState.FAILED
         if state in (SPARK_STATE_RUNNING, SPARK_STATE_SUCCEEDING, SPARK_STATE_FAILING):
             return JobState.RUNNING
-        return JobState.PENDING  # new, SUBMITTED, PENDING_RERUN, INVALIDATING, UNKNOWN
+        return JobState.PENDING  # new, SUBMITTED, SUSPENDING, SUSPENDED, RESUMING, PENDING_RERUN, ...
 
     def pod_selector(self, job: Job) -> dict[str, str]:
         return {LABEL_SPARK_APP_NAME: self.meta(job).name}

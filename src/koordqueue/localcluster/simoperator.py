@@ -30,7 +30,7 @@ workflow; `<cluster>-head-…` and `<cluster>-<group>-worker-…` with ray.io/cl
 simulation annotations go to the leader (the driver, the workflow's pod): the application
 ends when it ends, the other pods deleted. A RayCluster's pods get none: it serves until
 deleted. Status as each writes it: applicationState.state SUBMITTED, RUNNING, COMPLETED,
-FAILED; phase Running, Succeeded, Failed; state ready (suspended while suspended). An MPIJob
+FAILED (SUSPENDED while suspended); phase Running, Succeeded, Failed; state ready (suspended while suspended). An MPIJob
 in the mpi-operator's v1alpha1 form (spec.replicas + spec.template) runs there too:
 `<job>-worker-<i>` and a `<job>-launcher` without GPUs (labels mpi_job_name, mpi_role_type),
 status.launcherStatus Active, Succeeded or Failed as the launcher runs and ends.
@@ -994,9 +994,10 @@ def _app_status(kind: SimKind, job: Object, status: Object, state: JobState | st
     """Write, in `status`, where the application is, as its operator words it."""
     now = now_rfc3339()
     if isinstance(kind.adapter, SparkApplicationAdapter):
-        if state == _SUSPENDED:
-            for key in ("applicationState", "driverInfo", "executorState", "lastSubmissionAttemptTime"):
+        if state == _SUSPENDED:  # as the operator suspends it: its pods gone, SUSPENDED
+            for key in ("driverInfo", "executorState", "lastSubmissionAttemptTime"):
                 status.pop(key, None)
+            status["applicationState"] = {"state": c.SPARK_STATE_SUSPENDED}
             return
         words = {JobState.PENDING: c.SPARK_STATE_SUBMITTED, JobState.RUNNING: c.SPARK_STATE_RUNNING,
                  JobState.SUCCEEDED: c.SPARK_STATE_COMPLETED, JobState.FAILED: c.SPARK_STATE_FAILED}

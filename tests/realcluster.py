@@ -19,13 +19,16 @@ from pathlib import Path
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.realcluster.cluster import RealCluster, install_crds
+from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster, install_crds
 
 # Objects a test may leave behind, deleted between tests (namespaced; every namespace).
 LEFTOVERS = ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org", "mpijobs.kubeflow.org", "jobs.batch",
              "queueunits.scheduling.x-k8s.io", "queues.scheduling.x-k8s.io",
-             "elasticquotas.scheduling.sigs.k8s.io", "leases.coordination.k8s.io", "events", "deployments.apps")
-KEEP_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kubeflow"}
+             "elasticquotas.scheduling.sigs.k8s.io", "elasticquotatrees.scheduling.sigs.k8s.io",
+             "leases.coordination.k8s.io", "events", "deployments.apps")
+# Koordinator's namespace (its variant, tests/kubecluster/test_koordinator.py) keeps its own
+# quotas, which koord-scheduler makes only when it starts.
+KEEP_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kubeflow", KOORDINATOR_NAMESPACE}
 
 
 def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
@@ -47,6 +50,8 @@ def reset(cluster: RealCluster) -> None:
         namespaces = ["--all-namespaces"]
         if kind.startswith("leases"):
             namespaces = ["-n", "koord-queue"]
+        elif kind.startswith("elasticquotas"):
+            namespaces += ["--field-selector", f"metadata.namespace!={KOORDINATOR_NAMESPACE}"]
         kubectl(config, "delete", kind, "--all", *namespaces, "--ignore-not-found", "--wait=false", check=False)
     # The settings a controller published: a chart installed afresh finds none (its grant to create it is used).
     kubectl(config, "delete", "configmap", c.SETTINGS_CONFIG_MAP, "-n", c.SYSTEM_NAMESPACE, "--ignore-not-found",

@@ -56,9 +56,14 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--wait-for-pods-running-timeout", type=float, default=300.0, show_default=True,
               help="Seconds an admitted job's pods have to run, on Queues with wait-for-pods-running.")
 @click.option("--oversell-rate", type=float, default=1.0, show_default=True,
-              help="The cluster total the quotas may share is the nodes' allocatable times this.")
+              help="Koord-Queue's oversellrate: a job fits while its quota's (and each ancestor's) "
+                   "used + request <= max times this; the nodes' allocatable is oversold alike.")
 @click.option("--qps", type=float, default=200.0, show_default=True)
 @click.option("--burst", type=int, default=400, show_default=True)
+@click.option("--koordinator", type=click.Choice([m.value for m in c.KoordinatorMode]),
+              default=c.KoordinatorMode.AUTO.value, show_default=True,
+              help="Mark admitted jobs' pods for koord-scheduler (the quota label and a gang); "
+                   "auto: once Koordinator's own quotas are seen.")
 @click.option("--leader-elect/--no-leader-elect", default=True, show_default=True)
 @click.option("--lease-name", default="koord-queue-controller", show_default=True)
 @click.option("--lease-duration", type=float, default=10.0, show_default=True,
@@ -66,6 +71,10 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--renew-deadline", type=float, default=7.0, show_default=True,
               help="The leader steps down when it could not renew for this long.")
 @click.option("--retry-period", type=float, default=2.0, show_default=True)
+@click.option("--pod-name", envvar="POD_NAME", default="",
+              help="This replica's pod (default: $POD_NAME): labelled koord-queue-leader=true while it leads, "
+                   "for the visibility API's Service.")
+@click.option("--pod-namespace", envvar="POD_NAMESPACE", default="", help="Its namespace (default: $POD_NAMESPACE).")
 @click.option("--identity", default="", help="This replica's name in the Lease (default: host, pid, random).")
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
 @click.option("--dashboard/--no-dashboard", default=False, show_default=True, help="Serve the web dashboard.")
@@ -73,6 +82,9 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--webhook/--no-webhook", default=False, show_default=True,
               help="Serve the mutating admission webhook that suspends new jobs before their pods exist.")
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
+@click.option("--visibility/--no-visibility", default=False, show_default=True,
+              help="Serve the visibility API (visibility.koord-queue.x-k8s.io, pending units and their positions) "
+                   "on the webhook's port, for kube-apiserver's aggregation layer.")
 @click.option("--webhook-cert-dir", default="", help="tls.crt and tls.key to serve with (empty: make our own).")
 @click.option("--webhook-config-name", default="koord-queue", show_default=True,
               help="MutatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
@@ -101,6 +113,7 @@ def controller(**opts: Any) -> None:
         oversell_rate=opts["oversell_rate"],
         qps=opts["qps"],
         burst=opts["burst"],
+        koordinator=c.KoordinatorMode(opts["koordinator"]),
         leader_election=opts["leader_elect"],
         lease_name=opts["lease_name"],
         lease_duration=opts["lease_duration"],
@@ -115,6 +128,9 @@ def controller(**opts: Any) -> None:
         webhook_cert_dir=opts["webhook_cert_dir"],
         webhook_config_name=opts["webhook_config_name"],
         webhook_hosts=tuple(opts["webhook_hosts"]) or ("127.0.0.1",),
+        visibility=opts["visibility"],
+        pod_name=opts["pod_name"],
+        pod_namespace=opts["pod_namespace"],
     )
     run(opts["kubeconfig"], config, opts["log_format"], opts["log_level"])
 

@@ -3,9 +3,10 @@
 The controller, `koord-queue status` and `explain` (from a snapshot of the objects, in
 controller/loading.py), the dashboard (the controller's own engine) and the simulator
 load the engine through ``Settings``, so that they cannot disagree on what the objects
-mean: the queue policy of a quota that names none, the cluster total the quotas share
-(the nodes' allocatable times the oversell rate), who may be preempted when, the
-back-off, which job kinds are queued. The running controller publishes its settings
+mean: the queue policy of a quota that names none, the oversell rate (Koord-Queue's
+oversellrate: each quota's max, and the cluster total the quotas share, the nodes'
+allocatable, times it), who may be preempted when, the back-off, which job kinds are
+queued. The running controller publishes its settings
 in a ConfigMap (``to_data``) that `status` and `explain` read back (``from_data``).
 """
 
@@ -36,7 +37,7 @@ class Settings:
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(protect_seconds=self.protect_seconds, backoff_base=self.backoff_base,
-                            backoff_cap=self.backoff_cap)
+                            backoff_cap=self.backoff_cap, oversell_rate=self.oversell_rate)
 
     def quota(self, obj: object) -> ParsedQuota:
         """An ElasticQuota as the engine takes it: one without a policy label has the default policy."""
@@ -48,7 +49,9 @@ class Settings:
 
     def capacity(self, allocatables: Iterable[ResourceList]) -> ResourceList | None:
         """The cluster total the quotas share: the nodes' allocatable times the oversell
-        rate; None (unbounded) when no node is known."""
+        rate, as each quota's max is in the engine (else a rate above 1 could never let in
+        more than the nodes hold, which is what it is for); None (unbounded) when no node
+        is known."""
         total: ResourceList = {}
         for allocatable in allocatables:
             for name, amount in allocatable.items():

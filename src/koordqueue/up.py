@@ -33,6 +33,7 @@ from koordqueue.controller.logs import TEXT_FORMAT
 from koordqueue.controller.manager import Manager
 from koordqueue.controller.overview import overview
 from koordqueue.controller.resources import UNITS
+from koordqueue.controller.visibility import api_resource_list
 from koordqueue.controller.webhook import MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
 from koordqueue.jobs import PLURALS
 from koordqueue.kube.client import KubeClient, Resource
@@ -96,6 +97,32 @@ async def register_webhook(client: KubeClient, port: int, ca_pem: bytes, job_kin
         return
     body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
     await client.replace(MUTATING_WEBHOOKS, body)
+
+
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False)
+CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False)
+
+
+async def serve_visibility(server: APIServer, client: KubeClient, manager: Manager) -> None:
+    """The visibility API on the embedded API server, served directly from the controller in this
+    process (the server has no aggregation layer to proxy an APIService), and readable by every
+    authenticated user as the chart's default readers (each sees only its namespaces' units)."""
+    if manager.visibility is None:
+        return
+    server.aggregate(c.VISIBILITY_GROUP, c.VISIBILITY_VERSION, api_resource_list()["resources"],
+                     manager.visibility.answer_for)
+    name = "koord-queue-visibility-reader"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+            "rules": [{"apiGroups": [c.VISIBILITY_GROUP], "verbs": ["get"],
+                       "resources": [f"{p}{s}" for p in ("queues", "elasticquotas")
+                                     for s in ("", f"/{c.VISIBILITY_SUBRESOURCE}")]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                             "name": "system:authenticated"}]}
+    for resource, body in ((CLUSTER_ROLES, role), (CLUSTER_ROLE_BINDINGS, binding)):
+        with contextlib.suppress(AlreadyExists):
+            await client.create(resource, body)
 
 
 async def _wait_for_phase(client: KubeClient, key: str, phases: set[str], seconds: float) -> str:
@@ -197,6 +224,8 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
     """Register the webhook, apply the example, and tell the user where everything is."""
     assert manager.webhook is not None
     await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
+    if isinstance(server, APIServer):
+        await serve_visibility(server, client, manager)
     await show_controller(client, config)
     kind = "kube-apiserver" if isinstance(server, RealCluster) else "API server"
     print(f"koord-queue is up: {kind} {server.url}, {nodes} simulated nodes with "
@@ -239,7 +268,7 @@ def controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfi
     """The controller of `up`: loopback only, no leader election, webhook and dashboard on."""
     return ControllerConfig(
         leader_election=False, metrics_host="127.0.0.1", metrics_port=metrics_port,
-        webhook=True, webhook_host="127.0.0.1", webhook_port=0,
+        webhook=True, webhook_host="127.0.0.1", webhook_port=0, visibility=True,
         dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
         quota_status_refresh_seconds=1.0, queue_status_refresh_seconds=5.0,
     )

@@ -93,6 +93,7 @@ def test_groups_versions_names() -> None:
         (m["spec"]["group"], m["spec"]["versions"][0]["name"], m["spec"]["names"]["kind"]) for m in all_crds()
     ] == [
         ("scheduling.sigs.k8s.io", "v1alpha1", "ElasticQuota"),
+        ("scheduling.sigs.k8s.io", "v1beta1", "ElasticQuotaTree"),
         ("scheduling.x-k8s.io", "v1alpha1", "Queue"),
         ("scheduling.x-k8s.io", "v1alpha1", "QueueUnit"),
         ("kubeflow.org", "v1", "PyTorchJob"),
@@ -106,8 +107,10 @@ def test_groups_versions_names() -> None:
     # MPIJob's CRD serves the mpi-operator's v1alpha1 too (stored as v1, as one CRD must).
     assert [(v["name"], v["storage"]) for v in by_kind("MPIJob")["spec"]["versions"]] == [
         ("v1", True), ("v1alpha1", False)]
-    assert [m["spec"]["names"]["kind"] for m in our_crds()] == ["ElasticQuota", "Queue", "QueueUnit"]
+    assert [m["spec"]["names"]["kind"] for m in our_crds()] == ["ElasticQuota", "ElasticQuotaTree", "Queue",
+                                                                 "QueueUnit"]
     assert by_kind("ElasticQuota")["spec"]["names"]["shortNames"] == ["eq"]
+    assert by_kind("ElasticQuotaTree")["spec"]["names"]["shortNames"] == ["eqtree"]  # Koord-Queue's
     assert by_kind("QueueUnit")["spec"]["names"]["shortNames"] == ["qu"]
 
 

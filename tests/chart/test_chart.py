@@ -109,7 +109,7 @@ def test_every_object_is_valid_kubernetes_1_32(name: str) -> None:
         except kubernetes_validate.ValidationError as e:
             raise AssertionError(f"{obj['kind']} {obj['metadata']['name']}: {e.message}") from e
         checked.append(obj["kind"])
-    assert checked.count("CustomResourceDefinition") == 3
+    assert checked.count("CustomResourceDefinition") == 4
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service"} <= set(checked)
 
 
@@ -159,7 +159,7 @@ def test_chart_crds_are_config_crds_byte_for_byte() -> None:
 
 def test_chart_installs_only_our_crds() -> None:
     crds = [o for o in render({}, include_crds=True) if o["kind"] == "CustomResourceDefinition"]
-    assert sorted(c["spec"]["names"]["kind"] for c in crds) == ["ElasticQuota", "Queue", "QueueUnit"]
+    assert sorted(c["spec"]["names"]["kind"] for c in crds) == ["ElasticQuota", "ElasticQuotaTree", "Queue", "QueueUnit"]
     assert [o for o in render({}) if o["kind"] == "CustomResourceDefinition"] == []  # only from crds/
 
 
@@ -187,8 +187,8 @@ def expand(group: str, resources: list[str], verbs: str, name: str = "") -> set[
 
 
 BASE = (
-    expand("scheduling.sigs.k8s.io", ["elasticquotas"], "list watch")
-    | expand("scheduling.sigs.k8s.io", ["elasticquotas/status"], "patch")
+    expand("scheduling.sigs.k8s.io", ["elasticquotas", "elasticquotatrees"], "list watch")
+    | expand("scheduling.sigs.k8s.io", ["elasticquotas/status", "elasticquotatrees/status"], "patch")
     | expand("scheduling.x-k8s.io", ["queues"], "list watch create patch delete")
     | expand("scheduling.x-k8s.io", ["queueunits"], "list watch create patch")
     | expand("scheduling.x-k8s.io", ["queues/status", "queueunits/status"], "patch")

@@ -58,7 +58,7 @@ def test_kubectl_applies_the_rendered_crds_service_account_and_rbac(bare_cluster
     objects = [o for o in render(include_crds=True)
                if o["kind"] in {"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                                 "Role", "RoleBinding"}]
-    assert len(objects) == 3 + 5
+    assert len(objects) == 4 + 5
     bare_cluster.kubectl("create", "namespace", NAMESPACE, check=False)  # may exist already
     out = bare_cluster.kubectl("apply", "--validate=strict", "-f", "-", stdin=yaml.safe_dump_all(objects)).stdout
     for obj in objects:
@@ -98,7 +98,8 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
     budget = bare_cluster.get_json("poddisruptionbudget", "-n", NAMESPACE, "koord-queue-controllers")
     assert budget["spec"]["minAvailable"] == 1
     crds = bare_cluster.kubectl("get", "crd").stdout
-    assert {"elasticquotas.scheduling.sigs.k8s.io", "queues.scheduling.x-k8s.io",
+    assert {"elasticquotas.scheduling.sigs.k8s.io", "elasticquotatrees.scheduling.sigs.k8s.io",
+            "queues.scheduling.x-k8s.io",
             "queueunits.scheduling.x-k8s.io"} <= {line.split()[0] for line in crds.splitlines()[1:]}
     webhook = bare_cluster.get_json("mutatingwebhookconfiguration", "koord-queue")
     assert webhook["webhooks"][0]["rules"][0]["resources"] == ["pytorchjobs", "tfjobs"]
@@ -129,7 +130,7 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
         assert [n for n in left if "koord-queue" in n] == [], (kind, left)
     for kind in ("clusterrole", "clusterrolebinding", "mutatingwebhookconfiguration"):
         assert bare_cluster.kubectl("get", kind, "koord-queue", check=False).returncode == 1, kind
-    assert len(bare_cluster.get_json("crd")["items"]) == 3
+    assert len(bare_cluster.get_json("crd")["items"]) == 4
 
 
 # --- the controller under the chart's ServiceAccount --------------------------------
@@ -203,7 +204,7 @@ async def test_the_controller_runs_the_seed_flow_with_the_charts_rbac_and_uses_e
                       "webhook": {"port": webhook_port, "servicePort": webhook_port}}, include_crds=True)
     installed = [o for o in objects if o["kind"] in INSTALLED]
     assert sorted(o["kind"] for o in installed) == sorted(
-        ["CustomResourceDefinition"] * 3 + sorted(INSTALLED - {"CustomResourceDefinition"}))
+        ["CustomResourceDefinition"] * 4 + sorted(INSTALLED - {"CustomResourceDefinition"}))
     controller_args = args(objects)
     granted = granted_by(one(objects, "ClusterRole")["rules"]) | granted_by(one(objects, "Role")["rules"])
 
@@ -374,5 +375,18 @@ async def run_seed_flow(kubectl: Any, get_json: Any, metrics_port: int, first_se
         return [q["metadata"]["name"] for q in queues["items"]] == ["pytorch-training-queue"]
 
     await eventually(queue_gone, "the quota's Queue deleted")
+    # A quota tree, Koord-Queue's other form: read, and its status written back.
+    tree = {"apiVersion": c.QUOTA_TREE_API_VERSION, "kind": c.ELASTIC_QUOTA_TREE_KIND,
+            "metadata": {"name": "tree", "namespace": c.QUOTA_TREE_NAMESPACE},
+            "spec": {"root": {"name": "root", "max": {c.GPU: "8"}, "min": {c.GPU: "8"},
+                              "children": [{"name": "leaf", "namespaces": ["default"], "max": {c.GPU: "8"}}]}}}
+    await kubectl("create", "-f", "-", stdin=json.dumps(tree))
+
+    async def tree_status() -> bool:
+        status = (await get_json(c.ELASTIC_QUOTA_TREE_PLURAL, "tree", "-n", c.QUOTA_TREE_NAMESPACE)).get("status")
+        return bool(status) and status["root"]["children"][0]["used"] == {c.GPU: "0"}
+
+    await eventually(tree_status, "the tree's status written")
+    await kubectl("delete", c.ELASTIC_QUOTA_TREE_PLURAL, "tree", "-n", c.QUOTA_TREE_NAMESPACE)
     lease = await get_json("lease", "koord-queue-controller", "-n", NAMESPACE)
     assert lease["spec"]["holderIdentity"]

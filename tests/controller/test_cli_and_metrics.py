@@ -79,8 +79,9 @@ async def test_status_and_explain_answer_as_the_controller_with_its_settings(sta
     views say (they once took the cluster for half its size and the quota for Priority)."""
     config = quick_config(oversell_rate=2.0, default_queue_policy=c.QueuePolicy.BLOCK)
     async with start_system(config=config) as system:  # 4 nodes of 8 GPUs: 64 to share
-        # No policy label: the controller's default, Block. Oversold: it admits past the nodes (node fit off).
-        await system.apply(quota("wide", 0, 40, annotations={c.ANNOTATION_NODE_FIT: c.FALSE}))
+        # No policy label: the controller's default, Block. Oversold: it admits past the nodes (node fit off),
+        # and past its max: 20 x 2 = 40.
+        await system.apply(quota("wide", 0, 20, annotations={c.ANNOTATION_NODE_FIT: c.FALSE}))
         await system.apply(pytorch_job("a", gpus_per_pod=8, workers=3))  # 32 GPUs: every node full
         await system.wait_phase("a-py-qu", c.Phase.RUNNING)
         await system.apply(pytorch_job("b", gpus_per_pod=8, workers=0, quota_name="wide"))  # 40 of 64
@@ -106,7 +107,7 @@ async def test_status_and_explain_answer_as_the_controller_with_its_settings(sta
         status, explained = await system.wait_for(same, what="status and explain as the controller says")
         assert next(line.split() for line in status.splitlines() if line.startswith("wide"))[:3] == [
             "wide", "-", "Block"]
-        assert "  What would let it in:\n    16 nvidia.com/gpu freed in quota wide (used 40 + asks 16 > max 40)" \
+        assert "  What would let it in:\n    16 nvidia.com/gpu freed in quota wide (used 40 + asks 16 > max 20 x oversellrate = 40)" \
             in explained  # and nothing to free in the cluster: 40 + 16 of 64
 
 

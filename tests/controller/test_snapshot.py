@@ -13,7 +13,7 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.controller.loading import take_snapshot
-from koordqueue.controller.resources import QUOTAS, UNITS
+from koordqueue.controller.resources import QUOTA_TREES, QUOTAS, UNITS
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
@@ -60,3 +60,25 @@ async def test_a_units_asks_are_its_jobs_in_the_snapshot(client: KubeClient) -> 
     assert thief_info is not None
     assert thief_info.invalid == ("this QueueUnit stands for no job: the QueueUnit of PyTorchJob default/wide "
                                   "is wide-py-qu")
+
+
+async def test_the_snapshot_reads_the_quota_tree_as_the_controller_does(client: KubeClient) -> None:
+    """`koord-queue status` sees the tree's quotas (and its problems), not the ElasticQuotas set aside."""
+    await client.create(QUOTAS, quota("legacy", 0, 8), namespace="default")
+    tree = {"apiVersion": c.QUOTA_TREE_API_VERSION, "kind": c.ELASTIC_QUOTA_TREE_KIND,
+            "metadata": {"name": "tree", "namespace": c.QUOTA_TREE_NAMESPACE},
+            "spec": {"root": {"name": "root", "min": {c.GPU: "8"}, "max": {c.GPU: "8"}, "children": [
+                {"name": "leaf", "namespaces": ["default"], "min": {c.GPU: "2"}, "max": {c.GPU: "4"}},
+                {"name": "leaf", "max": {c.GPU: "1"}}]}}}
+    await client.create(QUOTA_TREES, tree, namespace=c.QUOTA_TREE_NAMESPACE)
+    elsewhere = copy.deepcopy(tree)
+    elsewhere["metadata"]["namespace"] = "default"
+    await client.create(QUOTA_TREES, elsewhere, namespace="default")
+    snap = await take_snapshot(client)
+    assert sorted(snap.quotas) == ["leaf", "root"]
+    assert snap.quotas["leaf"].parent == "root" and snap.quotas["leaf"].max == {c.GPU: 4000}
+    assert snap.problems == [
+        "ElasticQuotaTree default/tree: not used: an ElasticQuotaTree is read in namespace kube-system only",
+        "ElasticQuotaTree kube-system/tree: quota root/leaf: not used: the name leaf is taken by the quota before "
+        "it at root/leaf (quota names are unique)",
+    ]

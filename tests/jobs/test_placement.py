@@ -10,11 +10,16 @@ from typing import Any
 
 import pytest
 
-from koordqueue.api.constants import ANNOTATION_PLACED
+from koordqueue.api.constants import (
+    ANNOTATION_GANG_MIN_AVAILABLE,
+    ANNOTATION_GANG_NAME,
+    ANNOTATION_PLACED,
+    LABEL_QUOTA_NAME,
+)
 from koordqueue.api.meta import InvalidObject
 from koordqueue.engine.model import Placement, Requirement, Toleration, TopologyRequest
 from koordqueue.jobs import adapter_for
-from koordqueue.jobs.placement import admission_patch, originals
+from koordqueue.jobs.placement import Written, admission_patch, koordinator_marks, originals, written_role
 from koordqueue.jobs.unit import unit_info
 
 from .helpers import load, merge_patch
@@ -85,10 +90,9 @@ def test_both_topology_annotations_is_an_error() -> None:
         worker(manifest)
 
 
-def written(manifest: dict[str, Any]) -> list[tuple[str, int, tuple[tuple[str, str], ...]]]:
+def written(manifest: dict[str, Any]) -> list[Written]:
     adapter = adapter_for(manifest["apiVersion"], manifest["kind"])
-    return [(ps.role, ps.count, tuple(sorted((ps.template.get("spec") or {}).get("nodeSelector", {}).items())))
-            for ps in adapter.pod_sets(manifest)]
+    return [written_role(ps.role, ps.count, ps.template) for ps in adapter.pod_sets(manifest)]
 
 
 def test_an_admission_pins_and_scales_the_job_and_its_suspension_puts_it_back() -> None:
@@ -126,6 +130,39 @@ def test_an_admission_pins_and_scales_the_job_and_its_suspension_puts_it_back() 
     assert restore is not None
     assert merge_patch(moved, restore) == original
     assert admission_patch(adapter.role_patch, written(original), {}, None) is None
+
+
+def test_beside_koordinator_an_admission_marks_every_pod_with_its_quota_and_gang_and_a_suspension_unmarks() -> None:
+    manifest = job()
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 4
+    manifest["spec"]["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 4}
+    worker = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    # The user's own label of that name (another quota) is replaced while admitted, then put back.
+    worker.setdefault("metadata", {}).setdefault("labels", {})[LABEL_QUOTA_NAME] = "theirs"
+    worker["metadata"]["labels"]["team"] = "a"
+    original = copy.deepcopy(manifest)
+    adapter = adapter_for(manifest["apiVersion"], manifest["kind"])
+    before = unit_info(manifest, adapter, {}, 0.0)
+    placement = Placement(counts=(("worker", 3),))
+    marks = koordinator_marks("team-a", "trainer", written(manifest), placement)
+    assert dict(marks.annotations) == {ANNOTATION_GANG_NAME: "trainer", ANNOTATION_GANG_MIN_AVAILABLE: "4"}  # 1 + 3
+
+    patch = admission_patch(adapter.role_patch, written(manifest), originals(adapter.meta(manifest)), placement, marks)
+    assert patch is not None
+    placed = merge_patch(manifest, patch)
+    for role in ("Master", "Worker"):
+        meta = placed["spec"]["pytorchReplicaSpecs"][role]["template"]["metadata"]
+        assert meta["labels"][LABEL_QUOTA_NAME] == "team-a"
+        assert meta["annotations"] == {ANNOTATION_GANG_NAME: "trainer", ANNOTATION_GANG_MIN_AVAILABLE: "4"}
+    assert placed["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]["team"] == "a"
+    assert unit_info(placed, adapter, {}, 0.0) == before  # the unit is made from the job as written
+
+    restore = admission_patch(adapter.role_patch, written(placed), originals(adapter.meta(placed)), None)
+    assert restore is not None
+    unmarked = merge_patch(placed, restore)
+    master = unmarked["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    assert master.pop("metadata") == {}  # the user wrote no metadata there: what we wrote is gone
+    assert unmarked["spec"] == original["spec"]
 
 
 def test_a_placed_annotation_we_did_not_write_is_refused() -> None:

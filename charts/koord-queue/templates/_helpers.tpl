@@ -91,9 +91,21 @@ app.kubernetes.io/component: controller
 
 {{/* The names the API server dials the webhook Service by. */}}
 {{- define "koord-queue.webhookHosts" -}}
-{{- $svc := include "koord-queue.fullname" . -}}
 {{- $ns := .Release.Namespace -}}
-{{- toYaml (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) -}}
+{{- $hosts := list -}}
+{{- $services := list (include "koord-queue.fullname" .) -}}
+{{- if .Values.controller.enableVisibilityServer -}}
+{{- $services = append $services (include "koord-queue.visibilityService" .) -}}
+{{- end -}}
+{{- range $svc := $services -}}
+{{- $hosts = concat $hosts (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns)) -}}
+{{- end -}}
+{{- toYaml $hosts -}}
+{{- end -}}
+
+{{- /* Koord-Queue's name for the Service of the visibility API (the leader's pod). */ -}}
+{{- define "koord-queue.visibilityService" -}}
+{{- printf "%s-visibility-server" (include "koord-queue.fullname" .) -}}
 {{- end -}}
 
 {{- define "koord-queue.certSecretName" -}}

@@ -15,6 +15,20 @@ QUOTA_API_VERSION = f"{QUOTA_GROUP}/{QUOTA_VERSION}"
 ELASTIC_QUOTA_KIND = "ElasticQuota"
 ELASTIC_QUOTA_PLURAL = "elasticquotas"
 ELASTIC_QUOTA_SHORT_NAMES = ("eq",)
+# Koord-Queue's other way to write quotas: the whole tree in one object, read only in
+# kube-system (Koord-Queue's constant, not the chart's namespace). Its root is always
+# named "root", as Koord-Queue renames it.
+QUOTA_TREE_VERSION = "v1beta1"
+QUOTA_TREE_API_VERSION = f"{QUOTA_GROUP}/{QUOTA_TREE_VERSION}"
+ELASTIC_QUOTA_TREE_KIND = "ElasticQuotaTree"
+ELASTIC_QUOTA_TREE_PLURAL = "elasticquotatrees"
+ELASTIC_QUOTA_TREE_SHORT_NAMES = ("eqtree",)
+QUOTA_TREE_NAMESPACE = "kube-system"
+QUOTA_TREE_ROOT = "root"
+QUOTA_TREE_CONDITION_VALID = "Valid"
+# Node attributes Koord-Queue reads that we do not (said in a warning on the tree).
+TREE_ATTRIBUTE_PREEMPT_POLICY = "preempt-policy"
+TREE_ATTRIBUTE_LEND_LIMIT = "alibabacloud.com/lendlimit"
 
 QUEUE_GROUP = "scheduling.x-k8s.io"
 QUEUE_VERSION = "v1alpha1"
@@ -24,6 +38,21 @@ QUEUE_PLURAL = "queues"
 QUEUE_UNIT_KIND = "QueueUnit"
 QUEUE_UNIT_PLURAL = "queueunits"
 QUEUE_UNIT_SHORT_NAMES = ("qu",)
+
+# The visibility API the controller serves through the aggregation layer (as Koord-Queue's):
+# GET /apis/VISIBILITY_GROUP/VISIBILITY_VERSION/queues/NAME/queueunits (and elasticquotas/NAME/...).
+VISIBILITY_GROUP = "visibility.koord-queue.x-k8s.io"
+VISIBILITY_VERSION = "v1alpha1"
+VISIBILITY_API_VERSION = f"{VISIBILITY_GROUP}/{VISIBILITY_VERSION}"
+VISIBILITY_SUBRESOURCE = "queueunits"
+VISIBILITY_SUMMARY_KIND = "QueueUnitsSummary"
+VISIBILITY_APISERVICE = f"{VISIBILITY_VERSION}.{VISIBILITY_GROUP}"  # the APIService's name
+# Where kube-apiserver publishes who may call an aggregated API, and how it names the user.
+REQUESTHEADER_CONFIG_MAP = "extension-apiserver-authentication"
+REQUESTHEADER_NAMESPACE = "kube-system"
+# Koord-Queue's label on the leader's pod: its visibility Service selects it (only the leader
+# holds the queues' order).
+LABEL_LEADER = "koord-queue-leader"
 
 KUBEFLOW_GROUP = "kubeflow.org"
 KUBEFLOW_API_VERSION = "kubeflow.org/v1"
@@ -55,6 +84,23 @@ LABEL_QUEUE_POLICY = "koord-queue/queue-policy"
 LABEL_QUOTA_PARENT = "quota.scheduling.koordinator.sh/parent"
 LABEL_QUOTA_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
 LABEL_ALLOW_LENT_RESOURCE = "quota.scheduling.koordinator.sh/allow-lent-resource"
+# The quotas Koordinator makes for itself (koord-scheduler creates them at start). Its root
+# is the tree's root: a quota whose parent label names it is a child of the root, as one
+# without the label (koord-manager's webhook writes that name into an empty parent label).
+# Its system and default quotas are for the pods of no team (unlimited): no Queue of ours.
+KOORDINATOR_ROOT_QUOTA = "koordinator-root-quota"
+KOORDINATOR_SYSTEM_QUOTA = "koordinator-system-quota"
+KOORDINATOR_DEFAULT_QUOTA = "koordinator-default-quota"
+KOORDINATOR_QUOTAS = frozenset({KOORDINATOR_ROOT_QUOTA, KOORDINATOR_SYSTEM_QUOTA, KOORDINATOR_DEFAULT_QUOTA})
+
+
+class KoordinatorMode(StrEnum):
+    """Whether jobs are admitted for koord-scheduler (--koordinator, the chart's koordinator.mode):
+    their pod templates marked with the quota and a gang (jobs/placement.py)."""
+
+    AUTO = "auto"  # on once Koordinator's own quotas are seen (koord-scheduler makes them)
+    ON = "on"
+    OFF = "off"
 # kube-apiserver refuses a CRD whose group is k8s.io's or kubernetes.io's (or under them)
 # without this annotation (KEP-1111). ElasticQuota's group is one: its upstream CRD
 # (scheduler-plugins, which Koordinator installs too) names the PR that approved it.
@@ -77,6 +123,11 @@ ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL = "koord-queue/queue-items-refresh-inter
 ANNOTATION_WAIT_FOR_PODS_RUNNING = "koord-queue/wait-for-pods-running"
 ANNOTATION_ENABLE_PREEMPTION = "koord-queue/enable-queueunit-preemption"
 ANNOTATION_MAX_DEPTH = "koord-queue/max-depth"
+# Koord-Queue's back-off arguments of a Queue: a YAML map of strings, read here for the
+# two keys below (seconds), which stand for our back-off base and cap on that Queue.
+ANNOTATION_QUEUE_ARGS = "koord-queue/queue-args"
+QUEUE_ARG_INITIAL_BACKOFF = "podInitialBackoffSeconds"
+QUEUE_ARG_MAX_BACKOFF = "podMaxBackoffSeconds"
 DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS = 15.0
 # How long a unit waits before free room under a shared parent is held for it against
 # borrowing units of its own priority (units of lower priority are kept out at once).
@@ -96,6 +147,10 @@ ANNOTATION_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 # set to the count admitted): per role, the values we replaced (JSON), put back when the
 # job is suspended again. The job's QueueUnit is made from those, as the user wrote them.
 ANNOTATION_PLACED = "koord-queue/placed"
+# Koordinator's gang of pods (koord-scheduler's Coscheduling: all of them placed, or none),
+# written on the pod templates of a job admitted beside Koordinator (jobs/placement.py).
+ANNOTATION_GANG_NAME = "gang.scheduling.koordinator.sh/name"
+ANNOTATION_GANG_MIN_AVAILABLE = "gang.scheduling.koordinator.sh/min-available"
 LABEL_TOPOLOGY_ZONE = "topology.kubernetes.io/zone"
 LABEL_TOPOLOGY_BLOCK = "topology.koord-queue.io/block"
 LABEL_TOPOLOGY_RACK = "topology.koord-queue.io/rack"

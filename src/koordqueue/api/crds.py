@@ -1,4 +1,4 @@
-"""CustomResourceDefinitions: ours (ElasticQuota, Queue, QueueUnit), and the schemas and
+"""CustomResourceDefinitions: ours (ElasticQuota, ElasticQuotaTree, Queue, QueueUnit), and the schemas and
 helpers that each job kind's registration builds its operator's CRD from (the embedded
 control plane serves those; see jobs/kind.py).
 
@@ -75,6 +75,56 @@ ELASTIC_QUOTA_SCHEMA: Schema = {
         }},
         "status": {"type": "object", "description": "Written by the controller.", "properties": {
             "used": described(RESOURCES, "What the quota's admitted jobs hold now."),
+        }},
+    },
+}
+
+# ElasticQuotaTree (api/quotatree.py): a node holds its children, and a CRD's schema may not
+# refer to itself, so the first TREE_LEVELS levels are typed and deeper ones kept as written
+# (the controller reads them all the same, and says what is wrong with them).
+TREE_LEVELS = 8
+STRINGS: Schema = {"type": "array", "items": STRING}
+
+
+def _tree_node(levels: int) -> Schema:
+    children: Schema = _tree_node(levels - 1) if levels > 1 else FREE_OBJECT_SCHEMA
+    return {"type": "object", "properties": {
+        "name": described(STRING, "The quota's name, unique in the tree (the root is always named root); "
+                                  "jobs name it with the label quota.scheduling.koordinator.sh/name."),
+        "namespaces": described(STRINGS, "The namespaces whose jobs use this quota (a quota without children)."),
+        "attributes": described({"type": "object", "additionalProperties": STRING},
+                                "The quota's settings, as an ElasticQuota's labels and annotations: "
+                                "koord-queue/queue-policy, quota.scheduling.koordinator.sh/shared-weight, ..."),
+        "min": described(RESOURCES, "Guaranteed resources. A resource not named is 0."),
+        "max": described(RESOURCES, "The most the quota's jobs may use at once, borrowing included. "
+                                    "A resource not named is not limited by this quota."),
+        "children": {"type": "array", "description": "The quotas below this one.", "items": children},
+    }}
+
+
+def _tree_status_node(levels: int) -> Schema:
+    children: Schema = _tree_status_node(levels - 1) if levels > 1 else FREE_OBJECT_SCHEMA
+    return {"type": "object", "properties": {
+        "name": described(STRING, "The quota's name."),
+        "namespaces": described(STRINGS, "Its namespaces, as the spec lists them."),
+        "used": described(RESOURCES, "What the admitted jobs of the quota and of those below it hold now."),
+        "request": described(RESOURCES, "What they hold plus what their waiting jobs ask, up to the max."),
+        "children": {"type": "array", "description": "The quotas below this one.", "items": children},
+    }}
+
+
+ELASTIC_QUOTA_TREE_SCHEMA: Schema = {
+    "type": "object",
+    "description": "ElasticQuotaTree holds a whole tree of quotas in one object (Koord-Queue's form; read in "
+                   "kube-system only). Each quota is read as the ElasticQuota it stands for; while a tree "
+                   "exists, ElasticQuotas are not used.",
+    "properties": {
+        "spec": {"type": "object", "description": "The tree.", "properties": {
+            "root": described(_tree_node(TREE_LEVELS), "The root quota: the whole cluster's share."),
+        }},
+        "status": {"type": "object", "description": "Written by the controller.", "properties": {
+            "root": described(_tree_status_node(TREE_LEVELS), "The tree, with what each quota uses."),
+            "problems": described(STRINGS, "The quotas not used, and why; empty when all are."),
         }},
     },
 }
@@ -420,7 +470,7 @@ def crd(
 
 
 def our_crds() -> list[dict[str, Any]]:
-    """ElasticQuota, Queue and QueueUnit: what a cluster needs installed for koord-queue."""
+    """ElasticQuota (and ElasticQuotaTree), Queue and QueueUnit: what a cluster needs installed for koord-queue."""
     return [
         crd(
             c.QUOTA_GROUP,
@@ -435,6 +485,15 @@ def our_crds() -> list[dict[str, Any]]:
                 age(),
             ],
             c.ELASTIC_QUOTA_SHORT_NAMES,
+        ),
+        crd(
+            c.QUOTA_GROUP,
+            c.QUOTA_TREE_VERSION,
+            c.ELASTIC_QUOTA_TREE_KIND,
+            c.ELASTIC_QUOTA_TREE_PLURAL,
+            ELASTIC_QUOTA_TREE_SCHEMA,
+            [age()],
+            c.ELASTIC_QUOTA_TREE_SHORT_NAMES,
         ),
         crd(
             c.QUEUE_GROUP,

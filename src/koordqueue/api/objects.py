@@ -11,10 +11,13 @@ Structural quota rules (min <= max, parents, cycles) are the engine's, not check
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from koordqueue.api.constants import (
     ANNOTATION_ENABLE_PREEMPTION,
@@ -22,6 +25,7 @@ from koordqueue.api.constants import (
     ANNOTATION_MAX_DEPTH,
     ANNOTATION_NODE_FIT,
     ANNOTATION_PRIORITY_THRESHOLD,
+    ANNOTATION_QUEUE_ARGS,
     ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
@@ -31,11 +35,15 @@ from koordqueue.api.constants import (
     DEFAULT_QUEUE_POLICY,
     ELASTIC_QUOTA_KIND,
     FALSE,
+    KOORDINATOR_QUOTAS,
+    KOORDINATOR_ROOT_QUOTA,
     LABEL_ALLOW_LENT_RESOURCE,
     LABEL_QUEUE_POLICY,
     LABEL_QUOTA_IS_PARENT,
     LABEL_QUOTA_NAME,
     LABEL_QUOTA_PARENT,
+    QUEUE_ARG_INITIAL_BACKOFF,
+    QUEUE_ARG_MAX_BACKOFF,
     QUEUE_KIND,
     TRUE,
     QueuePolicy,
@@ -51,6 +59,7 @@ __all__ = [
     "QueueInfo",
     "QueueSettings",
     "QuotaInfo",
+    "is_koordinators_own",
     "parse_elastic_quota",
     "parse_go_duration",
     "parse_queue",
@@ -90,6 +99,16 @@ class QueueInfo:
     # room held for it against borrowers of its own priority too (lower ones: at once).
     hold_room_after: float = DEFAULT_HOLD_ROOM_AFTER_SECONDS
     node_fit: bool | None = None  # koord-queue/node-fit; wins over its quota's; None: the quota's
+    # koord-queue/max-depth: only its first N pending units (in its policy's order) are
+    # considered for admission; None: all of them.
+    max_depth: int | None = None
+    # koord-queue/wait-for-pods-running: while a unit admitted through it has pods not all
+    # running, it admits nothing more (the shell says when they run: Engine.set_pods_running).
+    wait_for_pods_running: bool = False
+    # koord-queue/queue-args podInitialBackoffSeconds, podMaxBackoffSeconds: the back-off
+    # base and cap of units sent back after admission through it; None: the engine's.
+    backoff_base: float | None = None
+    backoff_cap: float | None = None
 
     @property
     def key(self) -> str:
@@ -146,7 +165,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         namespace=meta.namespace,
         min=_resources(spec.get("min"), f"{where}: spec.min"),
         max=_resources(spec.get("max"), f"{where}: spec.max"),
-        parent=labels.get(LABEL_QUOTA_PARENT) or None,
+        parent=_parent(labels.get(LABEL_QUOTA_PARENT)),
         is_parent=labels.get(LABEL_QUOTA_IS_PARENT, "").lower() == TRUE,
         shared_weight=shared_weight,
         allow_lent=labels.get(LABEL_ALLOW_LENT_RESOURCE, "").lower() != FALSE,
@@ -156,6 +175,16 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
+
+
+def _parent(label: str | None) -> str | None:
+    """The parent quota a label names; None for the root (no label, or Koordinator's root)."""
+    return None if not label or label == KOORDINATOR_ROOT_QUOTA else label
+
+
+def is_koordinators_own(obj: Mapping[str, Any]) -> bool:
+    """One of the quotas Koordinator makes for itself (root, system, default): not a team's."""
+    return str((obj.get("metadata") or {}).get("name", "")) in KOORDINATOR_QUOTAS
 
 
 def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
@@ -171,6 +200,9 @@ def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
     warnings: list[str] = []
     quota = meta.labels.get(LABEL_QUOTA_NAME) or (meta.name if meta.name in quota_names else None)
     priority = spec.get("priority")
+    max_depth = _max_depth(meta, warnings)
+    wait_for_pods_running = _flag(meta, ANNOTATION_WAIT_FOR_PODS_RUNNING, warnings)
+    backoff_base, backoff_cap = _queue_args(meta, warnings)
     queue = QueueInfo(
         name=meta.name,
         namespace=meta.namespace,
@@ -182,12 +214,16 @@ def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
         hold_room_after=_duration(meta, ANNOTATION_HOLD_ROOM_AFTER, DEFAULT_HOLD_ROOM_AFTER_SECONDS, warnings,
                                   zero=True),
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
+        max_depth=max_depth,
+        wait_for_pods_running=wait_for_pods_running,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
     )
     settings = QueueSettings(
         priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
         admission_checks=_admission_checks(spec.get("admissionChecks"), where),
-        wait_for_pods_running=_flag(meta, ANNOTATION_WAIT_FOR_PODS_RUNNING, warnings),
-        max_depth=_max_depth(meta, warnings),
+        wait_for_pods_running=wait_for_pods_running,
+        max_depth=max_depth,
         refresh_seconds=_duration(meta, ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
                                   DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS, warnings),
     )
@@ -283,6 +319,41 @@ def _max_depth(meta: Meta, warnings: list[str]) -> int | None:
         )
         return None
     return depth
+
+
+def _queue_args(meta: Meta, warnings: list[str]) -> tuple[float | None, float | None]:
+    """The back-off base and cap in Koord-Queue's queue-args (a YAML map of strings, as its
+    controller writes it: ``podInitialBackoffSeconds: "1"``); other keys are Koord-Queue's
+    queue implementations' and are left alone, as they leave them."""
+    text = meta.annotations.get(ANNOTATION_QUEUE_ARGS)
+    if text is None:
+        return None, None
+    where = f"{meta.describe()}: annotation {ANNOTATION_QUEUE_ARGS}"
+    try:
+        args = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        warnings.append(f"{where}: not YAML ({str(err).splitlines()[0]}); ignored")
+        return None, None
+    if args is None:
+        return None, None
+    if not isinstance(args, Mapping):
+        warnings.append(f'{where}: must be a YAML map like {QUEUE_ARG_INITIAL_BACKOFF}: "5"; ignored')
+        return None, None
+    found: list[float | None] = []
+    for key in (QUEUE_ARG_INITIAL_BACKOFF, QUEUE_ARG_MAX_BACKOFF):
+        value = args.get(key)
+        seconds = None
+        if value is not None:
+            try:
+                seconds = float(str(value))
+            except ValueError:
+                seconds = None
+            if seconds is None or not math.isfinite(seconds) or seconds < 0:
+                warnings.append(f"{where}: {key} must be a number of seconds, 0 or more, got {value!r}; "
+                                "the controller's back-off is used")
+                seconds = None
+        found.append(seconds)
+    return found[0], found[1]
 
 
 def _duration(meta: Meta, annotation: str, default: float, warnings: list[str], zero: bool = False) -> float:

@@ -88,9 +88,10 @@ REFERENCE: tuple[Key, ...] = (
                 "The Queue's value wins over the quota's.", Origin.KOORD_QUEUE),
     # --- on a Queue ---
     _annotation(c.ANNOTATION_WAIT_FOR_PODS_RUNNING, Where.QUEUE, f'`"{c.TRUE}"`',
-                "An admitted job whose pods are not all running within the controller's timeout "
-                "(chart: `controller.waitForPodsRunningTimeoutSeconds`) is suspended, its quota released, "
-                "and it is queued again after a backoff.", Origin.KOORD_QUEUE),
+                "While a job admitted through this Queue has pods not all running, the Queue admits nothing "
+                "more (its waiting jobs say which job it waits for). A job whose pods are not all running "
+                "within the controller's timeout (chart: `controller.waitForPodsRunningTimeoutSeconds`) is "
+                "suspended, its quota released, and it is queued again after a backoff.", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_ENABLE_PREEMPTION, Where.QUEUE, f'`"{c.TRUE}"`',
                 "Lets a pending job preempt lower-priority admitted jobs of the same quota.", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL, Where.QUEUE,
@@ -98,7 +99,15 @@ REFERENCE: tuple[Key, ...] = (
                 "How often `status.queueItemDetails` (pending jobs and their positions) is rewritten.",
                 Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_MAX_DEPTH, Where.QUEUE, "positive integer, or `-1` for no limit",
-                "How many pending jobs `status.queueItemDetails` lists.", Origin.KOORD_QUEUE),
+                "Only the first N pending jobs of the Queue, in its policy's order, are considered for "
+                "admission; the jobs behind them wait, saying so. Also how many `status.queueItemDetails` "
+                "lists.", Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_QUEUE_ARGS, Where.QUEUE,
+                f'YAML map of strings, e.g. `{c.QUEUE_ARG_INITIAL_BACKOFF}: "5"`',
+                f"`{c.QUEUE_ARG_INITIAL_BACKOFF}` and `{c.QUEUE_ARG_MAX_BACKOFF}` (seconds) are the backoff "
+                "base and cap of the jobs of this Queue sent back after admission (a timeout, a preemption, a "
+                "failed admission check), in place of the controller's; other keys are ignored.",
+                Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_HOLD_ROOM_AFTER, Where.QUEUE,
                 f"Go duration, e.g. `5m`; `0s`: at once; default `{c.DEFAULT_HOLD_ROOM_AFTER_SECONDS / 60:g}m`",
                 "How long a job of this Queue waits before free room under a shared parent quota is held for "
@@ -142,6 +151,10 @@ REFERENCE: tuple[Key, ...] = (
     _label(c.LABEL_TOPOLOGY_RACK, Where.NODE, "the node's rack",
            "The third topology level by default (then `kubernetes.io/hostname`).", Origin.OURS),
     # --- read from pods and jobs that others write ---
+    _label(c.LABEL_LEADER, Where.POD, f'`"{c.TRUE}"`',
+           "On the leading controller replica's pod, with the visibility API on: the "
+           "`<release>-visibility-server` Service selects it (only the leader knows the queues' order).",
+           Origin.KOORD_QUEUE, "the controller"),
     _label(c.LABEL_JOB_NAME, Where.POD, "the job's name",
            "Which PyTorchJob/TFJob/MPIJob a pod belongs to: its running pods are counted in "
            "the QueueUnit's `status.podState`.", Origin.KUBEFLOW, "training operator"),

@@ -26,9 +26,11 @@ class ControllerConfig:
     # of now at least this often when it moved (amounts, the unit it waits behind): with
     # the message writes' own pacing it is never more than ~45 s behind (docs/dashboard.md).
     reason_refresh_seconds: float = 30.0
-    # Koord-Queue's oversellrate: the cluster total the root quota may hand out is the
-    # nodes' allocatable times this.
+    # Koord-Queue's oversellrate: a job fits its quota and each ancestor while used +
+    # request <= max times this; the cluster's total (the nodes' allocatable) is oversold alike.
     oversell_rate: float = 1.0
+    # Beside Koordinator, pod templates are marked with the quota and a gang at admission.
+    koordinator: c.KoordinatorMode = c.KoordinatorMode.AUTO
     # Client side of the API (the chart's qps/burst values).
     qps: float = 200.0
     burst: int = 400
@@ -58,6 +60,11 @@ class ControllerConfig:
     webhook_cert_dir: str = ""
     webhook_config_name: str = "koord-queue"  # the MutatingWebhookConfiguration to keep the caBundle of
     webhook_hosts: tuple[str, ...] = field(default=("127.0.0.1",))  # names in the self-made certificate
+    # The visibility API (controller/visibility.py), on the webhook's port: needs webhook on.
+    visibility: bool = False
+    # This replica's pod (downward API): labelled koord-queue-leader=true while it leads, with visibility on.
+    pod_name: str = ""
+    pod_namespace: str = ""
 
     @property
     def settings(self) -> Settings:

@@ -119,6 +119,7 @@ class Controller:
                                                 name=f"job-worker-{i}") for i in range(shared.config.job_workers)]
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
             self._tasks.append(asyncio.create_task(self.quota_status.run(), name="status"))
+            self._tasks.append(asyncio.create_task(self.quota_sync.run_tree_status(), name="tree-status"))
             self._tasks.append(asyncio.create_task(self.messages.run(), name="messages"))
             shared.wake.set()
             await self._stopped.wait()

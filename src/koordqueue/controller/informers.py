@@ -4,6 +4,7 @@ asks for, how many of a job's pods run)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,16 @@ from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.loading import orphan_reason
 from koordqueue.controller.pods import PodIndex, pod_view
 from koordqueue.controller.records import Records
-from koordqueue.controller.resources import NODES, ORPHAN, PODS, PRIORITY_CLASSES, QUEUES, QUOTAS, UNITS
+from koordqueue.controller.resources import (
+    NODES,
+    ORPHAN,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    QUOTA_TREES,
+    QUOTAS,
+    UNITS,
+)
 from koordqueue.controller.views import (
     JOB_PLURALS,
     JobView,
@@ -33,7 +43,10 @@ from koordqueue.engine.model import UnitInfo
 from koordqueue.jobs.placement import node_info
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.client import Resource
+from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import Informer, trim
+
+log = logging.getLogger(__name__)
 
 
 def job_resource(kind: str) -> Resource:
@@ -48,6 +61,8 @@ class Informers:
         self.pc = Informer(client, PRIORITY_CLASSES, project=_priority_value)
         self.node = Informer(client, NODES, project=node_info)
         self.quota = Informer(client, QUOTAS, project=_without_status)
+        self.tree = Informer(client, QUOTA_TREES, project=_without_status)
+        self.trees_served = True  # whether the API server serves ElasticQuotaTrees (start() finds out)
         self.queue = Informer(client, QUEUES, project=_without_status)
         self.unit = Informer(client, UNITS, project=unit_view)
         self.pod = Informer(client, PODS, project=pod_view)
@@ -56,19 +71,36 @@ class Informers:
             for kind in sorted(config.job_kinds)
         }
         self.pods = PodIndex()  # the pods of jobs, by their job's label
+        self._client = client
 
     def all(self) -> list[Informer[Any]]:
-        return [self.pc, self.node, self.quota, self.queue, self.unit, self.pod, *self.jobs.values()]
+        trees = [self.tree] if self.trees_served else []
+        return [self.pc, self.node, self.quota, *trees, self.queue, self.unit, self.pod, *self.jobs.values()]
 
     async def start(self) -> None:
         # Priority classes first: job projections read them.
         self.pc.start()
         await self.pc.wait_synced()
+        await self._find_trees_served()
         rest = self.all()[1:]
         for inf in rest:
             inf.start()
         for inf in rest:
             await inf.wait_synced()
+
+    async def _find_trees_served(self) -> None:
+        """ElasticQuotaTrees are read only where their CRD is installed: `helm upgrade` does not
+        add a chart's new CRDs, and an informer of a resource not served would never sync
+        (the controller would never start)."""
+        try:
+            await self._client.list(QUOTA_TREES, limit=1)
+        except NotFound:
+            self.trees_served = False
+            log.warning("%s is not served (its CRD is not installed): quota trees are not read; "
+                        "install %s.%s to use them", c.ELASTIC_QUOTA_TREE_KIND, c.ELASTIC_QUOTA_TREE_PLURAL,
+                        c.QUOTA_GROUP)
+        except KubeError:
+            pass  # the informer retries like the others
 
     def _project_job(self, obj: Object) -> JobView:
         """The job's view; when only its suspension or status changed (our resume, the operator's
@@ -147,7 +179,7 @@ def _job_fingerprint(obj: Object, pc_version: int) -> int:
 
 
 def _without_status(obj: Object) -> Object:
-    """Quotas and Queues as cached: their status is ours, written from the engine, never read."""
+    """Quotas, quota trees and Queues as cached: their status is ours, written from the engine, never read."""
     obj = trim(obj)
     obj.pop("status", None)
     return obj

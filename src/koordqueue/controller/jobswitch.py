@@ -18,7 +18,7 @@ from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admitted_placement
 from koordqueue.engine.model import Placement
 from koordqueue.jobs.base import JobAdapter
-from koordqueue.jobs.placement import admission_patch, read_originals
+from koordqueue.jobs.placement import admission_patch, koordinator_marks, read_originals
 from koordqueue.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
@@ -55,16 +55,21 @@ class JobSwitch(Part):
         if owed is not None:  # (not if owed anew while we wrote)
             self.shared.owed.paid(item, owed)
 
-    def _placement_patch(self, job: JobView, placement: Placement | None) -> dict[str, Any] | None:
+    def _placement_patch(self, job: JobView, placement: Placement | None,
+                         quota: str | None = None) -> dict[str, Any] | None:
         """The part of a job's patch that applies an admission's placement to it (pods pinned
-        to their domain, an elastic role's replicas), or, with None, puts back what an earlier
-        one changed; None when there is nothing to write."""
+        to their domain, an elastic role's replicas; beside Koordinator, its pods marked with
+        ``quota`` and a gang), or, with None, puts back what an earlier one changed; None when
+        there is nothing to write."""
         try:
             before = read_originals(job.placed, f"{job.kind} {job.key}")
         except InvalidObject as e:
             log.warning("%s", e.reason)
             before = {}
-        return admission_patch(adapter_of_kind(job.kind).role_patch, job.roles, before, placement)
+        marks = None
+        if placement is not None and quota is not None and self.shared.beside_koordinator:
+            marks = koordinator_marks(quota, job.name, job.roles, placement)
+        return admission_patch(adapter_of_kind(job.kind).role_patch, job.roles, before, placement, marks)
 
     async def put_back(self, job: JobView) -> None:
         """A suspended job whose admission's changes are still on it (suspended by someone
@@ -99,7 +104,8 @@ class JobSwitch(Part):
             if placement is None:
                 unit = self.informers.unit.get(job.unit_key)
                 placement = admitted_placement(unit) if unit is not None else None
-            patch = _merged(adapter_of_kind(job.kind).resume_patch({}), self._placement_patch(job, placement) or {})
+            patch = _merged(adapter_of_kind(job.kind).resume_patch({}),
+                            self._placement_patch(job, placement or Placement(), known.admitted_quota) or {})
             try:
                 await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
             except KubeError:

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.objects import parse_queue
+from koordqueue.api.objects import is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
+from koordqueue.api.quotatree import choose_tree, parse_quota_tree
 from koordqueue.controller.resources import (
     CONFIG_MAPS,
     FINISHED,
@@ -21,6 +22,7 @@ from koordqueue.controller.resources import (
     ORPHAN,
     PRIORITY_CLASSES,
     QUEUES,
+    QUOTA_TREES,
     QUOTAS,
     SENT_BACK,
     UNITS,
@@ -140,22 +142,12 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
             snap.problems.append(f"node {node['metadata'].get('name')}: {e}")
     snap.capacity = settings.capacity(allocatables)
     snap.engine.set_cluster_capacity(snap.capacity)
-    used: dict[str, Object] = {}  # quota name -> the object used under it
-    for obj in sorted((await client.list_all(QUOTAS)).items, key=quota_age):
-        meta = obj.get("metadata") or {}
-        first = used.setdefault(str(meta.get("name", "")), obj)
-        if first is not obj:
-            snap.problems.append(
-                f"ElasticQuota {meta.get('namespace')}/{meta.get('name')}: the name is taken by the ElasticQuota "
-                f"in namespace {(first.get('metadata') or {}).get('namespace')} (quota names are cluster-wide)")
-            continue
-        try:
-            quota = settings.quota(obj).quota
-        except (InvalidObject, QuantityError) as e:
-            snap.problems.append(str(e))
-            continue
-        snap.quotas[quota.name] = quota
-        snap.engine.set_quota(quota)
+    try:
+        trees = (await client.list_all(QUOTA_TREES)).items
+    except NotFound:  # the CRD is not installed: no tree
+        trees = []
+    if not load_tree(snap, trees):
+        load_elastic_quotas(snap, (await client.list_all(QUOTAS)).items)
     for obj in (await client.list_all(QUEUES)).items:
         try:
             queue = parse_queue(obj, list(snap.quotas)).queue
@@ -184,6 +176,48 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
         job = jobs[unit.consumer_kind][f"{unit.namespace}/{unit.consumer_name}"]
         load_unit(snap.engine, unit, unit_info(unit, job), now)
     return snap
+
+
+def load_tree(snap: Snapshot, trees: list[Object]) -> bool:
+    """Load the quotas of the ElasticQuotaTree in use, as the controller does (quotasync.py);
+    False when there is none (the ElasticQuotas hold the quotas)."""
+    tree, refused = choose_tree(trees)
+    for obj, why in refused:
+        meta = obj.get("metadata") or {}
+        snap.problems.append(f"{c.ELASTIC_QUOTA_TREE_KIND} {meta.get('namespace')}/{meta.get('name')}: {why}")
+    if tree is None:
+        return False
+    try:
+        parsed = parse_quota_tree(tree, snap.settings.quota)
+    except InvalidObject as e:
+        snap.problems.append(str(e))
+        return True
+    snap.problems += parsed.problems
+    for quota in parsed.quotas.values():
+        snap.quotas[quota.name] = quota
+        snap.engine.set_quota(quota)
+    return True
+
+
+def load_elastic_quotas(snap: Snapshot, objs: list[Object]) -> None:
+    used: dict[str, Object] = {}  # quota name -> the object used under it
+    for obj in sorted(objs, key=quota_age):
+        if is_koordinators_own(obj):
+            continue
+        meta = obj.get("metadata") or {}
+        first = used.setdefault(str(meta.get("name", "")), obj)
+        if first is not obj:
+            snap.problems.append(
+                f"ElasticQuota {meta.get('namespace')}/{meta.get('name')}: the name is taken by the ElasticQuota "
+                f"in namespace {(first.get('metadata') or {}).get('namespace')} (quota names are cluster-wide)")
+            continue
+        try:
+            quota = snap.settings.quota(obj).quota
+        except (InvalidObject, QuantityError) as e:
+            snap.problems.append(str(e))
+            continue
+        snap.quotas[quota.name] = quota
+        snap.engine.set_quota(quota)
 
 
 def look_now(snap: Snapshot, now: float) -> dict[str, str]:

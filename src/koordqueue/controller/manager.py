@@ -16,17 +16,23 @@ from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from koordqueue import aio
+from koordqueue.api import constants as c
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard
 from koordqueue.controller.logs import setup_logging
 from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.resources import PODS
+from koordqueue.controller.visibility import VisibilityAPI
 from koordqueue.controller.webhook import SuspendWebhook
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
+from koordqueue.kube.errors import KubeError
 from koordqueue.kube.leader import LeaderElector
 
 log = logging.getLogger(__name__)
+
+LABEL_TIMEOUT = 5.0  # seconds: a replica stepping down does not wait longer to unlabel its pod
 
 
 class Manager:
@@ -38,7 +44,14 @@ class Manager:
         self.identity = config.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._runner: web.AppRunner | None = None
         self.metrics_port = 0
-        self.webhook = SuspendWebhook(client, config) if config.webhook else None
+        self.visibility = (VisibilityAPI(client, lambda: self.controller, config.system_namespace)
+                           if config.visibility and config.webhook else None)
+        if config.visibility and not config.webhook:
+            log.warning("the visibility API is served on the webhook's port: it is off without --webhook")
+        self.webhook = (SuspendWebhook(client, config, routes=[self.visibility.add_routes],
+                                       api_services=[c.VISIBILITY_APISERVICE])
+                        if self.visibility is not None else SuspendWebhook(client, config) if config.webhook else None)
+        self._request_header: asyncio.Task[None] | None = None
         self.dashboard = (Dashboard(lambda: self.controller, config.dashboard_host, config.dashboard_port,
                                     self.identity) if config.dashboard else None)
         self.endpoints_ready = asyncio.Event()  # set once the ports are bound (tests, `up`)
@@ -56,10 +69,15 @@ class Manager:
             self.metrics_port = int(addresses[0][1])
         if self.webhook is not None:
             await self.webhook.start()
+        if self.visibility is not None and self.webhook is not None:
+            await self.visibility.load_request_header(self.webhook.ssl_context)  # before anyone is told it is up
+            self._request_header = asyncio.create_task(self.visibility.keep_request_header(self.webhook.ssl_context),
+                                                       name="visibility-request-header")
         if self.dashboard is not None:
             await self.dashboard.start()
         log.info("%s: serving /metrics, /healthz and /readyz on port %d%s%s", self.identity, self.metrics_port,
-                 f", the admission webhook on port {self.webhook.port}" if self.webhook is not None else "",
+                 f", the admission webhook{' and the visibility API' if self.visibility else ''} on port {self.webhook.port}"
+                 if self.webhook is not None else "",
                  f", the dashboard on port {self.dashboard.port}" if self.dashboard is not None else "")
         self.endpoints_ready.set()
 
@@ -77,7 +95,23 @@ class Manager:
         leading = self.controller is not None and self.controller.sync_done
         return web.Response(text="ok: leading" if leading else "ok: following")
 
+    async def _label_leader(self, leading: bool) -> None:
+        """Label this replica's pod koord-queue-leader=true while it leads (Koord-Queue's way): the
+        visibility API's Service selects it, since only the leader knows the queues' order. A
+        replica clears the label as it starts (a restarted container keeps its pod's labels)."""
+        if self.visibility is None or not self.config.pod_name:
+            return
+        patch = {"metadata": {"labels": {c.LABEL_LEADER: c.TRUE if leading else None}}}
+        try:
+            async with asyncio.timeout(LABEL_TIMEOUT):
+                await self.client.patch(PODS, self.config.pod_name, patch,
+                                        namespace=self.config.pod_namespace or self.config.system_namespace)
+        except (KubeError, TimeoutError) as e:
+            log.warning("%s: cannot %s the label %s of pod %s: %s", self.identity, "set" if leading else "remove",
+                        c.LABEL_LEADER, self.config.pod_name, e)
+
     async def _lead(self) -> None:
+        await self._label_leader(True)
         log.info("%s: leading; queueing %s in namespace %s", self.identity, ", ".join(sorted(self.config.job_kinds)),
                  self.config.system_namespace)
         self.metrics.leading(True)
@@ -87,9 +121,11 @@ class Manager:
         finally:
             self.metrics.leading(False)
             self.controller = None
+            await self._label_leader(False)
 
     async def run(self) -> None:
         await self.start_endpoints()
+        await self._label_leader(False)
         try:
             if not self.config.leader_election:
                 await self._lead()
@@ -100,6 +136,9 @@ class Manager:
             )
             await elector.run(self._lead)
         finally:
+            if self._request_header is not None:
+                self._request_header.cancel()
+                await asyncio.gather(self._request_header, return_exceptions=True)
             if self.webhook is not None:
                 await self.webhook.stop()
             if self.dashboard is not None:

@@ -148,10 +148,10 @@ def advice(engine: Engine, quotas: Mapping[str, QuotaInfo], quota: str, request:
     request is more than the limit itself (raise it, or ask for less), or how much must
     be freed there for it and for the units ahead of it in its queue (they go first)."""
     statuses = engine.quota_status()
-    limits: list[tuple[str, str | None, ResourceList, ResourceList]] = []  # where, quota, max, used
+    limits: list[tuple[str, str | None, ResourceList, ResourceList]] = []  # where, quota, limit, used
     name: str | None = quota
     while name is not None and name in statuses:
-        limits.append((f"quota {name}", name, statuses[name].max, statuses[name].used))
+        limits.append((f"quota {name}", name, statuses[name].limit, statuses[name].used))
         parent = quotas.get(name)
         name = parent.parent if parent else None
     if capacity is not None:
@@ -188,7 +188,8 @@ def advice(engine: Engine, quotas: Mapping[str, QuotaInfo], quota: str, request:
             if used + before + asks > limit:
                 them = "unit" if counted == 1 else "units"
                 behind = f" + {_q(before)} for the {counted} {them} ahead of it in its queue" if before else ""
-                bound = "max" if name is not None else "capacity"
+                bound = "capacity" if name is None else "max" if limit == statuses[name].max.get(resource) \
+                    else f"max {_q(statuses[name].max.get(resource, 0))} x oversellrate ="
                 short.append(f"{_q(used + before + asks - limit)} {resource} freed in {where} "
                              f"(used {_q(used)}{behind} + asks {_q(asks)} > {bound} {_q(limit)})")
     if never:

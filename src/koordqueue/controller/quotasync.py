@@ -1,18 +1,26 @@
-"""ElasticQuotas, Queues and nodes into the engine: quotas parsed (twins that share a name
-refused), the Queue each leaf quota lacks made, Queues bound to their quota, the cluster's
-capacity and each node's room. Also publishes the settings objects are loaded with."""
+"""ElasticQuotas (or the ElasticQuotaTree), Queues and nodes into the engine: quotas parsed
+(twins that share a name refused), the Queue each leaf quota lacks made, Queues bound to
+their quota, the cluster's capacity and each node's room. Also publishes the settings
+objects are loaded with, and writes the tree's status.
+
+A cluster writes its quotas one way or the other. While an ElasticQuotaTree exists in
+kube-system it holds them all and the ElasticQuotas are set aside (each told so by an
+event); when it goes, the ElasticQuotas are read again. Koord-Queue reads one or the
+other, as its deployment's plugin says."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.api.objects import QueueSettings, parse_queue
+from koordqueue.api.objects import QueueSettings, is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError
+from koordqueue.api.quotatree import ParsedTree, choose_tree, parse_quota_tree, tree_status
 from koordqueue.controller.loading import quota_age
-from koordqueue.controller.resources import CONFIG_MAPS, QUEUES
+from koordqueue.controller.resources import CONFIG_MAPS, QUEUES, QUOTA_TREES
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import Object
 from koordqueue.engine.model import NodeInfo, QueueInfo, QuotaInfo, auto_queue_for
@@ -30,6 +38,10 @@ class QuotaSync(Part):
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.queue_quotas: dict[str, str | None] = {}  # queue key -> the quota it is bound to
         self.capacity: dict[str, int] | None = None
+        self.tree: ParsedTree | None = None  # the tree in use: while there is one, ElasticQuotas are not
+        self.tree_key: str | None = None  # its namespace/name
+        self.told: dict[str, set[str]] = {}  # tree (or set-aside ElasticQuota) key -> what its events said
+        self.tree_status: dict[str, object] = {}  # tree key -> the status last written
 
     def wire(self) -> None:
         informers = self.informers
@@ -55,6 +67,9 @@ class QuotaSync(Part):
         # Our own status writes (used, positions) come back as updates: only other changes count.
         informers.quota.on_update(lambda old, new: None if _same_spec(old, new) else self._quota_changed(new))
         informers.quota.on_delete(self._quota_deleted)
+        informers.tree.on_add(lambda _obj: self._trees_changed())
+        informers.tree.on_update(lambda old, new: None if _same_spec(old, new) else self._trees_changed())
+        informers.tree.on_delete(self._tree_deleted)
         informers.queue.on_add(self._queue_changed)
         informers.queue.on_update(lambda old, new: None if _same_spec(old, new) else self._queue_changed(new))
         informers.queue.on_delete(self._queue_deleted)
@@ -83,15 +98,30 @@ class QuotaSync(Part):
             obj = self.informers.quota.get(f"{self.quota_namespaces.get(name)}/{name}")
             if obj is not None:
                 self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
+        self._tell_tree()
         for quota in list(self.quotas.values()):
             if not quota.is_parent:
                 await self._ensure_auto_queue(auto_queue_for(quota))
+        if self.tree is not None:  # the Queues of ElasticQuotas set aside while we were away
+            for _, obj in self.informers.quota.items():
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                if name not in self.quotas:
+                    await self._delete_auto_queue(name)
         for _, obj in self.informers.queue.items():
             await self._queue_changed(obj, settling=True)
 
     async def _quota_changed(self, obj: Object) -> None:
+        if is_koordinators_own(obj):  # Koordinator's root, system and default quotas: no team's, no Queue
+            if not self.shared.koordinator_seen:
+                log.info("Koordinator's quota %s is there: admissions mark pods for koord-scheduler (%s)",
+                         (obj.get("metadata") or {}).get("name"), self.config.koordinator)
+            self.shared.koordinator_seen = True
+            return
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
+        if self.tree is not None:
+            self._tell_set_aside(obj)
+            return
         in_use = self._quota_in_use(name)
         for twin in self._quota_twins(name):  # each told once why it is not used
             self._refuse_twin(twin, in_use)
@@ -149,6 +179,9 @@ class QuotaSync(Part):
     async def _quota_deleted(self, obj: Object) -> None:
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
+        if self.tree is not None:
+            self.told.pop(f"{c.ELASTIC_QUOTA_KIND}/{meta.get('namespace')}/{name}", None)
+            return
         self.refused_twins.discard(f"{meta.get('namespace')}/{name}")
         remaining = self._quota_in_use(name)
         if remaining is not None:  # one of a pair with the same name: the other one is used now
@@ -158,6 +191,11 @@ class QuotaSync(Part):
         self.engine.remove_quota(name)
         self.quotas.pop(name, None)
         self.quota_namespaces.pop(name, None)
+        await self._delete_auto_queue(name)
+        self._refeed_queues()
+        self.wake.set()
+
+    async def _delete_auto_queue(self, name: str) -> None:
         auto = self.informers.queue.get(f"{self.config.system_namespace}/{name}")
         if auto is not None and _is_auto_queue(auto, name):
             try:
@@ -166,8 +204,135 @@ class QuotaSync(Part):
                 pass
             except KubeError as e:
                 log.warning("could not delete the Queue of quota %s: %s", name, e)
+
+    # --- the ElasticQuotaTree -----------------------------------------------------
+
+    async def _trees_changed(self) -> None:
+        """Read the tree in use (the oldest in kube-system) into the engine in place of the
+        quotas there were: the ElasticQuotas', or the tree's before this change."""
+        used, refused = choose_tree(obj for _, obj in self.informers.tree.items())
+        for obj, why in refused:
+            self._tell(obj, [why])
+        if used is None:
+            if self.tree is not None:
+                await self._drop_tree()
+            return
+        meta = used.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        try:
+            parsed = parse_quota_tree(used, self.shared.settings.quota)
+        except InvalidObject as e:
+            parsed = ParsedTree(f"{c.ELASTIC_QUOTA_TREE_KIND} {key}", problems=(f"not used: {e}",))
+        before = dict(self.quotas) if self.tree is None else dict(self.tree.quotas)
+        coming = self.tree is None
+        self.tree, self.tree_key = parsed, key
+        if coming:
+            self._set_aside_elastic_quotas()
+        gone = [name for name in before if name not in parsed.quotas]
+        for name in gone:
+            self.engine.remove_quota(name)
+            self.quotas.pop(name, None)
+        for quota in parsed.quotas.values():
+            self.engine.set_quota(quota)
+            self.quotas[quota.name] = quota
+        if not self.shared.sync_done:
+            self._tell(used, [*parsed.problems, *parsed.warnings])
+            return  # settle says what the engine refuses, and makes the Queues
+        self._tell_tree()
+        for name in gone:
+            await self._delete_auto_queue(name)
+        for quota in parsed.quotas.values():
+            if not quota.is_parent:
+                await self._ensure_auto_queue(auto_queue_for(quota))
         self._refeed_queues()
         self.wake.set()
+
+    async def _tree_deleted(self, obj: Object) -> None:
+        meta = obj.get("metadata") or {}
+        self.told.pop(f"{c.ELASTIC_QUOTA_TREE_KIND}/{meta.get('namespace')}/{meta.get('name')}", None)
+        self.tree_status.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
+        await self._trees_changed()
+
+    def _set_aside_elastic_quotas(self) -> None:
+        """A tree came: the ElasticQuotas' quotas leave the engine, each quota told why."""
+        for name in list(self.quota_namespaces):
+            self.engine.remove_quota(name)
+            self.quotas.pop(name, None)
+        self.quota_namespaces.clear()
+        self.refused_twins.clear()
+        for _, obj in self.informers.quota.items():
+            self._tell_set_aside(obj)
+
+    async def _drop_tree(self) -> None:
+        """The tree went: its quotas leave the engine and the ElasticQuotas are read again."""
+        assert self.tree is not None
+        names = list(self.tree.quotas)
+        self.tree, self.tree_key = None, None
+        for name in names:
+            self.engine.remove_quota(name)
+            self.quotas.pop(name, None)
+        self.told = {k: v for k, v in self.told.items() if not k.startswith(f"{c.ELASTIC_QUOTA_KIND}/")}
+        for _, obj in self.informers.quota.items():
+            await self._quota_changed(obj)
+        if self.shared.sync_done:
+            for name in names:
+                if name not in self.quotas:
+                    await self._delete_auto_queue(name)
+            self._refeed_queues()
+            self.wake.set()
+
+    def _tell_set_aside(self, obj: Object) -> None:
+        self._tell(obj, [f"quota not used: {c.ELASTIC_QUOTA_TREE_KIND} {self.tree_key} holds the quotas "
+                         f"(while a tree exists, ElasticQuotas are not read)"], kind=c.ELASTIC_QUOTA_KIND)
+
+    def tree_problems(self) -> list[str]:
+        """The tree's nodes not used and why: not read, or refused by the engine."""
+        if self.tree is None:
+            return []
+        reasons = self.engine.validation_errors()
+        return [*self.tree.problems, *(f"{self.tree.where}: quota {self.tree.paths[name]}: not used: {reason}"
+                                       for name, reason in sorted(reasons.items()) if name in self.tree.quotas)]
+
+    def _tell_tree(self) -> None:
+        obj = self.informers.tree.get(self.tree_key) if self.tree_key else None
+        if obj is not None and self.tree is not None:
+            self._tell(obj, [*self.tree_problems(), *self.tree.warnings])
+
+    def _tell(self, obj: Object, messages: list[str], kind: str = c.ELASTIC_QUOTA_TREE_KIND) -> None:
+        """A Warning event for each message not said already about the object (all of them
+        again after they were gone)."""
+        meta = obj.get("metadata") or {}
+        key = f"{kind}/{meta.get('namespace')}/{meta.get('name')}"
+        said = self.told.get(key, set())
+        for message in messages:
+            if message not in said:
+                self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, message)
+        self.told[key] = set(messages)
+
+    async def run_tree_status(self) -> None:
+        """Write the tree's status (what each node uses, the nodes not used) every few seconds."""
+        while True:
+            await asyncio.sleep(self.config.quota_status_refresh_seconds)
+            await self.write_tree_status()
+
+    async def write_tree_status(self) -> None:
+        obj = self.informers.tree.get(self.tree_key) if self.tree_key else None
+        if obj is None or self.tree is None or self.tree_key is None:
+            return
+        statuses = {name: s for name, s in self.engine.quota_status().items() if name in self.tree.quotas}
+        status = tree_status(obj, self.tree, {n: s.used for n, s in statuses.items()},
+                             {n: s.demand for n, s in statuses.items()}, self.tree_problems())
+        key = self.tree_key
+        if self.tree_status.get(key) == status:
+            return
+        namespace, _, name = key.partition("/")
+        try:
+            await self.client.patch_status(QUOTA_TREES, name, {"status": status}, namespace=namespace)
+            self.tree_status[key] = status
+        except NotFound:  # deleted meanwhile, or a CRD without the status subresource (ours has it)
+            pass
+        except KubeError as e:
+            log.info("status of %s %s not written: %s", c.ELASTIC_QUOTA_TREE_KIND, key, e)
 
     async def _ensure_auto_queue(self, queue: QueueInfo) -> None:
         key = f"{self.config.system_namespace}/{queue.name}"

@@ -84,6 +84,7 @@ class JobReconciler(Part):
         if not self.records.newer(unit.key, unit.resource_version):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
         if unit.phase == c.Phase.RESERVED.value:
+            self.engine.set_pods_running(unit.key, False)  # (held, its pods not made yet: after a restart too)
             await self._check_admission(unit, job)
         known = self.engine.unit(unit.key)
         may_run = known is not None and known.admitted_quota is not None and unit.phase in RUNNABLE
@@ -187,7 +188,12 @@ class JobReconciler(Part):
             self._event(unit_ref(unit), c.EventType.NORMAL, c.EventReason.DEQUEUED, "admission checks passed")
 
     async def _follow_running(self, item: str, unit: UnitView, job: JobView) -> None:
-        """An admitted job: Running when it runs, podState, and the wait-for-pods-running timeout."""
+        """An admitted job: Running when it runs, podState, and the wait-for-pods-running
+        timeout; the engine is told whether its pods run (a Queue with wait-for-pods-running
+        admits nothing more until they do)."""
+        if self.engine.set_pods_running(unit.key, job.state is JobState.RUNNING or
+                                        unit.phase == c.Phase.RUNNING.value):
+            self.wake.set()
         pods = self.informers.pod_count(job)
         change = st.pod_state(unit, pods)
         if job.state is JobState.RUNNING and unit.phase == c.Phase.DEQUEUED.value:

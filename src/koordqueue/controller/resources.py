@@ -7,6 +7,7 @@ from koordqueue.api import constants as c
 from koordqueue.kube.client import Resource
 
 QUOTAS = Resource(c.QUOTA_GROUP, c.QUOTA_VERSION, c.ELASTIC_QUOTA_PLURAL)
+QUOTA_TREES = Resource(c.QUOTA_GROUP, c.QUOTA_TREE_VERSION, c.ELASTIC_QUOTA_TREE_PLURAL)
 QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
 UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
 NODES = Resource("", "v1", "nodes", namespaced=False)

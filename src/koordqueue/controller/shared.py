@@ -41,6 +41,13 @@ class Shared:
         self.wake = asyncio.Event()  # something changed: the scheduler runs a cycle
         self.sync_done = False  # the first sync is over (quotas settled, units loaded)
         self.initial_jobs: set[str] = set()  # the jobs there were then
+        self.koordinator_seen = False  # one of Koordinator's own quotas is there (quotasync)
+
+    @property
+    def beside_koordinator(self) -> bool:
+        """Whether admissions mark pod templates for koord-scheduler (config.koordinator)."""
+        mode = self.config.koordinator
+        return mode == c.KoordinatorMode.ON or (mode == c.KoordinatorMode.AUTO and self.koordinator_seen)
 
 
 class Part:

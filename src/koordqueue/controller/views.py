@@ -19,7 +19,7 @@ from koordqueue.api.quantity import QuantityError, format_resource_list, parse_r
 from koordqueue.engine.model import Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import PLURALS, kind_named
 from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority
-from koordqueue.jobs.placement import Written
+from koordqueue.jobs.placement import Written, written_role
 
 Object = dict[str, Any]
 
@@ -112,7 +112,7 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         classes = tuple((pc, priority_classes.get(pc)) for pc in adapter.priority_class_names(obj))
         annotated = adapter.annotated_priority(obj) is not None
         pod_sets = adapter.pod_set_infos(sets, job_meta)
-        roles = tuple((ps.role, ps.count, _selector(ps.template)) for ps in sets)
+        roles = tuple(written_role(ps.role, ps.count, ps.template) for ps in sets)
     except (InvalidObject, QuantityError) as e:
         invalid = str(e)
         unit_name = adapter.unit_name_for(name)
@@ -151,11 +151,6 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         roles=roles,
         placed=placed if isinstance(placed, str) else None,
     )
-
-
-def _selector(template: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """A pod template's nodeSelector (pod_set_infos has read it: a mapping of strings)."""
-    return tuple(sorted(((template.get("spec") or {}).get("nodeSelector") or {}).items()))
 
 
 def priority_classes_changed(job: JobView, priority_classes: Mapping[str, int]) -> bool:

@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 ADMISSION_REVIEW_VERSION = "admission.k8s.io/v1"
 MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                              namespaced=False)
+API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", namespaced=False)
 MUTATE_PATH = "/mutate"
 CA_CHECK_SECONDS = 60.0
 MAX_CAS = 8  # CAs kept in a caBundle: one per replica, and some for restarts
@@ -113,9 +114,14 @@ def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
 class SuspendWebhook:
     """The HTTPS server for ``review``, with its certificate and the caBundle it needs."""
 
-    def __init__(self, client: KubeClient, config: ControllerConfig) -> None:
+    def __init__(self, client: KubeClient, config: ControllerConfig,
+                 routes: Sequence[Callable[[web.Application], None]] = (), api_services: Sequence[str] = ()) -> None:
+        """``routes``: more paths served on this port (the visibility API); ``api_services``:
+        APIServices whose caBundle holds our CA too (they name this port's Service)."""
         self.client = client
         self.config = config
+        self.routes = tuple(routes)
+        self.api_services = tuple(api_services)
         self.port = 0
         self.ca_pem = b""
         self._cert: ServingCert | None = None
@@ -128,6 +134,8 @@ class SuspendWebhook:
         self._load_certificate()
         app = web.Application(client_max_size=8 * 1024 * 1024)
         app.router.add_post(MUTATE_PATH, self._handle)
+        for add in self.routes:
+            add(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.webhook_host, self.config.webhook_port, ssl_context=self._ssl)
@@ -136,6 +144,10 @@ class SuspendWebhook:
             self.port = int(addresses[0][1])
         if self._cert is not None:
             self._keeper = asyncio.create_task(self._keep_ca_bundle(), name="webhook-ca-bundle")
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        return self._ssl
 
     async def stop(self) -> None:
         if self._keeper is not None:
@@ -172,6 +184,11 @@ class SuspendWebhook:
                 await self.ensure_ca_bundle()
             except KubeError as e:
                 log.warning("webhook: cannot write the caBundle of %s: %s", self.config.webhook_config_name, e)
+            for name in self.api_services:
+                try:
+                    await self.ensure_api_service_ca_bundle(name)
+                except KubeError as e:
+                    log.warning("webhook: cannot write the caBundle of APIService %s: %s", name, e)
             await asyncio.sleep(CA_CHECK_SECONDS)
 
     async def ensure_ca_bundle(self) -> bool:
@@ -201,6 +218,26 @@ class SuspendWebhook:
                 return True
             except Conflict:
                 continue  # another replica wrote it meanwhile: merge into its version
+        return False
+
+    async def ensure_api_service_ca_bundle(self, name: str) -> bool:
+        """Add our CA to the APIService's caBundle, as to the webhook's; True if it changed."""
+        for _ in range(5):
+            try:
+                current = await self.client.get(API_SERVICES, name)
+            except NotFound:
+                return False  # not registered (yet): the chart or `up` creates it
+            old = (current.get("spec") or {}).get("caBundle") or ""
+            bundle = merged_ca_bundle(old, self.ca_pem, dt.datetime.now(dt.UTC))
+            if bundle == old:
+                return False
+            patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                     "spec": {"caBundle": bundle}}
+            try:
+                await self.client.patch(API_SERVICES, name, patch)
+                return True
+            except Conflict:
+                continue
         return False
 
     async def _handle(self, request: web.Request) -> web.Response:

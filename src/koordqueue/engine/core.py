@@ -165,7 +165,7 @@ class Engine:
         self._queues: dict[str, QueueInfo] = {}
         self._units: dict[str, _Unit] = {}
         self._reasons: dict[str, str] = {}
-        self._tree = QuotaTree([], self._capacity)
+        self._tree = QuotaTree([], self._capacity, config.oversell_rate)
         self._directory: Directory = build_directory({}, {}, {})
         self._qs: dict[str, _Queue] = {}
         self._leaf_queues: dict[QuotaNode, list[_Queue]] = {}
@@ -188,6 +188,11 @@ class Engine:
         # Queues whose units wait for room on the nodes, with the checks that failed for them.
         self._node_waiters: dict[str, set[CheckKey]] = {}
         self._room_grew = False  # since the waiters were last looked at
+        # Admitted units whose pods do not all run yet, with the key of the Queue they were
+        # admitted through, and the same by Queue in admission order: a Queue with
+        # koord-queue/wait-for-pods-running admits nothing more while it has one.
+        self._starting: dict[str, str] = {}
+        self._starting_in: dict[str, dict[str, None]] = {}
 
     # --- inputs -------------------------------------------------------------------
     def set_quota(self, quota: QuotaInfo) -> None:
@@ -281,12 +286,15 @@ class Engine:
         self._units[unit.key] = record
         if unit.pod_sets or (old is not None and old.info.pod_sets):
             self._room.track(unit.key, unit.pod_sets)
+        if unit.admitted_quota is None or self._starting.get(unit.key, unit.admitted_queue) != unit.admitted_queue:
+            self._not_starting(unit.key)
         if not self._rebuild_needed:
             self._attach(record, previous)
 
     def remove_unit(self, key: str) -> None:
         record = self._units.pop(key, None)
         if record is not None:
+            self._not_starting(key)
             self._detach(record)
             if record.info.pod_sets:
                 self._room.forget(key)
@@ -297,10 +305,25 @@ class Engine:
             self._rebuild()
         return self._send_back(record, now, reason)
 
+    def set_pods_running(self, key: str, running: bool) -> bool:
+        """Whether all pods of an admitted unit run (the shell watches them). A unit the
+        engine admits starts out with pods not running; one handed in admitted (loaded
+        after a restart) counts as running until the shell says otherwise. Returns
+        whether that changed."""
+        record = self._units.get(key)
+        info = record.info if record is not None else None
+        before = self._starting.get(key)
+        if running or info is None or info.admitted_quota is None or info.admitted_queue is None:
+            self._not_starting(key)
+        else:
+            self._now_starting(key, info.admitted_queue)
+        return self._starting.get(key) != before
+
     def revert_admission(self, key: str) -> None:
         record = self._units.get(key)
         if record is None or record.info.admitted_quota is None:
             return
+        self._not_starting(key)
         if self._rebuild_needed:
             record.info.admitted_quota = record.info.admitted_queue = record.info.admitted_at = None
             record.info.placement = None
@@ -373,8 +396,19 @@ class Engine:
             scan = self._start_scan(state, 1 if scan is None else scan.rounds + 1)
         heads = scan.heads
         leaf = state.leaf
+        depth = state.info.max_depth
         while (head := heads.peek()) is not None:
             entry, shape = head
+            if self._pods_blocker(state) is not None:
+                # koord-queue/wait-for-pods-running: nothing more until those pods run.
+                heads.clear()
+                self._tell_blocked(state, 0)
+                break
+            if depth is not None and state.pending.position(entry) > depth:
+                # koord-queue/max-depth: the rest of the queue is not looked at.
+                heads.clear()
+                self._tell_blocked(state, depth)
+                break
             record = self._units[entry[4]]
             info = record.info
             misfit = first_misfit(leaf, info.request, info.priority)
@@ -443,6 +477,47 @@ class Engine:
                     self._say(self._units[follower[4]], record.message)
         self._finish_scan(state, scan)
         return False
+
+    def _pods_blocker(self, state: _Queue) -> str | None:
+        """The first unit admitted through ``state`` whose pods do not all run yet, when
+        its Queue waits for them (koord-queue/wait-for-pods-running)."""
+        if not state.info.wait_for_pods_running:
+            return None
+        units = self._starting_in.get(state.key)
+        return next(iter(units)) if units else None
+
+    def _tell_blocked(self, state: _Queue, start: int) -> None:
+        """Tell the pending units from position ``start`` + 1 on (the first of them: see
+        ``BLOCKED_WINDOW``) why their queue's scan stops before them."""
+        units = islice(state.pending.ordered(), start, start + BLOCKED_WINDOW + 1)
+        for position, entry in enumerate(units, start=start + 1):
+            other = self._units[entry[4]]
+            self._say(other, self._live_message(other, position=position))
+
+    def _now_starting(self, key: str, queue: str, touch: bool = True) -> None:
+        if self._starting.get(key) == queue:
+            return
+        self._not_starting(key)
+        self._starting[key] = queue
+        self._starting_in.setdefault(queue, {})[key] = None
+        if touch:
+            self._pods_changed(queue)
+
+    def _not_starting(self, key: str) -> None:
+        queue = self._starting.pop(key, None)
+        if queue is None:
+            return
+        units = self._starting_in[queue]
+        del units[key]
+        if not units:
+            del self._starting_in[queue]
+        self._pods_changed(queue)
+
+    def _pods_changed(self, queue: str) -> None:
+        """A unit of ``queue`` started or stopped waiting for its pods: scan it again if it waits for them."""
+        state = self._qs.get(queue)
+        if state is not None and state.info.wait_for_pods_running and not self._rebuild_needed:
+            self._touch(state)
 
     def _start_scan(self, state: _Queue, rounds: int) -> _Scan:
         for node, hold in state.holds:
@@ -663,6 +738,7 @@ class Engine:
         record.node = state.leaf
         self._charge(record, 1)
         self._admitted_now.add(record.key)
+        self._now_starting(record.key, state.key, touch=False)  # (its scan looks before the next unit)
         record.message = ""
         self._changed.pop(record.key, None)
         # The placement decided, not the nodes guessed for a unit admitted on quota alone.
@@ -670,12 +746,14 @@ class Engine:
 
     def _send_back(self, record: _Unit, now: float, reason: str) -> float:
         """Release the unit's quota (if any) and put it in back-off; return requeue_at."""
-        self._detach(record)
         info = record.info
+        queue = self._queues.get(info.admitted_queue) if info.admitted_queue is not None else None
+        self._not_starting(record.key)
+        self._detach(record)
         info.admitted_quota = info.admitted_queue = info.admitted_at = None
         info.placement = None
         info.attempts += 1
-        delay = backoff_seconds(self._config, record.key, info.attempts)
+        delay = backoff_seconds(self._config, record.key, info.attempts, queue)
         info.requeue_at = now + delay
         self._attach(record, None, backoff=True)
         if record.state is _State.BACKOFF:
@@ -982,7 +1060,8 @@ class Engine:
         self._rebuild_needed = False
         self._reasons = validate_quotas(self._quotas)
         self._tree = QuotaTree(
-            [q for q in self._quotas.values() if q.name not in self._reasons], self._capacity
+            [q for q in self._quotas.values() if q.name not in self._reasons], self._capacity,
+            self._config.oversell_rate,
         )
         self._directory = build_directory(self._quotas, self._queues, self._reasons)
         self._qs = {}
@@ -1093,11 +1172,13 @@ class Engine:
                     {},
                     False,
                     self._reasons.get(name),
+                    dict(quota.max),
                 )
             else:
                 used = {k: v for k, v in node.used.items() if v}
                 out[name] = QuotaStatus(
-                    name, dict(quota.min), dict(quota.max), used, dict(node.runtime), dict(node.demand), True
+                    name, dict(quota.min), dict(quota.max), used, dict(node.runtime), dict(node.demand), True,
+                    limit=dict(node.limit),
                 )
         return out
 
@@ -1121,7 +1202,7 @@ class Engine:
                         state.leaf.name,
                         position,
                         record.info.priority,
-                        self._live_message(record, reasons),
+                        self._live_message(record, reasons, position),
                     )
                 )
             out[key] = rows
@@ -1153,14 +1234,25 @@ class Engine:
             key, state.key if state else None, quota, position, info.priority, self._live_message(record)
         )
 
-    def _live_message(self, record: _Unit, reasons: dict[tuple[Shape, int], str] | None = None) -> str:
-        """Why a queued unit waits now: who blocks it, else the limit its request runs
-        into (worked out now, so that units the last cycle did not get to have a reason
-        too), else the text it was last told. ``reasons`` caches the limit's text per
-        request and priority, for many units of one queue."""
+    def _live_message(self, record: _Unit, reasons: dict[tuple[Shape, int], str] | None = None,
+                      position: int | None = None) -> str:
+        """Why a queued unit waits now: its queue waiting for a unit's pods, else being
+        beyond its queue's depth, else who blocks it, else the limit its request runs into
+        (worked out now, so that units the last cycle did not get to have a reason too),
+        else the text it was last told. ``reasons`` caches the limit's text per request and
+        priority, for many units of one queue; ``position``: the unit's in its queue, when known."""
         state = record.queue
         if record.state is not _State.QUEUED or state is None:
             return record.message
+        starting = self._pods_blocker(state)
+        if starting is not None:
+            return messages.pods_starting(state.key, starting)
+        depth = state.info.max_depth
+        if depth is not None:
+            if position is None:
+                position = state.pending.position(record.entry)
+            if position > depth:
+                return messages.beyond_depth(state.key, depth)
         blocker = self._units.get(state.blocker) if state.blocker is not None else None
         if (
             blocker is not None

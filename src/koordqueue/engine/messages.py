@@ -36,13 +36,20 @@ def _duration(seconds: float) -> str:
     return text or "0s"
 
 
+def _max(node: QuotaNode, name: str, limit: int) -> str:
+    """A quota's limit: its max, and with an oversell rate how the limit comes of it."""
+    if node.oversell == 1.0 or node.info is None or name not in node.info.max:
+        return f"max {_q(limit)}"
+    return f"max {_q(node.info.max[name])} x oversellrate {node.oversell:g} = {_q(limit)}"
+
+
 def waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
     """Why a unit of ``leaf`` and ``priority`` does not fit now."""
     name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
     if misfit.never:
         if node is leaf:
             return (
-                f"can never fit quota {leaf.name}: {name} asks {asked}, more than its max {_q(misfit.limit)}"
+                f"can never fit quota {leaf.name}: {name} asks {asked}, more than its {_max(node, name, misfit.limit)}"
             )
         return (
             f"can never fit quota {leaf.name}: {name} asks {asked}, more than the "
@@ -61,7 +68,7 @@ def waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
             f"is held for {hold.holder}, {rule}"
         )
     kept = f", {_q(misfit.reserve)} of it kept by quotas that do not lend" if misfit.reserve > 0 else ""
-    used = f"used {_q(misfit.used)} of max {_q(misfit.limit)}{kept}"
+    used = f"used {_q(misfit.used)} of {_max(node, name, misfit.limit)}{kept}"
     if node is leaf:
         return f"waiting for quota {leaf.name}: {name} asks {asked}, {used}"
     if node.is_root:
@@ -132,6 +139,16 @@ def band_blocked(head: str, queue: str, threshold: int) -> str:
         f"waiting while high-priority {head} (priority {threshold} or more) waits ahead of it "
         f"(Intelligent policy of queue {queue})"
     )
+
+
+def pods_starting(queue: str, unit: str) -> str:
+    return (f"waiting: queue {queue} waits for the pods of {unit} to run before it admits more "
+            "(koord-queue/wait-for-pods-running)")
+
+
+def beyond_depth(queue: str, depth: int) -> str:
+    return (f"waiting its turn: queue {queue} considers only its first {depth} pending jobs "
+            "(koord-queue/max-depth), and this one is further back")
 
 
 def reclaimed(victim_quota: QuotaNode, name: str, preemptor: str, quota: str) -> str:

@@ -162,6 +162,9 @@ class EngineConfig:
     backoff_jitter: float = BACKOFF_JITTER
     default_priority_threshold: int = DEFAULT_PRIORITY_THRESHOLD
     cluster_capacity: ResourceList | None = None  # None: unbounded (no nodes known)
+    # Koord-Queue's oversellrate: a request fits a quota and each ancestor while used +
+    # request <= max x rate, and the cluster's total is oversold alike (tree.py).
+    oversell_rate: float = 1.0
     node_fit: bool = True  # when nodes are known: admit only units whose pods fit on them now
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS  # node labels, widest first
 
@@ -206,6 +209,7 @@ class QuotaStatus:
     demand: ResourceList
     valid: bool
     reason: str | None = None  # why it is not valid
+    limit: ResourceList = field(default_factory=dict)  # what admission checks against: max x oversellrate
 
 
 @dataclass(frozen=True, slots=True)

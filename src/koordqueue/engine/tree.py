@@ -1,7 +1,7 @@
 """The quota tree: usage, demand and runtime quota of every usable quota.
 
 The root stands for the cluster (its limit is the cluster capacity, or nothing when no
-nodes are known). Usage is kept per node for the whole subtree, so that an admission
+nodes are known); a quota's limit is its max times Koord-Queue's oversellrate. Usage is kept per node for the whole subtree, so that an admission
 checks each ancestor in O(1). Demand is kept up to date as usage and requests change,
 as Koordinator keeps each quota's request: a change walks up the path and stops where
 a capped demand no longer moves (a rebuild loads everything first and sums it once).
@@ -12,7 +12,9 @@ the sibling groups whose inputs moved (all of them after a rebuild), top-down, a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import chain, compress
 from operator import ne
 
@@ -90,17 +92,19 @@ class QuotaNode:
         "hold_waiters",
         "hold_waiter_priority",
         "partial",
+        "oversell",
     )
 
-    def __init__(self, info: QuotaInfo | None, parent: QuotaNode | None) -> None:
+    def __init__(self, info: QuotaInfo | None, parent: QuotaNode | None, oversell: float = 1.0) -> None:
         self.name = info.name if info is not None else ROOT
         self.info = info
         self.parent = parent
+        self.oversell = oversell  # Koord-Queue's oversellrate: its limit is its max times this
         self.children: list[QuotaNode] = []
         self.depth: int = 0 if parent is None else parent.depth + 1
         # This node and its ancestors up to the root, nearest first.
         self.path: tuple[QuotaNode, ...] = (self,) if parent is None else (self, *parent.path)
-        self.limit: ResourceList = dict(info.max) if info is not None else {}
+        self.limit: ResourceList = oversold(info.max, oversell) if info is not None else {}
         self.min: ResourceList = dict(info.min) if info is not None else {}
         self.lends = info.allow_lent if info is not None else True
         self.used: ResourceList = {}  # admitted requests of the whole subtree
@@ -197,7 +201,7 @@ class QuotaNode:
 class QuotaTree:
     """Nodes of the usable quotas under a root; figures refreshed on demand."""
 
-    def __init__(self, quotas: list[QuotaInfo], capacity: ResourceList | None) -> None:
+    def __init__(self, quotas: list[QuotaInfo], capacity: ResourceList | None, oversell: float = 1.0) -> None:
         self.root = QuotaNode(None, None)
         self.nodes: dict[str, QuotaNode] = {}
         by_parent: dict[str | None, list[QuotaInfo]] = {}
@@ -209,7 +213,7 @@ class QuotaTree:
             for parent in level:
                 key = None if parent.is_root else parent.name
                 for info in sorted(by_parent.get(key, []), key=lambda q: q.name):
-                    node = QuotaNode(info, parent)
+                    node = QuotaNode(info, parent, oversell)
                     parent.children.append(node)
                     self.nodes[node.name] = node
                     following.append(node)
@@ -349,7 +353,8 @@ class QuotaTree:
         parent = node.parent
         assert parent is not None
         kept = {name: node.own_reserve(name) for name in node.min}
-        node.info, node.limit, node.min, node.lends = info, dict(info.max), dict(info.min), info.allow_lent
+        node.info, node.limit, node.min, node.lends = info, oversold(info.max, node.oversell), dict(info.min), \
+            info.allow_lent
         for name, reserve in kept.items():
             delta = node.own_reserve(name) - reserve
             if delta:
@@ -441,6 +446,15 @@ class QuotaTree:
             self._fresh = False
             return set(self.nodes.values())
         return set(moved)
+
+
+def oversold(amounts: ResourceList, rate: float) -> ResourceList:
+    """``amounts`` times Koord-Queue's oversellrate, rounded down: a request fits while
+    used + request <= max x rate, exactly (a float product would round 2^53 and more)."""
+    if rate == 1.0:
+        return dict(amounts)
+    factor = Fraction(rate)
+    return {name: math.floor(amount * factor) for name, amount in amounts.items()}
 
 
 def _build_groups(node: QuotaNode) -> None:

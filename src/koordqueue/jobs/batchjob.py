@@ -25,7 +25,7 @@ from koordqueue.jobs.base import (
     template,
 )
 from koordqueue.jobs.kind import JobKind
-from koordqueue.jobs.placement import selector_field
+from koordqueue.jobs.placement import template_patch
 
 POD_SET_NAME = "main"
 
@@ -49,8 +49,9 @@ class BatchJobAdapter(JobAdapter):
         spec: dict[str, Any] = {}
         if "replicas" in fields:
             spec["parallelism"] = fields["replicas"]
-        if "nodeSelector" in fields:
-            spec["template"] = {"spec": {"nodeSelector": selector_field(fields["nodeSelector"])}}
+        template = template_patch(fields)
+        if template:
+            spec["template"] = template
         return {"spec": spec}
 
     def native_suspended(self, job: Job) -> bool:

@@ -26,7 +26,7 @@ from koordqueue.jobs.base import (
     template,
 )
 from koordqueue.jobs.kind import Manifest
-from koordqueue.jobs.placement import selector_field
+from koordqueue.jobs.placement import template_patch
 
 
 class KubeflowAdapter(JobAdapter):
@@ -80,12 +80,14 @@ class KubeflowAdapter(JobAdapter):
 
 
 def _role_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A replica spec's part of a merge patch: its replicas, its pods' nodeSelector entries."""
+    """A replica spec's part of a merge patch: its replicas, its pod template's nodeSelector
+    entries and metadata marks."""
     out: dict[str, Any] = {}
     if "replicas" in fields:
         out["replicas"] = fields["replicas"]
-    if "nodeSelector" in fields:
-        out["template"] = {"spec": {"nodeSelector": selector_field(fields["nodeSelector"])}}
+    template = template_patch(fields)
+    if template:
+        out["template"] = template
     return out
 
 

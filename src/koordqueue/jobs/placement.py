@@ -6,21 +6,28 @@ template's metadata (so that Kueue users' manifests carry over). An admission ma
 role's pods to the domain the engine chose (nodeSelector on the domain's labels) and set
 an elastic role's replicas to the count admitted; the values replaced are kept on the job
 (annotation koord-queue/placed) and put back when the job is suspended again. The job's
-unit is always made from the values as the user wrote them. A Node object is read into
-the engine's NodeInfo here too (``node_info``).
+unit is always made from the values as the user wrote them. Beside Koordinator, an
+admission also marks every pod template (``PodMarks``): the quota label, so that
+koord-scheduler charges the pods to the quota the unit was admitted to, and Koordinator's
+gang annotations, so that it places them all or none; these are put back the same way.
+A Node object is read into the engine's NodeInfo here too (``node_info``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from koordqueue.api.constants import (
+    ANNOTATION_GANG_MIN_AVAILABLE,
+    ANNOTATION_GANG_NAME,
     ANNOTATION_PLACED,
     ANNOTATION_PREFERRED_TOPOLOGY,
     ANNOTATION_REQUIRED_TOPOLOGY,
+    LABEL_QUOTA_NAME,
     TOLERATION_EQUAL,
     TOLERATION_EXISTS,
 )
@@ -210,22 +217,73 @@ def as_written(name: str, replicas: int, template: Mapping[str, Any], original: 
                 current[key] = value
         spec["nodeSelector"] = current or None
         template = {**template, "spec": {k: v for k, v in spec.items() if v is not None}}
+    marks = {key: original[key] for key in MARKS if isinstance(original.get(key), Mapping)}
+    if marks:
+        meta = dict(section(template, "metadata", f"{where}: template"))
+        for key, values in marks.items():
+            current = dict(section(meta, key, f"{where}: template.metadata"))
+            for name, value in values.items():
+                if value is None:
+                    current.pop(name, None)
+                else:
+                    current[name] = value
+            meta[key] = current
+        template = {**template, "metadata": meta}
     return replicas, template
 
 
-Written = tuple[str, int, tuple[tuple[str, str], ...]]
-"""A role as the user wrote it: its name in the job, its replicas, its pods' nodeSelector."""
+Pairs = tuple[tuple[str, str], ...]
+Written = tuple[str, int, Pairs, Pairs, Pairs]
+"""A role as the user wrote it: its name in the job, its replicas, and its pod template's
+nodeSelector, labels and annotations (sorted pairs)."""
+MARKS = ("labels", "annotations")  # a pod template's metadata an admission may mark
+
+
+def written_role(role: str, replicas: int, template: Mapping[str, Any]) -> Written:
+    """A role's ``Written`` from its pod template as the user wrote it (read by pod_sets)."""
+    meta = template.get("metadata") or {}
+    return (role, replicas, tuple(sorted(((template.get("spec") or {}).get("nodeSelector") or {}).items())),
+            tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())))
+
+
+@dataclass(frozen=True)
+class PodMarks:
+    """Labels and annotations an admission writes on every pod template of a job."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def koordinator_marks(quota: str, gang: str, roles: Sequence[Written], placement: Placement) -> PodMarks:
+    """For koord-scheduler: the quota the pods are charged to, and one gang of all the pods
+    admitted (its min-available: their count), named after the job."""
+    pods = sum(placement.count_of(name.lower(), replicas) for name, replicas, *_ in roles)
+    return PodMarks({LABEL_QUOTA_NAME: quota},
+                    {ANNOTATION_GANG_NAME: gang, ANNOTATION_GANG_MIN_AVAILABLE: str(pods)})
+
+
+def template_patch(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod template's part of a role's merge patch: nodeSelector and metadata marks (a
+    None value removes an entry; a None nodeSelector removes all of it)."""
+    out: dict[str, Any] = {}
+    if "nodeSelector" in fields:
+        out["spec"] = {"nodeSelector": selector_field(fields["nodeSelector"])}
+    meta = {key: None if fields[key] is None else dict(fields[key]) for key in MARKS if key in fields}
+    if meta:
+        out["metadata"] = meta
+    return out
 RolePatch = Callable[[Mapping[str, Mapping[str, Any]]], "dict[str, Any] | None"]
 """A kind's merge patch for roles' replicas and nodeSelector entries, or a whole nodeSelector
 removed (None); see JobAdapter.role_patch."""
 
 
 def admission_patch(role_patch: RolePatch, roles: Sequence[Written], before: Originals,
-                    placement: Placement | None) -> dict[str, Any] | None:
-    """The merge patch that applies an admission's ``placement`` to a job (None: puts back
-    what an earlier one changed, listed in ``before``), with the annotation that keeps the
-    values it replaces; None when there is nothing to write (or the kind cannot be changed)."""
-    changes, replaced = _changes(roles, placement) if placement is not None else ({}, {})
+                    placement: Placement | None, marks: PodMarks | None = None) -> dict[str, Any] | None:
+    """The merge patch that applies an admission's ``placement`` (and ``marks`` on the pod
+    templates) to a job (None: puts back what an earlier one changed, listed in
+    ``before``), with the annotation that keeps the values it replaces; None when there is
+    nothing to write (or the kind cannot be changed)."""
+    changes, replaced = _changes(roles, placement, marks or PodMarks()) if placement is not None else ({}, {})
     fields: dict[str, dict[str, Any]] = {}
     for name, old in before.items():  # an earlier admission's changes first put back...
         fields[name] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in old.items()}
@@ -233,15 +291,18 @@ def admission_patch(role_patch: RolePatch, roles: Sequence[Written], before: Ori
         into = fields.setdefault(name, {})
         if "replicas" in change:
             into["replicas"] = change["replicas"]
-        if "nodeSelector" in change:
-            into["nodeSelector"] = {**into.get("nodeSelector", {}), **change["nodeSelector"]}
+        for key in ("nodeSelector", *MARKS):
+            if key in change:
+                into[key] = {**into.get(key, {}), **change[key]}
     if not fields:
         return None
-    written = {name: dict(selector) for name, _, selector in roles}
+    written = {name: {"nodeSelector": selector, "labels": labels, "annotations": annotations}
+               for name, _, selector, labels, annotations in roles}
     for name, into in fields.items():
-        selector = into.get("nodeSelector")
-        if selector is not None and not written.get(name) and all(v is None for v in selector.values()):
-            into["nodeSelector"] = None  # the user wrote none: none is left, not an empty one
+        for key in ("nodeSelector", *MARKS):
+            values = into.get(key)
+            if values is not None and not written.get(name, {}).get(key) and all(v is None for v in values.values()):
+                into[key] = None  # the user wrote none: none is left, not an empty one
     patch = role_patch(fields)
     if patch is None:
         return None
@@ -250,12 +311,14 @@ def admission_patch(role_patch: RolePatch, roles: Sequence[Written], before: Ori
     return patch
 
 
-def _changes(roles: Sequence[Written], placement: Placement) -> tuple[dict[str, dict[str, Any]], Originals]:
+def _changes(roles: Sequence[Written], placement: Placement,
+             marks: PodMarks) -> tuple[dict[str, dict[str, Any]], Originals]:
     """Per role, the fields an admission sets (replicas, nodeSelector entries pinning its
-    pods to their domain), and the values, as the user wrote them, that those replace."""
+    pods to their domain, labels and annotations marking them), and the values, as the
+    user wrote them, that those replace."""
     changes: dict[str, dict[str, Any]] = {}
     replaced: Originals = {}
-    for name, replicas, node_selector in roles:
+    for name, replicas, node_selector, labels_written, annotations_written in roles:
         pod_set = name.lower()
         count = placement.count_of(pod_set, replicas)
         pins = {label: value for set_name, _, chain in placement.domains if set_name == pod_set
@@ -268,6 +331,11 @@ def _changes(roles: Sequence[Written], placement: Placement) -> tuple[dict[str, 
             selector = dict(node_selector)
             change["nodeSelector"] = pins
             before["nodeSelector"] = {label: selector.get(label) for label in pins}
+        for key, wanted, written in (("labels", marks.labels, dict(labels_written)),
+                                     ("annotations", marks.annotations, dict(annotations_written))):
+            if any(written.get(k) != v for k, v in wanted.items()):
+                change[key] = dict(wanted)
+                before[key] = {k: written.get(k) for k in wanted}
         if change:
             changes[name], replaced[name] = change, before
     return changes, replaced

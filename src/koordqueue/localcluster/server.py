@@ -13,6 +13,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,8 @@ JSON = "application/json"
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 DEFAULT_WATCH_TIMEOUT = 1800.0
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's request size limit
+# An aggregated API's answer (see APIServer.aggregate): (tail, query, user, groups) -> (code, body).
+AggregatedAPI = Callable[[str, dict[str, str], str, tuple[str, ...]], Awaitable[tuple[int, dict[str, Any]]]]
 USER = web.RequestKey("user", UserInfo)  # who sent the request, set by the middleware
 
 
@@ -142,6 +145,7 @@ class APIServer:
         self._seed = seed
         self._test_controls = test_controls
         self._registry = Registry()
+        self._aggregated: dict[tuple[str, str], AggregatedAPI] = {}
         self._pod_logs = podlogs.PodLogs()
         self._log_followers: set[asyncio.Event] = set()
         self._stopping = False
@@ -175,6 +179,25 @@ class APIServer:
     @property
     def kubeconfig_path(self) -> Path:
         return self.state_dir / KUBECONFIG_FILE
+
+    def aggregate(self, group: str, version: str, resources: list[dict[str, Any]], answer: AggregatedAPI) -> None:
+        """Serve ``group/version`` from ``answer`` where kube-apiserver would proxy it to an
+        APIService: listed by discovery from ``resources`` (an APIResourceList's), each request
+        authenticated and authorized here by RBAC as kube-apiserver does before proxying, then
+        answered by ``answer(path after the version, query, user name, groups)``. It is called
+        directly (no TLS hop, no front-proxy certificate: this server is in the same process)."""
+        subresources: dict[str, set[str]] = {}
+        for entry in resources:
+            plural, _, sub = str(entry["name"]).partition("/")
+            if sub:
+                subresources.setdefault(plural, set()).add(sub)
+        for entry in resources:
+            if "/" not in entry["name"]:
+                self._registry.add(ResourceType(
+                    group, version, entry["kind"], entry["name"], entry.get("singularName", ""),
+                    bool(entry.get("namespaced")), subresources=frozenset(subresources.get(entry["name"], ())),
+                    verbs=tuple(entry.get("verbs") or ())))
+        self._aggregated[(group, version)] = answer
 
     @property
     def registry(self) -> Registry:
@@ -437,6 +460,11 @@ class APIServer:
         if verb is None or (not sub and verb not in rt.verbs):
             raise errors.method_not_allowed()
         self._authorize(request, verb, rt, ns, name, sub)
+        aggregated = self._aggregated.get((rt.group, rt.version))
+        if aggregated is not None:
+            user = request[USER]
+            code, doc = await aggregated(request.match_info["tail"], dict(request.query), user.username, user.groups)
+            return _json(doc, code)
         self._controls.check(verb, rt, name)
         if rt.storage_key in REVIEW_KEYS:
             return _json(review(rt, await self._read_object(request), request[USER], self._authorizer), 201)

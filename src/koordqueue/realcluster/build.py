@@ -11,7 +11,8 @@ builds anew, one that does not is never built twice.
     python -m koordqueue.realcluster.build --print  # the folder of each program
 
 The control plane (`CONTROL_PLANE`: e2e/cluster and e2e/training-operator) is what
-`RealCluster` and `up --control-plane kube` need; e2e/kueue is for the bench only.
+`RealCluster` and `up --control-plane kube` need; e2e/kueue is for the bench only;
+e2e/koordinator (koord-scheduler, koord-manager) for the suite's Koordinator variant.
 """
 
 from __future__ import annotations
@@ -100,8 +101,15 @@ MODULES = (
         "kueue-perf-runner": "sigs.k8s.io/kueue/test/performance/scheduler/runner",
         "minimalkueue": "sigs.k8s.io/kueue/test/performance/scheduler/minimalkueue",
     }),
+    # Koordinator's scheduler and manager, which the guide's users run beside us: the
+    # real-cluster suite's Koordinator variant (tests/kubecluster/test_koordinator.py).
+    Module("koordinator", {
+        "koord-scheduler": "github.com/koordinator-sh/koordinator/cmd/koord-scheduler",
+        "koord-manager": "github.com/koordinator-sh/koordinator/cmd/koord-manager",
+    }),
 )
 CONTROL_PLANE = tuple(m for m in MODULES if m.folder in ("cluster", "training-operator"))
+KOORDINATOR = next(m for m in MODULES if m.folder == "koordinator")
 
 
 def modules_named(names: list[str]) -> tuple[Module, ...]:

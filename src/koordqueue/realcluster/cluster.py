@@ -51,6 +51,9 @@ OPERATOR_WEBHOOKS = "validator.training-operator.kubeflow.org"
 # Secret's mount in a pod). Every cluster on the machine shares one certificate there.
 OPERATOR_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 OPERATOR_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
+# Koordinator's namespace, as its chart installs it (koord-scheduler keeps its quotas there).
+KOORDINATOR_NAMESPACE = "koordinator-system"
+KOORDINATOR_MODULE = "github.com/koordinator-sh/koordinator"
 
 
 class ClusterError(Exception):
@@ -61,6 +64,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def host_address() -> str:
+    """This machine's address on its default route: what an Endpoints or EndpointSlice may name
+    for a process on the host (kube-apiserver refuses loopback addresses there), e.g. for an
+    APIService whose server runs out of cluster. No packet is sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        return str(s.getsockname()[0])
 
 
 @dataclass(frozen=True)
@@ -138,12 +150,14 @@ class RealCluster:
     def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
                  binaries: dict[str, Path] | None = None, audit: bool = True, audit_users: tuple[str, ...] = (),
                  component_qps: int = 200, controller_manager_flags: tuple[str, ...] = (),
-                 full_history: bool = False) -> None:
+                 full_history: bool = False, koordinator: bool = False) -> None:
         """`audit_users`: log only these users' requests (a benchmark counting a controller's);
         `component_qps`: kube-controller-manager's and kube-scheduler's client rate (burst twice it);
         `controller_manager_flags`: more flags for kube-controller-manager (a benchmark's tuning);
         `full_history`: kube-apiserver never compacts etcd's history and stores every object
-        as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write."""
+        as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write;
+        `koordinator`: koord-scheduler schedules the pods in kube-scheduler's place, and
+        koord-manager's ElasticQuota webhooks check the quotas, as beside the guide's Koord-Queue."""
         self.state_dir = state_dir.resolve()
         self.full_history = full_history
         self.pki = self.state_dir / "pki"
@@ -154,6 +168,7 @@ class RealCluster:
         self.audit_users = audit_users
         self.component_qps = component_qps
         self.controller_manager_flags = controller_manager_flags
+        self.koordinator = koordinator
         self._binaries = binaries
         self.processes: dict[str, Process] = {}
         self.apiserver_port = 0
@@ -192,11 +207,12 @@ class RealCluster:
         return self._write_kubeconfig(self.state_dir / f"{stem}.kubeconfig", cert, key)
 
     def start(self, say: Any = log.info) -> RealCluster:
-        paths = self._binaries or build.binaries(modules=build.CONTROL_PLANE)
+        modules = build.CONTROL_PLANE + ((build.KOORDINATOR,) if self.koordinator else ())
+        paths = self._binaries or build.binaries(modules=modules)
         missing = [n for n, p in paths.items() if not p.exists()]
         if missing:
             raise ClusterError(f"not built yet: {', '.join(missing)}; run `make e2e-tools` "
-                               f"(python -m koordqueue.realcluster.build cluster training-operator)")
+                               f"(python -m koordqueue.realcluster.build {' '.join(m.folder for m in modules)})")
         self.bin = paths
         for d in (self.pki, self.logs):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -207,9 +223,13 @@ class RealCluster:
             say("starting kube-apiserver")
             self._start_apiserver()
             self._write_kubeconfig(self.kubeconfig_path, *self._admin)
-            say("starting kube-controller-manager, kube-scheduler and kwok")
+            say(f"starting kube-controller-manager, {'koord-scheduler' if self.koordinator else 'kube-scheduler'} "
+                "and kwok")
             self._start_controller_manager()
-            self._start_scheduler()
+            if self.koordinator:
+                self._start_koordinator()
+            else:
+                self._start_scheduler()
             self._start_kwok()
             self._create_nodes()
             if self.training_operator:
@@ -393,6 +413,85 @@ class RealCluster:
         }))
         self._run("kube-scheduler", [f"--config={config}", "--secure-port=0", "--v=1"])
 
+    # -- Koordinator ---------------------------------------------------------------------------
+
+    def _start_koordinator(self) -> None:
+        """Koordinator's CRDs, koord-manager with its ElasticQuota webhooks, and koord-scheduler
+        with its chart's scheduler configuration, under the name of the default scheduler."""
+        source = koordinator_source()
+        for crd in sorted((source / "config" / "crd" / "bases").glob("*.yaml")):
+            self.apply(yaml.safe_load(crd.read_text()))
+        self.wait_for_crds("scheduling.sigs.k8s.io", "v1alpha1", {"elasticquotas", "podgroups"})
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KOORDINATOR_NAMESPACE}})
+        self._start_koord_manager(source)
+        self._start_koord_scheduler(source)
+
+    def _koordinator_user(self, user: str, role_file: Path, roles: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig for `user` with the ClusterRole Koordinator's manifests give it (and `roles`)."""
+        role = yaml.safe_load(role_file.read_text())
+        role["metadata"] = {"name": f"koordinator:{user}"}
+        self.apply(role)
+        for name in (role["metadata"]["name"], *roles):
+            self.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                        "metadata": {"name": f"{user}:{name}".replace(":", "-")},
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+        return self.kubeconfig_for(user)
+
+    def _start_koord_manager(self, source: Path) -> None:
+        """koord-manager's ElasticQuota webhooks (mutating and validating), called at 127.0.0.1:
+        the manager writes their caBundle and URL in itself (WEBHOOK_HOST), as in a cluster."""
+        port, probe_port = free_port(), free_port()
+        names = {"MutatingWebhookConfiguration": "koordinator-mutating-webhook-configuration",
+                 "ValidatingWebhookConfiguration": "koordinator-validating-webhook-configuration"}
+        for manifest in yaml.safe_load_all((source / "config" / "webhook" / "manifests.yaml").read_text()):
+            if not manifest or manifest["kind"] not in names:
+                continue
+            manifest["metadata"] = {"name": names[manifest["kind"]]}
+            manifest["webhooks"] = [hook for hook in manifest["webhooks"]
+                                    if any("elasticquotas" in rule["resources"] for rule in hook["rules"])]
+            self.apply(manifest)
+        kubeconfig = self._koordinator_user("koord-manager", source / "config" / "rbac" / "role.yaml")
+        self._run("koord-manager", [
+            f"--kubeconfig={kubeconfig}", "--enable-leader-election=false", "--metrics-addr=0", "--enable-pprof=false",
+            f"--health-probe-addr=127.0.0.1:{probe_port}", "--logtostderr=true",
+            f"--config-namespace={KOORDINATOR_NAMESPACE}", "--sync-period=0", "--v=1",
+        ], env={"KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": KOORDINATOR_NAMESPACE, "WEBHOOK_HOST": "127.0.0.1", "WEBHOOK_PORT": str(port),
+                "WEBHOOK_CERT_DIR": str(self.state_dir / "koord-manager-certs")})
+        self._wait_ready("koord-manager", f"http://127.0.0.1:{probe_port}/readyz", timeout=120, tls=False)
+        self._wait_for_koordinator_webhooks(port)
+
+    def _wait_for_koordinator_webhooks(self, port: int, timeout: float = 60.0) -> None:
+        """Until koord-manager has written its URL into its webhooks: quotas are checked from then on."""
+        deadline = time.monotonic() + timeout
+        path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/"
+        while time.monotonic() < deadline:
+            hooks = self.request("GET", path + "koordinator-validating-webhook-configuration").get("webhooks") or []
+            if hooks and all(f"127.0.0.1:{port}" in h["clientConfig"].get("url", "") and h["clientConfig"].get("caBundle")
+                             for h in hooks):
+                return
+            time.sleep(0.3)
+        raise ClusterError("koord-manager never registered its ElasticQuota webhooks:\n"
+                           + self.processes["koord-manager"].tail())
+
+    def _start_koord_scheduler(self, source: Path) -> None:
+        kubeconfig = self._koordinator_user("koord-scheduler", source / "config" / "rbac" / "scheduler_role.yaml",
+                                            ("system:kube-scheduler", "system:volume-scheduler"))
+        shipped = yaml.safe_load((source / "config" / "manager" / "scheduler-config.yaml").read_text())
+        config = yaml.safe_load(shipped["data"]["koord-scheduler-config"])
+        # Its chart's configuration, with three changes: one instance (no leader election), our
+        # client rate, and the default scheduler's name, so that the guide's pods (which name no
+        # scheduler) are scheduled by it, as when koord-scheduler replaces kube-scheduler.
+        config["leaderElection"] = {"leaderElect": False}
+        config["clientConnection"] = {"kubeconfig": str(kubeconfig), "qps": self.component_qps,
+                                      "burst": 2 * self.component_qps}
+        for profile in config["profiles"]:
+            profile["schedulerName"] = "default-scheduler"
+        path = self.state_dir / "koord-scheduler.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self._run("koord-scheduler", [f"--config={path}", "--secure-port=0", "--authentication-skip-lookup=true",
+                                      "--v=1"])
+
     @property
     def pod_logs(self) -> Path:
         """Container logs kwok serves (CRI format, as a kubelet keeps them) through `kubectl logs`."""
@@ -522,6 +621,14 @@ def operator_source() -> Path:
         return build.module_source("training-operator", "github.com/kubeflow/training-operator")
     except build.BuildError as e:
         raise ClusterError(f"cannot find the training operator's module: {e}") from None
+
+
+def koordinator_source() -> Path:
+    """Koordinator's module folder (its CRDs, webhook manifests and scheduler configuration)."""
+    try:
+        return build.module_source("koordinator", KOORDINATOR_MODULE)
+    except build.BuildError as e:
+        raise ClusterError(f"cannot find Koordinator's module: {e}") from None
 
 
 def operator_certificate() -> tuple[CertificateAuthority, bytes, bytes]:

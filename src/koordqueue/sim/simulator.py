@@ -462,6 +462,8 @@ class Simulator:
 
     def _start(self, record: JobRecord) -> None:
         record.phase, record.started, record.message = Phase.RUNNING, self.now, None
+        if record.unit_key is not None:  # its pods run: a Queue that waits for them goes on
+            self._call(self.engine.set_pods_running, record.unit_key, True)
         if record.runtime is not None:
             self._push(self.now + record.runtime, Step.FINISH, (record, record.run))
 

@@ -100,7 +100,13 @@ def test_groups_versions_names() -> None:
         ("kubeflow.org", "v1", "TFJob"),
         ("kubeflow.org", "v1", "MPIJob"),
         ("ray.io", "v1", "RayJob"),
+        ("ray.io", "v1", "RayCluster"),
+        ("sparkoperator.k8s.io", "v1beta2", "SparkApplication"),
+        ("argoproj.io", "v1alpha1", "Workflow"),
     ]
+    # MPIJob's CRD serves the mpi-operator's v1alpha1 too (stored as v1, as one CRD must).
+    assert [(v["name"], v["storage"]) for v in by_kind("MPIJob")["spec"]["versions"]] == [
+        ("v1", True), ("v1alpha1", False)]
     assert [m["spec"]["names"]["kind"] for m in our_crds()] == ["ElasticQuota", "ElasticQuotaTree", "Queue",
                                                                  "QueueUnit"]
     assert by_kind("ElasticQuota")["spec"]["names"]["shortNames"] == ["eq"]
@@ -127,8 +133,12 @@ def test_operator_printer_columns() -> None:
         # As the operator's CRD: the job's spec is closed (an unknown field is pruned, or refused
         # under strict field validation), a pod template's spec keeps what it is not described.
         spec = schema_of(kind)["properties"]["spec"]
-        specs_key = spec["required"][0]
-        assert "x-kubernetes-preserve-unknown-fields" not in spec and specs_key.endswith("ReplicaSpecs")
+        if kind == "MPIJob":  # but MPIJob's: it is one object with the v1alpha1 form (jobs/mpijob.py)
+            assert spec["x-kubernetes-preserve-unknown-fields"] is True and "required" not in spec
+            specs_key = "mpiReplicaSpecs"
+        else:
+            specs_key = spec["required"][0]
+            assert "x-kubernetes-preserve-unknown-fields" not in spec and specs_key.endswith("ReplicaSpecs")
         pod = spec["properties"][specs_key]["additionalProperties"]["properties"]["template"]["properties"]["spec"]
         assert pod["x-kubernetes-preserve-unknown-fields"] is True and pod["required"] == ["containers"]
 

@@ -56,6 +56,7 @@ CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
 # From the kinds' registrations (tests/jobs/test_kinds.py pins those of the kinds we ship).
 EXTENSION_KIND = {k.extension: k.kind for k in KINDS}
 KIND_GROUP = {k.kind: k.group for k in KINDS}
+KIND_VERSION = {k.kind: k.version for k in KINDS}
 
 
 def case(name: str) -> list[Obj]:
@@ -275,7 +276,7 @@ def test_one_extension_alone(extension: str) -> None:
     kind = EXTENSION_KIND[extension]
     assert flag(objects, "job-kinds") == [kind]
     rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
-    assert rules == [{"apiGroups": [KIND_GROUP[kind]], "apiVersions": ["v1"], "operations": ["CREATE"],
+    assert rules == [{"apiGroups": [KIND_GROUP[kind]], "apiVersions": [KIND_VERSION[kind]], "operations": ["CREATE"],
                       "resources": [JOB_PLURALS[kind]], "scope": "Namespaced"}]
     job_rules = {g for g in grants(one(objects, "ClusterRole")["rules"]) if g[0] in set(KIND_GROUP.values())}
     assert job_rules == job_grants({kind})
@@ -506,7 +507,7 @@ def test_image_and_resources_follow_values() -> None:
 # --- values the chart refuses --------------------------------------------------------
 
 @pytest.mark.parametrize(("values", "message"), [
-    ({"extension": {"spark": {"enable": True}}}, "extension.spark is not supported"),
+    ({"extension": {"notebook": {"enable": True}}}, "extension.notebook is not supported"),
     ({"extension": {"pytorch": {"enable": False}}}, "no job kind is enabled"),
     ({"controller": {"defaultQueuePolicy": "Fifo"}}, "defaultQueuePolicy"),
     ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),

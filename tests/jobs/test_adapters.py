@@ -7,11 +7,14 @@ from typing import Any
 import pytest
 
 from koordqueue.jobs import ADAPTERS, adapter_for
+from koordqueue.jobs.argo import WorkflowAdapter
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.jobs.batchjob import BatchJobAdapter
 from koordqueue.jobs.mpijob import MPIJobAdapter
 from koordqueue.jobs.pytorchjob import PyTorchJobAdapter
+from koordqueue.jobs.raycluster import RayClusterAdapter
 from koordqueue.jobs.rayjob import RayJobAdapter
+from koordqueue.jobs.spark import SparkApplicationAdapter
 from koordqueue.jobs.tfjob import TFJobAdapter
 from koordqueue.jobs.unit import unit_info
 from tests.jobs.helpers import GI, MI, load, merge_patch
@@ -30,8 +33,12 @@ def test_registry() -> None:
         MPIJobAdapter,
         BatchJobAdapter,
         RayJobAdapter,
+        RayClusterAdapter,
+        SparkApplicationAdapter,
+        WorkflowAdapter,
     }
     assert isinstance(adapter_for("kubeflow.org/v1", "PyTorchJob"), PyTorchJobAdapter)
+    assert adapter_for("kubeflow.org/v1alpha1", "MPIJob") is adapter_for("kubeflow.org/v1", "MPIJob")
     assert isinstance(adapter_for("batch/v1", "Job"), BatchJobAdapter)
     assert adapter_for("kubeflow.org/v1alpha1", "PyTorchJob") is None
     assert adapter_for("apps/v1", "Deployment") is None

@@ -25,6 +25,9 @@ def test_the_kinds_we_ship() -> None:
         ("mpi", "MPIJob", "kubeflow.org/v1", "mpijobs", True, True),
         ("batchjob", "Job", "batch/v1", "jobs", False, True),  # built into the API server
         ("ray", "RayJob", "ray.io/v1", "rayjobs", True, True),
+        ("raycluster", "RayCluster", "ray.io/v1", "rayclusters", True, True),
+        ("spark", "SparkApplication", "sparkoperator.k8s.io/v1beta2", "sparkapplications", True, True),
+        ("argo", "Workflow", "argoproj.io/v1alpha1", "workflows", True, True),
     ]
     for kind in KINDS:
         if kind.crd is not None:
@@ -94,7 +97,7 @@ def add_toy_kind(tmp_path: Path) -> Path:
     text = init.read_text()
     assert text.count("    rayjob.KIND,\n") == 1
     text = text.replace("    rayjob.KIND,\n", "    rayjob.KIND,\n    toyjob.KIND,\n")  # the line
-    text = text.replace("rayjob, tfjob\n", "rayjob, tfjob, toyjob\n")  # and its module, for that line
+    text = text.replace("spark, tfjob\n", "spark, tfjob, toyjob\n")  # and its module, for that line
     init.write_text(text)
     return src
 

@@ -17,6 +17,7 @@ from koordqueue.kube.config import load_config
 from koordqueue.localcluster.controls import Access
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
+from tests.controller.test_app_kinds import ray_cluster, spark_app, workflow
 from tests.simcluster.conftest import (
     FAST_RETRY,
     JOBS,
@@ -37,6 +38,9 @@ RBAC_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts")
 DEPLOYMENTS = Resource("apps", "v1", "deployments")
 RAYJOBS = Resource(c.RAY_GROUP, "v1", c.RAY_PLURAL)
+RAY_CLUSTERS = Resource(c.RAY_GROUP, "v1", c.RAY_CLUSTER_PLURAL)
+SPARK_APPS = Resource.of(c.SPARK_API_VERSION, c.SPARK_PLURAL)
+WORKFLOWS = Resource.of(c.ARGO_API_VERSION, c.ARGO_PLURAL)
 
 # What the simulated cluster asks of the API server: (group, resource, verbs).
 NEEDS = [
@@ -55,6 +59,12 @@ NEEDS = [
     ("batch", "jobs/status", ["patch"]),
     ("ray.io", "rayjobs", ["list", "watch"]),
     ("ray.io", "rayjobs/status", ["patch"]),
+    ("ray.io", "rayclusters", ["list", "watch"]),
+    ("ray.io", "rayclusters/status", ["patch"]),
+    ("sparkoperator.k8s.io", "sparkapplications", ["list", "watch"]),
+    ("sparkoperator.k8s.io", "sparkapplications/status", ["patch"]),
+    ("argoproj.io", "workflows", ["list", "watch"]),
+    ("argoproj.io", "workflows/status", ["patch"]),
     ("apps", "deployments", ["list", "watch"]),
     ("apps", "deployments/status", ["patch"]),
     ("apps", "replicasets", ["create", "list", "watch", "patch"]),
@@ -119,6 +129,18 @@ async def test_the_simulation_uses_every_rule_it_is_granted_and_no_other(server:
                 return (ray.get("status") or {}).get("jobDeploymentStatus") == "Complete"
 
             await wait_for(ray_complete, "the RayJob Complete")
+            await client.create(SPARK_APPS, spark_app("spark", duration=0.1), namespace="default")
+            await client.create(WORKFLOWS, workflow("wf", duration=0.1), namespace="default")
+            await client.create(RAY_CLUSTERS, ray_cluster("rc"), namespace="default")
+
+            async def apps_done() -> bool:
+                spark = (await client.get(SPARK_APPS, "spark", namespace="default")).get("status") or {}
+                wf = (await client.get(WORKFLOWS, "wf", namespace="default")).get("status") or {}
+                rc = (await client.get(RAY_CLUSTERS, "rc", namespace="default")).get("status") or {}
+                return spark.get("applicationState", {}).get("state") == "COMPLETED" and \
+                    wf.get("phase") == "Succeeded" and rc.get("state") == "ready"
+
+            await wait_for(apps_done, "the SparkApplication and the Workflow done, the RayCluster ready")
             await client.create(DEPLOYMENTS, {"metadata": {"name": "web"}, "spec": {
                 "replicas": 2, "selector": {"matchLabels": {"app": "web"}},
                 "template": {"metadata": {"labels": {"app": "web"}},
@@ -159,7 +181,8 @@ async def test_kinds_it_may_not_list_are_left_alone(server: APIServer, client: K
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]})
     config = load_config(str(server.write_kubeconfig_for(NAMESPACE, ACCOUNT, tmp_path / "sim.kubeconfig")))
     async with KubeClient(config, qps=0, retry=FAST_RETRY) as as_sim, SimCluster(as_sim, nodes=1) as sim:
-        assert sorted(sim.job_informers) == [c.BATCH_JOB_KIND, c.PYTORCH_JOB_KIND, c.RAY_JOB_KIND]
+        assert sorted(sim.job_informers) == [c.BATCH_JOB_KIND, c.PYTORCH_JOB_KIND, c.RAY_CLUSTER_KIND, c.RAY_JOB_KIND,
+                                             c.SPARK_APPLICATION_KIND, c.ARGO_WORKFLOW_KIND]
         await client.create(PYTORCHJOBS, seed_job("still-runs", duration=0.1))
 
         async def succeeded() -> bool:

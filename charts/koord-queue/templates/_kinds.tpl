@@ -9,4 +9,7 @@ kinds:
 - {extension: mpi, kind: MPIJob, group: kubeflow.org, version: v1, resource: mpijobs}
 - {extension: batchjob, kind: Job, group: batch, version: v1, resource: jobs}
 - {extension: ray, kind: RayJob, group: ray.io, version: v1, resource: rayjobs}
+- {extension: raycluster, kind: RayCluster, group: ray.io, version: v1, resource: rayclusters}
+- {extension: spark, kind: SparkApplication, group: sparkoperator.k8s.io, version: v1beta2, resource: sparkapplications}
+- {extension: argo, kind: Workflow, group: argoproj.io, version: v1alpha1, resource: workflows}
 {{- end -}}

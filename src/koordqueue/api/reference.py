@@ -30,6 +30,9 @@ class Origin(StrEnum):
     KOORDINATOR = "Koordinator"
     KUBEFLOW = "training operator"
     KUBERAY = "KubeRay"
+    SPARK = "Spark operator"
+    ARGO = "Argo Workflows"
+    MPI = "mpi-operator"
     KUBERNETES = "Kubernetes"
     KUEUE = "Kueue"
     OURS = "ours"
@@ -140,6 +143,9 @@ REFERENCE: tuple[Key, ...] = (
                 "The job's priority in its queue; overrides the PriorityClass of its pods.", Origin.KOORD_QUEUE),
     _label(c.LABEL_PREEMPTIBLE, Where.JOB, f'`"{c.FALSE}"`',
            "The job is never chosen as a victim of reclaim or priority preemption.", Origin.KOORDINATOR),
+    _annotation(c.ANNOTATION_ARGO_MIN_RESOURCES, Where.JOB, 'a ResourceList, JSON or YAML, e.g. `{"cpu": "4"}`',
+                "What an Argo Workflow asks of its quota (its steps are made as it runs, so its "
+                "templates cannot say): absent, nothing.", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_SUSPEND, Where.JOB, f'`"{c.TRUE}"` while queued',
                 "Set when the job is created (by the admission webhook) and removed when it is admitted; "
                 "kinds with a native suspend field get that set too.", Origin.KOORD_QUEUE, "koord-queue"),
@@ -203,6 +209,16 @@ REFERENCE: tuple[Key, ...] = (
            "The RayJob a RayCluster was made for.", Origin.KUBERAY, "KubeRay"),
     _label(c.LABEL_RAY_ORIGINATED_FROM_CRD, Where.POD, "`RayJob`", "The kind a RayCluster was made for.",
            Origin.KUBERAY, "KubeRay"),
+    _label(c.LABEL_SPARK_APP_NAME, Where.POD, "the SparkApplication's name",
+           "Which SparkApplication a driver or executor pod belongs to.", Origin.SPARK, "Spark operator"),
+    _label(c.LABEL_SPARK_ROLE, Where.POD, f"`{c.SPARK_ROLE_DRIVER}` or `{c.SPARK_ROLE_EXECUTOR}`",
+           "The pod's role in its SparkApplication.", Origin.SPARK, "Spark operator"),
+    _label(c.LABEL_ARGO_WORKFLOW, Where.POD, "the Workflow's name", "Which Workflow a step's pod belongs to.",
+           Origin.ARGO, "Argo"),
+    _label(c.LABEL_MPI_JOB_NAME_V1ALPHA1, Where.POD, "the MPIJob's name",
+           "Which MPIJob (the v1alpha1 form) a launcher or worker pod belongs to.", Origin.MPI, "mpi-operator"),
+    _label(c.LABEL_MPI_ROLE_V1ALPHA1, Where.POD, "`launcher` or `worker`",
+           "The pod's role in its MPIJob (the v1alpha1 form).", Origin.MPI, "mpi-operator"),
     _annotation(c.ANNOTATION_GANG_NAME, Where.POD, "the gang's name",
                 "Koordinator's gang: its pods are bound all together or not at all (the embedded "
                 "cluster's kubelet honours it).", Origin.KOORDINATOR, "you or the operator"),

@@ -3,7 +3,8 @@ from it here: ``ADAPTERS``, ``KIND_NAMES``, ``PLURALS``, ``adapter_for``, ``kind
 
 from __future__ import annotations
 
-from koordqueue.jobs import batchjob, mpijob, pytorchjob, rayjob, tfjob
+from koordqueue.api.constants import MPI_V1ALPHA1_API_VERSION
+from koordqueue.jobs import argo, batchjob, mpijob, pytorchjob, raycluster, rayjob, spark, tfjob
 from koordqueue.jobs.base import JobAdapter
 from koordqueue.jobs.kind import JobKind
 
@@ -13,11 +14,16 @@ KINDS: tuple[JobKind, ...] = (
     mpijob.KIND,
     batchjob.KIND,
     rayjob.KIND,
+    raycluster.KIND,
+    spark.KIND,
+    argo.KIND,
 )
 """In the order the chart and ``--job-kinds`` list them. A new kind: its file, and its line here."""
 
-ADAPTERS: dict[tuple[str, str], JobAdapter] = {(k.api_version, k.kind): k.adapter for k in KINDS}
-"""(apiVersion, kind) -> adapter, for every kind we queue."""
+ADAPTERS: dict[tuple[str, str], JobAdapter] = {(k.api_version, k.kind): k.adapter for k in KINDS} | {
+    (MPI_V1ALPHA1_API_VERSION, mpijob.KIND.kind): mpijob.ADAPTER}
+"""(apiVersion, kind) -> adapter, for every kind we queue, and every other version its CRD
+serves (MPIJob's v1alpha1: one kind, read by its shape)."""
 KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
 PLURALS: dict[str, str] = {k.kind: k.plural for k in KINDS}
 """kind -> its REST plural."""

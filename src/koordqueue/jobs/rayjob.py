@@ -41,23 +41,8 @@ class RayJobAdapter(JobAdapter):
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
         spec = section(job, "spec", where, required=True)
-        cluster = section(spec, "rayClusterSpec", f"{where}: spec", required=True)
-        head = section(cluster, "headGroupSpec", f"{where}: spec.rayClusterSpec", required=True)
-        roles = [Role(HEAD, 1, template(head.get("template"), f"{where}: headGroupSpec"))]
-        groups = cluster.get("workerGroupSpecs") or []
-        if not isinstance(groups, list):
-            raise InvalidObject(f"{where}: spec.rayClusterSpec.workerGroupSpecs must be a list")
-        for index, group in enumerate(groups):
-            at = f"{where}: workerGroupSpecs[{index}]"
-            if not isinstance(group, Mapping):
-                raise InvalidObject(f"{at} must be a mapping")
-            name = group.get("groupName")
-            if not isinstance(name, str) or not name:
-                raise InvalidObject(f"{at}: groupName is missing or not a string")
-            hosts = replicas(group.get("numOfHosts"), f"{at}: numOfHosts")
-            count = replicas(group.get("replicas"), at) * hosts
-            roles.append(Role(name, count, template(group.get("template"), at)))
-        return roles
+        return cluster_roles(section(spec, "rayClusterSpec", f"{where}: spec", required=True),
+                             f"{where}: spec.rayClusterSpec")
 
     def native_suspended(self, job: Job) -> bool:
         where = self.meta(job).describe()
@@ -90,6 +75,27 @@ class RayJobAdapter(JobAdapter):
             LABEL_RAY_ORIGINATED_FROM_CR_NAME: self.meta(job).name,
             LABEL_RAY_ORIGINATED_FROM_CRD: self.kind,
         }
+
+
+def cluster_roles(cluster: Mapping[str, Any], where: str) -> list[Role]:
+    """A Ray cluster's spec (a RayCluster's, a RayJob's rayClusterSpec): its head, then each
+    worker group, ``replicas`` (default 1) times ``numOfHosts`` pods."""
+    head = section(cluster, "headGroupSpec", where, required=True)
+    roles = [Role(HEAD, 1, template(head.get("template"), f"{where}.headGroupSpec"))]
+    groups = cluster.get("workerGroupSpecs") or []
+    if not isinstance(groups, list):
+        raise InvalidObject(f"{where}.workerGroupSpecs must be a list")
+    for index, group in enumerate(groups):
+        at = f"{where}.workerGroupSpecs[{index}]"
+        if not isinstance(group, Mapping):
+            raise InvalidObject(f"{at} must be a mapping")
+        name = group.get("groupName")
+        if not isinstance(name, str) or not name:
+            raise InvalidObject(f"{at}: groupName is missing or not a string")
+        hosts = replicas(group.get("numOfHosts"), f"{at}: numOfHosts")
+        count = replicas(group.get("replicas"), at) * hosts
+        roles.append(Role(name, count, template(group.get("template"), at)))
+    return roles
 
 
 def ray_job_crd() -> Manifest:

@@ -9,6 +9,10 @@ on this machine) at the Service's target port, with the Service's DNS name for T
 ValidatingWebhookConfigurations are honoured the same way, after the object was
 validated (the training operator refuses malformed jobs with one): a webhook that
 denies fails the request with its status (403 Forbidden for controller-runtime's).
+`matchPolicy: Equivalent` (the default) is honoured as kube-apiserver honours it: a
+request for another served version of a resource the rules name (an MPIJob created as
+kubeflow.org/v1alpha1, the rules naming v1) is sent as the version the rules name, with
+`requestKind` the one asked for, and the webhook's patch is applied to that version.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from koordqueue.localcluster.builtin import (
     VALIDATING_WEBHOOKS_KEY,
 )
 from koordqueue.localcluster.patch import PatchError, PatchFormatError, apply_json_patch
-from koordqueue.localcluster.registry import ResourceType
+from koordqueue.localcluster.registry import Registry, ResourceType
 from koordqueue.localcluster.selectors import selector_from_object
 from koordqueue.localcluster.store import Store
 
@@ -62,9 +66,27 @@ def _rule_matches(rule: dict[str, Any], operation: str, rt: ResourceType, subres
     return False
 
 
+def _kind(rt: ResourceType) -> dict[str, str]:
+    return {"group": rt.group, "version": rt.version, "kind": rt.kind}
+
+
+def _resource(rt: ResourceType) -> dict[str, str]:
+    return {"group": rt.group, "version": rt.version, "resource": rt.plural}
+
+
+def _as_version(obj: dict[str, Any] | None, rt: ResourceType) -> Any:
+    """The object as version `rt` serves it: custom resources convert by apiVersion alone
+    (conversion None), and built-in kinds have one version here."""
+    if obj is None or obj.get("apiVersion") in (None, rt.api_version):
+        return obj
+    return {**obj, "apiVersion": rt.api_version}
+
+
 class Admission:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, registry: Registry | None = None) -> None:
+        """`registry`: the served types, to match `matchPolicy: Equivalent` (None: exact only)."""
         self._store = store
+        self._registry = registry
         self._session: aiohttp.ClientSession | None = None
         self._ssl: dict[str, ssl.SSLContext] = {}
 
@@ -80,8 +102,13 @@ class Admission:
         configs = self._store.items(MUTATING_WEBHOOKS_KEY)
         for config in configs:
             for hook in config.get("webhooks") or ():
-                if isinstance(hook, dict) and self._matches(hook, operation, rt, subresource, obj, old):
-                    obj = await self._run(hook, operation, rt, subresource, obj, old)
+                if not isinstance(hook, dict):
+                    continue
+                target = self._matched_type(hook, operation, rt, subresource)
+                if target is not None and self._matches(hook, rt, obj, old):
+                    sent = await self._run(hook, operation, target, rt, subresource,
+                                           _as_version(obj, target), _as_version(old, target))
+                    obj = _as_version(sent, rt)
         return obj
 
     async def validate(
@@ -90,16 +117,20 @@ class Admission:
         """Run every matching validating webhook; the first that denies fails the request."""
         for config in self._store.items(VALIDATING_WEBHOOKS_KEY):
             for hook in config.get("webhooks") or ():
-                if isinstance(hook, dict) and self._matches(hook, operation, rt, subresource, obj, old):
-                    await self._check(hook, operation, rt, subresource, obj, old)
+                if not isinstance(hook, dict):
+                    continue
+                target = self._matched_type(hook, operation, rt, subresource)
+                if target is not None and self._matches(hook, rt, obj, old):
+                    await self._check(hook, operation, target, rt, subresource,
+                                      _as_version(obj, target), _as_version(old, target))
 
     async def _check(
-        self, hook: dict[str, Any], operation: str, rt: ResourceType, subresource: str,
+        self, hook: dict[str, Any], operation: str, rt: ResourceType, asked: ResourceType, subresource: str,
         obj: dict[str, Any], old: dict[str, Any] | None,
     ) -> None:
         name = str(hook.get("name", ""))
         try:
-            response = await self._call(hook, self._review(operation, rt, subresource, obj, old))
+            response = await self._call(hook, self._review(operation, rt, asked, subresource, obj, old))
         except WebhookCallError as e:
             if hook.get("failurePolicy", "Fail") == "Ignore":
                 return
@@ -107,13 +138,23 @@ class Admission:
         if not response.get("allowed"):
             raise self._denied(name, response.get("status") or {})
 
-    def _matches(
+    def _matched_type(
         self, hook: dict[str, Any], operation: str, rt: ResourceType, subresource: str,
-        obj: dict[str, Any], old: dict[str, Any] | None,
+    ) -> ResourceType | None:
+        """The type the hook's rules name for a request on `rt`: `rt` itself, or with
+        `matchPolicy: Equivalent` (the default) another served version of the same resource."""
+        rules = [r for r in hook.get("rules") or () if isinstance(r, dict)]
+        if any(_rule_matches(r, operation, rt, subresource) for r in rules):
+            return rt
+        if hook.get("matchPolicy", "Equivalent") != "Equivalent" or self._registry is None:
+            return None
+        return next((other for other in self._registry.versions_of(rt.storage_key)
+                     if other != rt and any(_rule_matches(r, operation, other, subresource) for r in rules)), None)
+
+    def _matches(
+        self, hook: dict[str, Any], rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
     ) -> bool:
-        if not any(_rule_matches(r, operation, rt, subresource) for r in hook.get("rules") or ()
-                   if isinstance(r, dict)):
-            return False
+        """Whether the hook's namespaceSelector and objectSelector select the object."""
         ns_selector = selector_from_object(hook.get("namespaceSelector"))
         if ns_selector is None:
             return False
@@ -133,12 +174,12 @@ class Admission:
             old is not None and obj_selector.matches(old["metadata"].get("labels")))
 
     async def _run(
-        self, hook: dict[str, Any], operation: str, rt: ResourceType, subresource: str,
+        self, hook: dict[str, Any], operation: str, rt: ResourceType, asked: ResourceType, subresource: str,
         obj: dict[str, Any], old: dict[str, Any] | None,
     ) -> dict[str, Any]:
         name = str(hook.get("name", ""))
         try:
-            response = await self._call(hook, self._review(operation, rt, subresource, obj, old))
+            response = await self._call(hook, self._review(operation, rt, asked, subresource, obj, old))
             if not response.get("allowed"):
                 raise self._denied(name, response.get("status") or {})
             patch = response.get("patch")
@@ -160,14 +201,14 @@ class Admission:
             raise errors.internal(f'failed calling webhook "{name}": {e}') from None
 
     def _review(
-        self, operation: str, rt: ResourceType, subresource: str, obj: dict[str, Any], old: dict[str, Any] | None,
+        self, operation: str, rt: ResourceType, asked: ResourceType, subresource: str, obj: dict[str, Any],
+        old: dict[str, Any] | None,
     ) -> dict[str, Any]:
+        """`rt`: the version sent (the rules'); `asked`: the version of the request."""
         meta = obj["metadata"]
-        kind = {"group": rt.group, "version": rt.version, "kind": rt.kind}
-        resource = {"group": rt.group, "version": rt.version, "resource": rt.plural}
         request: dict[str, Any] = {
-            "uid": str(uuid.uuid4()), "kind": kind, "resource": resource, "requestKind": kind,
-            "requestResource": resource, "name": meta.get("name", ""), "operation": operation,
+            "uid": str(uuid.uuid4()), "kind": _kind(rt), "resource": _resource(rt), "requestKind": _kind(asked),
+            "requestResource": _resource(asked), "name": meta.get("name", ""), "operation": operation,
             "userInfo": USER_INFO, "object": obj, "oldObject": old, "dryRun": False,
             "options": {"apiVersion": "meta.k8s.io/v1",
                         "kind": "CreateOptions" if operation == "CREATE" else "UpdateOptions"},

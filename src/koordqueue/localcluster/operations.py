@@ -371,6 +371,9 @@ class Operations:
         dry_run: bool, check: Callable[[dict[str, Any], dict[str, Any]], Any] | None, manager: str,
     ) -> dict[str, Any]:
         old = self.get(rt, namespace, name)
+        # Written through another served version of the resource: patched as this version serves
+        # it (custom resources convert by apiVersion alone), as kube-apiserver converts it first.
+        base = old if old.get("apiVersion") in (None, rt.api_version) else {**old, "apiVersion": rt.api_version}
         if patch_type == APPLY_PATCH or (patch_type == STRATEGIC_PATCH and rt.from_crd):
             raise errors.unsupported_media_type(patch_type, [JSON_PATCH, MERGE_PATCH] + (
                 [] if rt.from_crd else [STRATEGIC_PATCH]))
@@ -380,20 +383,20 @@ class Operations:
             raise errors.bad_request(f"error decoding patch: {e}") from None
         try:
             if patch_type == JSON_PATCH:
-                new = apply_json_patch(old, patch)
+                new = apply_json_patch(base, patch)
             elif not isinstance(patch, dict):
                 raise errors.bad_request("patch must be a JSON object")
             elif patch_type == MERGE_PATCH and rt.from_crd:
                 # What the patch leaves alone is shared with the stored object, never copied: custom
                 # resources have no update hooks that change an object in place, and the metadata
                 # written below is a copy of its own.
-                new = merged(old, patch)
+                new = merged(base, patch)
                 if isinstance(new.get("metadata"), dict):
                     new["metadata"] = deep_copy(new["metadata"])
             else:
                 merge = apply_merge_patch if patch_type == MERGE_PATCH else (
                     lambda o, p: apply_strategic_merge(o, p, rt))
-                new = merge(old, patch)
+                new = merge(base, patch)
         except PatchFormatError as e:
             raise errors.bad_request(str(e)) from None
         except PatchError as e:

@@ -244,7 +244,7 @@ class APIServer:
         self._registry = Registry()
         for rt in BUILTIN_TYPES:
             self._registry.add(rt)
-        self._admission = Admission(self._store)
+        self._admission = Admission(self._store, self._registry)
         self._ops = Operations(self._store, self._registry, self._admission.mutate, self._admission.validate)
         self._ops.load_crds()
         self._hub = WatchHub()

@@ -166,10 +166,15 @@ def quick_config(**overrides: Any) -> ControllerConfig:
     return replace(base, **overrides)
 
 
+Prepare = Callable[["System"], Awaitable[None]]
+
+
 @asynccontextmanager
 async def _controller(server: APIServer | RealCluster, client: KubeClient, sim: SimCluster | None,
-                      config: ControllerConfig | None) -> AsyncIterator[System]:
+                      config: ControllerConfig | None, prepare: Prepare | None = None) -> AsyncIterator[System]:
     config = config or quick_config()
+    if prepare is not None:  # what is there before the controller starts (with no webhook yet)
+        await prepare(System(server, client, None, sim))  # type: ignore[arg-type]
     manager = Manager(client, config)
     task = asyncio.create_task(manager.run())
     try:
@@ -191,11 +196,12 @@ async def _controller(server: APIServer | RealCluster, client: KubeClient, sim: 
 @asynccontextmanager
 async def running_system(state: Path, nodes: int = 4, gpus_per_node: int = 8,
                          config: ControllerConfig | None = None, cluster: RealCluster | None = None,
-                         ) -> AsyncIterator[System]:
-    """The controller on the embedded control plane, or on `cluster` (its 4 kwok nodes of 8 GPUs)."""
+                         prepare: Prepare | None = None) -> AsyncIterator[System]:
+    """The controller on the embedded control plane, or on `cluster` (its 4 kwok nodes of 8 GPUs);
+    `prepare` makes what is there before the controller starts."""
     if cluster is not None:
         async with KubeClient(load_config(str(cluster.kubeconfig_path)), qps=1000, burst=2000) as client, \
-                _controller(cluster, client, None, config) as system:
+                _controller(cluster, client, None, config, prepare) as system:
             yield system
         return
     server = APIServer(state, crds=all_crds())
@@ -205,7 +211,7 @@ async def running_system(state: Path, nodes: int = 4, gpus_per_node: int = 8,
             sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node)
             await sim.start()
             try:
-                async with _controller(server, client, sim, config) as system:
+                async with _controller(server, client, sim, config, prepare) as system:
                     yield system
             finally:
                 await sim.stop()

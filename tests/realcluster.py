@@ -47,12 +47,12 @@ def reset(cluster: RealCluster) -> None:
             "--ignore-not-found", "--wait=false")
     kubectl(config, "delete", "mutatingwebhookconfigurations", "koord-queue", "--ignore-not-found", "--wait=false")
     for kind in LEFTOVERS:
-        namespaces = ["--all-namespaces"]
+        which = ["--all", "--all-namespaces"]
         if kind.startswith("leases"):
-            namespaces = ["-n", "koord-queue"]
-        elif kind.startswith("elasticquotas"):
-            namespaces += ["--field-selector", f"metadata.namespace!={KOORDINATOR_NAMESPACE}"]
-        kubectl(config, "delete", kind, "--all", *namespaces, "--ignore-not-found", "--wait=false", check=False)
+            which = ["--all", "-n", "koord-queue"]
+        elif kind.startswith("elasticquotas."):  # (kubectl takes --all or a selector, not both)
+            which = ["--all-namespaces", "--field-selector", f"metadata.namespace!={KOORDINATOR_NAMESPACE}"]
+        kubectl(config, "delete", kind, *which, "--ignore-not-found", "--wait=false", check=False)
     # The settings a controller published: a chart installed afresh finds none (its grant to create it is used).
     kubectl(config, "delete", "configmap", c.SETTINGS_CONFIG_MAP, "-n", c.SYSTEM_NAMESPACE, "--ignore-not-found",
             "--wait=false")

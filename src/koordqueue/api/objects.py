@@ -42,6 +42,7 @@ from koordqueue.api.constants import (
     LABEL_QUOTA_IS_PARENT,
     LABEL_QUOTA_NAME,
     LABEL_QUOTA_PARENT,
+    LABEL_QUOTA_TREE_ID,
     QUEUE_ARG_INITIAL_BACKOFF,
     QUEUE_ARG_MAX_BACKOFF,
     QUEUE_KIND,
@@ -82,6 +83,7 @@ class QuotaInfo:
     namespaces: frozenset[str] = frozenset()  # bound namespaces besides its own
     priority_threshold: int | None = None
     node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
+    tree_id: str = ""  # Koordinator's tree-id label; "": its parent's
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,13 +168,14 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         min=_resources(spec.get("min"), f"{where}: spec.min"),
         max=_resources(spec.get("max"), f"{where}: spec.max"),
         parent=_parent(labels.get(LABEL_QUOTA_PARENT)),
-        is_parent=labels.get(LABEL_QUOTA_IS_PARENT, "").lower() == TRUE,
+        is_parent=labels.get(LABEL_QUOTA_IS_PARENT) == TRUE,  # exactly "true", as Koordinator reads it
         shared_weight=shared_weight,
         allow_lent=labels.get(LABEL_ALLOW_LENT_RESOURCE, "").lower() != FALSE,
         policy=policy,
         namespaces=_namespaces(annotations.get(ANNOTATION_QUOTA_NAMESPACES), where, warnings),
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
+        tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
 

@@ -158,7 +158,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
     spec = section(obj, "spec", where, required=True)
     warnings: list[str] = []
     labels, annotations = meta.labels, meta.annotations
-    shared_weight = _shared_weight(annotations.get(ANNOTATION_SHARED_WEIGHT), where, warnings)
+    shared_weight = _shared_weight(annotations.get(ANNOTATION_SHARED_WEIGHT), where)
     policy_warnings: list[str] = []
     policy = _policy(labels.get(LABEL_QUEUE_POLICY), f"{where}: label {LABEL_QUEUE_POLICY}", policy_warnings)
     warnings += policy_warnings
@@ -252,15 +252,15 @@ def _policy(value: object, where: str, warnings: list[str]) -> QueuePolicy:
     return DEFAULT_QUEUE_POLICY
 
 
-def _shared_weight(text: str | None, where: str, warnings: list[str]) -> ResourceList | None:
+def _shared_weight(text: str | None, where: str) -> ResourceList | None:
+    """Its shared weight; one that is not a list of amounts makes the quota unusable, as
+    koord-manager refuses it (rather than weigh it as its max, as if it were not there)."""
     if text is None:
         return None
-    key = f"{where}: annotation {ANNOTATION_SHARED_WEIGHT}"
     try:
         return parse_resource_list(json.loads(text))
     except (ValueError, QuantityError) as err:  # json.JSONDecodeError is a ValueError
-        warnings.append(f"{key}: {err}; using spec.max as the weight")
-        return None
+        raise InvalidObject(f"{where}: annotation {ANNOTATION_SHARED_WEIGHT}: {err}") from None
 
 
 def _namespaces(text: str | None, where: str, warnings: list[str]) -> frozenset[str]:

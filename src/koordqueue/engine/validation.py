@@ -109,7 +109,7 @@ def _mark_parent_problems(quotas: Mapping[str, QuotaInfo], reasons: dict[str, st
 def _tree_id(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo]) -> str:
     """Its tree-id label, else the one it takes from its parents (as koord-manager fills it in)."""
     seen = {quota.name}
-    while not quota.tree_id and quota.parent in quotas and quota.parent not in seen:
+    while not quota.tree_id and quota.parent is not None and quota.parent in quotas and quota.parent not in seen:
         quota = quotas[quota.parent]
         seen.add(quota.name)
     return quota.tree_id

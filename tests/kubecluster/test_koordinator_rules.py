@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,19 @@ BAD = [
 ]
 
 
+def wait_for_koordinators_quotas(cluster: RealCluster, timeout: float = 60.0) -> None:
+    """Until koord-scheduler has made its own quotas (at its start): one row names its system quota."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        items = json.loads(kubectl(cluster.kubeconfig_path, "get", "elasticquotas", "-A", "-o", "json"))["items"]
+        if {c.KOORDINATOR_SYSTEM_QUOTA, c.KOORDINATOR_ROOT_QUOTA} <= {q["metadata"]["name"] for q in items}:
+            return
+        time.sleep(0.3)
+    raise AssertionError("koord-scheduler never made its own quotas")
+
+
 def test_koord_manager_and_we_take_and_refuse_the_same_quotas(koordinator: RealCluster) -> None:
+    wait_for_koordinators_quotas(koordinator)
     for namespace in (*NAMESPACES, "kr-listed"):
         kubectl(koordinator.kubeconfig_path, "create", "namespace", namespace)
     for obj in GOOD:

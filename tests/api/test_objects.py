@@ -87,9 +87,6 @@ def test_allow_lent_anything_but_false() -> None:
     ("labels", "annotations", "warning"),
     [
         ({"koord-queue/queue-policy": "FIFO"}, {}, "unknown queue policy 'FIFO'.*using Priority"),
-        ({}, {"quota.scheduling.koordinator.sh/shared-weight": "{cpu: 4"}, "shared-weight.*using spec.max"),
-        ({}, {"quota.scheduling.koordinator.sh/shared-weight": '{"cpu": "abc"}'}, "cpu: quantity 'abc'"),
-        ({}, {"quota.scheduling.koordinator.sh/shared-weight": '["cpu"]'}, "must be a mapping"),
         ({}, {"quota.scheduling.koordinator.sh/namespaces": "team-b"}, "namespaces: not JSON"),
         ({}, {"quota.scheduling.koordinator.sh/namespaces": '{"a": 1}'}, "JSON list of namespace names"),
         ({}, {"quota.scheduling.koordinator.sh/namespaces": '["a", 3]'}, "JSON list of namespace names"),
@@ -104,6 +101,21 @@ def test_quota_warnings_fall_back(labels: dict[str, str], annotations: dict[str,
     q = parsed.quota
     assert q.policy is QueuePolicy.PRIORITY and q.shared_weight is None
     assert q.namespaces == frozenset() and q.priority_threshold is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{cpu: 4", "shared-weight: Expecting property name"),
+        ('{"cpu": "abc"}', "shared-weight: cpu: quantity 'abc'"),
+        ('{"cpu": "-1"}', "shared-weight: cpu: quantity '-1' is negative"),
+        ('["cpu"]', "shared-weight: .*must be a mapping"),
+    ],
+)
+def test_a_shared_weight_that_is_no_list_of_amounts_makes_the_quota_unusable(text: str, message: str) -> None:
+    """As koord-manager refuses it (fillQuotaDefaultInformation, validateQuotaSelfItem)."""
+    with pytest.raises(InvalidObject, match=f"^ElasticQuota default/pytorch-team-a: annotation quota.scheduling.koordinator.sh/{message}"):
+        parse_elastic_quota(quota({}, {"quota.scheduling.koordinator.sh/shared-weight": text}))
 
 
 def _with(obj: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:

@@ -68,10 +68,11 @@ def worlds(draw: st.DrawFn, name_every_resource: bool = False, protect: bool = T
     resources = tuple(draw(st.lists(st.sampled_from(RESOURCES), min_size=2, max_size=3, unique=True)))
     quotas: list[QuotaInfo] = []
 
-    def make(name: str, parent: str | None, depth: int, budget: ResourceList) -> ResourceList:
-        """Add a quota whose min fits ``budget`` (what is left of its parent's min)."""
-        named = resources if name_every_resource else tuple(
-            draw(st.lists(st.sampled_from(resources), min_size=1, max_size=len(resources), unique=True))
+    def make(name: str, parent: str | None, depth: int, budget: ResourceList, allowed: tuple[str, ...]) -> ResourceList:
+        """Add a quota whose min fits ``budget`` (what is left of its parent's min), naming
+        only resources its parent's max names (``allowed``), as Koordinator wants."""
+        named = allowed if name_every_resource else tuple(
+            draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=len(allowed), unique=True))
         )
         minimum = {r: draw(st.integers(0, budget.get(r, 0) // G)) * G for r in named if r in budget or parent is None}
         if parent is None:
@@ -96,13 +97,13 @@ def worlds(draw: st.DrawFn, name_every_resource: bool = False, protect: bool = T
         if is_parent:
             left = dict(minimum)
             for i in range(draw(st.integers(1, 3))):
-                taken = make(f"{name}-{i}", name, depth + 1, left)
+                taken = make(f"{name}-{i}", name, depth + 1, left, named)
                 for r, amount in taken.items():
                     left[r] = left.get(r, 0) - amount
         return minimum
 
     for i in range(draw(st.integers(1, 3))):
-        make(f"q{i}", None, 1, {})
+        make(f"q{i}", None, 1, {}, resources)
     assert not validate_quotas({q.name: q for q in quotas}), "the generator makes valid trees"
     roots = [q for q in quotas if q.parent is None]
     capacity = None

@@ -14,8 +14,10 @@ QUOTAS = [
     quota("b-own", 0, 8, ns="team-b"),
     quota("c-1", 0, 8, ns="team-c"),
     quota("c-2", 0, 8, ns="team-c"),
-    quota("d-listed-1", 0, 8, ns="platform", namespaces=("team-d",)),
-    quota("d-listed-2", 0, 8, ns="platform", namespaces=("team-d",)),
+    quota("d-listed-1", 0, 8, ns="", namespaces=("team-d",)),  # nodes of an ElasticQuotaTree may
+    quota("d-listed-2", 0, 8, ns="", namespaces=("team-d",)),  # share a namespace (Koord-Queue's)
+    quota("h-listed-1", 0, 8, ns="platform", namespaces=("team-h",)),  # ElasticQuotas may not: the
+    quota("h-listed-2", 0, 8, ns="platform", namespaces=("team-h",)),  # second is refused (koord-manager)
     quota("e-listed", 0, 8, ns="platform", namespaces=("team-e",)),
     quota("team-f", 0, 8, ns="elsewhere"),
     parent("org", 0, 8, ns="team-g"),
@@ -42,6 +44,11 @@ USER_QUEUES = [
         pytest.param("team-d", None, None,
                      "namespace team-d could use several quotas (d-listed-1, d-listed-2 list it); name one with "
                      "the label quota.scheduling.koordinator.sh/name", id="ambiguous-listing"),
+        pytest.param("team-h", None, None, "h-listed-1", id="listed-twice-the-second-refused"),
+        pytest.param("team-h", "h-listed-2", None,
+                     "quota h-listed-2 is not usable: namespace team-h is already bound to quota h-listed-1 "
+                     "(annotation quota.scheduling.koordinator.sh/namespaces): a namespace is bound to one quota",
+                     id="listed-twice-naming-the-second"),
         pytest.param("team-f", None, None,
                      "no quota for namespace team-f: name one with the label quota.scheduling.koordinator.sh/name "
                      "or a queue with the annotation scheduling.x-k8s.io/queue", id="named-after-but-not-bound"),

@@ -33,6 +33,8 @@ def traces(draw: st.DrawFn) -> dict[str, Any]:
 
     def add(name: str, parent: str | None, budget: dict[str, int] | None, is_parent: bool) -> None:
         named = [GPU, CPU] if draw(st.booleans()) else [GPU]
+        if parent is not None:  # a child's max names only resources of its parent's (Koordinator's rule)
+            named = [r for r in named if r in limits[parent]]
         low = {r: draw(st.integers(0, budget.get(r, 0) if budget is not None else 8)) for r in named
                if budget is None or r in budget}
         high = {r: low.get(r, 0) + draw(st.integers(1, 8)) for r in named}

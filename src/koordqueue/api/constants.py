@@ -83,6 +83,9 @@ AUTO_QUEUE_PRIORITY = 1000
 LABEL_QUEUE_POLICY = "koord-queue/queue-policy"
 LABEL_QUOTA_PARENT = "quota.scheduling.koordinator.sh/parent"
 LABEL_QUOTA_IS_PARENT = "quota.scheduling.koordinator.sh/is-parent"
+# Koordinator's quota tree a quota belongs to: a child's must be its parent's (koord-manager
+# fills it in from the parent when a quota is created without one).
+LABEL_QUOTA_TREE_ID = "quota.scheduling.koordinator.sh/tree-id"
 LABEL_ALLOW_LENT_RESOURCE = "quota.scheduling.koordinator.sh/allow-lent-resource"
 # The quotas Koordinator makes for itself (koord-scheduler creates them at start). Its root
 # is the tree's root: a quota whose parent label names it is a child of the root, as one

@@ -42,6 +42,7 @@ from koordqueue.api.constants import (
     LABEL_QUOTA_IS_PARENT,
     LABEL_QUOTA_NAME,
     LABEL_QUOTA_PARENT,
+    LABEL_QUOTA_TREE_ID,
     QUEUE_ARG_INITIAL_BACKOFF,
     QUEUE_ARG_MAX_BACKOFF,
     QUEUE_KIND,
@@ -82,6 +83,7 @@ class QuotaInfo:
     namespaces: frozenset[str] = frozenset()  # bound namespaces besides its own
     priority_threshold: int | None = None
     node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
+    tree_id: str = ""  # Koordinator's tree-id label; "": its parent's
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
     spec = section(obj, "spec", where, required=True)
     warnings: list[str] = []
     labels, annotations = meta.labels, meta.annotations
-    shared_weight = _shared_weight(annotations.get(ANNOTATION_SHARED_WEIGHT), where, warnings)
+    shared_weight = _shared_weight(annotations.get(ANNOTATION_SHARED_WEIGHT), where)
     policy_warnings: list[str] = []
     policy = _policy(labels.get(LABEL_QUEUE_POLICY), f"{where}: label {LABEL_QUEUE_POLICY}", policy_warnings)
     warnings += policy_warnings
@@ -166,13 +168,14 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         min=_resources(spec.get("min"), f"{where}: spec.min"),
         max=_resources(spec.get("max"), f"{where}: spec.max"),
         parent=_parent(labels.get(LABEL_QUOTA_PARENT)),
-        is_parent=labels.get(LABEL_QUOTA_IS_PARENT, "").lower() == TRUE,
+        is_parent=labels.get(LABEL_QUOTA_IS_PARENT) == TRUE,  # exactly "true", as Koordinator reads it
         shared_weight=shared_weight,
         allow_lent=labels.get(LABEL_ALLOW_LENT_RESOURCE, "").lower() != FALSE,
         policy=policy,
         namespaces=_namespaces(annotations.get(ANNOTATION_QUOTA_NAMESPACES), where, warnings),
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
+        tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
 
@@ -249,15 +252,15 @@ def _policy(value: object, where: str, warnings: list[str]) -> QueuePolicy:
     return DEFAULT_QUEUE_POLICY
 
 
-def _shared_weight(text: str | None, where: str, warnings: list[str]) -> ResourceList | None:
+def _shared_weight(text: str | None, where: str) -> ResourceList | None:
+    """Its shared weight; one that is not a list of amounts makes the quota unusable, as
+    koord-manager refuses it (rather than weigh it as its max, as if it were not there)."""
     if text is None:
         return None
-    key = f"{where}: annotation {ANNOTATION_SHARED_WEIGHT}"
     try:
         return parse_resource_list(json.loads(text))
     except (ValueError, QuantityError) as err:  # json.JSONDecodeError is a ValueError
-        warnings.append(f"{key}: {err}; using spec.max as the weight")
-        return None
+        raise InvalidObject(f"{where}: annotation {ANNOTATION_SHARED_WEIGHT}: {err}") from None
 
 
 def _namespaces(text: str | None, where: str, warnings: list[str]) -> frozenset[str]:

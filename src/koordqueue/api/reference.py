@@ -73,6 +73,9 @@ REFERENCE: tuple[Key, ...] = (
            "The parent quota in the tree. Children share their parent's runtime quota.", Origin.KOORDINATOR),
     _label(c.LABEL_QUOTA_IS_PARENT, Where.QUOTA, f'`"{c.TRUE}"`',
            "Marks a parent quota: it holds no jobs of its own.", Origin.KOORDINATOR),
+    _label(c.LABEL_QUOTA_TREE_ID, Where.QUOTA, "a tree's name; absent: its parent's",
+           "Koordinator's quota tree the quota belongs to; a child's is its parent's, or it is not used "
+           "(koord-manager refuses it too).", Origin.KOORDINATOR),
     _label(c.LABEL_ALLOW_LENT_RESOURCE, Where.QUOTA, f'`"{c.FALSE}"` to refuse; anything else lends',
            "Whether the quota's unused min may be lent to others. A quota that does not lend keeps its "
            "whole min, used or not.", Origin.KOORDINATOR),

@@ -49,7 +49,9 @@ def build_directory(
         queues=queues,
         invalid=invalid,
         living_in={ns: tuple(sorted(names)) for ns, names in living.items()},
-        listing={ns: tuple(sorted(names)) for ns, names in listing.items()},
+        # Of several quotas listing a namespace, those refused (one listing it already, as
+        # koord-manager refuses the second) are no candidates; a lone one is, to say why not.
+        listing={ns: tuple(sorted([n for n in names if n not in invalid] or names)) for ns, names in listing.items()},
     )
 
 

@@ -1,22 +1,36 @@
 """Which ElasticQuotas can be used, and why the others cannot.
 
 A bad quota is left out of the tree with a reason for people (a Warning event, the
-units that name it); nothing else stops. The rules:
+units that name it); nothing else stops. The rules are koord-manager's (Koordinator
+v1.8.0's ElasticQuota webhook, at its default feature gates), so that a tree we use is
+one koord-manager accepts; docs/quota-model.md and tests/engine/test_koordinator_rules.py
+set them side by side:
 
 - its own lists: no negative amount; every resource of min is in max; min <= max;
 - its parent (label ``quota.scheduling.koordinator.sh/parent``) must exist, be usable
   itself and be marked ``is-parent: "true"`` (a quota that takes jobs is never also a
-  parent, as in Koordinator), and the parents must not form a cycle;
-- the children's mins must add up to at most the parent's min, per resource. When
-  they do not, children are accepted in name order while the sum fits and the rest
-  are refused, so that the outcome depends on the objects alone, never on the order in
-  which they arrived.
+  parent, as in Koordinator), and the parents must not form a cycle; a ``tree-id``
+  label, when set, is its parent's;
+- below a parent quota (not the root): a child's max names only resources the parent's
+  max names, and its min only resources the parent's min names (koord-manager at its
+  default gates wants the same resources in both maxes: a child naming fewer, which the
+  parent then limits alone, is accepted here, as it is there with the gate
+  ElasticQuotaEnableUpdateResourceKey);
+- the children's mins must add up to at most the parent's min, per resource;
+- a namespace is listed (annotation ``quota.scheduling.koordinator.sh/namespaces``) by
+  one ElasticQuota only.
+
+koord-manager refuses whichever object comes second; we see all of them at once, so the
+quotas are taken top-down from the root, each parent's children in name order, and one
+that breaks a rule against those taken before it is refused: the outcome depends on the
+objects alone, never on the order in which they arrived.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from koordqueue.api.constants import ANNOTATION_QUOTA_NAMESPACES, KOORDINATOR_QUOTAS, LABEL_QUOTA_TREE_ID
 from koordqueue.api.quantity import format_quantity
 from koordqueue.engine.model import QuotaInfo
 
@@ -36,12 +50,12 @@ def validate_quotas(quotas: Mapping[str, QuotaInfo]) -> dict[str, str]:
     for group in children.values():
         group.sort(key=lambda q: q.name)
     # Top-down from the root: a parent is settled before its children are looked at.
-    level = children.get(None, [])
+    bound: dict[str, str] = {}  # namespace -> the quota it is bound to
+    level = _accept_children(None, children.get(None, []), reasons, bound)
     while level:
         following: list[QuotaInfo] = []
         for parent in level:
-            for child in _accept_children(parent, children.get(parent.name, []), reasons):
-                following.append(child)
+            following += _accept_children(parent, children.get(parent.name, []), reasons, bound)
         level = following
     # Whatever was not reached hangs below a quota that is not used.
     for quota in quotas.values():
@@ -68,21 +82,37 @@ def own_problem(quota: QuotaInfo) -> str | None:
 
 
 def _mark_parent_problems(quotas: Mapping[str, QuotaInfo], reasons: dict[str, str]) -> None:
-    """Missing parents, parents that are not marked as such, and cycles."""
+    """Missing parents, parents that are not marked as such, other trees, and cycles."""
     for quota in sorted(quotas.values(), key=lambda q: q.name):
         if quota.parent is None or quota.name in reasons:
             continue
         parent = quotas.get(quota.parent)
-        if parent is None:
+        if parent is None and quota.parent in KOORDINATOR_QUOTAS:
+            reasons[quota.name] = f"its parent quota {quota.parent} is Koordinator's own, which has no children"
+        elif parent is None:
             reasons[quota.name] = f"its parent quota {quota.parent} does not exist"
         elif not parent.is_parent:
             reasons[quota.name] = (
                 f'its parent quota {quota.parent} is not marked as a parent (label is-parent: "true")'
             )
+        elif quota.tree_id and quota.tree_id != _tree_id(parent, quotas):
+            reasons[quota.name] = (
+                f"its label {LABEL_QUOTA_TREE_ID} ({quota.tree_id}) is not its parent quota {quota.parent}'s "
+                f"({_tree_id(parent, quotas) or 'none'}): a child is in its parent's tree"
+            )
     for quota in quotas.values():
         cycle = _cycle_from(quota, quotas)
         if cycle is not None:
             reasons[quota.name] = f"its parents form a cycle: {' -> '.join([*cycle, cycle[0]])}"
+
+
+def _tree_id(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo]) -> str:
+    """Its tree-id label, else the one it takes from its parents (as koord-manager fills it in)."""
+    seen = {quota.name}
+    while not quota.tree_id and quota.parent is not None and quota.parent in quotas and quota.parent not in seen:
+        quota = quotas[quota.parent]
+        seen.add(quota.name)
+    return quota.tree_id
 
 
 def _cycle_from(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo]) -> list[str] | None:
@@ -100,33 +130,61 @@ def _cycle_from(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo]) -> list[str] 
 
 
 def _accept_children(
-    parent: QuotaInfo, children: list[QuotaInfo], reasons: dict[str, str]
+    parent: QuotaInfo | None, children: list[QuotaInfo], reasons: dict[str, str], bound: dict[str, str]
 ) -> list[QuotaInfo]:
-    """The children whose mins fit in the parent's min, in name order; refuse the others."""
-    if parent.name in reasons:
+    """The children (of the root when ``parent`` is None) that keep the rules against their
+    parent and the siblings taken before them, in name order; refuse the others."""
+    if parent is not None and parent.name in reasons:
         return []
     accepted: list[QuotaInfo] = []
     total: dict[str, int] = {}
     for child in children:
-        over = next(
-            (
-                name
-                for name, amount in sorted(child.min.items())
-                if total.get(name, 0) + amount > parent.min.get(name, 0)
-            ),
-            None,
-        )
-        if over is not None:
-            asked = total.get(over, 0) + child.min[over]
-            reasons[child.name] = (
-                f"the mins of the children of {parent.name} would add up to {format_quantity(asked)} "
-                f"of {over}, more than its min ({format_quantity(parent.min.get(over, 0))})"
-            )
+        problem = None if parent is None else _against_parent(child, parent, total)
+        problem = problem or _namespace_taken(child, bound)
+        if problem is not None:
+            reasons[child.name] = problem
             continue
         for name, amount in child.min.items():
             total[name] = total.get(name, 0) + amount
+        if child.namespace:  # an ElasticQuota: an ElasticQuotaTree's nodes share namespaces as Koord-Queue's do
+            bound.update((namespace, child.name) for namespace in child.namespaces)
         accepted.append(child)
     return accepted
+
+
+def _against_parent(child: QuotaInfo, parent: QuotaInfo, total: Mapping[str, int]) -> str | None:
+    """What keeps ``child`` from its parent quota: the resources it names, or its min."""
+    extra = sorted(set(child.max) - set(parent.max))
+    if extra:
+        return f"its max names {_names(extra)}, which the max of its parent quota {parent.name} does not"
+    extra = sorted(set(child.min) - set(parent.min))
+    if extra:
+        return f"its min names {_names(extra)}, which the min of its parent quota {parent.name} does not"
+    for name, amount in sorted(child.min.items()):
+        asked = total.get(name, 0) + amount
+        if asked > parent.min[name]:
+            return (
+                f"the mins of the children of {parent.name} would add up to {format_quantity(asked)} "
+                f"of {name}, more than its min ({format_quantity(parent.min[name])})"
+            )
+    return None
+
+
+def _namespace_taken(child: QuotaInfo, bound: Mapping[str, str]) -> str | None:
+    """A namespace ``child`` lists that a quota taken before it lists already."""
+    if not child.namespace:
+        return None
+    for namespace in sorted(child.namespaces):
+        if namespace in bound:
+            return (
+                f"namespace {namespace} is already bound to quota {bound[namespace]} "
+                f"(annotation {ANNOTATION_QUOTA_NAMESPACES}): a namespace is bound to one quota"
+            )
+    return None
+
+
+def _names(resources: Iterable[str]) -> str:
+    return ", ".join(sorted(resources)) or "nothing"
 
 
 def _reached(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo], reasons: Mapping[str, str]) -> bool:

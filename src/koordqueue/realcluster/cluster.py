@@ -489,8 +489,10 @@ class RealCluster:
             profile["schedulerName"] = "default-scheduler"
         path = self.state_dir / "koord-scheduler.yaml"
         path.write_text(yaml.safe_dump(config))
-        self._run("koord-scheduler", [f"--config={path}", "--secure-port=0", "--authentication-skip-lookup=true",
-                                      "--v=1"])
+        # --port=0: no insecure listener, which is 0.0.0.0:10251 otherwise whatever the config
+        # says, so that two such clusters on one machine do not fight over it.
+        self._run("koord-scheduler", [f"--config={path}", "--secure-port=0", "--port=0",
+                                      "--authentication-skip-lookup=true", "--v=1"])
 
     @property
     def pod_logs(self) -> Path:

@@ -4,7 +4,9 @@ A request r fits leaf q when, for q and every ancestor, used + r <= max (only
 resources named in max limit), the cluster total is not exceeded, the unused min of
 quotas that do not lend stays out of reach (at their parent), and no capacity held for
 a unit waiting ahead of it is taken. Borrowing beyond a quota's min or runtime is
-allowed: idle capacity is used (work-conserving).
+allowed: idle capacity is used (work-conserving) -- but not beside koord-scheduler (a
+``capped`` leaf), which refuses every pod past its quota's runtime (its ElasticQuota
+plugin, EnableRuntimeQuota on by default): there used + r <= runtime at the leaf too.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ class Misfit:
     reserve: int = 0  # unused min of non-lending siblings kept out of reach
     held: int = 0  # free capacity held for others
     hold: Hold | None = None
+    runtime: bool = False  # the limit is the leaf's runtime quota (beside koord-scheduler)
 
     @property
     def never(self) -> bool:
-        """The request is more than the limit itself: it fits only if the limit changes."""
-        return self.asked > self.limit
+        """The request is more than the limit itself: it fits only if the limit changes
+        (a runtime moves with demand: never said of it)."""
+        return self.asked > self.limit and not self.runtime
 
     @property
     def by_hold(self) -> bool:
@@ -62,6 +66,10 @@ def first_misfit(
     priority; from other quotas, only units that would borrow (a quota within its
     runtime share is never kept from it), and of those only whom ``keeps_out`` says.
     """
+    if leaf.capped:
+        misfit = _past_runtime(leaf, request, released)
+        if misfit is not None:
+            return misfit
     borrows: bool | None = None
     child: QuotaNode | None = None
     for node in leaf.path:
@@ -99,6 +107,23 @@ def first_misfit(
                                      and (h.leaf is leaf or borrows))
                         return Misfit(node, name, asked, used, cap, reserve, against, first)
         child = node
+    return None
+
+
+def _past_runtime(leaf: QuotaNode, request: ResourceList, released: Released | None) -> Misfit | None:
+    """What koord-scheduler would refuse: a resource of which used + request passes the
+    leaf's runtime (one the request passes max of is left to say it never fits)."""
+    runtime, used_map, limit = leaf.runtime, leaf.used, leaf.limit
+    freed = released.get(leaf) if released else None
+    for name, asked in request.items():
+        share = runtime.get(name)
+        if share is None or asked > limit.get(name, asked):
+            continue
+        used = used_map.get(name, 0)
+        if freed:
+            used -= freed.get(name, 0)
+        if used + asked > share:
+            return Misfit(leaf, name, asked, used, share, runtime=True)
     return None
 
 

@@ -46,6 +46,9 @@ def _max(node: QuotaNode, name: str, limit: int) -> str:
 def waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
     """Why a unit of ``leaf`` and ``priority`` does not fit now."""
     name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
+    if misfit.runtime:  # beside koord-scheduler, which would leave its pods Pending
+        return (f"waiting for quota {leaf.name}: {name} asks {asked}, used {_q(misfit.used)}: over its runtime "
+                f"quota {_q(misfit.limit)} as koord-scheduler computes it")
     if misfit.never:
         if node is leaf:
             return (

@@ -322,3 +322,17 @@ def test_reclaim_as_today_beside_koordinator() -> None:
     engine.set_unit(unit("b1", 4, "b", created=10))
     result = engine.schedule(1.0)
     assert len(result.preempted) == 2 and keys(result.admitted) == ["default/b1"]
+
+
+@pytest.mark.parametrize(("mode", "seen", "on"), [
+    ("auto", False, False), ("auto", True, True), ("on", False, True), ("off", True, False)])
+def test_settings_say_the_mode_and_publish_it(mode: str, seen: bool, on: bool) -> None:
+    """The chart's koordinator.mode (--koordinator) reaches the engine, and `status` and
+    `explain` read it back from the published settings."""
+    from koordqueue.api.constants import KoordinatorMode
+    from koordqueue.loader import Settings
+
+    settings = Settings(koordinator=KoordinatorMode(mode))
+    assert settings.engine_config(koordinator_seen=seen).koordinator is on
+    assert Settings.from_data(settings.to_data()) == (settings, [])
+    assert Settings.from_data({"koordinator": "maybe"})[1] == ["koordinator: unknown mode 'maybe'; using auto"]

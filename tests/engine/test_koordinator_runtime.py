@@ -336,3 +336,28 @@ def test_settings_say_the_mode_and_publish_it(mode: str, seen: bool, on: bool) -
     assert settings.engine_config(koordinator_seen=seen).koordinator is on
     assert Settings.from_data(settings.to_data()) == (settings, [])
     assert Settings.from_data({"koordinator": "maybe"})[1] == ["koordinator: unknown mode 'maybe'; using auto"]
+
+
+def test_koordinator_would_cut_a_sibling_by_its_rounding() -> None:
+    """Split on our demand (queued units counted) a's 4 fits its runtime of 7; but once its
+    pods exist koord-scheduler sees requests 6, 3 and 8 of 17 and, rounding each share on
+    its own, leaves c a runtime of 7 under the 8 it uses: c's pods not yet bound would be
+    refused. a's unit waits, and says so."""
+    from dataclasses import replace as copy
+
+    from koordqueue.api.constants import SYSTEM_NAMESPACE
+
+    engine = engine_with(quota("a", 3, 17, weight=4), quota("b", 1, 17, weight=4), quota("c", 1, 17, weight=3),
+                         capacity=17, koordinator=True)
+    for name, amount in (("a", 2), ("b", 3), ("c", 8)):
+        engine.set_unit(copy(unit(f"{name}-held", amount, name), admitted_quota=name,
+                             admitted_queue=f"{SYSTEM_NAMESPACE}/{name}", admitted_at=0.0))
+    engine.set_unit(unit("a-next", 4, "a", created=1))
+    for name, amount in (("a", 2), ("b", 4), ("c", 3)):
+        engine.set_unit(unit(f"{name}-more", amount, name, created=2))
+    result = engine.schedule(1.0)
+    assert runtime(engine)["a"] == 7
+    assert result.messages["default/a-next"] == (
+        f"waiting for quota a: {GPU} asks 4; admitted, it would leave quota c a runtime quota of 7 as "
+        "koord-scheduler computes it, less than the 8 it uses")
+    assert "default/a-next" not in keys(result.admitted)

@@ -4,16 +4,19 @@ the ElasticQuotas, on the real control plane with kwok nodes and the training op
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster, install_crds
-from tests.controller.conftest import SEED, System, running_system
+from tests.controller.conftest import SEED, System, pytorch_job, quota, running_system
 from tests.realcluster import reset
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
@@ -86,3 +89,111 @@ async def seed_flow(system: System) -> None:
     assert queues == {"pytorch-team-a", "pytorch-training-queue"}
     warned = json.loads(await system.akubectl("get", "events", "-n", KOORDINATOR_NAMESPACE, "-o", "json"))["items"]
     assert [e["message"] for e in warned if e["type"] == "Warning"] == []
+
+
+# A stream from three teams under koordinator-root-quota on the 32 GPUs of 4 kwok nodes:
+# small mins, larger maxes, so that they borrow and compete. (name, min, max GPUs)
+TEAMS = (("team-a", 4, 24), ("team-b", 8, 24), ("team-c", 4, 16))
+STREAM_JOBS = 7  # per team
+REFUSAL_BOUND = 10.0  # seconds an admitted job's pod may stay Pending for quota (none expected)
+
+
+def stream() -> list[tuple[float, dict[str, Any]]]:
+    """(when to submit, job): each team a job every 4 s or so, of 2 pods of 2 or 3 GPUs
+    (4-6 GPUs), 10 s long: 21 jobs, 106 GPUs x 10 s on 32 GPUs."""
+    jobs = []
+    for t, (team, _, _) in enumerate(TEAMS):
+        for i in range(STREAM_JOBS):
+            gpus = 2 + (i + t) % 2
+            job = pytorch_job(f"{team}-{i}", gpus_per_pod=gpus, duration=10, quota_name=team)
+            jobs.append((4.0 * i + 1.3 * t, job))
+    return sorted(jobs, key=lambda item: item[0])
+
+
+def quota_refusal(pod: dict[str, Any]) -> str | None:
+    """koord-scheduler's ElasticQuota plugin's refusal on a Pending pod, if that is why it waits."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        message = str(condition.get("message") or "")
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and (
+                "Insufficient quotas" in message or "ElasticQuota" in message):
+            return message
+    return None
+
+
+async def test_a_stream_of_teams_beside_koordinator(koordinator: RealCluster, tmp_path: Path) -> None:
+    """Three teams borrow and compete; we admit within each quota's runtime as koord-scheduler
+    computes it, so it never leaves an admitted job's pods Pending for quota ("Insufficient
+    quotas"), and every pod carries the quota its unit was charged to."""
+    async with running_system(tmp_path, cluster=koordinator) as system:
+        await system.apply(*(quota(name, low, high, parent=c.KOORDINATOR_ROOT_QUOTA) for name, low, high in TEAMS))
+        jobs = stream()
+        started = time.monotonic()
+        refused_since: dict[str, float] = {}  # pod -> when it was first seen refused for quota
+        refusals: dict[str, tuple[float, str]] = {}  # pod -> (longest seen, message)
+        pending_since: dict[str, float] = {}
+        longest_pending = 0.0
+        labels_seen: dict[str, str] = {}  # pod -> its quota label
+        charged: dict[str, str] = {}  # job -> the quota its unit says it was admitted into
+        peak_running: dict[str, int] = {}
+
+        async def submit() -> None:
+            for when, job in jobs:
+                await asyncio.sleep(max(0.0, started + when - time.monotonic()))
+                await system.apply(job)
+
+        async def watch() -> None:
+            nonlocal longest_pending
+            while True:
+                now = time.monotonic()
+                pods = (await system.get_json("pods", "-n", "default"))["items"]
+                running: dict[str, int] = {}
+                for pod in pods:
+                    name = pod["metadata"]["name"]
+                    labels_seen[name] = pod["metadata"].get("labels", {}).get(c.LABEL_QUOTA_NAME, "")
+                    if pod["spec"].get("nodeName"):
+                        pending_since.pop(name, None)
+                        refused_since.pop(name, None)
+                        if pod["status"].get("phase") == "Running":
+                            team = labels_seen[name]
+                            running[team] = running.get(team, 0) + 1
+                        continue
+                    longest_pending = max(longest_pending, now - pending_since.setdefault(name, now))
+                    why = quota_refusal(pod)
+                    if why is not None:
+                        since = refused_since.setdefault(name, now)
+                        refusals[name] = (max(refusals.get(name, (0.0, ""))[0], now - since), why)
+                for team, count in running.items():
+                    peak_running[team] = max(peak_running.get(team, 0), count)
+                for unit in (await system.get_json("queueunits", "-n", "default"))["items"]:
+                    message = str((unit.get("status") or {}).get("message") or "")
+                    if message.startswith("admitted into quota "):
+                        charged[unit["metadata"]["name"].removesuffix("-py-qu")] = message.split()[3]
+                await asyncio.sleep(0.5)
+
+        async def all_done() -> bool:
+            units = (await system.get_json("queueunits", "-n", "default"))["items"]
+            return len(units) == len(jobs) and all(
+                (u.get("status") or {}).get("phase") == c.Phase.SUCCEED for u in units)
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await submit()
+            await system.wait_for(all_done, 150, "every job of the stream to finish")
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        elapsed = time.monotonic() - started
+        units = (await system.get_json("queueunits", "-n", "default"))["items"]
+        admissions = sum(int((u.get("status") or {}).get("attempts") or 0) for u in units)
+        worst = max((seconds for seconds, _ in refusals.values()), default=0.0)
+        print(f"\nstream beside Koordinator: {len(jobs)} jobs, {admissions} admissions, {len(labels_seen)} pods, "
+              f"{len(refusals)} refused for quota (longest {worst:.1f} s), longest Pending {longest_pending:.1f} s, "
+              f"peak running pods by team {dict(sorted(peak_running.items()))}, {elapsed:.0f} s")
+        assert worst <= REFUSAL_BOUND, refusals
+        # They borrowed: some team ran more than its min at some time (2 pods per job, 2-3 GPUs each).
+        assert any(peak_running.get(name, 0) * 2 > low for name, low, _ in TEAMS), peak_running
+        # Every pod carries the quota its unit was charged to (the team its job names).
+        assert len(labels_seen) == 2 * len(jobs), labels_seen
+        for pod, label in labels_seen.items():
+            job = pod.rsplit("-", 2)[0]
+            assert label == charged[job] == job.rsplit("-", 1)[0], (pod, label, charged.get(job))

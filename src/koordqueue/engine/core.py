@@ -576,6 +576,8 @@ class Engine:
             reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority))
         self._say(record, reason[1])
         node = misfit.node
+        if misfit.runtime and node not in leaf.path:  # a sibling koord-scheduler would cut: room under their parent
+            node = node.parent or leaf
         # Held room keeps away units of other quotas only while they borrow (fit.py);
         # whether this one borrows changes only with its own quota, which scans it again.
         if misfit.hold is not None and borrowing(leaf, info.request):
@@ -586,7 +588,7 @@ class Engine:
             need = node.waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
-        if misfit.never or node is leaf:
+        if misfit.never or misfit.runtime or node is leaf:
             return told  # its own quota's limit: others' units are no competition (Priority skips it)
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
             return told  # nobody else uses that node: holding keeps nothing from anyone

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from koordqueue.engine.model import ResourceList
-from koordqueue.engine.tree import Hold, QuotaNode
+from koordqueue.engine.tree import MILLI_COUNTED, Hold, QuotaNode
+from koordqueue.engine.waterfill import WHOLE, koordinator_fill
 
 Released = dict[QuotaNode, ResourceList]
 """Usage taken away in a what-if (victims considered for preemption), per node."""
@@ -107,6 +108,36 @@ def first_misfit(
                                      and (h.leaf is leaf or borrows))
                         return Misfit(node, name, asked, used, cap, reserve, against, first)
         child = node
+    if leaf.capped:
+        return koordinator_view(leaf, request, released)
+    return None
+
+
+def koordinator_view(leaf: QuotaNode, request: ResourceList, released: Released | None = None) -> Misfit | None:
+    """What koord-scheduler makes of the quotas once the unit's pods exist: each quota asks
+    for what is admitted to it (the pods it counts), ``leaf`` for ``request`` more, and the
+    runtime quota of each on the leaf's path and of their siblings is split by its rule,
+    rounding included. A quota left below what it asks for would have pods refused ("Insufficient
+    quotas"): the leaf (its new pods), or a sibling whose pods are not all bound yet."""
+    freed_of = released or {}
+    for name, asked in request.items():
+        total = leaf.path[-1].runtime.get(name)
+        for node in reversed(leaf.path[:-1]):  # from the top down
+            parent = node.parent
+            assert parent is not None
+            group = parent.groups.get(name)
+            if group is None or name not in node.limit:
+                break
+            asks = []
+            for kid in group.kids:
+                used = kid.used.get(name, 0) - freed_of.get(kid, {}).get(name, 0)
+                asks.append(kid.demand_for(name, used + asked if kid is node else used))
+            shares = koordinator_fill(total, group.mins, asks, group.weights, 1 if name in MILLI_COUNTED else WHOLE)
+            for kid, ask, share in zip(group.kids, asks, shares, strict=True):
+                if share < ask:
+                    used = kid.used.get(name, 0) - freed_of.get(kid, {}).get(name, 0)
+                    return Misfit(kid, name, asked, used, share, runtime=True)
+            total = shares[group.kids.index(node)]
     return None
 
 

@@ -6,7 +6,8 @@ load the engine through ``Settings``, so that they cannot disagree on what the o
 mean: the queue policy of a quota that names none, the oversell rate (Koord-Queue's
 oversellrate: each quota's max, and the cluster total the quotas share, the nodes'
 allocatable, times it), who may be preempted when, the back-off, which job kinds are
-queued. The running controller publishes its settings
+queued, and whether koord-scheduler schedules the pods (Koordinator mode: nothing is
+admitted past a quota's runtime quota as it computes it). The running controller publishes its settings
 in a ConfigMap (``to_data``) that `status` and `explain` read back (``from_data``).
 """
 
@@ -34,10 +35,18 @@ class Settings:
     backoff_base: float = c.BACKOFF_BASE_SECONDS
     backoff_cap: float = c.BACKOFF_CAP_SECONDS
     job_kinds: frozenset[str] = ALL_JOB_KINDS
+    koordinator: c.KoordinatorMode = c.KoordinatorMode.AUTO
 
-    def engine_config(self) -> EngineConfig:
+    def engine_config(self, koordinator_seen: bool = False) -> EngineConfig:
+        """``koordinator_seen``: Koordinator's own quotas are there (auto mode turns on)."""
         return EngineConfig(protect_seconds=self.protect_seconds, backoff_base=self.backoff_base,
-                            backoff_cap=self.backoff_cap, oversell_rate=self.oversell_rate)
+                            backoff_cap=self.backoff_cap, oversell_rate=self.oversell_rate,
+                            koordinator=self.beside_koordinator(koordinator_seen))
+
+    def beside_koordinator(self, koordinator_seen: bool) -> bool:
+        """Whether koord-scheduler schedules the pods: mode on, or auto and its quotas seen."""
+        mode = self.koordinator
+        return mode == c.KoordinatorMode.ON or (mode == c.KoordinatorMode.AUTO and koordinator_seen)
 
     def quota(self, obj: object) -> ParsedQuota:
         """An ElasticQuota as the engine takes it: one without a policy label has the default policy."""
@@ -67,6 +76,7 @@ class Settings:
             c.SETTING_BACKOFF_BASE_SECONDS: f"{self.backoff_base:g}",
             c.SETTING_BACKOFF_CAP_SECONDS: f"{self.backoff_cap:g}",
             c.SETTING_JOB_KINDS: ",".join(sorted(self.job_kinds)),
+            c.SETTING_KOORDINATOR: self.koordinator.value,
         }
 
     @classmethod
@@ -100,8 +110,15 @@ class Settings:
         text = data.get(c.SETTING_JOB_KINDS)
         if text is not None:
             kinds = frozenset(k.strip() for k in str(text).split(",") if k.strip())
+        mode = default.koordinator
+        text = data.get(c.SETTING_KOORDINATOR)
+        if text is not None:
+            try:
+                mode = c.KoordinatorMode(str(text))
+            except ValueError:
+                problems.append(f"{c.SETTING_KOORDINATOR}: unknown mode {text!r}; using {mode}")
         settings = cls(policy, number(c.SETTING_OVERSELL_RATE, default.oversell_rate),
                        number(c.SETTING_PROTECT_SECONDS, default.protect_seconds),
                        number(c.SETTING_BACKOFF_BASE_SECONDS, default.backoff_base),
-                       number(c.SETTING_BACKOFF_CAP_SECONDS, default.backoff_cap), kinds)
+                       number(c.SETTING_BACKOFF_CAP_SECONDS, default.backoff_cap), kinds, mode)
         return settings, problems

@@ -16,7 +16,7 @@ from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.quantity import format_quantity
 from koordqueue.controller.loading import Snapshot, look_now, take_snapshot
-from koordqueue.controller.overview import Overview, explain, overview
+from koordqueue.controller.overview import Overview, explain, mode_text, overview
 from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
@@ -97,7 +97,7 @@ async def _snapshot(client: KubeClient, controller_namespace: str) -> tuple[Snap
 
 
 def _footer(snap: Snapshot) -> str:
-    text = f"\n\nSettings: {snap.settings_source}."
+    text = f"\n\nSettings: {snap.settings_source}. {mode_text(snap.engine.koordinator)}."
     if snap.problems:
         text += "\n\nObjects not used:\n" + "\n".join(f"  {p}" for p in snap.problems)
     return text

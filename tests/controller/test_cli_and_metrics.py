@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.controller.overview import mode_text
 from koordqueue.reports import explain_text, status_text
 
 from .conftest import System, SystemFactory, pytorch_job, quick_config, quota
@@ -63,7 +64,8 @@ async def test_status_and_explain_say_why_a_job_waits_and_what_would_let_it_in(s
         "  What would let it in:",
         "    2 nvidia.com/gpu freed in quota team-s (used 2 + asks 4 > max 4)",
         "",
-        f"Settings: the controller's, from ConfigMap {c.SYSTEM_NAMESPACE}/{c.SETTINGS_CONFIG_MAP}.",
+        f"Settings: the controller's, from ConfigMap {c.SYSTEM_NAMESPACE}/{c.SETTINGS_CONFIG_MAP}. "
+        "Koordinator mode off: a quota borrows past its runtime quota while the cluster has room.",
     ]
     small = await asyncio.to_thread(cli, system, "explain", "pytorchjob/small")
     assert "  Ahead of it:" in small.stdout and "default/big-py-qu (priority 4)" in small.stdout
@@ -95,7 +97,8 @@ async def test_status_and_explain_answer_as_the_controller_with_its_settings(sta
 
         await system.wait_for(both_told, what="small told it waits behind big")
         controller = system.controller
-        published = f"\n\nSettings: the controller's, from ConfigMap {c.SYSTEM_NAMESPACE}/{c.SETTINGS_CONFIG_MAP}."
+        published = (f"\n\nSettings: the controller's, from ConfigMap {c.SYSTEM_NAMESPACE}/{c.SETTINGS_CONFIG_MAP}. "
+                     f"{mode_text(False)}.")
 
         async def same() -> tuple[str, str] | None:
             status = await asyncio.to_thread(cli, system, "status")

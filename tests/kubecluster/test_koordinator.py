@@ -4,16 +4,19 @@ the ElasticQuotas, on the real control plane with kwok nodes and the training op
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster, install_crds
-from tests.controller.conftest import SEED, System, running_system
+from tests.controller.conftest import SEED, System, pytorch_job, quick_config, quota, running_system
 from tests.realcluster import reset
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
@@ -86,3 +89,130 @@ async def seed_flow(system: System) -> None:
     assert queues == {"pytorch-team-a", "pytorch-training-queue"}
     warned = json.loads(await system.akubectl("get", "events", "-n", KOORDINATOR_NAMESPACE, "-o", "json"))["items"]
     assert [e["message"] for e in warned if e["type"] == "Warning"] == []
+
+
+# A stream from three teams under koordinator-root-quota on the 32 GPUs of 4 kwok nodes:
+# small mins, larger maxes, so that they borrow and compete. (name, min, max GPUs)
+TEAMS = (("team-a", 4, 24), ("team-b", 8, 24), ("team-c", 4, 16))
+STREAM_JOBS = 8  # per team
+REFUSAL_BOUND = 10.0  # seconds an admitted job's pod may stay Pending for quota (none expected)
+
+
+def stream() -> list[tuple[float, dict[str, Any]]]:
+    """(when to submit, job): each team a job every 3 s or so, of 2 pods of 4 GPUs, 10 s
+    long: 24 jobs, 192 GPUs x 10 s on 32 GPUs in a stream of 22 s. Pods of half a node
+    each, so that wherever koord-scheduler puts them the nodes' room is what we count
+    (with pods of 3 GPUs it may leave a node 2 free where we planned 4: its gang then waits
+    on the node room, not on quota, up to its scheduling queue's flush of 5 minutes)."""
+    jobs = []
+    for t, (team, _, _) in enumerate(TEAMS):
+        for i in range(STREAM_JOBS):
+            job = pytorch_job(f"{team}-{i}", gpus_per_pod=4, duration=10, quota_name=team)
+            jobs.append((3.0 * i + 1.1 * t, job))
+    return sorted(jobs, key=lambda item: item[0])
+
+
+def quota_refusal(pod: dict[str, Any]) -> str | None:
+    """koord-scheduler's ElasticQuota plugin's refusal on a Pending pod, if that is why it waits."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        message = str(condition.get("message") or "")
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" and (
+                "Insufficient quotas" in message or "ElasticQuota" in message):
+            return message
+    return None
+
+
+async def test_a_stream_of_teams_beside_koordinator(koordinator: RealCluster, tmp_path: Path) -> None:
+    """Three teams borrow and compete; we admit within each quota's runtime as koord-scheduler
+    computes it, so it never leaves an admitted job's pods Pending for quota ("Insufficient
+    quotas"), and every pod carries the quota its unit was charged to."""
+    # Admitted units are not preempted within the stream (each runs 10 s): a victim's pods,
+    # still going when the gang that reclaimed their room comes, would make koord-scheduler
+    # reject that gang for node room, and keep one of its pods back until its queue's flush.
+    config = quick_config(protect_seconds=60.0)
+    async with running_system(tmp_path, cluster=koordinator, config=config) as system:
+        await system.apply(*(quota(name, low, high, parent=c.KOORDINATOR_ROOT_QUOTA) for name, low, high in TEAMS))
+        jobs = stream()
+        started = time.monotonic()
+        refused_since: dict[str, float] = {}  # pod -> when it was first seen refused for quota
+        refusals: dict[str, tuple[float, str]] = {}  # pod -> (longest seen, message)
+        pending_since: dict[str, float] = {}
+        longest_pending = 0.0
+        labels_seen: dict[str, str] = {}  # pod -> its quota label
+        peak_gpus: dict[str, int] = {}  # team -> the most GPUs its running pods held at once
+
+        async def submit() -> None:
+            for when, job in jobs:
+                await asyncio.sleep(max(0.0, started + when - time.monotonic()))
+                await system.apply(job)
+
+        async def watch() -> None:
+            nonlocal longest_pending
+            while True:
+                now = time.monotonic()
+                pods = (await system.get_json("pods", "-n", "default"))["items"]
+                running: dict[str, int] = {}  # team -> GPUs of its running pods
+                for pod in pods:
+                    name = pod["metadata"]["name"]
+                    labels_seen[name] = pod["metadata"].get("labels", {}).get(c.LABEL_QUOTA_NAME, "")
+                    if pod["spec"].get("nodeName"):
+                        pending_since.pop(name, None)
+                        refused_since.pop(name, None)
+                        if pod["status"].get("phase") == "Running":
+                            team = labels_seen[name]
+                            asks = pod["spec"]["containers"][0]["resources"]["requests"][c.GPU]
+                            running[team] = running.get(team, 0) + int(asks)
+                        continue
+                    longest_pending = max(longest_pending, now - pending_since.setdefault(name, now))
+                    why = quota_refusal(pod)
+                    if why is not None:
+                        since = refused_since.setdefault(name, now)
+                        refusals[name] = (max(refusals.get(name, (0.0, ""))[0], now - since), why)
+                for team, gpus in running.items():
+                    peak_gpus[team] = max(peak_gpus.get(team, 0), gpus)
+                await asyncio.sleep(0.5)
+
+        async def all_done() -> bool:
+            units = (await system.get_json("queueunits", "-n", "default"))["items"]
+            return len(units) == len(jobs) and all(
+                (u.get("status") or {}).get("phase") == c.Phase.SUCCEED for u in units)
+
+        watcher = asyncio.create_task(watch())
+        unfinished = ""
+        try:
+            await submit()
+            await system.wait_for(all_done, 150, "every job of the stream to finish")
+        except AssertionError as e:  # said below, with the figures and what was left
+            units = (await system.get_json("queueunits", "-n", "default"))["items"]
+            left = [f"{u['metadata']['name']}: {(u.get('status') or {}).get('phase')} "
+                    f"{(u.get('status') or {}).get('message')}" for u in units
+                    if (u.get("status") or {}).get("phase") != c.Phase.SUCCEED]
+            pods = [f"{p['metadata']['name']}: {p['status'].get('phase')} {p['status'].get('conditions')}"
+                    for p in (await system.get_json("pods", "-n", "default"))["items"] if not p["spec"].get("nodeName")]
+            unfinished = f"{e}\nunits left: {left}\npods not bound: {pods}"
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        elapsed = time.monotonic() - started
+        # Each admission's Dequeued event names the quota its unit was charged to.
+        dequeued = (await system.get_json("events", "-n", "default", "--field-selector",
+                                          f"reason={c.EventReason.DEQUEUED}"))["items"]
+        charged: dict[str, set[str]] = {}
+        for event in dequeued:
+            words = str(event["message"]).split()  # admitted into quota Q through queue ...
+            job = event["involvedObject"]["name"].removesuffix("-py-qu")
+            charged.setdefault(job, set()).add(words[3])
+        admissions = sum(int(e.get("count") or 1) for e in dequeued)
+        worst = max((seconds for seconds, _ in refusals.values()), default=0.0)
+        print(f"\nstream beside Koordinator: {len(jobs)} jobs, {admissions} admissions, {len(labels_seen)} pods, "
+              f"{len(refusals)} refused for quota (longest {worst:.1f} s), longest Pending {longest_pending:.1f} s, "
+              f"peak GPUs running by team {dict(sorted(peak_gpus.items()))}, {elapsed:.0f} s")
+        assert not unfinished, unfinished
+        assert worst <= REFUSAL_BOUND, refusals
+        # They borrowed: two teams at least ran past their min at some time.
+        assert sum(peak_gpus.get(name, 0) > low for name, low, _ in TEAMS) >= 2, peak_gpus
+        # Every pod carries the quota its unit was charged to (the team its job names).
+        assert len(labels_seen) == 2 * len(jobs), labels_seen
+        for pod, label in labels_seen.items():
+            job = pod.rsplit("-", 2)[0]
+            assert {label} == charged[job] == {job.rsplit("-", 1)[0]}, (pod, label, charged.get(job))

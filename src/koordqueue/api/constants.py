@@ -447,6 +447,7 @@ SETTING_PROTECT_SECONDS = "protectSeconds"
 SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
 SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
 SETTING_JOB_KINDS = "jobKinds"  # comma-separated
+SETTING_KOORDINATOR = "koordinator"  # a KoordinatorMode
 
 # --- Core kinds the simulator reads from a trace -----------------------------------
 NAMESPACE_KIND = "Namespace"

@@ -71,4 +71,4 @@ class ControllerConfig:
         """What of these the objects are loaded into the engine with (loader.py); the
         controller publishes them for `koord-queue status` and `explain`."""
         return Settings(self.default_queue_policy, self.oversell_rate, self.protect_seconds, self.backoff_base,
-                        self.backoff_cap, self.job_kinds)
+                        self.backoff_cap, self.job_kinds, self.koordinator)

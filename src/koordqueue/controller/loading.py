@@ -146,8 +146,11 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
         trees = (await client.list_all(QUOTA_TREES)).items
     except NotFound:  # the CRD is not installed: no tree
         trees = []
+    quota_objs = (await client.list_all(QUOTAS)).items
     if not load_tree(snap, trees):
-        load_elastic_quotas(snap, (await client.list_all(QUOTAS)).items)
+        load_elastic_quotas(snap, quota_objs)
+    # As the controller's: auto mode is on once Koordinator's own quotas are there.
+    snap.engine.set_koordinator(settings.beside_koordinator(any(is_koordinators_own(o) for o in quota_objs)))
     for obj in (await client.list_all(QUEUES)).items:
         try:
             queue = parse_queue(obj, list(snap.quotas)).queue

@@ -20,6 +20,14 @@ from koordqueue.engine.model import QuotaInfo, ResourceList, Standing
 Overview = dict[str, Any]
 
 
+def mode_text(koordinator: bool) -> str:
+    """Which admission rule is in force (EngineConfig.koordinator), in words."""
+    if koordinator:
+        return ("Koordinator mode on: koord-scheduler schedules the pods, so no job is admitted past its "
+                "quota's runtime quota as koord-scheduler computes it")
+    return "Koordinator mode off: a quota borrows past its runtime quota while the cluster has room"
+
+
 def overview(
     engine: Engine,
     quotas: Mapping[str, QuotaInfo],
@@ -88,6 +96,7 @@ def overview(
                            "backing_off": waiting_out[:queue_limit]})
     return {
         "time": now,
+        "mode": mode_text(engine.koordinator),
         "capacity": dict(capacity) if capacity is not None else None,
         "quotas": quota_rows,
         "queues": queue_rows,
@@ -125,6 +134,7 @@ def explain(
         "ahead": [],
         "advice": [],
         "admitted": admitted,
+        "mode": mode_text(engine.koordinator),
     }
     if unit.key in (told or {}):
         result["advice"] = ["nothing more: it fits now"]
@@ -192,6 +202,16 @@ def advice(engine: Engine, quotas: Mapping[str, QuotaInfo], quota: str, request:
                     else f"max {_q(statuses[name].max.get(resource, 0))} x oversellrate ="
                 short.append(f"{_q(used + before + asks - limit)} {resource} freed in {where} "
                              f"(used {_q(used)}{behind} + asks {_q(asks)} > {bound} {_q(limit)})")
+    own = statuses.get(quota)
+    if engine.koordinator and own is not None:  # koord-scheduler's own limit comes first
+        for resource, asks in sorted(request.items()):
+            share = own.runtime.get(resource)
+            used = own.used.get(resource, 0) + asked_ahead.get(resource, 0)
+            if share is not None and asks <= own.limit.get(resource, asks) and used + asks > share:
+                short.insert(0, f"{_q(used + asks - share)} {resource} more runtime quota for quota {quota}, or "
+                                f"as much freed in it (used and asked ahead {_q(used)} + asks {_q(asks)} > its "
+                                f"runtime quota {_q(share)} as koord-scheduler computes it; it grows as other "
+                                "quotas ask for less)")
     if never:
         return never
     if short:

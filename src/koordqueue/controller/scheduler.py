@@ -3,7 +3,9 @@ who is admitted and who preempted: engine/), then writes its decisions, each uni
 first and its job after it: victims before the admissions that need their room, a cycle's
 admissions in a task of their own (the next cycle need not wait for them; one that preempts
 does, as a victim may be a unit whose admission is still being written). Also sends units
-back (timeouts, failed admission checks) and puts them back in the queue after their back-off."""
+back (timeouts, failed admission checks) and puts them back in the queue after their back-off.
+Before each cycle it tells the engine whether koord-scheduler schedules the pods (Koordinator
+mode: auto turns it on once Koordinator's own quotas are seen), and logs when that changes."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.loading import count_as_admitted
+from koordqueue.controller.overview import mode_text
 from koordqueue.controller.resources import SENT_BACK, UNITS
 from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.shared import Part, Shared
@@ -45,6 +48,7 @@ class Scheduler(Part):
 
     async def run(self) -> None:
         next_wakeup: float | None = None
+        self._say_mode()
         while True:
             timeout = None if next_wakeup is None else max(0.0, next_wakeup - self.clock())
             backoff_ends = self.shared.backoffs.next_at()
@@ -55,6 +59,9 @@ class Scheduler(Part):
             self.wake.clear()
             await asyncio.sleep(BATCH_SECONDS)
             await self._end_backoffs()
+            if self.shared.beside_koordinator != self.engine.koordinator:
+                self.engine.set_koordinator(self.shared.beside_koordinator)
+                self._say_mode()
             started = time.perf_counter()
             result = self.engine.schedule(self.clock())
             self.metrics.cycle_duration.observe(time.perf_counter() - started)
@@ -73,6 +80,10 @@ class Scheduler(Part):
                 task = asyncio.create_task(self._admit_all(result.admitted), name=f"admit-{self.cycles}")
                 self.admitting.add(task)
                 task.add_done_callback(self._admissions_written)
+
+    def _say_mode(self) -> None:
+        self.engine.set_koordinator(self.shared.beside_koordinator)
+        log.info("%s (--koordinator %s)", mode_text(self.engine.koordinator), self.config.koordinator)
 
     async def _preempt_then_admit(self, result: CycleResult) -> None:
         """Victims first: the admissions of a cycle may need their room, so they are written

@@ -45,9 +45,9 @@ class Shared:
 
     @property
     def beside_koordinator(self) -> bool:
-        """Whether admissions mark pod templates for koord-scheduler (config.koordinator)."""
-        mode = self.config.koordinator
-        return mode == c.KoordinatorMode.ON or (mode == c.KoordinatorMode.AUTO and self.koordinator_seen)
+        """Whether koord-scheduler schedules the pods (config.koordinator): admissions mark pod
+        templates for it, and admit nothing past a quota's runtime as it computes it."""
+        return self.settings.beside_koordinator(self.koordinator_seen)
 
 
 class Part:

@@ -165,7 +165,7 @@ class Engine:
         self._queues: dict[str, QueueInfo] = {}
         self._units: dict[str, _Unit] = {}
         self._reasons: dict[str, str] = {}
-        self._tree = QuotaTree([], self._capacity, config.oversell_rate)
+        self._tree = QuotaTree([], self._capacity, config.oversell_rate, config.koordinator)
         self._directory: Directory = build_directory({}, {}, {})
         self._qs: dict[str, _Queue] = {}
         self._leaf_queues: dict[QuotaNode, list[_Queue]] = {}
@@ -249,6 +249,17 @@ class Engine:
             self._tree.set_capacity(capacity)
             for state in self._qs.values():
                 self._touch(state)
+
+    def set_koordinator(self, on: bool) -> None:
+        """Whether koord-scheduler schedules the pods (EngineConfig.koordinator): a
+        controller in auto mode turns it on once it sees Koordinator's quotas."""
+        if on != self._config.koordinator:
+            self._config = replace(self._config, koordinator=on)
+            self._rebuild_needed = True
+
+    @property
+    def koordinator(self) -> bool:
+        return self._config.koordinator
 
     def set_node(self, node: NodeInfo) -> None:
         """A node, new or changed: where units' pods may go (node fit, topology)."""
@@ -565,6 +576,8 @@ class Engine:
             reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority))
         self._say(record, reason[1])
         node = misfit.node
+        if misfit.runtime and node not in leaf.path:  # a sibling koord-scheduler would cut: room under their parent
+            node = node.parent or leaf
         # Held room keeps away units of other quotas only while they borrow (fit.py);
         # whether this one borrows changes only with its own quota, which scans it again.
         if misfit.hold is not None and borrowing(leaf, info.request):
@@ -575,7 +588,7 @@ class Engine:
             need = node.waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
-        if misfit.never or node is leaf:
+        if misfit.never or misfit.runtime or node is leaf:
             return told  # its own quota's limit: others' units are no competition (Priority skips it)
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
             return told  # nobody else uses that node: holding keeps nothing from anyone
@@ -1061,7 +1074,7 @@ class Engine:
         self._reasons = validate_quotas(self._quotas)
         self._tree = QuotaTree(
             [q for q in self._quotas.values() if q.name not in self._reasons], self._capacity,
-            self._config.oversell_rate,
+            self._config.oversell_rate, self._config.koordinator,
         )
         self._directory = build_directory(self._quotas, self._queues, self._reasons)
         self._qs = {}

@@ -4,7 +4,9 @@ A request r fits leaf q when, for q and every ancestor, used + r <= max (only
 resources named in max limit), the cluster total is not exceeded, the unused min of
 quotas that do not lend stays out of reach (at their parent), and no capacity held for
 a unit waiting ahead of it is taken. Borrowing beyond a quota's min or runtime is
-allowed: idle capacity is used (work-conserving).
+allowed: idle capacity is used (work-conserving) -- but not beside koord-scheduler (a
+``capped`` leaf), which refuses every pod past its quota's runtime (its ElasticQuota
+plugin, EnableRuntimeQuota on by default): there used + r <= runtime at the leaf too.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from koordqueue.engine.model import ResourceList
-from koordqueue.engine.tree import Hold, QuotaNode
+from koordqueue.engine.tree import MILLI_COUNTED, Hold, QuotaNode
+from koordqueue.engine.waterfill import WHOLE, koordinator_fill
 
 Released = dict[QuotaNode, ResourceList]
 """Usage taken away in a what-if (victims considered for preemption), per node."""
@@ -30,11 +33,13 @@ class Misfit:
     reserve: int = 0  # unused min of non-lending siblings kept out of reach
     held: int = 0  # free capacity held for others
     hold: Hold | None = None
+    runtime: bool = False  # the limit is the leaf's runtime quota (beside koord-scheduler)
 
     @property
     def never(self) -> bool:
-        """The request is more than the limit itself: it fits only if the limit changes."""
-        return self.asked > self.limit
+        """The request is more than the limit itself: it fits only if the limit changes
+        (a runtime moves with demand: never said of it)."""
+        return self.asked > self.limit and not self.runtime
 
     @property
     def by_hold(self) -> bool:
@@ -62,6 +67,10 @@ def first_misfit(
     priority; from other quotas, only units that would borrow (a quota within its
     runtime share is never kept from it), and of those only whom ``keeps_out`` says.
     """
+    if leaf.capped:
+        misfit = _past_runtime(leaf, request, released)
+        if misfit is not None:
+            return misfit
     borrows: bool | None = None
     child: QuotaNode | None = None
     for node in leaf.path:
@@ -99,6 +108,53 @@ def first_misfit(
                                      and (h.leaf is leaf or borrows))
                         return Misfit(node, name, asked, used, cap, reserve, against, first)
         child = node
+    if leaf.capped:
+        return koordinator_view(leaf, request, released)
+    return None
+
+
+def koordinator_view(leaf: QuotaNode, request: ResourceList, released: Released | None = None) -> Misfit | None:
+    """What koord-scheduler makes of the quotas once the unit's pods exist: each quota asks
+    for what is admitted to it (the pods it counts), ``leaf`` for ``request`` more, and the
+    runtime quota of each on the leaf's path and of their siblings is split by its rule,
+    rounding included. A quota left below what it asks for would have pods refused ("Insufficient
+    quotas"): the leaf (its new pods), or a sibling whose pods are not all bound yet."""
+    freed_of = released or {}
+    for name, asked in request.items():
+        total = leaf.path[-1].runtime.get(name)
+        for node in reversed(leaf.path[:-1]):  # from the top down
+            parent = node.parent
+            assert parent is not None
+            group = parent.groups.get(name)
+            if group is None or name not in node.limit:
+                break
+            asks = []
+            for kid in group.kids:
+                used = kid.used.get(name, 0) - freed_of.get(kid, {}).get(name, 0)
+                asks.append(kid.demand_for(name, used + asked if kid is node else used))
+            shares = koordinator_fill(total, group.mins, asks, group.weights, 1 if name in MILLI_COUNTED else WHOLE)
+            for kid, ask, share in zip(group.kids, asks, shares, strict=True):
+                if share < ask:
+                    used = kid.used.get(name, 0) - freed_of.get(kid, {}).get(name, 0)
+                    return Misfit(kid, name, asked, used, share, runtime=True)
+            total = shares[group.kids.index(node)]
+    return None
+
+
+def _past_runtime(leaf: QuotaNode, request: ResourceList, released: Released | None) -> Misfit | None:
+    """What koord-scheduler would refuse: a resource of which used + request passes the
+    leaf's runtime (one the request passes max of is left to say it never fits)."""
+    runtime, used_map, limit = leaf.runtime, leaf.used, leaf.limit
+    freed = released.get(leaf) if released else None
+    for name, asked in request.items():
+        share = runtime.get(name)
+        if share is None or asked > limit.get(name, asked):
+            continue
+        used = used_map.get(name, 0)
+        if freed:
+            used -= freed.get(name, 0)
+        if used + asked > share:
+            return Misfit(leaf, name, asked, used, share, runtime=True)
     return None
 
 

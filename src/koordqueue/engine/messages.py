@@ -46,6 +46,16 @@ def _max(node: QuotaNode, name: str, limit: int) -> str:
 def waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
     """Why a unit of ``leaf`` and ``priority`` does not fit now."""
     name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
+    if misfit.runtime:  # beside koord-scheduler, which would leave pods Pending
+        if node in leaf.path and node is not leaf:
+            return (f"waiting for quota {leaf.name}: {name} asks {asked}; its parent quota {node.name} has used "
+                    f"{_q(misfit.used)} of its runtime quota {_q(misfit.limit)} as koord-scheduler computes it")
+        if node is not leaf:
+            return (f"waiting for quota {leaf.name}: {name} asks {asked}; admitted, it would leave quota "
+                    f"{node.name} a runtime quota of {_q(misfit.limit)} as koord-scheduler computes it, less than "
+                    f"the {_q(misfit.used)} it uses")
+        return (f"waiting for quota {leaf.name}: {name} asks {asked}, used {_q(misfit.used)}: over its runtime "
+                f"quota {_q(misfit.limit)} as koord-scheduler computes it")
     if misfit.never:
         if node is leaf:
             return (

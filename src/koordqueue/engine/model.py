@@ -167,6 +167,9 @@ class EngineConfig:
     oversell_rate: float = 1.0
     node_fit: bool = True  # when nodes are known: admit only units whose pods fit on them now
     topology_levels: tuple[str, ...] = DEFAULT_TOPOLOGY_LEVELS  # node labels, widest first
+    # Beside koord-scheduler (it refuses a pod past its quota's runtime): runtime split by
+    # Koordinator's rule, and no unit admitted past its quota's runtime (tree.py, fit.py).
+    koordinator: bool = False
 
 
 @dataclass(frozen=True, slots=True)

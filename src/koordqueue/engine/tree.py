@@ -7,7 +7,9 @@ as Koordinator keeps each quota's request: a change walks up the path and stops 
 a capped demand no longer moves (a rebuild loads everything first and sums it once).
 An edit of a quota's amounts is taken in place. Runtime quota is split again only for
 the sibling groups whose inputs moved (all of them after a rebuild), top-down, at
-``refresh``; many groups of one depth at once by the vectorised water-fill.
+``refresh``; many groups of one depth at once by the vectorised water-fill. Beside
+koord-scheduler (``koordinator``), runtime is split by Koordinator's own rule instead
+(waterfill.koordinator_fill), one group at a time, and a quota admits nothing past it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from operator import ne
 import numpy as np
 
 from koordqueue.engine.model import QuotaInfo, ResourceList
-from koordqueue.engine.waterfill import Level, fill_level, water_fill
+from koordqueue.engine.waterfill import WHOLE, Level, fill_level, koordinator_fill, water_fill
 
 ROOT = ""  # the name of the root node (the cluster)
+MILLI_COUNTED = frozenset({"cpu"})  # what Koordinator counts in milli-units; all else in whole units
 # From this many sibling groups to split at one depth, one vectorised water-fill over
 # columns the depth keeps is quicker than the loop over them.
 LEVEL_GROUPS = 32
@@ -93,6 +96,7 @@ class QuotaNode:
         "hold_waiter_priority",
         "partial",
         "oversell",
+        "capped",
     )
 
     def __init__(self, info: QuotaInfo | None, parent: QuotaNode | None, oversell: float = 1.0) -> None:
@@ -100,6 +104,7 @@ class QuotaNode:
         self.info = info
         self.parent = parent
         self.oversell = oversell  # Koord-Queue's oversellrate: its limit is its max times this
+        self.capped = False  # beside koord-scheduler: nothing is admitted past its runtime (fit.py)
         self.children: list[QuotaNode] = []
         self.depth: int = 0 if parent is None else parent.depth + 1
         # This node and its ancestors up to the root, nearest first.
@@ -201,7 +206,9 @@ class QuotaNode:
 class QuotaTree:
     """Nodes of the usable quotas under a root; figures refreshed on demand."""
 
-    def __init__(self, quotas: list[QuotaInfo], capacity: ResourceList | None, oversell: float = 1.0) -> None:
+    def __init__(self, quotas: list[QuotaInfo], capacity: ResourceList | None, oversell: float = 1.0,
+                 koordinator: bool = False) -> None:
+        self.koordinator = koordinator  # runtime split by Koordinator's rule, and a cap on admission
         self.root = QuotaNode(None, None)
         self.nodes: dict[str, QuotaNode] = {}
         by_parent: dict[str | None, list[QuotaInfo]] = {}
@@ -214,6 +221,7 @@ class QuotaTree:
                 key = None if parent.is_root else parent.name
                 for info in sorted(by_parent.get(key, []), key=lambda q: q.name):
                     node = QuotaNode(info, parent, oversell)
+                    node.capped = koordinator
                     parent.children.append(node)
                     self.nodes[node.name] = node
                     following.append(node)
@@ -234,7 +242,7 @@ class QuotaTree:
             by_depth.setdefault(node.depth, []).extend(node.groups.values())
         self._levels: dict[int, tuple[Level, list[Group]]] = {}
         for depth, groups in by_depth.items():
-            if len(groups) >= LEVEL_GROUPS:
+            if len(groups) >= LEVEL_GROUPS and not koordinator:
                 try:
                     columns = Level([(g.mins, g.weights, g.demands) for g in groups])
                 except OverflowError:  # a figure past 64 bits: the loop splits this depth
@@ -439,7 +447,7 @@ class QuotaTree:
                 columns, every = level
                 _fill_level(columns, every if len(groups) == len(every) else groups, moved, below)
             else:
-                _fill(groups, moved, below)
+                _fill(groups, moved, below, self.koordinator)
             if not below:
                 del by_depth[depth]
         if self._fresh:
@@ -505,11 +513,17 @@ def _add(totals: ResourceList, amounts: ResourceList, sign: int) -> None:
         totals[name] = totals.get(name, 0) + sign * amount
 
 
-def _fill(groups: list[Group], moved: list[QuotaNode], below: set[QuotaNode]) -> None:
-    """Split each group's parent's runtime among its children, one by one."""
+def _fill(groups: list[Group], moved: list[QuotaNode], below: set[QuotaNode], koordinator: bool = False) -> None:
+    """Split each group's parent's runtime among its children, one by one (by Koordinator's
+    rule beside koord-scheduler)."""
     for group in groups:
-        _share(group, water_fill(group.parent.runtime.get(group.resource), group.mins, group.demands, group.weights),
-               moved, below)
+        total = group.parent.runtime.get(group.resource)
+        if koordinator:
+            step = 1 if group.resource in MILLI_COUNTED else WHOLE
+            shares = koordinator_fill(total, group.mins, group.demands, group.weights, step)
+        else:
+            shares = water_fill(total, group.mins, group.demands, group.weights)
+        _share(group, shares, moved, below)
 
 
 def _fill_level(columns: Level, groups: list[Group], moved: list[QuotaNode], below: set[QuotaNode]) -> None:

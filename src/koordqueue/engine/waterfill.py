@@ -14,6 +14,11 @@ hands out whole GPUs and no unit is lost or made up.
 Many sibling groups at once (a refresh of a whole tree splits thousands) go through one
 vectorised pass of the same rule in 64-bit integers (numpy), for every group whose
 products stay below 2**62; the loop does the others.
+
+Beside koord-scheduler, which refuses a pod past its quota's runtime as it computes it,
+``koordinator_fill`` splits as Koordinator v1.8.0 does instead (its rounding, its mins
+scaled down when the parent has less than they add up to, its units), so that the
+runtime we admit within is the one koord-scheduler checks.
 """
 
 from __future__ import annotations
@@ -94,6 +99,59 @@ def _proportional(total: int, guaranteed: list[int]) -> list[int]:
     out = [0] * len(guaranteed)
     _split(total, active, out, guaranteed, guaranteed, sum([guaranteed[i] for i in active]))
     return out
+
+
+def koordinator_fill(
+    total: int | None,
+    mins: Sequence[int],
+    demands: Sequence[int],
+    weights: Sequence[int],
+    step: int,
+    scale_mins: bool = True,
+) -> list[int]:
+    """Each child's runtime as Koordinator's calculator splits ``total`` (None: unbounded,
+    everyone gets its demand); the lists as for ``water_fill``.
+
+    ``step`` is Koordinator's unit in milli-units: it counts cpu in milli-cores (1) and
+    every other resource in whole units (1000), rounded up as a Quantity's Value() is.
+    Its rule (runtime_quota_calculator.go, redistribution): a child asking for more than
+    its min gets its min and a part of what is left, else what it asks for; what is left
+    goes out by shared weight in rounds, each share rounded half up on its own (so that a
+    round may hand out a unit more or less than it has), what a child cannot use going to
+    the next round. With ``scale_mins`` (its EnableMinQuotaScale, on by default) mins that
+    add up to more than ``total`` are first scaled down to it in proportion, rounded down.
+    """
+    if total is None:
+        return list(demands)
+    rest = -(-total // step)
+    floor = [-(-m // step) for m in mins]
+    asks = [-(-d // step) for d in demands]
+    shares = [-(-w // step) for w in weights]
+    if scale_mins:
+        sum_mins = sum(floor)
+        if rest < sum_mins:
+            floor = [int(float(rest) * float(m) / float(sum_mins)) if rest > 0 else 0 for m in floor]
+    runtime = [0] * len(asks)
+    wanting: list[int] = []
+    weight_sum = 0
+    for i, ask in enumerate(asks):
+        runtime[i] = floor[i] if ask > floor[i] else ask
+        if ask > floor[i]:
+            wanting.append(i)
+            weight_sum += shares[i]
+        rest -= runtime[i]
+    while rest > 0 and wanting and weight_sum > 0:
+        left, still, still_weight = 0, [], 0
+        for i in wanting:
+            runtime[i] += int(float(shares[i]) * float(rest) / float(weight_sum) + 0.5)
+            if runtime[i] < asks[i]:
+                still.append(i)
+                still_weight += shares[i]
+            else:
+                left += runtime[i] - asks[i]
+                runtime[i] = asks[i]
+        rest, wanting, weight_sum = left, still, still_weight
+    return [r * step for r in runtime]
 
 
 class Level:

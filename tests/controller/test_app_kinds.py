@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from tests.simcluster.test_rayjob import rayjob
 
 from .conftest import System, quota
 
@@ -146,6 +147,33 @@ async def test_ray_clusters_queue_serve_until_deleted_and_release_their_quota(sy
     await system.akubectl("delete", "raycluster", "first")
     await system.wait_phase("second-raycluster-qu", c.Phase.RUNNING, timeout=30)
     assert (await system.get_json("raycluster", "second"))["spec"]["suspend"] is False
+
+
+async def test_the_ray_cluster_kuberay_makes_for_a_rayjob_is_not_queued_a_second_time(system: System) -> None:
+    """With both ``ray`` and ``raycluster`` on, the RayCluster KubeRay makes for a RayJob (owned
+    by it, labelled as made for it) is neither suspended by the webhook nor given a unit: its
+    RayJob is queued for it (the simulated KubeRay makes none: it is made here as KubeRay would)."""
+    await system.apply(quota("team", 2, 2))  # 8 CPUs: one Ray cluster (5 CPUs) at a time
+    job = rayjob("rj")
+    job["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: "team"}
+    await system.apply(job)
+    await system.wait_phase("rj-ray-qu", c.Phase.RUNNING)
+    uid = (await system.get_json("rayjob", "rj"))["metadata"]["uid"]
+    made = ray_cluster("rj-raycluster-abcde")
+    made["metadata"]["labels"].update({c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND,
+                                       c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: "rj"})
+    made["metadata"]["ownerReferences"] = [{"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj",
+                                            "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+    await system.apply(made)
+    stored = await system.get_json("raycluster", "rj-raycluster-abcde")
+    assert c.ANNOTATION_SUSPEND not in (stored["metadata"].get("annotations") or {})
+    assert stored["spec"].get("suspend") is not True
+    # A RayCluster of its own, made after it, is queued (and waits: rj holds the quota).
+    await system.apply(ray_cluster("own"))
+    await system.wait_phase("own-raycluster-qu", c.Phase.ENQUEUED)
+    units = sorted(u["metadata"]["name"] for u in (await system.get_json("queueunits"))["items"])
+    assert units == ["own-raycluster-qu", "rj-ray-qu"]
+    assert (await system.get_json("raycluster", "rj-raycluster-abcde"))["spec"].get("suspend") is not True
 
 
 def mpi_v1alpha1(name: str, duration: float | None) -> dict[str, Any]:

@@ -207,3 +207,21 @@ def test_spark_client_mode_and_dynamic_allocation() -> None:
     del app["spec"]["executor"]["instances"]
     app["spec"]["dynamicAllocation"] = {"enabled": True, "initialExecutors": 2}
     assert [(s.name, s.count) for s in adapter(app).pod_sets(app)] == [("executor", 2)]
+
+
+def test_the_ray_cluster_of_a_rayjob_is_not_queued_its_rayjob_is() -> None:
+    """KubeRay's cluster for a RayJob (owned by it, labelled as made for it) is skipped, as
+    Koord-Queue's raycluster extension skips it: else it would be queued a second time."""
+    a = adapter(RAY_CLUSTER)
+    owner = {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": "1", "controller": True}
+    owned = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"), "ownerReferences": [owner]}}
+    labelled = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"),
+                                            "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND}}}
+    assert a.managed(RAY_CLUSTER)
+    assert not a.managed(owned) and not a.managed(labelled)
+    made_by_other = {**RAY_CLUSTER, "metadata": {**meta("rc"), "ownerReferences": [{**owner, "kind": "Deployment"}],
+                                                 "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_CLUSTER_KIND}}}
+    assert a.managed(made_by_other)
+    assert a.managed({**RAY_CLUSTER, "metadata": "broken"})  # (never raises: the job's view says what is wrong)
+    for job in (SPARK, WORKFLOW, MPI_V1ALPHA1):
+        assert adapter(job).managed({**job, "metadata": {**job["metadata"], "ownerReferences": [owner]}})

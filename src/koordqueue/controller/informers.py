@@ -102,12 +102,14 @@ class Informers:
         except KubeError:
             pass  # the informer retries like the others
 
-    def _project_job(self, obj: Object) -> JobView:
-        """The job's view; when only its suspension or status changed (our resume, the operator's
-        conditions), the last view with those refreshed: reading pod templates again costs
-        50 times more."""
+    def _project_job(self, obj: Object) -> JobView | None:
+        """The job's view (None: not kept, a job we do not queue, as a RayJob's RayCluster); when
+        only its suspension or status changed (our resume, the operator's conditions), the last
+        view with those refreshed: reading pod templates again costs 50 times more."""
         kind = str(obj.get("kind") or "")
         adapter = adapter_of_kind(kind)
+        if not adapter.managed(obj):
+            return None
         meta = obj.get("metadata") or {}
         item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         fingerprint = _job_fingerprint(obj, self.pc_version)

@@ -109,6 +109,11 @@ class JobAdapter(ABC):
     def pod_selector(self, job: Job) -> dict[str, str]:
         """The labels the job's pods carry, to find them."""
 
+    def managed(self, job: Job) -> bool:
+        """Whether we queue this job (never raises): not one that another job we queue made
+        for itself (a RayJob's RayCluster), queued once, through that job."""
+        return True
+
     # --- shared by every kind (``meta``: the job's, when already read) -----------------
 
     def meta(self, job: Job) -> Meta:

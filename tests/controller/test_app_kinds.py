@@ -8,6 +8,7 @@ checked with no clock running; the second runs 1 s and is seen to succeed."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -66,6 +67,15 @@ async def live_pods(system: System, selector: str) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
+def pods_counted(system: System, unit: str, running: int, per_pod_set: list[int]) -> Callable[[], Awaitable[bool]]:
+    """Whether the unit's podState counts ``running`` pods, and its admissions so many per pod set."""
+    async def counted() -> bool:
+        status = (await system.unit(unit)).get("status") or {}
+        return status.get("podState") == {"running": running, "pending": 0} and \
+            [a.get("running") for a in status.get("admissions") or ()] == per_pod_set
+    return counted
+
+
 async def test_spark_applications_queue_run_and_release_their_quota(system: System) -> None:
     await system.apply(quota("team", 2, 2))  # 8 CPUs: one application (5 CPUs) at a time
     await system.apply(spark_app("first", duration=None))
@@ -92,6 +102,7 @@ async def test_spark_applications_queue_run_and_release_their_quota(system: Syst
             sorted(p["metadata"]["name"] for p in pods) == ["first-driver", "first-exec-1", "first-exec-2"]
 
     await system.wait_for(running, what="the driver and 2 executors running")
+    await system.wait_for(pods_counted(system, "first-spark-qu", 3, [1, 2]), what="the driver and executors counted")
     await system.akubectl("delete", "sparkapplication", "first")
     await system.wait_phase("second-spark-qu", c.Phase.SUCCEED, timeout=30)
     done = await system.get_json("sparkapplication", "second")
@@ -118,6 +129,7 @@ async def test_workflows_queue_by_their_min_resources_run_and_release_their_quot
             len(pods) == 1 and pods[0]["status"]["phase"] == "Running"
 
     await system.wait_for(running, what="the workflow's pod running")
+    await system.wait_for(pods_counted(system, "first", 1, [1]), what="the workflow's pod counted")
     await system.akubectl("delete", "workflow", "first")
     await system.wait_phase("second", c.Phase.SUCCEED, timeout=30)
     done = await system.get_json("workflow", "second")
@@ -209,6 +221,7 @@ async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(sy
             sorted(p["metadata"]["name"] for p in pods) == ["first-launcher", "first-worker-0", "first-worker-1"]
 
     await system.wait_for(running, what="the launcher and 2 workers running")
+    await system.wait_for(pods_counted(system, "first-mpi-qu", 3, [2]), what="the launcher and workers counted")
     launcher = (await system.get_json("pod", "first-launcher"))["spec"]["containers"][0]["resources"]
     assert c.GPU not in launcher["limits"]  # the launcher asks for no GPU
     await system.akubectl("delete", "mpijobs.v1alpha1.kubeflow.org", "first")

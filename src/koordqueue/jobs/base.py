@@ -81,6 +81,19 @@ class PodSet:
         return scale(self.request, self.count)
 
 
+@dataclass(frozen=True, slots=True)
+class PodLabels:
+    """How a kind's operator labels a job's pods: ``job`` names the job (``pod_selector``
+    gives its value); ``role``, the pod's role ("": none), its value (lower-cased) the name
+    of the pod set, but for those ``role_names`` renames; ``owner``, the job itself where
+    ``job`` names something else (the Ray cluster of a RayJob)."""
+
+    job: str
+    role: str = ""
+    role_names: tuple[tuple[str, str], ...] = ()
+    owner: str = ""
+
+
 class JobAdapter(ABC):
     """What the controller needs to know about one job kind."""
 
@@ -88,6 +101,9 @@ class JobAdapter(ABC):
     kind: ClassVar[str]
     unit_suffix: ClassVar[str]  # QueueUnit name = job name + "-" + suffix ("" = the job's name)
     leader_roles: ClassVar[tuple[str, ...]] = ()  # roles whose priorityClassName counts first
+    # The labels of its pods, the one ``pod_selector`` names first (no default: a kind
+    # without them would have its pods uncounted; controller/pods.py reads every kind's).
+    pod_labels: ClassVar[tuple[PodLabels, ...]]
 
     @abstractmethod
     def roles(self, job: Job) -> list[Role]:
@@ -105,9 +121,9 @@ class JobAdapter(ABC):
     def status(self, job: Job) -> JobState:
         """Where the job is, from its conditions or status."""
 
-    @abstractmethod
     def pod_selector(self, job: Job) -> dict[str, str]:
-        """The labels the job's pods carry, to find them."""
+        """The labels the job's pods carry, to find them (one of ``pod_labels``)."""
+        return {self.pod_labels[0].job: self.meta(job).name}
 
     def managed(self, job: Job) -> bool:
         """Whether we queue this job (never raises): not one that another job we queue made

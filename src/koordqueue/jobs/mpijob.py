@@ -15,6 +15,7 @@ from typing import Any
 
 from koordqueue.api.constants import (
     LABEL_MPI_JOB_NAME_V1ALPHA1,
+    LABEL_MPI_ROLE_V1ALPHA1,
     MPI_JOB_KIND,
     MPI_JOB_PLURAL,
     MPI_LAUNCHER_ACTIVE,
@@ -24,7 +25,7 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_MPI,
 )
 from koordqueue.api.meta import section
-from koordqueue.jobs.base import Job, JobState, Role, replicas, template
+from koordqueue.jobs.base import Job, JobState, PodLabels, Role, replicas, template
 from koordqueue.jobs.kind import JobKind, Manifest
 from koordqueue.jobs.kubeflow import KubeflowAdapter, kubeflow_crd
 from koordqueue.jobs.placement import selector_field
@@ -43,6 +44,7 @@ class MPIJobAdapter(KubeflowAdapter):
     unit_suffix = UNIT_SUFFIX_MPI
     replica_specs_key = "mpiReplicaSpecs"
     leader_roles = ("Launcher",)
+    pod_labels = (*KubeflowAdapter.pod_labels, PodLabels(LABEL_MPI_JOB_NAME_V1ALPHA1, LABEL_MPI_ROLE_V1ALPHA1))
 
     def roles(self, job: Job) -> list[Role]:
         if not v1alpha1_form(job):

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from koordqueue.api.constants import (
-    LABEL_RAY_CLUSTER,
     LABEL_RAY_ORIGINATED_FROM_CRD,
     RAY_API_VERSION,
     RAY_CLUSTER_KIND,
@@ -24,7 +23,7 @@ from koordqueue.api.constants import (
 from koordqueue.api.meta import section
 from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, suspend_flag
 from koordqueue.jobs.kind import JobKind, Manifest
-from koordqueue.jobs.rayjob import HEAD, cluster_roles
+from koordqueue.jobs.rayjob import HEAD, RAY_POD_LABELS, cluster_roles
 
 
 class RayClusterAdapter(JobAdapter):
@@ -32,6 +31,7 @@ class RayClusterAdapter(JobAdapter):
     kind = RAY_CLUSTER_KIND
     unit_suffix = UNIT_SUFFIX_RAY_CLUSTER
     leader_roles = (HEAD,)
+    pod_labels = RAY_POD_LABELS
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
@@ -54,9 +54,6 @@ class RayClusterAdapter(JobAdapter):
         if state == RAY_CLUSTER_STATE_READY or (isinstance(ready_workers, int) and ready_workers > 0):
             return JobState.RUNNING
         return JobState.PENDING
-
-    def pod_selector(self, job: Job) -> dict[str, str]:
-        return {LABEL_RAY_CLUSTER: self.meta(job).name}
 
     def managed(self, job: Job) -> bool:
         """Not the cluster KubeRay makes for a RayJob (owned by it, or labelled as made for

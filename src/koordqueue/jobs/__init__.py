@@ -3,7 +3,6 @@ from it here: ``ADAPTERS``, ``KIND_NAMES``, ``PLURALS``, ``POD_LABELS``, ``adapt
 
 from __future__ import annotations
 
-from koordqueue.api.constants import MPI_V1ALPHA1_API_VERSION
 from koordqueue.jobs import argo, batchjob, mpijob, pytorchjob, raycluster, rayjob, spark, tfjob
 from koordqueue.jobs.base import JobAdapter, PodLabels
 from koordqueue.jobs.kind import JobKind
@@ -20,10 +19,9 @@ KINDS: tuple[JobKind, ...] = (
 )
 """In the order the chart and ``--job-kinds`` list them. A new kind: its file, and its line here."""
 
-ADAPTERS: dict[tuple[str, str], JobAdapter] = {(k.api_version, k.kind): k.adapter for k in KINDS} | {
-    (MPI_V1ALPHA1_API_VERSION, mpijob.KIND.kind): mpijob.ADAPTER}
-"""(apiVersion, kind) -> adapter, for every kind we queue, and every other version its CRD
-serves (MPIJob's v1alpha1: one kind, read by its shape)."""
+ADAPTERS: dict[tuple[str, str], JobAdapter] = {(v, k.kind): k.adapter for k in KINDS for v in k.api_versions}
+"""(apiVersion, kind) -> adapter, for every kind we queue, in every version we read it in
+(MPIJob's v1alpha1 too: one kind, read by its shape)."""
 KIND_NAMES: frozenset[str] = frozenset(k.kind for k in KINDS)
 PLURALS: dict[str, str] = {k.kind: k.plural for k in KINDS}
 """kind -> its REST plural."""

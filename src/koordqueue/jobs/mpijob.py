@@ -109,4 +109,6 @@ def mpi_job_crd() -> Manifest:
     return manifest
 
 
-KIND = JobKind(ADAPTER, MPI_JOB_PLURAL, "mpi", crd=mpi_job_crd)
+KIND = JobKind(ADAPTER, MPI_JOB_PLURAL, "mpi", crd=mpi_job_crd,
+               other_versions=(MPI_V1ALPHA1_API_VERSION.rpartition("/")[2],))
+"""The mpi-operator's own CRD serves v1alpha1 alone: there the controller reads v1alpha1."""

@@ -209,6 +209,7 @@ async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(sy
     second = await system.get_json("mpijobs.v1alpha1.kubeflow.org", "second")
     assert second["apiVersion"] == c.MPI_V1ALPHA1_API_VERSION
     assert second["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+    assert "runPolicy" not in second["spec"]  # (the v1 form's field: the annotation alone holds it)
     assert not await live_pods(system, f"{c.LABEL_MPI_JOB_NAME_V1ALPHA1}=second")
     unit = await system.unit("first-mpi-qu")
     assert unit["spec"]["consumerRef"]["kind"] == c.MPI_JOB_KIND
@@ -222,6 +223,7 @@ async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(sy
 
     await system.wait_for(running, what="the launcher and 2 workers running")
     await system.wait_for(pods_counted(system, "first-mpi-qu", 3, [2]), what="the launcher and workers counted")
+    assert "runPolicy" not in (await system.get_json("mpijobs.v1alpha1.kubeflow.org", "first"))["spec"]  # (resumed)
     launcher = (await system.get_json("pod", "first-launcher"))["spec"]["containers"][0]["resources"]
     assert c.GPU not in launcher["limits"]  # the launcher asks for no GPU
     await system.akubectl("delete", "mpijobs.v1alpha1.kubeflow.org", "first")

@@ -107,14 +107,15 @@ def test_priorities() -> None:
      {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
     (RAY_CLUSTER, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"suspend": True}},
      {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
-    # v1alpha1 has no runPolicy: the annotation holds it (runPolicy.suspend, written too, is not read).
-    (MPI_V1ALPHA1, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"runPolicy": {"suspend": True}}},
-     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"runPolicy": {"suspend": False}}}),
+    # v1alpha1 has no runPolicy: the annotation alone holds it, as in Koord-Queue (none written there).
+    (MPI_V1ALPHA1, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}},
+     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}}),
 ])
 def test_suspend_and_resume_patches(job: dict[str, Any], suspend: dict[str, Any], resume: dict[str, Any]) -> None:
     a = adapter(job)
-    assert a.suspend_patch(job) == a.suspend_patch({}) == suspend  # the controller's patches are made of no job
-    assert a.resume_patch(job) == a.resume_patch({}) == resume
+    native = a.has_native_suspend(job)  # the controller's patches are made of the job's view, not the job
+    assert a.suspend_patch(job) == a.suspend_patch({}, native=native) == suspend
+    assert a.resume_patch(job) == a.resume_patch({}, native=native) == resume
     held = merge_patch(job, suspend)
     assert a.is_suspended(held)
     assert not a.is_suspended(merge_patch(held, resume))

@@ -48,7 +48,7 @@ class JobSwitch(Part):
         item = f"{job.kind}/{job.key}"
         self._resumed(item, None)
         owed = self.shared.owed.token(item)
-        patch = _merged(_merged(adapter.suspend_patch({}), self._placement_patch(job, None) or {}),
+        patch = _merged(_merged(adapter.suspend_patch({}, native=job.native_suspend), self._placement_patch(job, None) or {}),
                         self._stamps(job, None))
         async with self.job_locks.hold(item):
             await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
@@ -112,7 +112,7 @@ class JobSwitch(Part):
             if placement is None:
                 unit = self.informers.unit.get(job.unit_key)
                 placement = admitted_placement(unit) if unit is not None else None
-            patch = _merged(adapter_of_kind(job.kind).resume_patch({}),
+            patch = _merged(adapter_of_kind(job.kind).resume_patch({}, native=job.native_suspend),
                             self._placement_patch(job, placement or Placement(), known.admitted_quota) or {})
             patch = _merged(patch, self._stamps(job, self.clock()))
             try:

@@ -241,17 +241,22 @@ class JobAdapter(ABC):
         """Suspended by the annotation or by the kind's own field: either keeps pods away."""
         return self.meta(job).annotations.get(ANNOTATION_SUSPEND) == TRUE or self.native_suspended(job)
 
-    def suspend_patch(self, job: Job) -> dict[str, Any]:
-        """A merge patch that suspends the job: annotation and native field."""
-        return merge_patches(
-            {"metadata": {"annotations": {ANNOTATION_SUSPEND: TRUE}}}, self.native_suspend_patch(True)
-        )
+    def has_native_suspend(self, job: Job) -> bool:
+        """Whether the job has the kind's own suspend field (an MPIJob in the v1alpha1 form has none)."""
+        return True
 
-    def resume_patch(self, job: Job) -> dict[str, Any]:
+    def suspend_patch(self, job: Job, native: bool | None = None) -> dict[str, Any]:
+        """A merge patch that suspends the job: annotation and native field (``native``: whether
+        the job has one, when the patch is made without it; by default, read from ``job``)."""
+        return self._switch_patch(True, self.has_native_suspend(job) if native is None else native)
+
+    def resume_patch(self, job: Job, native: bool | None = None) -> dict[str, Any]:
         """A merge patch that lets the job run: the annotation removed, the native field false."""
-        return merge_patches(
-            {"metadata": {"annotations": {ANNOTATION_SUSPEND: None}}}, self.native_suspend_patch(False)
-        )
+        return self._switch_patch(False, self.has_native_suspend(job) if native is None else native)
+
+    def _switch_patch(self, suspend: bool, native: bool) -> dict[str, Any]:
+        patch: dict[str, Any] = {"metadata": {"annotations": {ANNOTATION_SUSPEND: TRUE if suspend else None}}}
+        return merge_patches(patch, self.native_suspend_patch(suspend)) if native else patch
 
     def _leaders_first(self, job: Job) -> list[Role]:
         roles = self.roles(job)

@@ -65,10 +65,11 @@ class MPIJobAdapter(KubeflowAdapter):
         return {"spec": spec}
 
     def native_suspended(self, job: Job) -> bool:
-        """The v1alpha1 form has no runPolicy: the annotation alone holds it, as in Koord-Queue
-        (the suspend patch, which cannot depend on the job, writes runPolicy.suspend too:
-        nothing reads it there)."""
+        """The v1alpha1 form has no runPolicy: the annotation alone holds it, as in Koord-Queue."""
         return False if v1alpha1_form(job) else super().native_suspended(job)
+
+    def has_native_suspend(self, job: Job) -> bool:
+        return not v1alpha1_form(job)
 
     def status(self, job: Job) -> JobState:
         if not v1alpha1_form(job):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from koordqueue.aio import wait_event
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.shared import Shared
@@ -177,9 +178,9 @@ class FakeKube:
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 return
-            try:
-                await asyncio.wait_for(news.wait(), left)
-            except TimeoutError:
+            # (Not asyncio.wait_for: before Python 3.12 it swallows a cancel that comes as the
+            # news does, and an informer's stop() then waits for a watch that goes on forever.)
+            if not await wait_event(news, left):
                 return
 
     # --- writes -------------------------------------------------------------------------

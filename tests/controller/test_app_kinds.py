@@ -8,11 +8,13 @@ checked with no clock running; the second runs 1 s and is seen to succeed."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
+from tests.simcluster.test_rayjob import rayjob
 
 from .conftest import System, quota
 
@@ -65,6 +67,15 @@ async def live_pods(system: System, selector: str) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
+def pods_counted(system: System, unit: str, running: int, per_pod_set: list[int]) -> Callable[[], Awaitable[bool]]:
+    """Whether the unit's podState counts ``running`` pods, and its admissions so many per pod set."""
+    async def counted() -> bool:
+        status = (await system.unit(unit)).get("status") or {}
+        return status.get("podState") == {"running": running, "pending": 0} and \
+            [a.get("running") for a in status.get("admissions") or ()] == per_pod_set
+    return counted
+
+
 async def test_spark_applications_queue_run_and_release_their_quota(system: System) -> None:
     await system.apply(quota("team", 2, 2))  # 8 CPUs: one application (5 CPUs) at a time
     await system.apply(spark_app("first", duration=None))
@@ -91,6 +102,7 @@ async def test_spark_applications_queue_run_and_release_their_quota(system: Syst
             sorted(p["metadata"]["name"] for p in pods) == ["first-driver", "first-exec-1", "first-exec-2"]
 
     await system.wait_for(running, what="the driver and 2 executors running")
+    await system.wait_for(pods_counted(system, "first-spark-qu", 3, [1, 2]), what="the driver and executors counted")
     await system.akubectl("delete", "sparkapplication", "first")
     await system.wait_phase("second-spark-qu", c.Phase.SUCCEED, timeout=30)
     done = await system.get_json("sparkapplication", "second")
@@ -117,6 +129,7 @@ async def test_workflows_queue_by_their_min_resources_run_and_release_their_quot
             len(pods) == 1 and pods[0]["status"]["phase"] == "Running"
 
     await system.wait_for(running, what="the workflow's pod running")
+    await system.wait_for(pods_counted(system, "first", 1, [1]), what="the workflow's pod counted")
     await system.akubectl("delete", "workflow", "first")
     await system.wait_phase("second", c.Phase.SUCCEED, timeout=30)
     done = await system.get_json("workflow", "second")
@@ -148,6 +161,33 @@ async def test_ray_clusters_queue_serve_until_deleted_and_release_their_quota(sy
     assert (await system.get_json("raycluster", "second"))["spec"]["suspend"] is False
 
 
+async def test_the_ray_cluster_kuberay_makes_for_a_rayjob_is_not_queued_a_second_time(system: System) -> None:
+    """With both ``ray`` and ``raycluster`` on, the RayCluster KubeRay makes for a RayJob (owned
+    by it, labelled as made for it) is neither suspended by the webhook nor given a unit: its
+    RayJob is queued for it (the simulated KubeRay makes none: it is made here as KubeRay would)."""
+    await system.apply(quota("team", 2, 2))  # 8 CPUs: one Ray cluster (5 CPUs) at a time
+    job = rayjob("rj")
+    job["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: "team"}
+    await system.apply(job)
+    await system.wait_phase("rj-ray-qu", c.Phase.RUNNING)
+    uid = (await system.get_json("rayjob", "rj"))["metadata"]["uid"]
+    made = ray_cluster("rj-raycluster-abcde")
+    made["metadata"]["labels"].update({c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND,
+                                       c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: "rj"})
+    made["metadata"]["ownerReferences"] = [{"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj",
+                                            "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+    await system.apply(made)
+    stored = await system.get_json("raycluster", "rj-raycluster-abcde")
+    assert c.ANNOTATION_SUSPEND not in (stored["metadata"].get("annotations") or {})
+    assert stored["spec"].get("suspend") is not True
+    # A RayCluster of its own, made after it, is queued (and waits: rj holds the quota).
+    await system.apply(ray_cluster("own"))
+    await system.wait_phase("own-raycluster-qu", c.Phase.ENQUEUED)
+    units = sorted(u["metadata"]["name"] for u in (await system.get_json("queueunits"))["items"])
+    assert units == ["own-raycluster-qu", "rj-ray-qu"]
+    assert (await system.get_json("raycluster", "rj-raycluster-abcde"))["spec"].get("suspend") is not True
+
+
 def mpi_v1alpha1(name: str, duration: float | None) -> dict[str, Any]:
     """The mpi-operator's v1alpha1 form: 2 workers of 2 CPUs and 1 GPU (the launcher not counted)."""
     annotations = {} if duration is None else {c.ANNOTATION_SIM_DURATION: str(duration)}
@@ -169,6 +209,7 @@ async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(sy
     second = await system.get_json("mpijobs.v1alpha1.kubeflow.org", "second")
     assert second["apiVersion"] == c.MPI_V1ALPHA1_API_VERSION
     assert second["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+    assert "runPolicy" not in second["spec"]  # (the v1 form's field: the annotation alone holds it)
     assert not await live_pods(system, f"{c.LABEL_MPI_JOB_NAME_V1ALPHA1}=second")
     unit = await system.unit("first-mpi-qu")
     assert unit["spec"]["consumerRef"]["kind"] == c.MPI_JOB_KIND
@@ -181,6 +222,8 @@ async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(sy
             sorted(p["metadata"]["name"] for p in pods) == ["first-launcher", "first-worker-0", "first-worker-1"]
 
     await system.wait_for(running, what="the launcher and 2 workers running")
+    await system.wait_for(pods_counted(system, "first-mpi-qu", 3, [2]), what="the launcher and workers counted")
+    assert "runPolicy" not in (await system.get_json("mpijobs.v1alpha1.kubeflow.org", "first"))["spec"]  # (resumed)
     launcher = (await system.get_json("pod", "first-launcher"))["spec"]["containers"][0]["resources"]
     assert c.GPU not in launcher["limits"]  # the launcher asks for no GPU
     await system.akubectl("delete", "mpijobs.v1alpha1.kubeflow.org", "first")

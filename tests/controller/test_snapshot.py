@@ -4,6 +4,7 @@ say, and a unit naming a job that has a unit of its own stands for no job."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,15 +13,20 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.informers import Informers
 from koordqueue.controller.loading import take_snapshot
+from koordqueue.controller.records import Records
 from koordqueue.controller.resources import QUOTA_TREES, QUOTAS, UNITS
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
+from koordqueue.jobs.mpijob import mpi_job_crd
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
 from koordqueue.manifests import all_crds
 
 from .conftest import pytorch_job, quota
+from .test_app_kinds import mpi_v1alpha1
 
 pytestmark = pytest.mark.timeout(60)
 PYTORCH_JOBS = Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL)
@@ -82,3 +88,37 @@ async def test_the_snapshot_reads_the_quota_tree_as_the_controller_does(client: 
         "ElasticQuotaTree kube-system/tree: quota root/leaf: not used: the name leaf is taken by the quota before "
         "it at root/leaf (quota names are unique)",
     ]
+
+
+async def test_mpijobs_are_read_where_their_crd_serves_v1alpha1_alone(tmp_path: Path) -> None:
+    """The mpi-operator's own CRD serves kubeflow.org/v1alpha1 alone (no v1): its jobs are
+    read there, by the snapshot (their units stand for them, not for jobs that do not exist)
+    and by the controller's informers."""
+    mpi = mpi_job_crd()
+    mpi["spec"]["versions"] = [{**v, "storage": True} for v in mpi["spec"]["versions"] if v["name"] == "v1alpha1"]
+    crds = [crd for crd in all_crds() if crd["metadata"]["name"] != mpi["metadata"]["name"]] + [mpi]
+    server = APIServer(tmp_path / "state", crds=crds)
+    await server.start()
+    try:
+        async with KubeClient(load_config(str(server.kubeconfig_path))) as client:
+            await client.create(QUOTAS, quota("team", 2, 3), namespace="default")
+            alpha = Resource(c.KUBEFLOW_GROUP, "v1alpha1", c.MPI_JOB_PLURAL)
+            job = await client.create(alpha, mpi_v1alpha1("hvd", None), namespace="default")
+            await client.create(UNITS, queue_unit_manifest(job_view(job, adapter_of_kind(c.MPI_JOB_KIND), {})),
+                                namespace="default")
+            snap = await take_snapshot(client)
+            informers = Informers(client, ControllerConfig(), Records())  # the controller's, as it starts
+            try:
+                async with asyncio.timeout(10):  # (an informer of v1 here would never sync)
+                    await informers.start()
+                assert informers.job_resource(c.MPI_JOB_KIND) == alpha
+                assert informers.job_view(f"{c.MPI_JOB_KIND}/default/hvd") is not None
+            finally:
+                for informer in informers.all():
+                    await informer.stop()
+    finally:
+        await server.stop()
+    info = snap.engine.unit("default/hvd-mpi-qu")
+    assert info is not None and info.invalid is None, info
+    assert (info.quota_name, info.request[c.GPU]) == ("team", 2000)
+

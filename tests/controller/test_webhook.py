@@ -78,6 +78,21 @@ def test_review_suspends_new_jobs_of_queued_kinds_and_leaves_the_rest() -> None:
         review({"kind": "AdmissionReview"}, frozenset())
 
 
+def test_review_leaves_the_ray_cluster_of_a_rayjob_alone() -> None:
+    """KubeRay makes a RayCluster for each RayJob: the RayJob is queued, not its cluster."""
+    cluster = {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_CLUSTER_KIND,
+               "metadata": {"name": "rj-raycluster-abcde", "namespace": "default"},
+               "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "head"}]}}}}}
+    kinds = frozenset({c.RAY_JOB_KIND, c.RAY_CLUSTER_KIND})
+    assert patch_of(review(admission_review(cluster, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) != []
+    owned = {**cluster, "metadata": {**cluster["metadata"], "ownerReferences": [
+        {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": "1", "controller": True}]}}
+    assert patch_of(review(admission_review(owned, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) == []
+    labelled = {**cluster, "metadata": {**cluster["metadata"],
+                                        "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND}}}
+    assert patch_of(review(admission_review(labelled, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) == []
+
+
 @pytest.mark.both_control_planes
 async def test_a_job_is_stored_suspended_before_any_controller_reconciles_it(system: System) -> None:
     await system.apply(quota("team-w", 0, 1))

@@ -107,14 +107,15 @@ def test_priorities() -> None:
      {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
     (RAY_CLUSTER, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"suspend": True}},
      {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"suspend": False}}),
-    # v1alpha1 has no runPolicy: the annotation holds it (runPolicy.suspend, written too, is not read).
-    (MPI_V1ALPHA1, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}, "spec": {"runPolicy": {"suspend": True}}},
-     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}, "spec": {"runPolicy": {"suspend": False}}}),
+    # v1alpha1 has no runPolicy: the annotation alone holds it, as in Koord-Queue (none written there).
+    (MPI_V1ALPHA1, {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: "true"}}},
+     {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: None}}}),
 ])
 def test_suspend_and_resume_patches(job: dict[str, Any], suspend: dict[str, Any], resume: dict[str, Any]) -> None:
     a = adapter(job)
-    assert a.suspend_patch(job) == a.suspend_patch({}) == suspend  # the controller's patches are made of no job
-    assert a.resume_patch(job) == a.resume_patch({}) == resume
+    native = a.has_native_suspend(job)  # the controller's patches are made of the job's view, not the job
+    assert a.suspend_patch(job) == a.suspend_patch({}, native=native) == suspend
+    assert a.resume_patch(job) == a.resume_patch({}, native=native) == resume
     held = merge_patch(job, suspend)
     assert a.is_suspended(held)
     assert not a.is_suspended(merge_patch(held, resume))
@@ -207,3 +208,21 @@ def test_spark_client_mode_and_dynamic_allocation() -> None:
     del app["spec"]["executor"]["instances"]
     app["spec"]["dynamicAllocation"] = {"enabled": True, "initialExecutors": 2}
     assert [(s.name, s.count) for s in adapter(app).pod_sets(app)] == [("executor", 2)]
+
+
+def test_the_ray_cluster_of_a_rayjob_is_not_queued_its_rayjob_is() -> None:
+    """KubeRay's cluster for a RayJob (owned by it, labelled as made for it) is skipped, as
+    Koord-Queue's raycluster extension skips it: else it would be queued a second time."""
+    a = adapter(RAY_CLUSTER)
+    owner = {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": "1", "controller": True}
+    owned = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"), "ownerReferences": [owner]}}
+    labelled = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"),
+                                            "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND}}}
+    assert a.managed(RAY_CLUSTER)
+    assert not a.managed(owned) and not a.managed(labelled)
+    made_by_other = {**RAY_CLUSTER, "metadata": {**meta("rc"), "ownerReferences": [{**owner, "kind": "Deployment"}],
+                                                 "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_CLUSTER_KIND}}}
+    assert a.managed(made_by_other)
+    assert a.managed({**RAY_CLUSTER, "metadata": "broken"})  # (never raises: the job's view says what is wrong)
+    for job in (SPARK, WORKFLOW, MPI_V1ALPHA1):
+        assert adapter(job).managed({**job, "metadata": {**job["metadata"], "ownerReferences": [owner]}})

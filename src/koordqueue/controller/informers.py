@@ -40,6 +40,7 @@ from koordqueue.controller.views import (
     with_priority_classes,
 )
 from koordqueue.engine.model import UnitInfo
+from koordqueue.jobs import kind_named
 from koordqueue.jobs.placement import node_info
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.client import Resource
@@ -49,8 +50,9 @@ from koordqueue.kube.informer import Informer, trim
 log = logging.getLogger(__name__)
 
 
-def job_resource(kind: str) -> Resource:
-    return Resource.of(adapter_of_kind(kind).api_version, JOB_PLURALS[kind])
+def job_resource(kind: str, api_version: str | None = None) -> Resource:
+    """The kind's resource in ``api_version`` (by default its own)."""
+    return Resource.of(api_version or adapter_of_kind(kind).api_version, JOB_PLURALS[kind])
 
 
 class Informers:
@@ -82,6 +84,7 @@ class Informers:
         self.pc.start()
         await self.pc.wait_synced()
         await self._find_trees_served()
+        await self._find_job_versions()
         rest = self.all()[1:]
         for inf in rest:
             inf.start()
@@ -102,12 +105,36 @@ class Informers:
         except KubeError:
             pass  # the informer retries like the others
 
-    def _project_job(self, obj: Object) -> JobView:
-        """The job's view; when only its suspension or status changed (our resume, the operator's
-        conditions), the last view with those refreshed: reading pod templates again costs
-        50 times more."""
+    async def _find_job_versions(self) -> None:
+        """A kind read in more than one version is read (and written) in the first of them the
+        API server serves: the mpi-operator's MPIJob CRD serves v1alpha1 alone, and an informer
+        of a version not served would never sync (the controller would never start)."""
+        for kind, informer in self.jobs.items():
+            versions = kind_named(kind).api_versions
+            for api_version in versions if len(versions) > 1 else ():
+                try:
+                    await self._client.list(job_resource(kind, api_version), limit=1)
+                except NotFound:
+                    continue
+                except KubeError:
+                    break  # its own version, whose informer retries like the others
+                if api_version != versions[0]:
+                    log.warning("%s is not served in %s: read and written in %s", kind, versions[0], api_version)
+                informer.resource = job_resource(kind, api_version)
+                break
+
+    def job_resource(self, kind: str) -> Resource:
+        """Where the kind's jobs are read and written (the version served: _find_job_versions)."""
+        return self.jobs[kind].resource
+
+    def _project_job(self, obj: Object) -> JobView | None:
+        """The job's view (None: not kept, a job we do not queue, as a RayJob's RayCluster); when
+        only its suspension or status changed (our resume, the operator's conditions), the last
+        view with those refreshed: reading pod templates again costs 50 times more."""
         kind = str(obj.get("kind") or "")
         adapter = adapter_of_kind(kind)
+        if not adapter.managed(obj):
+            return None
         meta = obj.get("metadata") or {}
         item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         fingerprint = _job_fingerprint(obj, self.pc_version)
@@ -123,7 +150,10 @@ class Informers:
             except InvalidObject:
                 pass
         self.records.job_to_write(item).fingerprint = fingerprint
-        return job_view(obj, adapter, self.priority_classes)
+        view = job_view(obj, adapter, self.priority_classes)
+        served = obj.get("apiVersion")  # (another version only where its own is not served)
+        return replace(view, api_version=served) if isinstance(served, str) and served and \
+            served != view.api_version else view
 
     def job_view(self, item: str) -> JobView | None:
         """Our view of the job ``kind/namespace/name``, if we have one, as of the PriorityClasses

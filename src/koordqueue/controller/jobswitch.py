@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 from koordqueue.api.meta import InvalidObject
-from koordqueue.controller.informers import job_resource
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admitted_placement
@@ -49,10 +48,10 @@ class JobSwitch(Part):
         item = f"{job.kind}/{job.key}"
         self._resumed(item, None)
         owed = self.shared.owed.token(item)
-        patch = _merged(_merged(adapter.suspend_patch({}), self._placement_patch(job, None) or {}),
+        patch = _merged(_merged(adapter.suspend_patch({}, native=job.native_suspend), self._placement_patch(job, None) or {}),
                         self._stamps(job, None))
         async with self.job_locks.hold(item):
-            await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
+            await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
         if owed is not None:  # (not if owed anew while we wrote)
             self.shared.owed.paid(item, owed)
 
@@ -91,7 +90,7 @@ class JobSwitch(Part):
             known = self.engine.unit(job.unit_key)
             if known is not None and known.admitted_quota is not None:
                 return  # admitted again meanwhile: its resume writes its own
-            await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
+            await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
 
     async def resume(self, job: JobView, placement: Placement | None = None) -> None:
         """Resume a job, once: the admission and the reconciler of its unit's admission may both
@@ -113,11 +112,11 @@ class JobSwitch(Part):
             if placement is None:
                 unit = self.informers.unit.get(job.unit_key)
                 placement = admitted_placement(unit) if unit is not None else None
-            patch = _merged(adapter_of_kind(job.kind).resume_patch({}),
+            patch = _merged(adapter_of_kind(job.kind).resume_patch({}, native=job.native_suspend),
                             self._placement_patch(job, placement or Placement(), known.admitted_quota) or {})
             patch = _merged(patch, self._stamps(job, self.clock()))
             try:
-                await self.client.patch(job_resource(job.kind), job.name, patch, namespace=job.namespace)
+                await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
             except KubeError:
                 self._resumed(item, None)
                 raise

@@ -41,6 +41,7 @@ from koordqueue.controller.views import (
 )
 from koordqueue.engine import Engine, messages
 from koordqueue.engine.model import Placement, QuotaInfo, ResourceList, UnitInfo
+from koordqueue.jobs import kind_named
 from koordqueue.kube.client import KubeClient, Object, Resource
 from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import key_of
@@ -163,11 +164,14 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
     jobs: dict[str, dict[str, JobView]] = {}  # by kind, as the informers key them
     for kind in sorted(settings.job_kinds & set(JOB_PLURALS)):
         adapter = adapter_of_kind(kind)
-        try:
-            listed = (await client.list_all(Resource.of(adapter.api_version, JOB_PLURALS[kind]))).items
-        except NotFound:  # the kind is not served here: no job of it
-            listed = []
-        jobs[kind] = {key_of(o): job_view(o, adapter, priority_classes) for o in listed}
+        listed: list[Object] = []  # the kind is not served here: no job of it
+        for api_version in kind_named(kind).api_versions:  # the first served, as the informers read it
+            try:
+                listed = (await client.list_all(Resource.of(api_version, JOB_PLURALS[kind]))).items
+                break
+            except NotFound:
+                continue
+        jobs[kind] = {key_of(o): job_view(o, adapter, priority_classes) for o in listed if adapter.managed(o)}
     now = time.time()
     for obj in (await client.list_all(UNITS)).items:
         unit = unit_view(obj)

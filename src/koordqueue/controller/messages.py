@@ -17,6 +17,7 @@ from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.resources import SENT_BACK
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
+from koordqueue.controller.views import UnitView
 from koordqueue.engine.model import Standing
 from koordqueue.kube.errors import Conflict, KubeError
 
@@ -49,7 +50,10 @@ class MessageWriter(Part):
                     record.deferred_message = None
                 if message is not None:
                     batch.setdefault(key, message)  # unless a newer one came meanwhile
-            writes = [self._tell(key, message) for key, message in batch.items() if not self._defer(key, message, now)]
+            # Which to write is decided here, in the step that took the batch: one not written yet
+            # is back in pending_messages before anything else runs, never missing from both.
+            writes = [self._tell(key, message, unit) for key, message in batch.items()
+                      if not self._defer(key, message, now) and (unit := self._view_to_write(key, message))]
             if writes:
                 await asyncio.gather(*writes)
 
@@ -73,18 +77,23 @@ class MessageWriter(Part):
         record.deferred_message = message
         return True
 
-    async def _tell(self, key: str, message: str) -> None:
+    def _view_to_write(self, key: str, message: str) -> UnitView | None:
+        """Our view of the unit to write the message from; None when there is nothing to write
+        (written already; admitted, gone, or backing off since: its own status says why) or not
+        yet (then it is pending again, for the next flush)."""
         if self.records.written_message(key) == message:
-            return
+            return None
         unit = self.informers.unit.get(key)
         if not self._waiting(key) or (unit is not None and unit.phase in SENT_BACK):
-            return  # admitted, gone, or backing off since: its own status says why
+            return None
         if unit is None or not self.records.newer(key, unit.resource_version):
             # Created, but our watch has not brought it yet; or our view of it is older than our
-            # own last write (an admission, a send-back), and would take it for a new unit: try
-            # again at the next flush.
+            # own last write (an admission, a send-back), and would take it for a new unit.
             self.records.pending_messages.setdefault(key, message)
-            return
+            return None
+        return unit
+
+    async def _tell(self, key: str, message: str, unit: UnitView) -> None:
         first = not unit.phase  # a new unit: its first status is its phase and this message
         seen = unit.resource_version
 

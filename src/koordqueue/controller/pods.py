@@ -15,23 +15,21 @@ from typing import Any
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import QuantityError, ResourceList, add, sub
+from koordqueue.jobs import POD_LABELS
 from koordqueue.jobs.podrequest import pod_request
 
-# The labels that name a pod's job, per kind family (the adapters' pod selectors).
-JOB_NAME_LABELS = (c.LABEL_JOB_NAME, c.LABEL_BATCH_JOB_NAME, c.LABEL_RAY_CLUSTER)
 RUNNING, PENDING = "Running", "Pending"
 ONE_POD = 1000  # of a node's allocatable pods, in milli-units
 ENDED = ("Succeeded", "Failed")  # a pod that ended takes no room on its node
-RAY_HEAD_ROLE = "head"  # the RayJob adapter's name for the head's pod set
 
 
 @dataclass(frozen=True, slots=True)
 class PodView:
     namespace: str
     name: str
-    job_label: str  # which of JOB_NAME_LABELS names the job
+    job_label: str  # which label names the job (one of the kinds' POD_LABELS)
     job_name: str  # that label's value (for a RayJob's pods, its Ray cluster's name)
-    role: str  # training.kubeflow.org/replica-type; a Ray pod's role (head, or its worker group); or ""
+    role: str  # its pod set's name, from its role label (training.kubeflow.org/replica-type, spark-role, ...); or ""
     phase: str
     owner: str = ""  # the job's own name when the label names something else (a RayJob's cluster)
     node: str = ""  # spec.nodeName: bound there, taking ``request`` while it has not ended
@@ -65,21 +63,19 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
     phase = str((obj.get("status") or {}).get("phase") or PENDING)
     request = _request(obj) if node and phase not in ENDED else ()
     namespace = str(meta.get("namespace") or "default")
-    for label in JOB_NAME_LABELS:
-        job_name = labels.get(label)
+    for kind_labels in POD_LABELS:
+        job_name = labels.get(kind_labels.job)
         if job_name:
-            role, owner = labels.get(c.LABEL_REPLICA_TYPE, ""), ""
-            if label == c.LABEL_RAY_CLUSTER:  # KubeRay's labels: the RayJob, and the head or worker group
-                owner = labels.get(c.LABEL_RAY_ORIGINATED_FROM_CR_NAME, "")
-                role = RAY_HEAD_ROLE if labels.get(c.LABEL_RAY_NODE_TYPE) == "head" else labels.get(c.LABEL_RAY_GROUP, "")
+            role = str(labels.get(kind_labels.role, "")) if kind_labels.role else ""
+            role = dict(kind_labels.role_names).get(role, role).lower()
             return PodView(
                 namespace=namespace,
                 name=str(meta.get("name", "")),
-                job_label=label,
+                job_label=kind_labels.job,
                 job_name=str(job_name),
-                role=str(role),
+                role=role,
                 phase=phase,
-                owner=str(owner),
+                owner=str(labels.get(kind_labels.owner, "")) if kind_labels.owner else "",
                 node=node,
                 request=request,
             )

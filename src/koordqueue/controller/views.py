@@ -80,6 +80,7 @@ class JobView:
     active: bool | None = None  # annotation scheduling.x-k8s.io/active (None: not given)
     max_execution_seconds: int | None = None  # annotation scheduling.x-k8s.io/max-exec-time-seconds
     enqueued: bool = False  # annotation koord-queue/job-has-enqueued is there
+    native_suspend: bool = True  # it has its kind's own suspend field (JobAdapter.has_native_suspend)
 
     @property
     def key(self) -> str:
@@ -160,6 +161,7 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         active=active,
         max_execution_seconds=max_seconds,
         enqueued=bool(annotations.get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
+        native_suspend=adapter.has_native_suspend(obj),
     )
 
 

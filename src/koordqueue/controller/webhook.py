@@ -106,7 +106,7 @@ def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
     api_version = f"{group}/{version}" if group else version
     adapter = adapter_for(api_version, str(kind.get("kind", "")))
     if request.get("operation") == "CREATE" and adapter is not None and adapter.kind in job_kinds \
-            and isinstance(obj, dict):
+            and isinstance(obj, dict) and adapter.managed(obj):
         merge = adapter.suspend_patch(obj)
         if not ((obj.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED):
             merge = merge_patches(merge, enqueued_patch(time.time()))  # queued from now: said in the same write

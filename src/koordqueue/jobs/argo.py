@@ -27,7 +27,7 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_ARGO,
 )
 from koordqueue.api.meta import InvalidObject, Meta, read_int, section
-from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, suspend_flag
+from koordqueue.jobs.base import Job, JobAdapter, JobState, PodLabels, Role, suspend_flag
 from koordqueue.jobs.kind import JobKind, Manifest
 
 POD_SET_NAME = "default"  # Koord-Queue's one pod set of a Workflow
@@ -52,6 +52,7 @@ class WorkflowAdapter(JobAdapter):
     api_version = ARGO_API_VERSION
     kind = ARGO_WORKFLOW_KIND
     unit_suffix = UNIT_SUFFIX_ARGO
+    pod_labels = (PodLabels(LABEL_ARGO_WORKFLOW),)  # (a step's pod: the one pod set)
 
     def roles(self, job: Job) -> list[Role]:
         """One pod set asking for the annotation's resources."""
@@ -87,9 +88,6 @@ class WorkflowAdapter(JobAdapter):
         if phase == ARGO_PHASE_RUNNING and not self.native_suspended(job):
             return JobState.RUNNING
         return JobState.PENDING
-
-    def pod_selector(self, job: Job) -> dict[str, str]:
-        return {LABEL_ARGO_WORKFLOW: self.meta(job).name}
 
     def _entry_priority_class(self, job: Job) -> dict[str, str]:
         """The entrypoint template's priorityClassName (else the Workflow's podPriorityClassName)."""

@@ -81,6 +81,19 @@ class PodSet:
         return scale(self.request, self.count)
 
 
+@dataclass(frozen=True, slots=True)
+class PodLabels:
+    """How a kind's operator labels a job's pods: ``job`` names the job (``pod_selector``
+    gives its value); ``role``, the pod's role ("": none), its value (lower-cased) the name
+    of the pod set, but for those ``role_names`` renames; ``owner``, the job itself where
+    ``job`` names something else (the Ray cluster of a RayJob)."""
+
+    job: str
+    role: str = ""
+    role_names: tuple[tuple[str, str], ...] = ()
+    owner: str = ""
+
+
 class JobAdapter(ABC):
     """What the controller needs to know about one job kind."""
 
@@ -88,6 +101,9 @@ class JobAdapter(ABC):
     kind: ClassVar[str]
     unit_suffix: ClassVar[str]  # QueueUnit name = job name + "-" + suffix ("" = the job's name)
     leader_roles: ClassVar[tuple[str, ...]] = ()  # roles whose priorityClassName counts first
+    # The labels of its pods, the one ``pod_selector`` names first (no default: a kind
+    # without them would have its pods uncounted; controller/pods.py reads every kind's).
+    pod_labels: ClassVar[tuple[PodLabels, ...]]
 
     @abstractmethod
     def roles(self, job: Job) -> list[Role]:
@@ -105,9 +121,14 @@ class JobAdapter(ABC):
     def status(self, job: Job) -> JobState:
         """Where the job is, from its conditions or status."""
 
-    @abstractmethod
     def pod_selector(self, job: Job) -> dict[str, str]:
-        """The labels the job's pods carry, to find them."""
+        """The labels the job's pods carry, to find them (one of ``pod_labels``)."""
+        return {self.pod_labels[0].job: self.meta(job).name}
+
+    def managed(self, job: Job) -> bool:
+        """Whether we queue this job (never raises): not one that another job we queue made
+        for itself (a RayJob's RayCluster), queued once, through that job."""
+        return True
 
     # --- shared by every kind (``meta``: the job's, when already read) -----------------
 
@@ -220,17 +241,22 @@ class JobAdapter(ABC):
         """Suspended by the annotation or by the kind's own field: either keeps pods away."""
         return self.meta(job).annotations.get(ANNOTATION_SUSPEND) == TRUE or self.native_suspended(job)
 
-    def suspend_patch(self, job: Job) -> dict[str, Any]:
-        """A merge patch that suspends the job: annotation and native field."""
-        return merge_patches(
-            {"metadata": {"annotations": {ANNOTATION_SUSPEND: TRUE}}}, self.native_suspend_patch(True)
-        )
+    def has_native_suspend(self, job: Job) -> bool:
+        """Whether the job has the kind's own suspend field (an MPIJob in the v1alpha1 form has none)."""
+        return True
 
-    def resume_patch(self, job: Job) -> dict[str, Any]:
+    def suspend_patch(self, job: Job, native: bool | None = None) -> dict[str, Any]:
+        """A merge patch that suspends the job: annotation and native field (``native``: whether
+        the job has one, when the patch is made without it; by default, read from ``job``)."""
+        return self._switch_patch(True, self.has_native_suspend(job) if native is None else native)
+
+    def resume_patch(self, job: Job, native: bool | None = None) -> dict[str, Any]:
         """A merge patch that lets the job run: the annotation removed, the native field false."""
-        return merge_patches(
-            {"metadata": {"annotations": {ANNOTATION_SUSPEND: None}}}, self.native_suspend_patch(False)
-        )
+        return self._switch_patch(False, self.has_native_suspend(job) if native is None else native)
+
+    def _switch_patch(self, suspend: bool, native: bool) -> dict[str, Any]:
+        patch: dict[str, Any] = {"metadata": {"annotations": {ANNOTATION_SUSPEND: TRUE if suspend else None}}}
+        return merge_patches(patch, self.native_suspend_patch(suspend)) if native else patch
 
     def _leaders_first(self, job: Job) -> list[Role]:
         roles = self.roles(job)

@@ -18,6 +18,7 @@ from koordqueue.jobs.base import (
     Job,
     JobAdapter,
     JobState,
+    PodLabels,
     Role,
     condition_true,
     replicas,
@@ -34,6 +35,7 @@ class BatchJobAdapter(JobAdapter):
     api_version = BATCH_API_VERSION
     kind = BATCH_JOB_KIND
     unit_suffix = ""
+    pod_labels = (PodLabels(LABEL_BATCH_JOB_NAME),)  # (no role: its one pod set)
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
@@ -74,9 +76,6 @@ class BatchJobAdapter(JobAdapter):
         if isinstance(running, int) and running > 0:
             return JobState.RUNNING
         return JobState.PENDING
-
-    def pod_selector(self, job: Job) -> dict[str, str]:
-        return {LABEL_BATCH_JOB_NAME: self.meta(job).name}
 
 
 KIND = JobKind(BatchJobAdapter(), BATCH_JOB_PLURAL, "batchjob")  # built into the API server: no CRD

@@ -28,6 +28,9 @@ class JobKind:
     # the CRD schemas (pydantic) are loaded only by whoever serves or writes them.
     crd: Callable[[], Manifest] | None = None
     simulated: bool = True  # the simulated cluster's operators run its jobs
+    # Other versions its CRD may serve, read by the same adapter (by the job's shape), in which
+    # the controller reads the kind where the API server serves none of the ones before.
+    other_versions: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -45,3 +48,8 @@ class JobKind:
     @property
     def version(self) -> str:
         return self.api_version.rpartition("/")[2]
+
+    @property
+    def api_versions(self) -> tuple[str, ...]:
+        """Every apiVersion we read the kind in, its own first."""
+        return (self.api_version, *(f"{self.group}/{version}" for version in self.other_versions))

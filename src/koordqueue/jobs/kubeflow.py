@@ -13,12 +13,14 @@ from koordqueue.api.constants import (
     KUBEFLOW_CONDITION_SUCCEEDED,
     KUBEFLOW_CONDITION_SUSPENDED,
     LABEL_JOB_NAME,
+    LABEL_REPLICA_TYPE,
 )
 from koordqueue.api.meta import InvalidObject, section
 from koordqueue.jobs.base import (
     Job,
     JobAdapter,
     JobState,
+    PodLabels,
     Role,
     condition_true,
     replicas,
@@ -34,6 +36,7 @@ class KubeflowAdapter(JobAdapter):
 
     api_version = KUBEFLOW_API_VERSION
     replica_specs_key: ClassVar[str]
+    pod_labels: ClassVar[tuple[PodLabels, ...]] = (PodLabels(LABEL_JOB_NAME, LABEL_REPLICA_TYPE),)
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
@@ -74,9 +77,6 @@ class KubeflowAdapter(JobAdapter):
         ):
             return JobState.RUNNING
         return JobState.PENDING
-
-    def pod_selector(self, job: Job) -> dict[str, str]:
-        return {LABEL_JOB_NAME: self.meta(job).name}
 
 
 def _role_fields(fields: Mapping[str, Any]) -> dict[str, Any]:

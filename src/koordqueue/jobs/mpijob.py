@@ -15,6 +15,7 @@ from typing import Any
 
 from koordqueue.api.constants import (
     LABEL_MPI_JOB_NAME_V1ALPHA1,
+    LABEL_MPI_ROLE_V1ALPHA1,
     MPI_JOB_KIND,
     MPI_JOB_PLURAL,
     MPI_LAUNCHER_ACTIVE,
@@ -24,7 +25,7 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_MPI,
 )
 from koordqueue.api.meta import section
-from koordqueue.jobs.base import Job, JobState, Role, replicas, template
+from koordqueue.jobs.base import Job, JobState, PodLabels, Role, replicas, template
 from koordqueue.jobs.kind import JobKind, Manifest
 from koordqueue.jobs.kubeflow import KubeflowAdapter, kubeflow_crd
 from koordqueue.jobs.placement import selector_field
@@ -43,6 +44,7 @@ class MPIJobAdapter(KubeflowAdapter):
     unit_suffix = UNIT_SUFFIX_MPI
     replica_specs_key = "mpiReplicaSpecs"
     leader_roles = ("Launcher",)
+    pod_labels = (*KubeflowAdapter.pod_labels, PodLabels(LABEL_MPI_JOB_NAME_V1ALPHA1, LABEL_MPI_ROLE_V1ALPHA1))
 
     def roles(self, job: Job) -> list[Role]:
         if not v1alpha1_form(job):
@@ -63,10 +65,11 @@ class MPIJobAdapter(KubeflowAdapter):
         return {"spec": spec}
 
     def native_suspended(self, job: Job) -> bool:
-        """The v1alpha1 form has no runPolicy: the annotation alone holds it, as in Koord-Queue
-        (the suspend patch, which cannot depend on the job, writes runPolicy.suspend too:
-        nothing reads it there)."""
+        """The v1alpha1 form has no runPolicy: the annotation alone holds it, as in Koord-Queue."""
         return False if v1alpha1_form(job) else super().native_suspended(job)
+
+    def has_native_suspend(self, job: Job) -> bool:
+        return not v1alpha1_form(job)
 
     def status(self, job: Job) -> JobState:
         if not v1alpha1_form(job):
@@ -107,4 +110,6 @@ def mpi_job_crd() -> Manifest:
     return manifest
 
 
-KIND = JobKind(ADAPTER, MPI_JOB_PLURAL, "mpi", crd=mpi_job_crd)
+KIND = JobKind(ADAPTER, MPI_JOB_PLURAL, "mpi", crd=mpi_job_crd,
+               other_versions=(MPI_V1ALPHA1_API_VERSION.rpartition("/")[2],))
+"""The mpi-operator's own CRD serves v1alpha1 alone: there the controller reads v1alpha1."""

@@ -2,25 +2,28 @@
 ``<name>-raycluster-qu``, as Koord-Queue's raycluster extension names its units.
 
 A RayCluster serves until it is deleted: it never succeeds, and its quota is freed when it
-goes (or fails)."""
+goes (or fails). The cluster KubeRay makes for a RayJob is not queued: its RayJob is
+(``managed``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from koordqueue.api.constants import (
-    LABEL_RAY_CLUSTER,
+    LABEL_RAY_ORIGINATED_FROM_CRD,
     RAY_API_VERSION,
     RAY_CLUSTER_KIND,
     RAY_CLUSTER_PLURAL,
     RAY_CLUSTER_STATE_FAILED,
     RAY_CLUSTER_STATE_READY,
+    RAY_JOB_KIND,
     UNIT_SUFFIX_RAY_CLUSTER,
 )
 from koordqueue.api.meta import section
 from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, suspend_flag
 from koordqueue.jobs.kind import JobKind, Manifest
-from koordqueue.jobs.rayjob import HEAD, cluster_roles
+from koordqueue.jobs.rayjob import HEAD, RAY_POD_LABELS, cluster_roles
 
 
 class RayClusterAdapter(JobAdapter):
@@ -28,6 +31,7 @@ class RayClusterAdapter(JobAdapter):
     kind = RAY_CLUSTER_KIND
     unit_suffix = UNIT_SUFFIX_RAY_CLUSTER
     leader_roles = (HEAD,)
+    pod_labels = RAY_POD_LABELS
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
@@ -51,8 +55,17 @@ class RayClusterAdapter(JobAdapter):
             return JobState.RUNNING
         return JobState.PENDING
 
-    def pod_selector(self, job: Job) -> dict[str, str]:
-        return {LABEL_RAY_CLUSTER: self.meta(job).name}
+    def managed(self, job: Job) -> bool:
+        """Not the cluster KubeRay makes for a RayJob (owned by it, or labelled as made for
+        one): the RayJob is queued for it, and Koord-Queue skips it too (by its first owner)."""
+        meta = job.get("metadata")
+        if not isinstance(meta, Mapping):
+            return True
+        labels, owners = meta.get("labels"), meta.get("ownerReferences")
+        if isinstance(labels, Mapping) and labels.get(LABEL_RAY_ORIGINATED_FROM_CRD) == RAY_JOB_KIND:
+            return False
+        return not (isinstance(owners, list) and any(
+            isinstance(owner, Mapping) and owner.get("kind") == RAY_JOB_KIND for owner in owners))
 
 
 def ray_cluster_crd() -> Manifest:

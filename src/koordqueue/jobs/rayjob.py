@@ -11,6 +11,7 @@ from typing import Any
 
 from koordqueue.api.constants import (
     LABEL_RAY_CLUSTER,
+    LABEL_RAY_GROUP,
     LABEL_RAY_ORIGINATED_FROM_CR_NAME,
     LABEL_RAY_ORIGINATED_FROM_CRD,
     RAY_API_VERSION,
@@ -18,6 +19,7 @@ from koordqueue.api.constants import (
     RAY_DEPLOYMENT_FAILED,
     RAY_DEPLOYMENT_RUNNING,
     RAY_DEPLOYMENT_VALIDATION_FAILED,
+    RAY_HEAD_GROUP,
     RAY_JOB_KIND,
     RAY_JOB_STATUS_FAILED,
     RAY_JOB_STATUS_RUNNING,
@@ -26,10 +28,13 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_RAY,
 )
 from koordqueue.api.meta import InvalidObject, section
-from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, replicas, suspend_flag, template
+from koordqueue.jobs.base import Job, JobAdapter, JobState, PodLabels, Role, replicas, suspend_flag, template
 from koordqueue.jobs.kind import JobKind, Manifest
 
 HEAD = "head"
+# KubeRay's pod labels: the Ray cluster, its group (the head's is headgroup), and the RayJob's name.
+RAY_POD_LABELS = (PodLabels(LABEL_RAY_CLUSTER, LABEL_RAY_GROUP, ((RAY_HEAD_GROUP, HEAD),),
+                            LABEL_RAY_ORIGINATED_FROM_CR_NAME),)
 
 
 class RayJobAdapter(JobAdapter):
@@ -37,6 +42,7 @@ class RayJobAdapter(JobAdapter):
     kind = RAY_JOB_KIND
     unit_suffix = UNIT_SUFFIX_RAY
     leader_roles = (HEAD,)
+    pod_labels = RAY_POD_LABELS
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()

@@ -21,6 +21,7 @@ from typing import Any
 from koordqueue.api.constants import (
     ANNOTATION_API_APPROVED,
     LABEL_SPARK_APP_NAME,
+    LABEL_SPARK_ROLE,
     SPARK_API_APPROVAL,
     SPARK_API_VERSION,
     SPARK_APPLICATION_KIND,
@@ -38,7 +39,7 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import InvalidObject, section
 from koordqueue.api.quantity import QuantityError, parse_quantity
-from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, replicas, suspend_flag
+from koordqueue.jobs.base import Job, JobAdapter, JobState, PodLabels, Role, replicas, suspend_flag
 from koordqueue.jobs.kind import JobKind, Manifest
 
 _JVM_SIZE = re.compile(r"^\s*(\d+)\s*([kmgtp]?)b?\s*$", re.IGNORECASE)
@@ -63,6 +64,7 @@ class SparkApplicationAdapter(JobAdapter):
     kind = SPARK_APPLICATION_KIND
     unit_suffix = UNIT_SUFFIX_SPARK
     leader_roles = (SPARK_ROLE_DRIVER,)
+    pod_labels = (PodLabels(LABEL_SPARK_APP_NAME, LABEL_SPARK_ROLE),)
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
@@ -96,9 +98,6 @@ class SparkApplicationAdapter(JobAdapter):
         if state in (SPARK_STATE_RUNNING, SPARK_STATE_SUCCEEDING, SPARK_STATE_FAILING):
             return JobState.RUNNING
         return JobState.PENDING  # new, SUBMITTED, SUSPENDING, SUSPENDED, RESUMING, PENDING_RERUN, ...
-
-    def pod_selector(self, job: Job) -> dict[str, str]:
-        return {LABEL_SPARK_APP_NAME: self.meta(job).name}
 
 
 def _pod_template(spec: Mapping[str, Any], role: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -121,9 +121,14 @@ async def test_what_koord_queue_left_is_read_as_the_migration_table_says(start_s
             return (await system.get_json("elasticquota", TEAM)).get("status", {}).get("used", {}).get(c.GPU) == "7"
 
         await system.wait_for(used, 30, "the quota's used: 7, the finished jobs not counted")
-        # The inactive job is never admitted, and says why.
-        inactive = await system.unit("mig-inactive-py-qu")
-        assert inactive["status"]["phase"] == c.Phase.ENQUEUED and "inactive" in inactive["status"]["message"]
+        # The inactive job is never admitted, and says why (a waiting unit's message is written
+        # at the message writer's pace, after its phase).
+
+        async def says_inactive() -> bool:
+            status = (await system.unit("mig-inactive-py-qu")).get("status", {})
+            return status.get("phase") == c.Phase.ENQUEUED and "inactive" in status.get("message", "")
+
+        await system.wait_for(says_inactive, 30, "the inactive job's unit to say so")
         # The ASI label named the quota: its unit was admitted there.
         reasons = [e["message"] for e in await system.events("mig-asi-py-qu") if e["reason"] == "Dequeued"]
         assert any(f"quota {TEAM}" in m for m in reasons), reasons

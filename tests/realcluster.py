@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.jobs import KINDS
 from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster, install_crds
 
-# Objects a test may leave behind, deleted between tests (namespaced; every namespace).
-LEFTOVERS = ("pytorchjobs.kubeflow.org", "tfjobs.kubeflow.org", "mpijobs.kubeflow.org", "jobs.batch",
+# Objects a test may leave behind, deleted between tests (namespaced; every namespace): the
+# jobs of every kind we queue (jobs/__init__.py), then the rest.
+LEFTOVERS = (*(f"{k.plural}.{k.group}" for k in KINDS),
              "queueunits.scheduling.x-k8s.io", "queues.scheduling.x-k8s.io",
              "elasticquotas.scheduling.sigs.k8s.io", "elasticquotatrees.scheduling.sigs.k8s.io",
              "leases.coordination.k8s.io", "events", "deployments.apps")

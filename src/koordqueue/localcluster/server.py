@@ -129,6 +129,27 @@ def _bool(value: str | None) -> bool:
     return value in ("true", "1", "True")
 
 
+def _valid_text(obj: Any) -> Any:
+    """YAML's escapes can write a lone UTF-16 surrogate ("\\ud800"), which no JSON encoder
+    takes; kube-apiserver's YAML-to-JSON conversion turns it into U+FFFD, and so do we."""
+    try:
+        orjson.dumps(obj)
+        return obj
+    except TypeError:
+        pass
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        if isinstance(value, dict):
+            return {fix(k): fix(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fix(v) for v in value]
+        return value
+
+    return fix(obj)
+
+
 class APIServer:
     """The server and its state directory. `await start()`, use `url`/`token`/`kubeconfig_path`, `await stop()`."""
 
@@ -583,7 +604,7 @@ class APIServer:
         raw = await request.read()
         if ctype in YAML_TYPES:
             try:
-                return yaml.safe_load(raw)
+                return _valid_text(yaml.safe_load(raw))
             except yaml.YAMLError as e:
                 raise errors.bad_request(f"error converting YAML to JSON: {e}") from None
         if ctype == protobuf.CONTENT_TYPE:

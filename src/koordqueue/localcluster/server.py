@@ -135,8 +135,9 @@ def _valid_text(obj: Any) -> Any:
     try:
         orjson.dumps(obj)
         return obj
-    except TypeError:
-        pass
+    except TypeError as e:
+        if "surrogates" not in str(e):
+            return obj  # another fault (a YAML alias to itself...): refused where it always was
 
     def fix(value: Any) -> Any:
         if isinstance(value, str):

@@ -27,7 +27,7 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_ARGO,
 )
 from koordqueue.api.meta import InvalidObject, Meta, read_int, section
-from koordqueue.jobs.base import Job, JobAdapter, JobState, PodLabels, Role, suspend_flag
+from koordqueue.jobs.base import Job, JobState, PodLabels, Role, SpecSuspendAdapter
 from koordqueue.jobs.kind import JobKind, Manifest
 
 POD_SET_NAME = "default"  # Koord-Queue's one pod set of a Workflow
@@ -48,7 +48,7 @@ def min_resources(meta: Meta) -> dict[str, Any]:
     return {str(name): amount if isinstance(amount, int | float) else str(amount) for name, amount in value.items()}
 
 
-class WorkflowAdapter(JobAdapter):
+class WorkflowAdapter(SpecSuspendAdapter):
     api_version = ARGO_API_VERSION
     kind = ARGO_WORKFLOW_KIND
     unit_suffix = UNIT_SUFFIX_ARGO
@@ -70,13 +70,6 @@ class WorkflowAdapter(JobAdapter):
         where = (meta or self.meta(job)).describe()
         value = section(job, "spec", where).get("priority")
         return None if value is None else read_int(value, f"{where}: spec.priority")
-
-    def native_suspended(self, job: Job) -> bool:
-        where = self.meta(job).describe()
-        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
-
-    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def status(self, job: Job) -> JobState:
         """A suspended Workflow waits whatever its phase (Argo keeps it Running), as in Koord-Queue."""

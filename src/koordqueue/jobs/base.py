@@ -296,6 +296,17 @@ def dequeued_patch(now: float | None) -> dict[str, Any]:
     return {"metadata": {"annotations": {ANNOTATION_JOB_DEQUEUE_TIMESTAMP: go_time(now) if now is not None else ""}}}
 
 
+class SpecSuspendAdapter(JobAdapter):
+    """A kind whose own suspend field is ``spec.suspend`` (batch Job, KubeRay's, Spark's, Argo's)."""
+
+    def native_suspended(self, job: Job) -> bool:
+        where = self.meta(job).describe()
+        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
+
+    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
+        return {"spec": {"suspend": suspend}}
+
+
 def class_priority(names: tuple[str, ...], priority_classes: Mapping[str, int]) -> int:
     """The value of the first of ``names`` that is a PriorityClass, else 0."""
     return next((priority_classes[name] for name in names if name in priority_classes), 0)

@@ -16,13 +16,12 @@ from koordqueue.api.constants import (
 from koordqueue.api.meta import section
 from koordqueue.jobs.base import (
     Job,
-    JobAdapter,
     JobState,
     PodLabels,
     Role,
+    SpecSuspendAdapter,
     condition_true,
     replicas,
-    suspend_flag,
     template,
 )
 from koordqueue.jobs.kind import JobKind
@@ -31,7 +30,7 @@ from koordqueue.jobs.placement import template_patch
 POD_SET_NAME = "main"
 
 
-class BatchJobAdapter(JobAdapter):
+class BatchJobAdapter(SpecSuspendAdapter):
     api_version = BATCH_API_VERSION
     kind = BATCH_JOB_KIND
     unit_suffix = ""
@@ -55,13 +54,6 @@ class BatchJobAdapter(JobAdapter):
         if template:
             spec["template"] = template
         return {"spec": spec}
-
-    def native_suspended(self, job: Job) -> bool:
-        where = self.meta(job).describe()
-        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
-
-    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def status(self, job: Job) -> JobState:
         status = section(job, "status", self.meta(job).describe())

@@ -8,7 +8,6 @@ goes (or fails). The cluster KubeRay makes for a RayJob is not queued: its RayJo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from koordqueue.api.constants import (
     LABEL_RAY_ORIGINATED_FROM_CRD,
@@ -21,12 +20,12 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_RAY_CLUSTER,
 )
 from koordqueue.api.meta import section
-from koordqueue.jobs.base import Job, JobAdapter, JobState, Role, suspend_flag
+from koordqueue.jobs.base import Job, JobState, Role, SpecSuspendAdapter
 from koordqueue.jobs.kind import JobKind, Manifest
 from koordqueue.jobs.rayjob import HEAD, RAY_POD_LABELS, cluster_roles
 
 
-class RayClusterAdapter(JobAdapter):
+class RayClusterAdapter(SpecSuspendAdapter):
     api_version = RAY_API_VERSION
     kind = RAY_CLUSTER_KIND
     unit_suffix = UNIT_SUFFIX_RAY_CLUSTER
@@ -36,13 +35,6 @@ class RayClusterAdapter(JobAdapter):
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
         return cluster_roles(section(job, "spec", where, required=True), f"{where}: spec")
-
-    def native_suspended(self, job: Job) -> bool:
-        where = self.meta(job).describe()
-        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
-
-    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def status(self, job: Job) -> JobState:
         """Running once ready (or a worker is); it never succeeds: it serves until deleted."""

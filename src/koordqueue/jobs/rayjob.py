@@ -28,7 +28,15 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_RAY,
 )
 from koordqueue.api.meta import InvalidObject, section
-from koordqueue.jobs.base import Job, JobAdapter, JobState, PodLabels, Role, replicas, suspend_flag, template
+from koordqueue.jobs.base import (
+    Job,
+    JobState,
+    PodLabels,
+    Role,
+    SpecSuspendAdapter,
+    replicas,
+    template,
+)
 from koordqueue.jobs.kind import JobKind, Manifest
 
 HEAD = "head"
@@ -37,7 +45,7 @@ RAY_POD_LABELS = (PodLabels(LABEL_RAY_CLUSTER, LABEL_RAY_GROUP, ((RAY_HEAD_GROUP
                             LABEL_RAY_ORIGINATED_FROM_CR_NAME),)
 
 
-class RayJobAdapter(JobAdapter):
+class RayJobAdapter(SpecSuspendAdapter):
     api_version = RAY_API_VERSION
     kind = RAY_JOB_KIND
     unit_suffix = UNIT_SUFFIX_RAY
@@ -49,13 +57,6 @@ class RayJobAdapter(JobAdapter):
         spec = section(job, "spec", where, required=True)
         return cluster_roles(section(spec, "rayClusterSpec", f"{where}: spec", required=True),
                              f"{where}: spec.rayClusterSpec")
-
-    def native_suspended(self, job: Job) -> bool:
-        where = self.meta(job).describe()
-        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
-
-    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def status(self, job: Job) -> JobState:
         status = section(job, "status", self.meta(job).describe())

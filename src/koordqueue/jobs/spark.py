@@ -39,7 +39,14 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import InvalidObject, section
 from koordqueue.api.quantity import QuantityError, parse_quantity
-from koordqueue.jobs.base import Job, JobAdapter, JobState, PodLabels, Role, replicas, suspend_flag
+from koordqueue.jobs.base import (
+    Job,
+    JobState,
+    PodLabels,
+    Role,
+    SpecSuspendAdapter,
+    replicas,
+)
 from koordqueue.jobs.kind import JobKind, Manifest
 
 _JVM_SIZE = re.compile(r"^\s*(\d+)\s*([kmgtp]?)b?\s*$", re.IGNORECASE)
@@ -59,7 +66,7 @@ def jvm_memory(value: object, where: str) -> str:
     return f"{match.group(1)}{_JVM_UNITS[match.group(2).lower()]}"
 
 
-class SparkApplicationAdapter(JobAdapter):
+class SparkApplicationAdapter(SpecSuspendAdapter):
     api_version = SPARK_API_VERSION
     kind = SPARK_APPLICATION_KIND
     unit_suffix = UNIT_SUFFIX_SPARK
@@ -80,13 +87,6 @@ class SparkApplicationAdapter(JobAdapter):
             count = section(spec, "dynamicAllocation", f"{where}: spec").get("initialExecutors")
         roles.append(Role(SPARK_ROLE_EXECUTOR, replicas(count, f"{at}.instances"), _pod_template(spec, executor, at)))
         return roles
-
-    def native_suspended(self, job: Job) -> bool:
-        where = self.meta(job).describe()
-        return suspend_flag(section(job, "spec", where).get("suspend"), f"{where}: spec")
-
-    def native_suspend_patch(self, suspend: bool) -> dict[str, Any]:
-        return {"spec": {"suspend": suspend}}
 
     def status(self, job: Job) -> JobState:
         status = section(job, "status", self.meta(job).describe())

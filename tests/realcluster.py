@@ -99,3 +99,24 @@ def kube(real_cluster: RealCluster) -> Iterator[RealCluster]:
     """The session's real control plane, as a test found it: nothing of an earlier test left."""
     reset(real_cluster)
     yield real_cluster
+
+
+@pytest.fixture(scope="module")
+def koordinator_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """The real control plane beside Koordinator (koord-scheduler, koord-manager): one per test module."""
+    state = Path(os.environ.get("KOORD_QUEUE_KOORDINATOR_STATE") or tmp_path_factory.mktemp("koordinator"))
+    cluster = RealCluster(state, koordinator=True)
+    cluster.start()
+    try:
+        install_crds(cluster)  # ours, but for ElasticQuota: Koordinator's is there first, and stays
+        yield cluster
+    finally:
+        cluster.stop()
+        print(f"\nKoordinator's control plane logs: {cluster.logs}")
+
+
+@pytest.fixture
+def koordinator(koordinator_cluster: RealCluster) -> Iterator[RealCluster]:
+    """That control plane as a test found it: nothing of an earlier test left."""
+    reset(koordinator_cluster)
+    yield koordinator_cluster

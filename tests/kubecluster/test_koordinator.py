@@ -6,40 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster, install_crds
+from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster
 from tests.controller.conftest import SEED, System, pytorch_job, quick_config, quota, running_system
-from tests.realcluster import reset
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
 SEED_UNIT = "pytorch-training-job-py-qu"
-
-
-@pytest.fixture(scope="module")
-def koordinator_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    state = Path(os.environ.get("KOORD_QUEUE_KOORDINATOR_STATE") or tmp_path_factory.mktemp("koordinator"))
-    cluster = RealCluster(state, koordinator=True)
-    cluster.start()
-    try:
-        install_crds(cluster)  # ours, but for ElasticQuota: Koordinator's is there first, and stays
-        yield cluster
-    finally:
-        cluster.stop()
-        print(f"\nKoordinator's control plane logs: {cluster.logs}")
-
-
-@pytest.fixture
-def koordinator(koordinator_cluster: RealCluster) -> Iterator[RealCluster]:
-    reset(koordinator_cluster)
-    yield koordinator_cluster
 
 
 async def test_the_seed_flow_beside_koordinator(koordinator: RealCluster, tmp_path: Path) -> None:

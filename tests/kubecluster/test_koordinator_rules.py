@@ -6,11 +6,8 @@ tests/engine/test_koordinator_rules.py and docs/quota-model.md."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,34 +17,14 @@ from koordqueue.api import constants as c
 from koordqueue.api.objects import InvalidObject, is_koordinators_own, parse_elastic_quota
 from koordqueue.engine.model import QuotaInfo
 from koordqueue.engine.validation import validate_quotas
-from koordqueue.realcluster.cluster import RealCluster, install_crds
+from koordqueue.realcluster.cluster import RealCluster
 from tests.controller.conftest import kubectl
 from tests.engine.test_koordinator_rules import eq
-from tests.realcluster import reset
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
 NAMESPACES = ("kr-org", "kr-other")
 GPU_CPU = {c.GPU: "8", "cpu": "32"}
 ORG_MAX = {**GPU_CPU, "memory": "64Gi"}  # the parent limits memory, but guarantees none
-
-
-@pytest.fixture(scope="module")
-def koordinator_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    state = Path(os.environ.get("KOORD_QUEUE_KOORDINATOR_STATE") or tmp_path_factory.mktemp("koordinator"))
-    cluster = RealCluster(state, koordinator=True)
-    cluster.start()
-    try:
-        install_crds(cluster)  # ours, but for ElasticQuota: Koordinator's is there first, and stays
-        yield cluster
-    finally:
-        cluster.stop()
-        print(f"\nKoordinator's control plane logs: {cluster.logs}")
-
-
-@pytest.fixture
-def koordinator(koordinator_cluster: RealCluster) -> Iterator[RealCluster]:
-    reset(koordinator_cluster)
-    yield koordinator_cluster
 
 
 def create(cluster: RealCluster, obj: dict[str, Any]) -> tuple[bool, str]:

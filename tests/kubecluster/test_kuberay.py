@@ -1,0 +1,144 @@
+"""Ray jobs under KubeRay's own operator (built from e2e/kuberay), on the real control plane
+with kwok: we suspend a RayJob and a RayCluster on creation and admit them against a quota;
+KubeRay's operator, not a simulation, makes their Ray clusters' pods, which kwok runs. Its
+CRDs are KubeRay's (config/crd), never our open ones over them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+from koordqueue.realcluster.cluster import RealCluster, install_crds
+from tests.controller.conftest import System, quota, running_system
+from tests.realcluster import reset
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
+TEAM = "ray-team"  # 4 GPUs, min = max: one Ray cluster of 4 GPUs at a time
+
+
+@pytest.fixture(scope="module")
+def kuberay_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    state = Path(os.environ.get("KOORD_QUEUE_KUBERAY_STATE") or tmp_path_factory.mktemp("kuberay"))
+    cluster = RealCluster(state, training_operator=False, kuberay=True)
+    cluster.start()
+    try:
+        install_crds(cluster)  # ours, but for ray.io: KubeRay's are there first, and stay
+        yield cluster
+    finally:
+        cluster.stop()
+        print(f"\nKubeRay's control plane logs: {cluster.logs}")
+
+
+@pytest.fixture
+def kuberay(kuberay_cluster: RealCluster) -> Iterator[RealCluster]:
+    reset(kuberay_cluster)
+    yield kuberay_cluster
+
+
+def ray_cluster_spec(gpus_per_worker: int) -> dict[str, Any]:
+    """A head and two workers of `gpus_per_worker` GPUs, as KubeRay's samples write them."""
+    def pod(name: str, gpus: int) -> dict[str, Any]:
+        resources = {"cpu": "1", "memory": "1Gi", **({c.GPU: str(gpus)} if gpus else {})}
+        return {"spec": {"containers": [{"name": name, "image": "rayproject/ray:2.41.0",
+                                         "resources": {"requests": resources, "limits": resources}}]}}
+
+    return {"rayVersion": "2.41.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": pod("ray-head", 0)},
+            "workerGroupSpecs": [{"groupName": "gpu-group", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
+                                  "rayStartParams": {}, "template": pod("ray-worker", gpus_per_worker)}]}
+
+
+def meta(name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": "default", "labels": {c.LABEL_QUOTA_NAME: TEAM}}
+
+
+def rayjob(name: str) -> dict[str, Any]:
+    return {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "metadata": meta(name),
+            "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": True,
+                     "rayClusterSpec": ray_cluster_spec(2)}}
+
+
+def raycluster(name: str) -> dict[str, Any]:
+    return {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_CLUSTER_KIND, "metadata": meta(name),
+            "spec": ray_cluster_spec(2)}
+
+
+async def ray_pods(system: System, cluster: str) -> list[dict[str, Any]]:
+    pods = (await system.get_json("pods", "-n", "default", "-l", f"{c.LABEL_RAY_CLUSTER}={cluster}"))["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+async def running_pods(system: System, cluster: str) -> list[dict[str, Any]] | None:
+    """The Ray cluster's head and two workers, bound and Running (kwok's doing), else None."""
+    pods = await ray_pods(system, cluster)
+    ok = len(pods) == 3 and all(p["spec"].get("nodeName") and p["status"].get("phase") == "Running" for p in pods)
+    return pods if ok else None
+
+
+async def test_a_rayjob_and_a_raycluster_queued_for_kuberays_operator(kuberay: RealCluster, tmp_path: Path) -> None:
+    async with running_system(tmp_path, cluster=kuberay) as system:
+        # KubeRay's CRDs, not ours: theirs have a schema (ours are open) and its version's annotation.
+        for plural in (c.RAY_PLURAL, c.RAY_CLUSTER_PLURAL):
+            crd = await system.get_json("crd", f"{plural}.{c.RAY_GROUP}")
+            version = crd["spec"]["versions"][0]
+            assert "controller-gen.kubebuilder.io/version" in crd["metadata"].get("annotations", {}), crd["metadata"]
+            spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            assert {"rayClusterSpec" if plural == c.RAY_PLURAL else "headGroupSpec", "suspend"} <= set(
+                spec.get("properties", {})), plural
+        await system.apply(quota(TEAM, 4, 4))
+
+        # The RayJob: suspended on creation (our webhook), admitted, and KubeRay's operator makes
+        # its RayCluster (not queued again: the RayJob is) and that cluster's pods.
+        await system.apply(rayjob("ray-first"))
+        stored = await system.get_json("rayjob", "ray-first")
+        assert stored["spec"].get("suspend") is True, stored["spec"]
+        await system.wait_phase("ray-first-ray-qu", c.Phase.RUNNING, timeout=60)
+
+        async def rayjob_running() -> dict[str, Any] | None:
+            status = (await system.get_json("rayjob", "ray-first")).get("status") or {}
+            return status if status.get("jobDeploymentStatus") == c.RAY_DEPLOYMENT_RUNNING else None
+
+        status = await system.wait_for(rayjob_running, 60, "KubeRay to run the RayJob (its cluster ready)")
+        made = status["rayClusterName"]
+        pods = await system.wait_for(lambda: running_pods(system, made), 30, "the RayJob's 3 pods Running")
+        assert sorted(p["metadata"]["labels"][c.LABEL_RAY_NODE_TYPE] for p in pods) == ["head", "worker", "worker"]
+        assert all(p["metadata"]["labels"][c.LABEL_RAY_ORIGINATED_FROM_CR_NAME] == "ray-first" for p in pods)
+        cluster = await system.get_json("raycluster", made)
+        assert [o["kind"] for o in cluster["metadata"]["ownerReferences"]] == [c.RAY_JOB_KIND]
+        assert cluster["status"]["state"] == c.RAY_CLUSTER_STATE_READY, cluster["status"]
+        units = {u["metadata"]["name"] for u in (await system.get_json("queueunits", "-n", "default"))["items"]}
+        assert f"{made}-{c.UNIT_SUFFIX_RAY_CLUSTER}" not in units, units
+
+        # The RayCluster: 4 GPUs more than the quota has left; it waits, suspended, and KubeRay
+        # makes none of its pods.
+        await system.apply(raycluster("rc-second"))
+        stored = await system.get_json("raycluster", "rc-second")
+        assert stored["spec"].get("suspend") is True, stored["spec"]
+        await system.wait_phase("rc-second-raycluster-qu", c.Phase.ENQUEUED, timeout=30)
+
+        async def kuberay_suspended() -> bool:
+            state = ((await system.get_json("raycluster", "rc-second")).get("status") or {}).get("state")
+            return state == c.RAY_CLUSTER_STATE_SUSPENDED
+
+        await system.wait_for(kuberay_suspended, 30, "KubeRay to hold rc-second suspended")
+        assert await ray_pods(system, "rc-second") == []
+        assert await system.phase("rc-second-raycluster-qu") == c.Phase.ENQUEUED
+
+        # The RayJob goes (KubeRay's finalizer, then the garbage collector takes its cluster):
+        # its quota is freed and the RayCluster is admitted; KubeRay makes its pods.
+        await system.akubectl("delete", "rayjob", "ray-first", "--wait=false")
+        await system.wait_phase("rc-second-raycluster-qu", c.Phase.RUNNING, timeout=90)
+        stored = await system.get_json("raycluster", "rc-second")
+        assert stored["spec"].get("suspend") is False, stored["spec"]
+        await system.wait_for(lambda: running_pods(system, "rc-second"), 60, "rc-second's 3 pods Running")
+
+        async def ready() -> bool:
+            status = (await system.get_json("raycluster", "rc-second")).get("status") or {}
+            return status.get("state") == c.RAY_CLUSTER_STATE_READY
+
+        await system.wait_for(ready, 30, "KubeRay to call rc-second ready")

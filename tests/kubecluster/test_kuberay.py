@@ -124,7 +124,10 @@ async def test_rayjobs_and_rayclusters_queued_for_kuberays_operator(kuberay: Rea
         assert [o["kind"] for o in cluster["metadata"]["ownerReferences"]] == [c.RAY_JOB_KIND]
         assert cluster["status"]["state"] == c.RAY_CLUSTER_STATE_READY, cluster["status"]
         units = {u["metadata"]["name"] for u in (await system.get_json("queueunits", "-n", "default"))["items"]}
-        assert f"{made}-{c.UNIT_SUFFIX_RAY_CLUSTER}" not in units, units
+        # Nor is KubeRay's submitter Job (K8sJobMode), which the RayJob controls: one unit.
+        jobs = (await system.get_json("jobs.batch", "-n", "default"))["items"]
+        assert [o["kind"] for j in jobs for o in j["metadata"]["ownerReferences"]] == [c.RAY_JOB_KIND], jobs
+        assert units == {"ray-first-ray-qu"}, units
 
         # The RayCluster: 4 GPUs more than the quota has left. Suspended on creation, it waits;
         # KubeRay holds it suspended and makes none of its pods.

@@ -1,7 +1,8 @@
 """The real Kubernetes control plane on this machine, with no Docker and no cluster.
 
 Upstream etcd, kube-apiserver, kube-controller-manager and kube-scheduler, kwok
-(fake GPU nodes and pod lifecycles) and the Kubeflow training operator, built from
+(fake GPU nodes and pod lifecycles) and the Kubeflow training operator (and, when asked,
+Koordinator's scheduler and manager, or KubeRay's operator), built from
 the Go modules in `e2e/` (`build.py`) and started as Kubernetes' own integration
 tests and controller-runtime's envtest start them: loopback only, RBAC on, a client
 certificate per component, service-account tokens signed by our key, and the

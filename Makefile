@@ -37,7 +37,7 @@ test: lint helm
 # The real control plane's programs, built from the Go modules in e2e/ into .tools/kube/
 # (skipped when built: the folder's name hashes go.mod, go.sum and the Go version).
 e2e-tools: venv
-	$(BIN)/python -m koordqueue.realcluster.build cluster training-operator koordinator
+	$(BIN)/python -m koordqueue.realcluster.build cluster training-operator koordinator kuberay
 
 test-kube: e2e-tools helm
 	$(BIN)/pytest -q -m kube --durations=15

@@ -177,6 +177,19 @@ def test_batch_job() -> None:
     assert a.pod_sets(job)[0].count == 1  # parallelism defaults to 1
 
 
+def test_a_batch_job_made_by_a_queued_job_is_not_queued() -> None:
+    """KubeRay's submitter Job, which its RayJob controls, is part of that RayJob: not queued a
+    second time (on real KubeRay it was: a unit of its own). A Job some other controller
+    made (a CronJob's), or merely owned, is queued as any."""
+    job, a = load("batchjob.yaml"), BatchJobAdapter()
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": "1", "controller": True}
+    assert a.managed(job)
+    assert not a.managed({**job, "metadata": {**job["metadata"], "ownerReferences": [rayjob]}})
+    for owner in ({**rayjob, "controller": False}, {**rayjob, "apiVersion": "batch/v1", "kind": "CronJob"}):
+        assert a.managed({**job, "metadata": {**job["metadata"], "ownerReferences": [owner]}})
+    assert a.managed({**job, "metadata": "broken"})  # (never raises)
+
+
 def test_rayjob() -> None:
     job = load("rayjob.yaml")
     a = adapter(job)

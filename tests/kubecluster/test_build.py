@@ -51,3 +51,26 @@ def test_kueue_is_asked_for_by_its_build_command_when_not_built(tmp_path: Path,
     with pytest.raises(ClusterError, match=r"not built yet: kueue, kueue-perf-runner, minimalkueue; run "
                                            r"`python -m koordqueue.realcluster.build kueue`"):
         kueue.binaries()
+
+
+def test_kuberay_is_pinned_in_its_own_module_at_one_kubernetes_release() -> None:
+    """KubeRay's operator: its main package imported, every k8s.io library at the release its
+    own go.mod names (v0.34.1), and no replace line (KubeRay's go.mod has none to repeat)."""
+    kuberay = build.modules_named(["kuberay"])[0]
+    assert kuberay.pinned("github.com/ray-project/kuberay/ray-operator") == "v1.5.0"
+    assert kuberay.programs == {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"}
+    assert build.binary_name(kuberay.programs["kuberay-operator"]) == "ray-operator"
+    go_mod = (kuberay.path / "go.mod").read_text()
+    assert "replace" not in go_mod
+    releases = {kuberay.pinned(f"k8s.io/{lib}") for lib in ("api", "apimachinery", "apiserver", "client-go",
+                                                             "component-base", "apiextensions-apiserver")}
+    assert releases == {"v0.34.1"}
+    tools = (kuberay.path / "tools.go").read_text()
+    assert all(f'"{package}"' in tools for package in kuberay.programs.values())
+
+
+def test_a_kuberay_cluster_needs_kuberay_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "TOOLS_DIR", tmp_path / "nothing-built")
+    monkeypatch.setattr(build, "go_version", lambda: "go0")
+    with pytest.raises(ClusterError, match=r"kuberay-operator.*build cluster training-operator kuberay"):
+        RealCluster(tmp_path / "state", kuberay=True).start()

@@ -55,6 +55,18 @@ class BatchJobAdapter(SpecSuspendAdapter):
             spec["template"] = template
         return {"spec": spec}
 
+    def managed(self, job: Job) -> bool:
+        """Not a Job that a job of a kind we queue made for itself (its controller): KubeRay's
+        submitter of a RayJob is part of that RayJob, queued once, through it (Kueue skips it
+        too; Koord-Queue queues only Jobs created suspended, which the submitter is not)."""
+        from koordqueue.jobs import ADAPTERS  # (the registry imports this module)
+
+        meta = job.get("metadata")
+        owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+        return not (isinstance(owners, list) and any(
+            isinstance(o, Mapping) and o.get("controller") is True
+            and (o.get("apiVersion"), o.get("kind")) in ADAPTERS for o in owners))
+
     def status(self, job: Job) -> JobState:
         status = section(job, "status", self.meta(job).describe())
         conditions = status.get("conditions")

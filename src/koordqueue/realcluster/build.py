@@ -12,7 +12,8 @@ builds anew, one that does not is never built twice.
 
 The control plane (`CONTROL_PLANE`: e2e/cluster and e2e/training-operator) is what
 `RealCluster` and `up --control-plane kube` need; e2e/kueue is for the bench only;
-e2e/koordinator (koord-scheduler, koord-manager) for the suite's Koordinator variant.
+e2e/koordinator (koord-scheduler, koord-manager) for the suite's Koordinator variant;
+e2e/kuberay (KubeRay's operator) for its KubeRay variant.
 """
 
 from __future__ import annotations
@@ -107,9 +108,15 @@ MODULES = (
         "koord-scheduler": "github.com/koordinator-sh/koordinator/cmd/koord-scheduler",
         "koord-manager": "github.com/koordinator-sh/koordinator/cmd/koord-manager",
     }),
+    # KubeRay's operator, which makes the pods of RayClusters and RayJobs: the real-cluster
+    # suite's KubeRay variant (tests/kubecluster/test_kuberay.py).
+    Module("kuberay", {
+        "kuberay-operator": "github.com/ray-project/kuberay/ray-operator",
+    }),
 )
 CONTROL_PLANE = tuple(m for m in MODULES if m.folder in ("cluster", "training-operator"))
 KOORDINATOR = next(m for m in MODULES if m.folder == "koordinator")
+KUBERAY = next(m for m in MODULES if m.folder == "kuberay")
 
 
 def modules_named(names: list[str]) -> tuple[Module, ...]:

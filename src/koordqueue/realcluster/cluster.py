@@ -1,7 +1,8 @@
 """The real Kubernetes control plane on this machine, with no Docker and no cluster.
 
 Upstream etcd, kube-apiserver, kube-controller-manager and kube-scheduler, kwok
-(fake GPU nodes and pod lifecycles) and the Kubeflow training operator, built from
+(fake GPU nodes and pod lifecycles) and the Kubeflow training operator (and, when asked,
+Koordinator's scheduler and manager, or KubeRay's operator), built from
 the Go modules in `e2e/` (`build.py`) and started as Kubernetes' own integration
 tests and controller-runtime's envtest start them: loopback only, RBAC on, a client
 certificate per component, service-account tokens signed by our key, and the
@@ -54,6 +55,7 @@ OPERATOR_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
 # Koordinator's namespace, as its chart installs it (koord-scheduler keeps its quotas there).
 KOORDINATOR_NAMESPACE = "koordinator-system"
 KOORDINATOR_MODULE = "github.com/koordinator-sh/koordinator"
+KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
 
 
 class ClusterError(Exception):
@@ -150,14 +152,15 @@ class RealCluster:
     def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
                  binaries: dict[str, Path] | None = None, audit: bool = True, audit_users: tuple[str, ...] = (),
                  component_qps: int = 200, controller_manager_flags: tuple[str, ...] = (),
-                 full_history: bool = False, koordinator: bool = False) -> None:
+                 full_history: bool = False, koordinator: bool = False, kuberay: bool = False) -> None:
         """`audit_users`: log only these users' requests (a benchmark counting a controller's);
         `component_qps`: kube-controller-manager's and kube-scheduler's client rate (burst twice it);
         `controller_manager_flags`: more flags for kube-controller-manager (a benchmark's tuning);
         `full_history`: kube-apiserver never compacts etcd's history and stores every object
         as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write;
         `koordinator`: koord-scheduler schedules the pods in kube-scheduler's place, and
-        koord-manager's ElasticQuota webhooks check the quotas, as beside the guide's Koord-Queue."""
+        koord-manager's ElasticQuota webhooks check the quotas, as beside the guide's Koord-Queue;
+        `kuberay`: KubeRay's operator makes the pods of RayJobs and RayClusters, with its CRDs."""
         self.state_dir = state_dir.resolve()
         self.full_history = full_history
         self.pki = self.state_dir / "pki"
@@ -169,6 +172,7 @@ class RealCluster:
         self.component_qps = component_qps
         self.controller_manager_flags = controller_manager_flags
         self.koordinator = koordinator
+        self.kuberay = kuberay
         self._binaries = binaries
         self.processes: dict[str, Process] = {}
         self.apiserver_port = 0
@@ -207,7 +211,8 @@ class RealCluster:
         return self._write_kubeconfig(self.state_dir / f"{stem}.kubeconfig", cert, key)
 
     def start(self, say: Any = log.info) -> RealCluster:
-        modules = build.CONTROL_PLANE + ((build.KOORDINATOR,) if self.koordinator else ())
+        modules = (build.CONTROL_PLANE + ((build.KOORDINATOR,) if self.koordinator else ())
+                   + ((build.KUBERAY,) if self.kuberay else ()))
         paths = self._binaries or build.binaries(modules=modules)
         missing = [n for n, p in paths.items() if not p.exists()]
         if missing:
@@ -235,6 +240,9 @@ class RealCluster:
             if self.training_operator:
                 say("starting the Kubeflow training operator")
                 self._start_training_operator()
+            if self.kuberay:
+                say("starting KubeRay's operator")
+                self._start_kuberay()
             self._wait_for_default_service_account()
         except BaseException:
             self.stop()
@@ -576,6 +584,30 @@ class RealCluster:
         ], env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE})
         self._wait_ready("training-operator", f"http://127.0.0.1:{probe_port}/readyz", timeout=120, tls=False)
 
+    # -- KubeRay -------------------------------------------------------------------------------
+
+    @property
+    def operator_groups(self) -> frozenset[str]:
+        """The API groups whose CRDs a real operator here installs: ours are never applied over
+        them. kubeflow.org's even without the training operator (a cluster for Kueue's bench)."""
+        return frozenset({c.KUBEFLOW_GROUP, *((c.RAY_GROUP,) if self.kuberay else ())})
+
+    def _start_kuberay(self) -> None:
+        """KubeRay's CRDs (its config/crd) and its operator, as its chart runs it less the
+        Deployment: one instance, no webhook (its chart has none by default either)."""
+        source = kuberay_source()
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # 3 MB of schemas: 3.4 s read in Python, 0.5 s in C
+        for crd in sorted((source / "config" / "crd" / "bases").glob("ray.io_*.yaml")):
+            self.apply(yaml.load(crd.read_text(), Loader=loader))
+        self.wait_for_crds(c.RAY_GROUP, "v1", {c.RAY_PLURAL, c.RAY_CLUSTER_PLURAL})
+        probe_port = free_port()
+        self._run(c.RAY_OPERATOR, [
+            "--metrics-addr=0", f"--health-probe-bind-address=127.0.0.1:{probe_port}",
+            "--enable-leader-election=false", "--log-stdout-encoder=console", "--reconcile-concurrency=4",
+            "--qps=200", "--burst=400",
+        ], env={"KUBECONFIG": str(self.kubeconfig_path)})
+        self._wait_ready(c.RAY_OPERATOR, f"http://127.0.0.1:{probe_port}/readyz", timeout=120, tls=False)
+
     def wait_for_crds(self, group: str, version: str, plurals: set[str], timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -603,12 +635,14 @@ def cri_line(text: str, stream: str = "stdout") -> str:
 
 
 def install_crds(cluster: RealCluster) -> None:
-    """Our CRDs (ElasticQuota, Queue, QueueUnit, and RayJob's, which no operator here installs)
-    and the namespace of our Queues; the training operator brought its own."""
+    """Our CRDs (ElasticQuota, Queue, QueueUnit, and the job kinds' that no operator here
+    installs) and the namespace of our Queues; a real operator's (the training operator's,
+    KubeRay's) are its own, never ours over them."""
     from koordqueue.api.crds import our_crds
     from koordqueue.manifests import operator_crds
 
-    for crd in our_crds() + [d for d in operator_crds() if d["spec"]["group"] != c.KUBEFLOW_GROUP]:
+    theirs = cluster.operator_groups
+    for crd in our_crds() + [d for d in operator_crds() if d["spec"]["group"] not in theirs]:
         cluster.apply(crd)
     cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.SYSTEM_NAMESPACE}})
 
@@ -631,6 +665,14 @@ def koordinator_source() -> Path:
         return build.module_source("koordinator", KOORDINATOR_MODULE)
     except build.BuildError as e:
         raise ClusterError(f"cannot find Koordinator's module: {e}") from None
+
+
+def kuberay_source() -> Path:
+    """KubeRay's operator module folder (its CRDs), from Go's module cache."""
+    try:
+        return build.module_source("kuberay", KUBERAY_MODULE)
+    except build.BuildError as e:
+        raise ClusterError(f"cannot find KubeRay's module: {e}") from None
 
 
 def operator_certificate() -> tuple[CertificateAuthority, bytes, bytes]:

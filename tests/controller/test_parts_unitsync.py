@@ -5,6 +5,7 @@ deleted job leave the engine."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,11 +13,12 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.controller.informers import job_resource
-from koordqueue.controller.resources import UNITS
+from koordqueue.controller.resources import PODS, UNITS
 from koordqueue.controller.unitsync import UnitSync
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
 
 from ..engine.builders import quota
+from ..jobs.helpers import load
 from .conftest import pytorch_job
 from .fakeapi import Clock, FakeKube, merge_patch, shared_on, until
 
@@ -92,3 +94,66 @@ async def test_a_unit_that_says_it_holds_quota_is_accounted_as_holding_it(settin
     assert info is not None and info.admitted_quota == "team-a"
     await setting.fake.delete(JOBS, "j", namespace="default")
     await until(lambda: setting.shared.engine.unit(KEY) is None)
+
+
+RAY_ITEM = f"{c.RAY_JOB_KIND}/default/rayjob-sample"
+UNIT = "default/rayjob-sample-ray-qu"
+
+
+async def test_a_rayjobs_pods_reach_it_by_its_ray_clusters_name() -> None:
+    """KubeRay labels a RayJob's pods with its Ray cluster only (ray.io/cluster; the RayJob is
+    named on the RayCluster, not on them): a pod's change reaches the RayJob through the name
+    of the cluster in its status, and its pods' nodes are told for its unit. Once KubeRay
+    names another cluster (suspended, then run again), the old cluster's pods reach it no more."""
+    fake = FakeKube()
+    shared = shared_on(fake, Clock())
+    told: dict[str, dict[tuple[str, str], int]] = {}  # what the engine was last told of each unit's bound pods
+    shared.engine.set_unit_pods = lambda key, pods: told.__setitem__(key, dict(pods))  # type: ignore[method-assign]
+    UnitSync(shared).wire()
+    informers = [shared.informers.pod, shared.informers.jobs[c.RAY_JOB_KIND]]
+    for informer in informers:
+        informer.start()
+    try:
+        for informer in informers:
+            await informer.wait_synced(5)
+        shared.sync_done = True
+        rayjobs = job_resource(c.RAY_JOB_KIND)
+        job = {**load("rayjob.yaml"), "status": {"rayClusterName": "rayjob-sample-x7k2b"}}
+        fake.seed(rayjobs, job)
+        await until(lambda: shared.informers.job_view(RAY_ITEM) is not None)
+        assert await shared.jobs_queue.get() == RAY_ITEM
+        shared.jobs_queue.done(RAY_ITEM)
+
+        def pod(name: str, cluster: str, group: str) -> dict[str, Any]:
+            return {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "default", "labels": {
+                        c.LABEL_RAY_CLUSTER: cluster, c.LABEL_RAY_GROUP: group, c.LABEL_RAY_IS_RAY_NODE: "yes",
+                        c.LABEL_RAY_NODE_TYPE: "head" if group == c.RAY_HEAD_GROUP else "worker"}},
+                    "spec": {"nodeName": "node-1", "containers": [{"name": "ray", "resources": {
+                        "requests": {"cpu": "1"}}}]},
+                    "status": {"phase": "Running"}}
+
+        fake.seed(PODS, pod("head", "rayjob-sample-x7k2b", c.RAY_HEAD_GROUP))
+        assert await asyncio.wait_for(shared.jobs_queue.get(), 5) == RAY_ITEM  # the pod's change reached it
+        shared.jobs_queue.done(RAY_ITEM)
+        view = shared.informers.job_view(RAY_ITEM)
+        assert view is not None and shared.informers.pod_count(view).running_by_role == {"head": 1}
+        assert told.get(UNIT) == {("head", "node-1"): 1}
+
+        # Suspended and run again: KubeRay's new cluster. A pod of the old one reaches it no more.
+        await fake.patch_status(rayjobs, "rayjob-sample", {"status": {"rayClusterName": "rayjob-sample-q9w4z"}},
+                                namespace="default")
+        await until(lambda: (shared.informers.job_view(RAY_ITEM) or view).pods == (c.LABEL_RAY_CLUSTER,
+                                                                                   "rayjob-sample-q9w4z"))
+        assert await shared.jobs_queue.get() == RAY_ITEM
+        shared.jobs_queue.done(RAY_ITEM)
+        assert told.get(UNIT) == {}
+        fake.seed(PODS, pod("old-worker", "rayjob-sample-x7k2b", "small-group"))
+        fake.seed(PODS, pod("new-head", "rayjob-sample-q9w4z", c.RAY_HEAD_GROUP))
+        assert await asyncio.wait_for(shared.jobs_queue.get(), 5) == RAY_ITEM
+        shared.jobs_queue.done(RAY_ITEM)
+        assert told.get(UNIT) == {("head", "node-1"): 1}
+        assert len(shared.jobs_queue) == 0
+    finally:
+        for informer in informers:
+            await informer.stop()

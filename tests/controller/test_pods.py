@@ -30,10 +30,10 @@ def kubeflow(job: str, *roles: str) -> list[dict[str, str]]:
     return [{c.LABEL_JOB_NAME: job, c.LABEL_REPLICA_TYPE: role} for role in roles]
 
 
-def ray(cluster: str, owner: str, *groups: str) -> list[dict[str, str]]:
-    return [{c.LABEL_RAY_CLUSTER: cluster, c.LABEL_RAY_GROUP: group,
-             c.LABEL_RAY_NODE_TYPE: "head" if group == c.RAY_HEAD_GROUP else "worker",
-             c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: owner} for group in groups]
+def ray(cluster: str, *groups: str) -> list[dict[str, str]]:
+    """As KubeRay labels a Ray cluster's pods (common/pod.go labelPod): nothing names a RayJob."""
+    return [{c.LABEL_RAY_CLUSTER: cluster, c.LABEL_RAY_GROUP: group, c.LABEL_RAY_IS_RAY_NODE: "yes",
+             c.LABEL_RAY_NODE_TYPE: "head" if group == c.RAY_HEAD_GROUP else "worker"} for group in groups]
 
 
 # Each kind's sample, the labels of its pods as its operator writes them, and how many of
@@ -44,9 +44,9 @@ SAMPLES: list[tuple[dict[str, Any], list[dict[str, str]], dict[str, int]]] = [
     (load("mpijob.yaml"), kubeflow("tensorflow-benchmarks", "launcher", "worker", "worker"),
      {"launcher": 1, "worker": 2}),
     (load("batchjob.yaml"), [{c.LABEL_BATCH_JOB_NAME: "pi", "controller-uid": "1"}] * 2, {"": 2}),
-    (rayjob(), ray(CLUSTER, "rayjob-sample", c.RAY_HEAD_GROUP, "small-group", "small-group"),
+    (rayjob(), ray(CLUSTER, c.RAY_HEAD_GROUP, "small-group", "small-group"),
      {"head": 1, "small-group": 2}),
-    (RAY_CLUSTER, ray("rc", "rc", c.RAY_HEAD_GROUP, "gpu", "cpu"), {"head": 1, "gpu": 1, "cpu": 1}),
+    (RAY_CLUSTER, ray("rc", c.RAY_HEAD_GROUP, "gpu", "cpu"), {"head": 1, "gpu": 1, "cpu": 1}),
     (SPARK, [{c.LABEL_SPARK_APP_NAME: "pi", c.LABEL_SPARK_ROLE: role} for role in ("driver", "executor", "executor")],
      {"driver": 1, "executor": 2}),
     (WORKFLOW, [{c.LABEL_ARGO_WORKFLOW: "wf", "workflows.argoproj.io/completed": "false"}], {"": 1}),
@@ -75,7 +75,7 @@ def test_the_pods_of_a_job_of_every_kind_are_counted_for_it(job: dict[str, Any],
                               "status": {"phase": "Running"}}))
     assert pods[-1] is None
     for pod in pods[:-1]:
-        assert pod is not None and pod.owner_name in (job["metadata"]["name"], view.pods[1])
+        assert pod is not None and pod.job == (view.pods[0], namespace, view.pods[1])
         index.put(pod)
     index.put(pod_view({"metadata": {"name": "waiting", "namespace": namespace, "labels": pod_labels[0]},
                         "status": {"phase": "Pending"}}))  # type: ignore[arg-type]

@@ -198,12 +198,13 @@ def test_rayjob() -> None:
     assert a.demand(job) == {"cpu": 1000 + 4000 + 8000, "memory": 2 * GI + 8 * GI, "google.com/tpu": 8000}
     assert a.requested_queue(job) == "ray-queue"
     assert a.unit_name(job) == "rayjob-sample-ray-qu"
-    assert a.pod_selector(job) == {
-        "ray.io/originated-from-cr-name": "rayjob-sample",
-        "ray.io/originated-from-crd": "RayJob",
-    }
-    job["status"] = {"rayClusterName": "rayjob-sample-raycluster-x7k2"}
-    assert a.pod_selector(job) == {"ray.io/cluster": "rayjob-sample-raycluster-x7k2"}
+    # Its pods are its Ray cluster's: KubeRay labels them ray.io/cluster (and nothing on them
+    # names the RayJob: ray.io/originated-from-cr-name is on the RayCluster it makes). Before
+    # KubeRay names the cluster, no pod is its (not the submitter Job's, named as the RayJob).
+    assert a.pod_selector(job) == {"ray.io/cluster": ""}
+    job["status"] = {"rayClusterName": "rayjob-sample-x7k2b"}
+    assert a.pod_selector(job) == {"ray.io/cluster": "rayjob-sample-x7k2b"}
+    assert [labels.job for labels in a.pod_labels] == ["ray.io/cluster"]
 
 
 def _conditions(*types: str, status: str = "True") -> dict[str, Any]:

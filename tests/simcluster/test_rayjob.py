@@ -4,6 +4,7 @@ jobDeploymentStatus from Initializing to Running to Complete, suspension taking 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,14 @@ def rayjob(name: str, duration: float | None = None, suspend: bool = False, fail
 
 
 async def cluster_pods(client: KubeClient, job: str) -> list[dict[str, Any]]:
-    found = await client.list(PODS, namespace="default", label_selector=f"{c.LABEL_RAY_ORIGINATED_FROM_CR_NAME}={job}")
-    return [p for p in found.items if not p["metadata"].get("deletionTimestamp")]
+    """The pods of the RayJob's Ray cluster: KubeRay labels them with its cluster (ray.io/cluster),
+    never with the RayJob, and our operator likewise; the pods it owns (it makes no RayCluster)."""
+    found = await client.list(PODS, namespace="default", label_selector=c.LABEL_RAY_CLUSTER)
+    pods = [p for p in found.items if not p["metadata"].get("deletionTimestamp") and
+            any(o["kind"] == c.RAY_JOB_KIND and o["name"] == job for o in p["metadata"]["ownerReferences"])]
+    for pod in pods:
+        assert not {c.LABEL_RAY_ORIGINATED_FROM_CR_NAME, c.LABEL_RAY_ORIGINATED_FROM_CRD} & set(pod["metadata"]["labels"])
+    return pods
 
 
 async def status_of(client: KubeClient, name: str) -> dict[str, Any]:
@@ -53,7 +60,7 @@ async def test_a_rayjob_runs_on_its_ray_cluster_and_completes(client: KubeClient
         return status if status.get("jobDeploymentStatus") == "Running" else None
 
     status = await wait_for(running, "the RayJob Running", timeout=20)
-    assert status["jobStatus"] == "RUNNING" and status["rayClusterName"].startswith("ray-raycluster-")
+    assert status["jobStatus"] == "RUNNING" and re.fullmatch(r"ray-[a-z0-9]{5}", status["rayClusterName"])  # KubeRay's
     pods = await cluster_pods(client, "ray")
     roles = sorted((p["metadata"]["labels"][c.LABEL_RAY_NODE_TYPE], p["metadata"]["labels"][c.LABEL_RAY_GROUP])
                    for p in pods)

@@ -4,6 +4,7 @@ asks for, how many of a job's pods run)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import replace
 from typing import Any
@@ -14,7 +15,7 @@ from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.loading import orphan_reason
-from koordqueue.controller.pods import PodIndex, pod_view
+from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.records import Records
 from koordqueue.controller.resources import (
     NODES,
@@ -73,6 +74,13 @@ class Informers:
             for kind in sorted(config.job_kinds)
         }
         self.pods = PodIndex()  # the pods of jobs, by their job's label
+        # (label, namespace, value) a job's pods carry -> the jobs ("kind/namespace/name"): a
+        # pod names its Ray cluster, not its RayJob, so pods are led to jobs by this, not by name.
+        self._jobs_by_pods: dict[tuple[str, str, str], set[str]] = {}
+        for kind, inf in self.jobs.items():
+            inf.on_add(functools.partial(self._index_pods, kind, None))
+            inf.on_update(functools.partial(self._index_pods, kind))
+            inf.on_delete(functools.partial(self._unindex_pods, kind))
         self._client = client
 
     def all(self) -> list[Informer[Any]]:
@@ -185,10 +193,42 @@ class Informers:
             return orphan_info(unit, orphan or ORPHAN)
         return unit_info(unit, job)
 
+    def _index_pods(self, kind: str, old: JobView | None, new: JobView | None) -> None:
+        """Keep ``_jobs_by_pods`` as the job's view says (before any other handler reads it)."""
+        was, now = _pods_key(old), _pods_key(new)
+        if was == now:
+            return
+        if was is not None and old is not None:
+            jobs = self._jobs_by_pods.get(was)
+            if jobs is not None:
+                jobs.discard(f"{kind}/{old.key}")
+                if not jobs:
+                    del self._jobs_by_pods[was]
+        if now is not None and new is not None:
+            self._jobs_by_pods.setdefault(now, set()).add(f"{kind}/{new.key}")
+
+    def _unindex_pods(self, kind: str, old: JobView) -> None:
+        self._index_pods(kind, old, None)
+
+    def jobs_of_pod(self, pod: PodView) -> list[tuple[str, JobView]]:
+        """The jobs whose pods carry the pod's job label: ("kind/namespace/name", view) each."""
+        found = []
+        for item in sorted(self._jobs_by_pods.get(pod.job, ())):
+            kind, _, key = item.partition("/")
+            job = self.jobs[kind].get(key)
+            if job is not None:
+                found.append((item, job))
+        return found
+
     def pod_count(self, job: JobView) -> Any:
         label = job.pods[0] if job.pods else c.LABEL_JOB_NAME
         value = job.pods[1] if job.pods else job.name
         return self.pods.count(label, job.namespace, value)
+
+
+def _pods_key(job: JobView | None) -> tuple[str, str, str] | None:
+    """Where a job's pods are indexed (PodView.job), when known."""
+    return (job.pods[0], job.namespace, job.pods[1]) if job is not None and job.pods is not None else None
 
 
 # A job's annotations its unit is not made from: we write them at each suspension and resume.

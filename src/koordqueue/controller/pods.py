@@ -28,10 +28,9 @@ class PodView:
     namespace: str
     name: str
     job_label: str  # which label names the job (one of the kinds' POD_LABELS)
-    job_name: str  # that label's value (for a RayJob's pods, its Ray cluster's name)
+    job_name: str  # that label's value (for a RayJob's pods, its Ray cluster's name: Informers.jobs_of_pod)
     role: str  # its pod set's name, from its role label (training.kubeflow.org/replica-type, spark-role, ...); or ""
     phase: str
-    owner: str = ""  # the job's own name when the label names something else (a RayJob's cluster)
     node: str = ""  # spec.nodeName: bound there, taking ``request`` while it has not ended
     request: tuple[tuple[str, int], ...] = ()
 
@@ -42,11 +41,6 @@ class PodView:
     @property
     def takes_room(self) -> bool:
         return bool(self.node) and self.phase not in ENDED
-
-    @property
-    def owner_name(self) -> str:
-        """The name of the job the pod belongs to."""
-        return self.owner or self.job_name
 
     @property
     def job(self) -> tuple[str, str, str]:
@@ -75,7 +69,6 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
                 job_name=str(job_name),
                 role=role,
                 phase=phase,
-                owner=str(labels.get(kind_labels.owner, "")) if kind_labels.owner else "",
                 node=node,
                 request=request,
             )

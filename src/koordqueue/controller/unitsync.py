@@ -150,10 +150,8 @@ class UnitSync(Part):
         for node in nodes:
             self.engine.set_node_usage(node, self.node_usage.used.get(node, {}))
         if pod.job_label:
-            for inf in self.informers.jobs.values():
-                job = inf.get(f"{pod.namespace}/{pod.owner_name}")
-                if job is not None and job.pods is not None and job.pods[0] == pod.job_label:
-                    self._tell_unit_pods(job)
+            for _, job in self.informers.jobs_of_pod(pod):
+                self._tell_unit_pods(job)
         self.wake.set()
 
     def _tell_unit_pods(self, job: JobView) -> None:
@@ -165,10 +163,8 @@ class UnitSync(Part):
             self.engine.set_unit_pods(job.unit_key, where)
 
     def _pod_owner_changed(self, pod: PodView) -> None:
-        for kind, inf in self.informers.jobs.items():
-            job = inf.get(f"{pod.namespace}/{pod.owner_name}")
-            if job is not None and job.pods is not None and job.pods[0] == pod.job_label:
-                self.jobs_queue.add(f"{kind}/{job.key}")
+        for item, _ in self.informers.jobs_of_pod(pod):
+            self.jobs_queue.add(item)
 
     # --- jobs: what they ask for ---------------------------------------------------------
 
@@ -185,7 +181,9 @@ class UnitSync(Part):
     def _job_added(self, kind: str, job: JobView) -> None:
         self._job_changed(f"{kind}/{job.key}", job)
 
-    def _job_updated(self, kind: str, _old: JobView, job: JobView) -> None:
+    def _job_updated(self, kind: str, old: JobView, job: JobView) -> None:
+        if old.pods != job.pods:  # a RayJob's new Ray cluster: where its pods are bound, anew
+            self._tell_unit_pods(job)
         self._job_changed(f"{kind}/{job.key}", job)
 
     def _job_changed(self, item: str, job: JobView) -> None:

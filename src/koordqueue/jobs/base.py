@@ -83,15 +83,14 @@ class PodSet:
 
 @dataclass(frozen=True, slots=True)
 class PodLabels:
-    """How a kind's operator labels a job's pods: ``job`` names the job (``pod_selector``
-    gives its value); ``role``, the pod's role ("": none), its value (lower-cased) the name
-    of the pod set, but for those ``role_names`` renames; ``owner``, the job itself where
-    ``job`` names something else (the Ray cluster of a RayJob)."""
+    """How a kind's operator labels a job's pods: ``job`` names the job, or what the job's
+    pods are made for (a RayJob's Ray cluster; ``pod_selector`` gives its value); ``role``,
+    the pod's role ("": none), its value (lower-cased) the name of the pod set, but for
+    those ``role_names`` renames."""
 
     job: str
     role: str = ""
     role_names: tuple[tuple[str, str], ...] = ()
-    owner: str = ""
 
 
 class JobAdapter(ABC):

@@ -12,8 +12,6 @@ from typing import Any
 from koordqueue.api.constants import (
     LABEL_RAY_CLUSTER,
     LABEL_RAY_GROUP,
-    LABEL_RAY_ORIGINATED_FROM_CR_NAME,
-    LABEL_RAY_ORIGINATED_FROM_CRD,
     RAY_API_VERSION,
     RAY_DEPLOYMENT_COMPLETE,
     RAY_DEPLOYMENT_FAILED,
@@ -40,9 +38,10 @@ from koordqueue.jobs.base import (
 from koordqueue.jobs.kind import JobKind, Manifest
 
 HEAD = "head"
-# KubeRay's pod labels: the Ray cluster, its group (the head's is headgroup), and the RayJob's name.
-RAY_POD_LABELS = (PodLabels(LABEL_RAY_CLUSTER, LABEL_RAY_GROUP, ((RAY_HEAD_GROUP, HEAD),),
-                            LABEL_RAY_ORIGINATED_FROM_CR_NAME),)
+# KubeRay's pod labels (common/pod.go labelPod): the Ray cluster and its group (the head's is
+# headgroup). Nothing on a pod names the RayJob: ray.io/originated-from-cr-name is on the
+# RayCluster KubeRay makes for it, so a RayJob's pods are found by its cluster's name.
+RAY_POD_LABELS = (PodLabels(LABEL_RAY_CLUSTER, LABEL_RAY_GROUP, ((RAY_HEAD_GROUP, HEAD),)),)
 
 
 class RayJobAdapter(SpecSuspendAdapter):
@@ -74,14 +73,12 @@ class RayJobAdapter(SpecSuspendAdapter):
         return JobState.PENDING
 
     def pod_selector(self, job: Job) -> dict[str, str]:
-        """The RayCluster's pods once its name is known, else the labels naming the RayJob."""
+        """The pods of its Ray cluster, named in status.rayClusterName (KubeRay writes it before
+        it makes the cluster, and empties it when it deletes the cluster on suspension); before
+        that, a selector no pod matches (an empty value: not the RayJob's name, which its
+        submitter Job bears)."""
         cluster = section(job, "status", self.meta(job).describe()).get("rayClusterName")
-        if isinstance(cluster, str) and cluster:
-            return {LABEL_RAY_CLUSTER: cluster}
-        return {
-            LABEL_RAY_ORIGINATED_FROM_CR_NAME: self.meta(job).name,
-            LABEL_RAY_ORIGINATED_FROM_CRD: self.kind,
-        }
+        return {LABEL_RAY_CLUSTER: cluster if isinstance(cluster, str) else ""}
 
 
 def cluster_roles(cluster: Mapping[str, Any], where: str) -> list[Role]:

@@ -6,10 +6,11 @@ the kind's own field) it has no pods, and a running job suspended again loses th
 otherwise its pods are created, and its status (conditions, replica counts, start and
 completion times) is computed from its pods and written only when it changed.
 
-KubeRay's RayJobs get a Ray cluster: status.rayClusterName `<job>-raycluster-<5 characters>`, a
+KubeRay's RayJobs get a Ray cluster: status.rayClusterName `<job>-<5 characters>`, a
 head pod and the worker groups' pods (`<cluster>-head-…`, `<cluster>-<group>-worker-…`) with
-KubeRay's labels, owned by the RayJob itself (no RayCluster object: that CRD is not
-installed). jobDeploymentStatus goes Initializing, Running once every pod runs, then Complete
+the labels KubeRay v1.5.0 writes on a Ray cluster's pods (ray.io/cluster, node-type, group,
+is-ray-node: none names the RayJob, which KubeRay names on the RayCluster object alone),
+owned by the RayJob itself (no RayCluster object). jobDeploymentStatus goes Initializing, Running once every pod runs, then Complete
 (jobStatus SUCCEEDED) or Failed (FAILED) when the head pod ends (the simulation annotations
 go to the head only: the job runs there, workers serve until the cluster is taken down);
 Suspended while suspended, its pods gone. With shutdownAfterJobFinishes the cluster's pods
@@ -604,7 +605,7 @@ class SimOperator:
                             f"Deleted the Ray cluster of RayJob {meta['name']}: it is suspended")
             await self._write_status(kind, job, old_status, status)
             return
-        cluster = status.get("rayClusterName") or f"{meta['name']}-raycluster-{_suffix(str(meta.get('uid')))}"
+        cluster = status.get("rayClusterName") or f"{meta['name']}-{_suffix(str(meta.get('uid')))}"
         if not status.get("rayClusterName") or deployment == c.RAY_DEPLOYMENT_SUSPENDED or not deployment:
             status.update({"rayClusterName": cluster, "jobDeploymentStatus": c.RAY_DEPLOYMENT_INITIALIZING,
                            "startTime": now})
@@ -644,18 +645,13 @@ class SimOperator:
         if self._creations_in_flight(item):
             return
         total = sum(role.replicas for role in roles)
-        meta = job["metadata"]
         bodies: list[Object] = []
         for role in roles:
             head = role.name in kind.adapter.leader_roles
             group = c.RAY_HEAD_GROUP if head else role.name
             have = [p for p in live if (p["metadata"].get("labels") or {}).get(c.LABEL_RAY_GROUP) == group]
             await self._delete_pods(kind, job, have[role.replicas:])
-            labels = {
-                c.LABEL_RAY_CLUSTER: cluster, c.LABEL_RAY_NODE_TYPE: "head" if head else "worker",
-                c.LABEL_RAY_GROUP: group, c.LABEL_RAY_IS_RAY_NODE: "yes", c.LABEL_CREATED_BY: c.RAY_OPERATOR,
-                c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: meta["name"], c.LABEL_RAY_ORIGINATED_FROM_CRD: kind.kind,
-            }
+            labels = ray_pod_labels(cluster, group)
             for _ in range(role.replicas - len(have)):
                 pod = self._pod_from_template(job, role.template, labels, {}, total, kind)
                 pod["metadata"]["generateName"] = f"{cluster}-head-" if head else f"{cluster}-{group}-worker-"
@@ -979,15 +975,19 @@ def _app_pod(kind: SimKind, name: str, role: str, index: int) -> tuple[dict[str,
     if isinstance(kind.adapter, RayClusterAdapter):
         head = role == "head"
         group = c.RAY_HEAD_GROUP if head else role
-        labels = {c.LABEL_RAY_CLUSTER: name, c.LABEL_RAY_NODE_TYPE: "head" if head else "worker",
-                  c.LABEL_RAY_GROUP: group, c.LABEL_RAY_IS_RAY_NODE: "yes", c.LABEL_CREATED_BY: c.RAY_OPERATOR,
-                  c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: name, c.LABEL_RAY_ORIGINATED_FROM_CRD: kind.kind}
-        return labels, f"{name}-head-" if head else f"{name}-{group}-worker-"
+        return ray_pod_labels(name, group), f"{name}-head-" if head else f"{name}-{group}-worker-"
     if isinstance(kind.adapter, MPIJobAdapter):
         rtype = "launcher" if role == MPI_LAUNCHER else role
         labels = {c.LABEL_MPI_JOB_NAME_V1ALPHA1: name, c.LABEL_MPI_ROLE_V1ALPHA1: rtype}
         return labels, f"{name}-launcher" if rtype == "launcher" else f"{name}-{rtype}-{index}"
     return {c.LABEL_ARGO_WORKFLOW: name}, f"{name}-"
+
+
+def ray_pod_labels(cluster: str, group: str) -> dict[str, str]:
+    """The labels KubeRay puts on a Ray cluster's pods (common/pod.go labelPod): its cluster and
+    group, never the RayJob it was made for (that is on the RayCluster object only)."""
+    return {c.LABEL_RAY_CLUSTER: cluster, c.LABEL_RAY_NODE_TYPE: "head" if group == c.RAY_HEAD_GROUP else "worker",
+            c.LABEL_RAY_GROUP: group, c.LABEL_RAY_IS_RAY_NODE: "yes", c.LABEL_CREATED_BY: c.RAY_OPERATOR}
 
 
 def _app_status(kind: SimKind, job: Object, status: Object, state: JobState | str, pods: list[Object]) -> None:

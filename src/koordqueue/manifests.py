@@ -36,11 +36,12 @@ def chart_kinds(kinds: Iterable[JobKind] = KINDS) -> str:
         "{{/* Written by `make generate` (python -m koordqueue.manifests) from the job kinds'",
         "     registrations, src/koordqueue/jobs/__init__.py: do not edit. One per extension value,",
         "     in the order --job-kinds lists them: its kind, and the API group, version and",
-        "     resource that the webhook and the ClusterRole name. */}}",
+        "     resource that the webhook and the ClusterRole name; the webhook names every",
+        "     version the kind is read in (versions: its own first). */}}",
         '{{- define "koord-queue.extensionKinds" -}}',
         "kinds:",
         *(f"- {{extension: {k.extension}, kind: {k.kind}, group: {k.group}, version: {k.version}, "
-          f"resource: {k.plural}}}" for k in kinds),
+          f"versions: [{', '.join(k.versions)}], resource: {k.plural}}}" for k in kinds),
         "{{- end -}}",
     ]
     return "\n".join(lines) + "\n"

@@ -56,7 +56,7 @@ CASES: dict[str, tuple[dict[str, Any], set[str]]] = {
 # From the kinds' registrations (tests/jobs/test_kinds.py pins those of the kinds we ship).
 EXTENSION_KIND = {k.extension: k.kind for k in KINDS}
 KIND_GROUP = {k.kind: k.group for k in KINDS}
-KIND_VERSION = {k.kind: k.version for k in KINDS}
+KIND_VERSIONS = {k.kind: k.versions for k in KINDS}
 
 
 def case(name: str) -> list[Obj]:
@@ -276,10 +276,20 @@ def test_one_extension_alone(extension: str) -> None:
     kind = EXTENSION_KIND[extension]
     assert flag(objects, "job-kinds") == [kind]
     rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
-    assert rules == [{"apiGroups": [KIND_GROUP[kind]], "apiVersions": [KIND_VERSION[kind]], "operations": ["CREATE"],
-                      "resources": [JOB_PLURALS[kind]], "scope": "Namespaced"}]
+    assert rules == [{"apiGroups": [KIND_GROUP[kind]], "apiVersions": [version], "operations": ["CREATE"],
+                      "resources": [JOB_PLURALS[kind]], "scope": "Namespaced"} for version in KIND_VERSIONS[kind]]
     job_rules = {g for g in grants(one(objects, "ClusterRole")["rules"]) if g[0] in set(KIND_GROUP.values())}
     assert job_rules == job_grants({kind})
+
+
+def test_the_webhook_names_mpijob_v1alpha1_too() -> None:
+    """An MPIJob created in the mpi-operator's v1alpha1 (which a cluster may serve alone, where
+    a rule for v1 matches nothing) is suspended by the webhook too, not later by the
+    controller racing the operator; the v1alpha1 rule names MPIJobs alone."""
+    objects = render({"extension": {"pytorch": {"enable": True}, "mpi": {"enable": True}}})
+    rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
+    assert [(r["apiGroups"], r["apiVersions"], r["resources"]) for r in rules] == [
+        (["kubeflow.org"], ["v1"], ["pytorchjobs", "mpijobs"]), (["kubeflow.org"], ["v1alpha1"], ["mpijobs"])]
 
 
 def test_pytorch_disabled_means_no_pytorchjobs_anywhere() -> None:
@@ -297,7 +307,7 @@ def test_the_chart_lists_the_registered_kinds() -> None:
     objects = case("every-extension")
     webhook = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
     assert {(r["apiGroups"][0], r["apiVersions"][0], res) for r in webhook["rules"] for res in r["resources"]} == {
-        (k.group, k.version, k.plural) for k in KINDS
+        (k.group, version, k.plural) for k in KINDS for version in k.versions
     }
     assert flag(objects, "job-kinds") == [",".join(k.kind for k in KINDS)]
     for kind in KINDS:

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.controller.webhook import MUTATING_WEBHOOKS, json_patch_for, review
+from koordqueue.controller.webhook import MUTATING_WEBHOOKS, json_patch_for, review, webhook_configuration
 
 from .conftest import System, pytorch_job, quota
 
@@ -76,6 +76,23 @@ def test_review_suspends_new_jobs_of_queued_kinds_and_leaves_the_rest() -> None:
     ]
     with pytest.raises(ValueError):
         review({"kind": "AdmissionReview"}, frozenset())
+
+
+def test_the_rules_name_every_version_a_kind_is_read_in() -> None:
+    """MPIJob's v1alpha1 (the mpi-operator's, which its CRD may serve alone) beside v1: a job
+    created in either is suspended on creation; the chart renders the same rules."""
+    hook = webhook_configuration("w", {}, frozenset({c.MPI_JOB_KIND, c.PYTORCH_JOB_KIND}))["webhooks"][0]
+    assert [(r["apiGroups"], r["apiVersions"], r["resources"]) for r in hook["rules"]] == [
+        ([c.KUBEFLOW_GROUP], ["v1"], [c.MPI_JOB_PLURAL, "pytorchjobs"]),
+        ([c.KUBEFLOW_GROUP], ["v1alpha1"], [c.MPI_JOB_PLURAL])]
+    answer = review({"request": {"uid": "1", "operation": "CREATE", "object": {
+        "apiVersion": c.MPI_V1ALPHA1_API_VERSION, "kind": c.MPI_JOB_KIND, "metadata": {"name": "hvd"},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "m"}]}}}},
+        "kind": {"group": c.KUBEFLOW_GROUP, "version": "v1alpha1", "kind": c.MPI_JOB_KIND}}},
+        frozenset({c.MPI_JOB_KIND}))
+    ops = json.loads(base64.b64decode(answer["response"]["patch"]))
+    paths = {op["path"] for op in ops}  # suspended by the annotation alone: the v1alpha1 form has no runPolicy
+    assert "/metadata/annotations" in paths and not any("runPolicy" in path for path in paths), ops
 
 
 def test_review_leaves_the_ray_cluster_of_a_rayjob_alone() -> None:

@@ -14,7 +14,8 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.realcluster.cluster import RealCluster, install_crds
-from tests.controller.conftest import System, quota, running_system
+from tests.controller.conftest import System, quick_config, quota, running_system
+from tests.controller.test_lifecycle import queue
 from tests.realcluster import reset
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
@@ -170,3 +171,77 @@ async def test_rayjobs_and_rayclusters_queued_for_kuberays_operator(kuberay: Rea
         await system.wait_phase("ray-third-ray-qu", c.Phase.RUNNING, timeout=90)
         third = await rayjob_status(system, "ray-third")
         await system.wait_for(lambda: running_pods(system, third["rayClusterName"]), 60, "ray-third's pods Running")
+
+
+GATE = "example.com/held"  # a scheduling gate: kube-scheduler leaves the pod Pending until it is removed
+
+
+async def test_a_rayjobs_unit_follows_its_pods_on_kuberay(kuberay: RealCluster, tmp_path: Path) -> None:
+    """KubeRay labels a RayJob's pods with its Ray cluster alone (ray.io/cluster, not the RayJob):
+    our controller finds them through the cluster's name in the RayJob's status, and their
+    changes reach the RayJob. Its workers are held Pending by a scheduling gate: KubeRay never
+    readies the cluster, nor writes the RayJob again, so only the pods' own events can tell
+    its unit that the head runs and the workers wait; its Queue, with wait-for-pods-running,
+    admits nothing more meanwhile. The gates lifted, the pods run, the unit is Running with its
+    3 pods counted, and the next job is admitted."""
+    config = quick_config(wait_for_pods_running_seconds=240.0)  # (not sent back while the test holds it)
+    async with running_system(tmp_path, cluster=kuberay, config=config) as system:
+        await system.apply(quota(TEAM, 8, 8), queue("ray-careful", TEAM, annotations={
+            c.ANNOTATION_WAIT_FOR_PODS_RUNNING: c.TRUE}))
+        gated = rayjob("ray-gated")
+        gated["metadata"]["annotations"] = {c.ANNOTATION_QUEUE: "ray-careful"}
+        for group in gated["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+            group["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
+        await system.apply(gated)
+        await system.wait_phase("ray-gated-ray-qu", c.Phase.DEQUEUED, timeout=60)
+
+        async def cluster_named() -> str | None:
+            return (await rayjob_status(system, "ray-gated")).get("rayClusterName") or None
+
+        made = await system.wait_for(cluster_named, 60, "KubeRay to name the RayJob's Ray cluster")
+
+        async def head_up() -> list[dict[str, Any]] | None:
+            pods = await ray_pods(system, made)
+            phases = sorted((p["metadata"]["labels"][c.LABEL_RAY_NODE_TYPE], p["status"].get("phase")) for p in pods)
+            return pods if phases == [("head", "Running"), ("worker", "Pending"), ("worker", "Pending")] else None
+
+        pods = await system.wait_for(head_up, 60, "the head Running and the gated workers Pending")
+        for pod in pods:  # labelled by KubeRay: nothing on them names the RayJob
+            assert not {c.LABEL_RAY_ORIGINATED_FROM_CR_NAME, c.LABEL_RAY_ORIGINATED_FROM_CRD} & set(
+                pod["metadata"]["labels"]), pod["metadata"]["labels"]
+
+        async def counted(running: int, pending: int, per_role: list[int]) -> bool:
+            status = (await system.unit("ray-gated-ray-qu")).get("status") or {}
+            return status.get("podState") == {"running": running, "pending": pending} and \
+                [a.get("running") for a in status.get("admissions") or ()] == per_role
+
+        await system.wait_for(lambda: counted(1, 2, [1, 0]), 30, "the unit to count the head running, 2 waiting")
+        assert (await rayjob_status(system, "ray-gated")).get("jobDeploymentStatus") == c.RAY_DEPLOYMENT_INITIALIZING
+        assert await system.phase("ray-gated-ray-qu") == c.Phase.DEQUEUED
+
+        # wait-for-pods-running: the next job of the Queue waits for ray-gated's pods (quota to spare).
+        after = rayjob("ray-after")
+        after["metadata"]["annotations"] = {c.ANNOTATION_QUEUE: "ray-careful"}
+        await system.apply(after)
+        await system.wait_phase("ray-after-ray-qu", c.Phase.ENQUEUED, timeout=30)
+
+        async def held() -> bool:
+            status = (await system.unit("ray-after-ray-qu")).get("status") or {}
+            return "waits for the pods of default/ray-gated-ray-qu to run" in str(status.get("message") or "")
+
+        await system.wait_for(held, 30, "the next job held by ray-gated's pods")
+        assert await system.phase("ray-after-ray-qu") == c.Phase.ENQUEUED
+
+        # The gates lifted: kube-scheduler binds the workers, kwok runs them, KubeRay readies the
+        # cluster and runs the RayJob; the unit counts 3 pods running, and the Queue goes on.
+        remove = '[{"op": "remove", "path": "/spec/schedulingGates"}]'
+        for pod in pods:
+            if pod["spec"].get("schedulingGates"):
+                await system.akubectl("patch", "pod", pod["metadata"]["name"], "--type=json", "-p", remove)
+        await system.wait_phase("ray-gated-ray-qu", c.Phase.RUNNING, timeout=60)
+        await system.wait_for(lambda: counted(3, 0, [1, 2]), 30, "the unit to count its 3 pods running")
+
+        async def admitted() -> bool:
+            return await system.phase("ray-after-ray-qu") in (c.Phase.DEQUEUED, c.Phase.RUNNING)
+
+        await system.wait_for(admitted, 60, "the next job admitted once ray-gated's pods run")

@@ -89,6 +89,32 @@ app.kubernetes.io/component: controller
 {{- toYaml (dict "groups" $out) -}}
 {{- end -}}
 
+{{/* The webhook's rules: each API group and version an enabled kind is read in (its own,
+     and the others its registration names: MPIJob's v1alpha1), with its resources:
+     [{group, version, resources}], in the order their first kind comes. */}}
+{{- define "koord-queue.webhookRules" -}}
+{{- $kinds := (include "koord-queue.enabledKinds" . | fromYaml).kinds -}}
+{{- $keys := list -}}
+{{- range $kind := $kinds -}}
+{{- range $version := $kind.versions -}}
+{{- $keys = append $keys (printf "%s/%s" $kind.group $version) -}}
+{{- end -}}
+{{- end -}}
+{{- $out := list -}}
+{{- range $key := $keys | uniq -}}
+{{- $resources := list -}}
+{{- range $kind := $kinds -}}
+{{- range $version := $kind.versions -}}
+{{- if eq (printf "%s/%s" $kind.group $version) $key -}}
+{{- $resources = append $resources $kind.resource -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $out = append $out (dict "group" (dir $key) "version" (base $key) "resources" $resources) -}}
+{{- end -}}
+{{- toYaml (dict "rules" $out) -}}
+{{- end -}}
+
 {{/* The names the API server dials the webhook Service by. */}}
 {{- define "koord-queue.webhookHosts" -}}
 {{- $ns := .Release.Namespace -}}

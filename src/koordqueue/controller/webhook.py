@@ -30,8 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from koordqueue.api import constants as c
 from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
-from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
-from koordqueue.jobs import adapter_for
+from koordqueue.jobs import adapter_for, kind_named
 from koordqueue.jobs.base import enqueued_patch, merge_patches
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
@@ -263,10 +262,10 @@ def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: f
     """A MutatingWebhookConfiguration that sends new jobs of ``job_kinds`` to us
     (what `koord-queue up` registers; the Helm chart renders the same shape)."""
     rules: dict[tuple[str, str], list[str]] = {}
-    for kind in sorted(job_kinds):
-        adapter = adapter_of_kind(kind)
-        group, _, version = adapter.api_version.rpartition("/")
-        rules.setdefault((group, version), []).append(JOB_PLURALS[kind])
+    for kind in sorted(job_kinds):  # each version the kind is read in (MPIJob's v1alpha1 too)
+        registered = kind_named(kind)
+        for version in registered.versions:
+            rules.setdefault((registered.group, version), []).append(registered.plural)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

@@ -50,6 +50,11 @@ class JobKind:
         return self.api_version.rpartition("/")[2]
 
     @property
+    def versions(self) -> tuple[str, ...]:
+        """Every version we read the kind in, its own first: the webhook's rules name each."""
+        return (self.version, *self.other_versions)
+
+    @property
     def api_versions(self) -> tuple[str, ...]:
         """Every apiVersion we read the kind in, its own first."""
-        return (self.api_version, *(f"{self.group}/{version}" for version in self.other_versions))
+        return tuple(f"{self.group}/{version}" for version in self.versions)

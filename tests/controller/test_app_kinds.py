@@ -203,7 +203,8 @@ async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(sy
     await system.apply(quota("team", 2, 3))  # 3 GPUs: one MPIJob (2 GPUs) at a time
     await system.apply(mpi_v1alpha1("first", duration=None))
     await system.wait_phase("first-mpi-qu", c.Phase.RUNNING)
-    # Created as v1alpha1, sent to our webhook as v1 (matchPolicy Equivalent), read by its shape.
+    # Created as v1alpha1, sent to our webhook as v1alpha1 (its rules name that version too),
+    # read (in v1, which the server serves it as) by its shape.
     await system.apply(mpi_v1alpha1("second", duration=1))
     await system.wait_phase("second-mpi-qu", c.Phase.ENQUEUED)
     second = await system.get_json("mpijobs.v1alpha1.kubeflow.org", "second")
@@ -212,7 +213,10 @@ async def test_mpijobs_in_the_v1alpha1_form_queue_run_and_release_their_quota(sy
     assert "runPolicy" not in second["spec"]  # (the v1 form's field: the annotation alone holds it)
     assert not await live_pods(system, f"{c.LABEL_MPI_JOB_NAME_V1ALPHA1}=second")
     unit = await system.unit("first-mpi-qu")
-    assert unit["spec"]["consumerRef"]["kind"] == c.MPI_JOB_KIND
+    # Named by the version it was created in, though read in v1: consumerRef and owner both.
+    assert unit["spec"]["consumerRef"] == {"apiVersion": c.MPI_V1ALPHA1_API_VERSION, "kind": c.MPI_JOB_KIND,
+                                           "name": "first", "namespace": "default"}
+    assert [o["apiVersion"] for o in unit["metadata"]["ownerReferences"]] == [c.MPI_V1ALPHA1_API_VERSION]
     assert unit["spec"]["resource"] == {"cpu": "4", "memory": "8Gi", c.GPU: "2"}
 
     async def running() -> bool:

@@ -12,9 +12,10 @@ import pytest
 from koordqueue.api import constants as c
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.jobswitch import JobSwitch
-from koordqueue.controller.views import adapter_of_kind
+from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
 from koordqueue.kube.client import Resource
 
+from ..jobs.helpers import load
 from .fakeapi import FakeKube, shared_on, status_error
 from .test_app_kinds import mpi_v1alpha1
 
@@ -38,6 +39,7 @@ async def test_mpijobs_are_read_and_written_in_the_version_served(v1_served: boo
         job = informers.job_view(f"{c.MPI_JOB_KIND}/default/hvd")
         assert job is not None and job.invalid is None
         assert job.api_version == c.MPI_V1ALPHA1_API_VERSION  # as listed (its unit's owner reference)
+        assert job.unit_spec is not None and job.unit_spec["consumerRef"]["apiVersion"] == c.MPI_V1ALPHA1_API_VERSION
         written: list[Resource] = []
         patch = fake.patch
 
@@ -51,3 +53,18 @@ async def test_mpijobs_are_read_and_written_in_the_version_served(v1_served: boo
     finally:
         for informer in informers.all():
             await informer.stop()
+
+
+@pytest.mark.parametrize("listed_as", [c.KUBEFLOW_API_VERSION, c.MPI_V1ALPHA1_API_VERSION])
+def test_a_unit_names_its_mpijob_in_the_version_it_was_written_in(listed_as: str) -> None:
+    """One stored MPIJob is served in v1 and v1alpha1 alike (no conversion): a job in the
+    v1alpha1 form is named kubeflow.org/v1alpha1 by its unit (consumerRef, owner), whichever
+    version it was read in; one in the v1 form, by the version it was read in."""
+    adapter = adapter_of_kind(c.MPI_JOB_KIND)
+    alpha = job_view({**mpi_v1alpha1("hvd", None), "apiVersion": listed_as}, adapter, {})
+    assert alpha.unit_spec is not None and alpha.invalid is None
+    assert alpha.unit_spec["consumerRef"]["apiVersion"] == alpha.api_version == c.MPI_V1ALPHA1_API_VERSION
+    assert queue_unit_manifest(alpha)["metadata"]["ownerReferences"][0]["apiVersion"] == c.MPI_V1ALPHA1_API_VERSION
+    v1 = job_view({**load("mpijob.yaml"), "apiVersion": listed_as}, adapter, {})
+    assert v1.unit_spec is not None and v1.invalid is None
+    assert v1.unit_spec["consumerRef"]["apiVersion"] == v1.api_version == listed_as

@@ -158,10 +158,7 @@ class Informers:
             except InvalidObject:
                 pass
         self.records.job_to_write(item).fingerprint = fingerprint
-        view = job_view(obj, adapter, self.priority_classes)
-        served = obj.get("apiVersion")  # (another version only where its own is not served)
-        return replace(view, api_version=served) if isinstance(served, str) and served and \
-            served != view.api_version else view
+        return job_view(obj, adapter, self.priority_classes)
 
     def job_view(self, item: str) -> JobView | None:
         """Our view of the job ``kind/namespace/name``, if we have one, as of the PriorityClasses

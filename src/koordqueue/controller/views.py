@@ -143,7 +143,7 @@ def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, in
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid", "")),
-        api_version=adapter.api_version,
+        api_version=adapter.api_version_of(obj),
         suspended=suspended,
         state=state,
         created=parse_time(meta.get("creationTimestamp")),
@@ -198,7 +198,7 @@ def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
     pod_sets = adapter.pod_sets(job, meta) if pod_sets is None else pod_sets
     spec: Object = {
         "consumerRef": {
-            "apiVersion": adapter.api_version,
+            "apiVersion": adapter.api_version_of(job),
             "kind": adapter.kind,
             "name": meta.name,
             "namespace": meta.namespace,

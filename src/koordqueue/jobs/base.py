@@ -120,6 +120,13 @@ class JobAdapter(ABC):
     def status(self, job: Job) -> JobState:
         """Where the job is, from its conditions or status."""
 
+    def api_version_of(self, job: Job) -> str:
+        """The apiVersion its unit names the job by (consumerRef, owner reference): the one it
+        was read in (a kind read in more than one version may be served in another than its
+        own), else the kind's own."""
+        version = job.get("apiVersion")
+        return version if isinstance(version, str) and version else self.api_version
+
     def pod_selector(self, job: Job) -> dict[str, str]:
         """The labels the job's pods carry, to find them (one of ``pod_labels``)."""
         return {self.pod_labels[0].job: self.meta(job).name}

@@ -78,6 +78,11 @@ class MPIJobAdapter(KubeflowAdapter):
         return {MPI_LAUNCHER_SUCCEEDED: JobState.SUCCEEDED, MPI_LAUNCHER_FAILED: JobState.FAILED,
                 MPI_LAUNCHER_ACTIVE: JobState.RUNNING}.get(str(launcher), JobState.PENDING)
 
+    def api_version_of(self, job: Job) -> str:
+        """A job in the v1alpha1 form is a v1alpha1 MPIJob, whichever version it was read in:
+        the API server serves every stored MPIJob in either (no conversion)."""
+        return MPI_V1ALPHA1_API_VERSION if v1alpha1_form(job) else super().api_version_of(job)
+
     def pod_selector(self, job: Job) -> dict[str, str]:
         if v1alpha1_form(job):
             return {LABEL_MPI_JOB_NAME_V1ALPHA1: self.meta(job).name}

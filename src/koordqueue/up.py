@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from koordqueue.controller.manager import Manager
 from koordqueue.controller.overview import overview
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.visibility import api_resource_list
-from koordqueue.controller.webhook import MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
+from koordqueue.controller.webhook import API_SERVICES, MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
 from koordqueue.jobs import PLURALS
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
@@ -46,6 +47,8 @@ from koordqueue.localcluster.simworkloads import DEPLOYMENTS
 from koordqueue.manifests import all_crds
 from koordqueue.realcluster.cluster import RealCluster
 from koordqueue.reports import status_text
+
+log = logging.getLogger(__name__)
 
 EXAMPLE = Path(__file__).parent / "examples" / "seed.yaml"
 EXAMPLE_UNIT = "default/pytorch-training-job-py-qu"
@@ -83,11 +86,12 @@ async def apply_example(client: KubeClient) -> list[str]:
     return applied
 
 
-async def register_webhook(client: KubeClient, port: int, ca_pem: bytes, job_kinds: frozenset[str]) -> None:
-    """Point the embedded API server at our webhook (its port changes at every start)."""
+async def register_webhook(client: KubeClient, port: int, ca_pem: bytes, job_kinds: frozenset[str],
+                           host: str = "127.0.0.1") -> None:
+    """Point the API server at our webhook on ``host`` (its port changes at every start)."""
     body = webhook_configuration(
         WEBHOOK_CONFIG,
-        {"url": f"https://127.0.0.1:{port}{MUTATE_PATH}", "caBundle": base64.b64encode(ca_pem).decode()},
+        {"url": f"https://{host}:{port}{MUTATE_PATH}", "caBundle": base64.b64encode(ca_pem).decode()},
         job_kinds,
     )
     try:
@@ -105,12 +109,61 @@ CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrole
 
 async def serve_visibility(server: APIServer, client: KubeClient, manager: Manager) -> None:
     """The visibility API on the embedded API server, served directly from the controller in this
-    process (the server has no aggregation layer to proxy an APIService), and readable by every
-    authenticated user as the chart's default readers (each sees only its namespaces' units)."""
+    process (the server has no aggregation layer to proxy an APIService)."""
     if manager.visibility is None:
         return
     server.aggregate(c.VISIBILITY_GROUP, c.VISIBILITY_VERSION, api_resource_list()["resources"],
                      manager.visibility.answer_for)
+    await grant_visibility_readers(client)
+
+
+VISIBILITY_SERVICE = "koord-queue-visibility-server"  # the chart's name (koord-queue.visibilityService)
+SERVICES = Resource("", "v1", "services")
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices")
+
+
+def visibility_registration(namespace: str, host: str, port: int, ca_pem: bytes) -> list[tuple[Resource, Any]]:
+    """What kube-apiserver's aggregation layer needs to proxy the visibility API to this process:
+    the chart's APIService and Service (named as the chart names them), the Service with no
+    selector and an EndpointSlice naming ``host`` (this machine's address: kube-apiserver refuses
+    loopback ones there, and with --enable-aggregator-routing dials the endpoint itself)."""
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": VISIBILITY_SERVICE, "namespace": namespace},
+               "spec": {"ports": [{"name": "visibility", "port": 443, "targetPort": port, "protocol": "TCP"}]}}
+    endpoints = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": f"{VISIBILITY_SERVICE}-up", "namespace": namespace,
+                              "labels": {"kubernetes.io/service-name": VISIBILITY_SERVICE}},
+                 "addressType": "IPv4", "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
+                 "ports": [{"name": "visibility", "port": port, "protocol": "TCP"}]}
+    api_service = {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                   "metadata": {"name": c.VISIBILITY_APISERVICE},
+                   "spec": {"group": c.VISIBILITY_GROUP, "version": c.VISIBILITY_VERSION,
+                            "groupPriorityMinimum": 100, "versionPriority": 100,
+                            "caBundle": base64.b64encode(ca_pem).decode(),
+                            "service": {"name": VISIBILITY_SERVICE, "namespace": namespace, "port": 443}}}
+    return [(SERVICES, service), (ENDPOINT_SLICES, endpoints), (API_SERVICES, api_service)]
+
+
+async def register_visibility(client: KubeClient, manager: Manager, namespace: str, host: str) -> None:
+    """The visibility API on the real control plane, through kube-apiserver's aggregation layer
+    (each object replaced: the port changes at every start)."""
+    if manager.visibility is None or manager.webhook is None:
+        return
+    for resource, body in visibility_registration(namespace, host, manager.webhook.port, manager.webhook.ca_pem):
+        where = namespace if resource.namespaced else None
+        try:
+            await client.create(resource, body, namespace=where)
+        except AlreadyExists:
+            current = await client.get(resource, body["metadata"]["name"], namespace=where)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            if resource == SERVICES:  # (its clusterIP is kept: immutable)
+                body["spec"] = {**current["spec"], "ports": body["spec"]["ports"]}
+            await client.replace(resource, body)
+    await grant_visibility_readers(client)
+
+
+async def grant_visibility_readers(client: KubeClient) -> None:
+    """The visibility API readable by every authenticated user, as the chart's default readers
+    (each sees only its namespaces' units)."""
     name = "koord-queue-visibility-reader"
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
             "rules": [{"apiGroups": [c.VISIBILITY_GROUP], "verbs": ["get"],
@@ -223,9 +276,12 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
                  gpus_per_node: int, example: bool, state_dir: Path) -> None:
     """Register the webhook, apply the example, and tell the user where everything is."""
     assert manager.webhook is not None
-    await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
+    host = "127.0.0.1" if isinstance(server, APIServer) else config.webhook_host
+    await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds, host)
     if isinstance(server, APIServer):
         await serve_visibility(server, client, manager)
+    elif host != "127.0.0.1":
+        await register_visibility(client, manager, config.system_namespace, host)
     await show_controller(client, config)
     kind = "kube-apiserver" if isinstance(server, RealCluster) else "API server"
     print(f"koord-queue is up: {kind} {server.url}, {nodes} simulated nodes with "
@@ -272,6 +328,23 @@ def controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfi
         dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
         quota_status_refresh_seconds=1.0, queue_status_refresh_seconds=5.0,
     )
+
+
+def kube_controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfig:
+    """`up`'s controller on the real control plane: its webhook (and the visibility API on its
+    port) on this machine's address, which kube-apiserver may name in the visibility API's
+    EndpointSlice (not loopback, which it refuses there); on loopback when the machine has none
+    (no default route), the visibility API then not registered."""
+    from koordqueue.realcluster.cluster import host_address
+
+    config = controller_config(metrics_port, dashboard_port)
+    try:
+        host = host_address()
+    except OSError as e:
+        log.warning("no address but loopback (%s): the visibility API is not registered with kube-apiserver", e)
+        return config
+    service = f"{VISIBILITY_SERVICE}.{config.system_namespace}.svc"  # the name kube-apiserver checks
+    return replace(config, webhook_host=host, webhook_hosts=(host, service, "127.0.0.1"))
 
 
 async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
@@ -336,7 +409,7 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
         handler = logging.FileHandler(cluster.controller_log)  # kwok serves it as the Deployment's pod log
         handler.setFormatter(_CriFormatter(TEXT_FORMAT))
         async with KubeClient(load_config(str(cluster.kubeconfig_path)), qps=1000, burst=2000) as client:
-            config = controller_config(metrics_port, dashboard_port)
+            config = kube_controller_config(metrics_port, dashboard_port)
             with controller_log(handler):
                 manager = Manager(client, config)
                 task = asyncio.create_task(manager.run())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -11,6 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+
+from koordqueue.api import constants as c
+from koordqueue.up import EXAMPLE
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
 
@@ -34,8 +39,9 @@ def test_up_on_the_real_control_plane_runs_the_seed_and_the_guides_commands_work
         assert f"export KUBECONFIG={state.resolve() / 'kubeconfig'}" in printed
         env = {**os.environ, "KUBECONFIG": str(state / "kubeconfig")}
 
-        def kubectl(*args: str) -> str:
-            result = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env, timeout=60)
+        def kubectl(*args: str, stdin: str | None = None) -> str:
+            result = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env, timeout=60,
+                                    input=stdin)
             assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
             return result.stdout
 
@@ -53,6 +59,27 @@ def test_up_on_the_real_control_plane_runs_the_seed_and_the_guides_commands_work
         assert "kwok simulates it" in kubectl("logs", "pytorch-training-job-master-0")
         version = json.loads(kubectl("version", "-o", "json"))
         assert version["serverVersion"]["gitVersion"] == "v1.37.2"
+
+        # The visibility API through kube-apiserver's aggregation layer (the APIService, Service and
+        # EndpointSlice `up` registered): a second job, too big for what the quota has left, pending.
+        waiting = copy.deepcopy([d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d][2])
+        waiting["metadata"]["name"] = "pytorch-waiting"
+        waiting["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 7  # 8 GPUs, 6 left of the quota's 8
+        kubectl("apply", "-f", "-", stdin=json.dumps(waiting))
+        path = f"/apis/{c.VISIBILITY_API_VERSION}/queues/pytorch-team-a/queueunits"
+        deadline = time.monotonic() + 60
+        while True:
+            result = subprocess.run(["kubectl", "get", "--raw", path], capture_output=True, text=True, env=env,
+                                    timeout=60)
+            summary = json.loads(result.stdout) if result.returncode == 0 else {}
+            if summary.get("items") or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert result.returncode == 0, result.stderr
+        assert summary["kind"] == c.VISIBILITY_SUMMARY_KIND, summary
+        assert [(i["metadata"]["name"], i["position"]) for i in summary["items"]] == [("pytorch-waiting-py-qu", 1)]
+        service = json.loads(kubectl("get", "apiservice", c.VISIBILITY_APISERVICE, "-o", "json"))
+        assert {x["type"]: x["status"] for x in service["status"]["conditions"]}["Available"] == "True"
     finally:
         process.send_signal(signal.SIGINT)
         try:

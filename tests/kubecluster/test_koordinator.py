@@ -5,14 +5,17 @@ the ElasticQuotas, on the real control plane with kwok nodes and the training op
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.controller.resources import QUOTAS
 from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster
 from tests.controller.conftest import SEED, System, pytorch_job, quick_config, quota, running_system
 
@@ -22,7 +25,39 @@ SEED_UNIT = "pytorch-training-job-py-qu"
 
 async def test_the_seed_flow_beside_koordinator(koordinator: RealCluster, tmp_path: Path) -> None:
     async with running_system(tmp_path, cluster=koordinator) as system:
-        await seed_flow(system)
+        async with writers_of_used(system, "pytorch-team-a") as writers:
+            await seed_flow(system)
+        # Koordinator's ElasticQuota CRD has no status subresource (its /status answers 404): we
+        # write status.used with the object, and a version of the quota had it as ours.
+        crd = await system.get_json("crd", "elasticquotas.scheduling.sigs.k8s.io")
+        assert [v.get("subresources") for v in crd["spec"]["versions"]] == [None], crd["spec"]["versions"]
+        assert "koord-queue" in writers, writers
+        quota = await system.get_json("elasticquota", "pytorch-team-a")  # (koord-scheduler writes it too, alike)
+        assert quota["status"]["used"][c.GPU] == "2", quota.get("status")
+
+
+@contextlib.asynccontextmanager
+async def writers_of_used(system: System, name: str) -> AsyncIterator[set[str]]:
+    """The managers that owned the quota's status.used in any version of it a watch saw
+    meanwhile (its managedFields: koord-scheduler's and ours both write it)."""
+    managers: set[str] = set()
+    since = (await system.client.list(QUOTAS, namespace="default")).resource_version  # every version after
+
+    async def watch() -> None:
+        async for event in system.client.watch(QUOTAS, namespace="default", resource_version=since):
+            meta = event.object.get("metadata") or {}
+            if meta.get("name") != name:
+                continue
+            for entry in meta.get("managedFields") or ():
+                if "f:used" in ((entry.get("fieldsV1") or {}).get("f:status") or {}):
+                    managers.add(str(entry.get("manager")))
+
+    task = asyncio.create_task(watch())
+    try:
+        yield managers
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def seed_flow(system: System) -> None:

@@ -34,6 +34,7 @@ class PodView:
     owner: str = ""  # the job's own name when the label names something else (a RayJob's cluster)
     node: str = ""  # spec.nodeName: bound there, taking ``request`` while it has not ended
     request: tuple[tuple[str, int], ...] = ()
+    quota: str = ""  # its label quota.scheduling.koordinator.sh/name: the quota koord-scheduler charges it to
 
     @property
     def key(self) -> str:
@@ -78,9 +79,11 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
                 owner=str(labels.get(kind_labels.owner, "")) if kind_labels.owner else "",
                 node=node,
                 request=request,
+                quota=str(labels.get(c.LABEL_QUOTA_NAME) or ""),
             )
     if node:
-        return PodView(namespace, str(meta.get("name", "")), "", "", "", phase, node=node, request=request)
+        return PodView(namespace, str(meta.get("name", "")), "", "", "", phase, node=node, request=request,
+                       quota=str(labels.get(c.LABEL_QUOTA_NAME) or ""))
     return None
 
 

@@ -39,7 +39,8 @@ def bound(name: str, namespace: str = "default", quota_label: str | None = None,
     labels = {c.LABEL_QUOTA_NAME: quota_label} if quota_label else {}
     requests = {"cpu": cpu, **({GPU: str(gpus)} if gpus else {})}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": requests}}]},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox",
+                                                      "resources": {"requests": requests}}]},
             "status": {"phase": phase}}
 
 

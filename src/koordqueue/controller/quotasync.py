@@ -39,6 +39,7 @@ class QuotaSync(Part):
         self.refused_twins: set[str] = set()  # namespace/name of quotas refused for a name taken
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.queue_quotas: dict[str, str | None] = {}  # queue key -> the quota it is bound to
+        self.nodes_total: dict[str, int] | None = None  # the nodes' allocatable (times the oversell rate)
         self.capacity: dict[str, int] | None = None  # the cluster total the quotas share
         self.system_usage = SystemQuotaUsage()  # what Koordinator's system and default quotas use
         self.tree: ParsedTree | None = None  # the tree in use: while there is one, ElasticQuotas are not
@@ -50,6 +51,7 @@ class QuotaSync(Part):
         informers = self.informers
 
         def nodes_changed() -> None:
+            self.nodes_total = self.shared.settings.capacity(node.allocatable for _name, node in informers.node.items())
             self._set_capacity()
             self.wake.set()
 
@@ -87,7 +89,7 @@ class QuotaSync(Part):
     def _set_capacity(self) -> None:
         """The cluster total the quotas share: the nodes' allocatable; beside koord-scheduler,
         less what Koordinator's system and default quotas use, as it does (systemquotas.py)."""
-        nodes = self.shared.settings.capacity(node.allocatable for _name, node in self.informers.node.items())
+        nodes = self.nodes_total
         capacity = shared_total(nodes, self.system_usage.used) if self.shared.beside_koordinator else nodes
         if capacity != self.capacity:
             self.capacity = capacity

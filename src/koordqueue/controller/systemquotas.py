@@ -27,6 +27,7 @@ from koordqueue.controller.pods import PodView
 OUTSIDE = (c.KOORDINATOR_SYSTEM_QUOTA, c.KOORDINATOR_DEFAULT_QUOTA)
 DEFAULT_MAX = frozenset({"cpu", "memory"})  # koord-scheduler's own max of both when no ElasticQuota says
 Key = tuple[str, str]  # a pod's namespace and quota label ("" when it has none)
+Request = tuple[tuple[str, int], ...]  # a pod's, as PodView keeps it
 
 
 class Charging:
@@ -72,31 +73,25 @@ class SystemQuotaUsage:
     and default quotas use (``used``), kept as pods change and read again when the rules do."""
 
     def __init__(self) -> None:
-        self._pods: dict[str, tuple[Key, ResourceList]] = {}  # pod key -> its key and request, while it takes room
+        self._pods: dict[str, tuple[Key, Request]] = {}  # pod key -> its key and request, while it takes room
         self._sums: dict[Key, ResourceList] = {}
         self._charging = Charging(())
-        self._charged: dict[Key, str | None] = {}  # key -> the quota of OUTSIDE it is charged to, or None
+        self._charged: dict[Key, frozenset[str] | None] = {}  # key -> what its pods' system or default quota counts
         self.used: ResourceList = {}
 
     def put(self, pod: PodView) -> bool:
         """Take the pod as it is now; whether ``used`` changed."""
-        before = dict(self.used)
         old = self._pods.pop(pod.key, None)
-        if old is not None:
-            self._take(old, -1)
-        if pod.takes_room and pod.request:
-            taken = ((pod.namespace, pod.quota), dict(pod.request))
-            self._pods[pod.key] = taken
-            self._take(taken, 1)
-        return self.used != before
+        if not (pod.takes_room and pod.request):
+            return old is not None and bool(self._take(old, -1))
+        taken = ((pod.namespace, pod.quota), pod.request)
+        self._pods[pod.key] = taken
+        before = self._take(old, -1) if old is not None else ()
+        return self._take(taken, 1) != before
 
     def remove(self, pod: PodView) -> bool:
         old = self._pods.pop(pod.key, None)
-        if old is None:
-            return False
-        before = dict(self.used)
-        self._take(old, -1)
-        return self.used != before
+        return old is not None and bool(self._take(old, -1))
 
     def set_rules(self, charging: Charging) -> bool:
         """The quotas changed: every pod charged again; whether ``used`` changed."""
@@ -106,29 +101,35 @@ class SystemQuotaUsage:
         self._charged.clear()
         used: ResourceList = {}
         for key, amounts in self._sums.items():
-            _add(used, self._counted(key, amounts), 1)
+            _add(used, self._counted(key, tuple(amounts.items())), 1)
         changed = used != self.used
         self.used = used
         return changed
 
-    def _take(self, taken: tuple[Key, ResourceList], sign: int) -> None:
+    def _take(self, taken: tuple[Key, Request], sign: int) -> Request:
+        """Add (or take away) a pod's request; what of it the system or default quota uses."""
         key, request = taken
-        sums = self._sums.setdefault(key, {})
+        sums = self._sums.get(key)
+        if sums is None:
+            sums = self._sums[key] = {}
         _add(sums, request, sign)
         if not sums:
             del self._sums[key]
-        _add(self.used, self._counted(key, request), sign)
+        counted = self._counted(key, request)
+        if counted:
+            _add(self.used, counted, sign)
+        return counted
 
-    def _counted(self, key: Key, amounts: ResourceList) -> ResourceList:
+    def _counted(self, key: Key, amounts: Request) -> Request:
         """What of ``amounts`` (of pods of ``key``) the system or default quota uses."""
-        if key not in self._charged:
-            charged = self._charging.quota(*key)
-            self._charged[key] = charged if charged in OUTSIDE else None
-        quota = self._charged[key]
-        if quota is None:
-            return {}
-        names = self._charging.counted[quota]
-        return {name: amount for name, amount in amounts.items() if name in names and amount}
+        try:
+            names = self._charged[key]
+        except KeyError:
+            quota = self._charging.quota(*key)
+            names = self._charged[key] = self._charging.counted[quota] if quota in OUTSIDE else None
+        if names is None:
+            return ()
+        return tuple((name, amount) for name, amount in amounts if name in names and amount)
 
 
 def charging_inputs(obj: Mapping[str, Any]) -> tuple[object, ...]:
@@ -147,8 +148,8 @@ def shared_total(capacity: ResourceList | None, outside: ResourceList) -> Resour
     return {name: max(0, amount - outside.get(name, 0)) for name, amount in capacity.items()}
 
 
-def _add(totals: ResourceList, amounts: ResourceList, sign: int) -> None:
-    for name, amount in amounts.items():
+def _add(totals: ResourceList, amounts: Request, sign: int) -> None:
+    for name, amount in amounts:
         total = totals.get(name, 0) + sign * amount
         if total:
             totals[name] = total

@@ -187,7 +187,8 @@ def expand(group: str, resources: list[str], verbs: str, name: str = "") -> set[
 
 
 BASE = (
-    expand("scheduling.sigs.k8s.io", ["elasticquotas", "elasticquotatrees"], "list watch")
+    expand("scheduling.sigs.k8s.io", ["elasticquotas"], "list watch patch")
+    | expand("scheduling.sigs.k8s.io", ["elasticquotatrees"], "list watch")
     | expand("scheduling.sigs.k8s.io", ["elasticquotas/status", "elasticquotatrees/status"], "patch")
     | expand("scheduling.x-k8s.io", ["queues"], "list watch create patch delete")
     | expand("scheduling.x-k8s.io", ["queueunits"], "list watch create patch")

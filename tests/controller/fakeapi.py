@@ -6,7 +6,9 @@ resourceVersion counter for all of them, a write with a stale metadata.resourceV
 refused with Conflict, NotFound and AlreadyExists where the real client raises them, merge
 patches (RFC 7386: null deletes a key, a list is replaced whole) on the object or on its
 status alone, a patch that changes nothing leaving the version as it was, and watches that
-replay what changed after a version. What it adds for tests: `requests`, every request in
+replay what changed after a version, and a CRD without the status subresource (`without_status`:
+its /status answers 404, a write of the object keeps its status, as Koordinator's
+ElasticQuota CRD is served). What it adds for tests: `requests`, every request in
 the order it was made (attempts that failed included), and `fail_next`, which makes the
 next matching requests fail, either to the caller or as a failed attempt the client
 retries itself (as KubeClient does after a 5xx or a 429), so a test can hold a write up
@@ -97,8 +99,13 @@ class FakeKube:
         self._changes: list[tuple[int, Key, str, Object]] = []  # (rv, key, event type, object)
         self._news = asyncio.Event()  # set (and replaced) at every change, for the watches
         self._faults: list[_Fault] = []
+        self.without_status: set[str] = set()  # plurals whose CRD has no status subresource
 
     # --- for tests ----------------------------------------------------------------------
+
+    def serve_status(self, plural: str, served: bool) -> None:
+        """The CRD of ``plural`` changed to have (or not) the status subresource."""
+        (self.without_status.discard if served else self.without_status.add)(plural)
 
     def fail_next(self, error: KubeError, *, times: int = 1, verb: str | None = None, plural: str | None = None,
                   name: str | None = None, retried_after: float | None = None) -> None:
@@ -322,6 +329,8 @@ class FakeKube:
         try:
             if patch_type is not PatchType.MERGE or not isinstance(patch, dict):
                 raise NotImplementedError(f"the fake takes merge patches only, not {patch_type}")
+            if verb == "patch_status" and resource.plural in self.without_status:  # (as kube-apiserver answers)
+                raise status_error(404, "NotFound", f'{resource.plural}.{resource.group} "{name}" not found')
             key = self._key(resource, namespace, name)
             old = self._stored(key, resource, name)
             wanted = (patch.get("metadata") or {}).get("resourceVersion")
@@ -331,11 +340,12 @@ class FakeKube:
         except KubeError as e:
             request.error = e
             raise
-        # A status patch changes the status only; a patch of the object never its status.
+        # A status patch changes the status only; a patch of the object never its status
+        # (but where the CRD has no status subresource).
         if verb == "patch_status":
             change: Object = {"status": patch["status"]} if "status" in patch else {}
         else:
-            change = {k: v for k, v in patch.items() if k != "status"}
+            change = {k: v for k, v in patch.items() if k != "status" or resource.plural in self.without_status}
             if isinstance(change.get("metadata"), dict):  # (a precondition, and what cannot change)
                 change["metadata"] = {k: v for k, v in change["metadata"].items()
                                       if k not in ("resourceVersion", "uid", "name", "namespace")}

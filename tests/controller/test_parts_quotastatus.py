@@ -96,3 +96,48 @@ async def test_a_failed_write_of_used_is_written_again(setting: Setting) -> None
     used = {c.GPU: "2", "cpu": "0", "memory": "0"}
     assert setting.used_writes()[1:] == [(used, "ConnectionFailed"), (used, None)]
     assert setting.fake.get(QUOTAS, "team-a", namespace="default")["status"]["used"] == used
+
+
+def verbs(setting: Setting) -> list[tuple[str, str | None]]:
+    """The writes of team-a's quota: (verb, what it failed with)."""
+    return [(r.verb, type(r.error).__name__ if r.error else None) for r in setting.fake.writes(QUOTAS.plural, "team-a")]
+
+
+async def test_without_a_status_subresource_used_is_written_with_the_quota(setting: Setting) -> None:
+    """Koordinator's ElasticQuota CRD serves no /status: the 404 there, on a quota that is
+    there, turns the writes to the object (once: /status is not tried again), and they keep
+    its spec; when the CRD serves /status again, the object write's answer, without the
+    status written, turns them back."""
+    setting.fake.serve_status(QUOTAS.plural, False)
+    await until(lambda: setting.used_writes())
+    await until(lambda: len(verbs(setting)) == 2)
+    assert verbs(setting) == [("patch_status", "NotFound"), ("patch", None)]
+    setting.admit("a", 2)
+    await until(lambda: len(verbs(setting)) == 3)
+    await setting.rounds(5)
+    assert verbs(setting)[2:] == [("patch", None)]
+    stored = setting.fake.get(QUOTAS, "team-a", namespace="default")
+    assert stored["status"]["used"] == {c.GPU: "2", "cpu": "0", "memory": "0"}
+    assert stored["spec"]["max"][c.GPU] == "8"
+    setting.fake.serve_status(QUOTAS.plural, True)
+    setting.admit("b", 3)
+    await until(lambda: len(verbs(setting)) == 5)
+    assert verbs(setting)[3:] == [("patch", None), ("patch_status", None)]
+    assert setting.fake.get(QUOTAS, "team-a", namespace="default")["status"]["used"][c.GPU] == "5"
+    setting.shared.engine.remove_unit("default/a")
+    await until(lambda: len(verbs(setting)) == 6)
+    assert verbs(setting)[5:] == [("patch_status", None)]
+    assert setting.fake.get(QUOTAS, "team-a", namespace="default")["status"]["used"][c.GPU] == "3"
+
+
+async def test_a_quota_gone_is_not_taken_for_a_crd_without_status(setting: Setting) -> None:
+    """A 404 on /status of a quota deleted before our view knew: the object write finds it
+    gone too, and /status stays the way (the next quota's write goes there first)."""
+    await until(lambda: setting.used_writes())
+    setting.fake.objects.clear()  # deleted, the watch not told yet
+    setting.admit("a", 2)
+    await until(lambda: len(verbs(setting)) == 3)
+    assert verbs(setting)[1:] == [("patch_status", "NotFound"), ("patch", "NotFound")]
+    assert setting.writer.status_subresource
+    await setting.rounds(3)
+    assert verbs(setting)[3:5] == [("patch_status", "NotFound"), ("patch", "NotFound")]  # tried again

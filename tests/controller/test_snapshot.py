@@ -17,7 +17,7 @@ from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.informers import Informers
 from koordqueue.controller.loading import take_snapshot
 from koordqueue.controller.records import Records
-from koordqueue.controller.resources import QUOTA_TREES, QUOTAS, UNITS
+from koordqueue.controller.resources import NODES, PODS, QUOTA_TREES, QUOTAS, UNITS
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
 from koordqueue.jobs.mpijob import mpi_job_crd
 from koordqueue.kube.client import KubeClient, Resource
@@ -30,6 +30,7 @@ from .test_app_kinds import mpi_v1alpha1
 
 pytestmark = pytest.mark.timeout(60)
 PYTORCH_JOBS = Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 
 
 @pytest.fixture
@@ -122,3 +123,26 @@ async def test_mpijobs_are_read_where_their_crd_serves_v1alpha1_alone(tmp_path: 
     assert info is not None and info.invalid is None, info
     assert (info.quota_name, info.request[c.GPU]) == ("team", 2000)
 
+
+
+async def test_beside_koordinator_the_snapshot_shares_the_nodes_less_its_system_quotas_use(
+        client: KubeClient) -> None:
+    """As the controller: the quotas share the nodes' allocatable less what Koordinator's
+    system and default quotas use (here the system quota, GPUs in its max, a pod of 8)."""
+    from .test_system_quotas import DEFAULT, SYSTEM, bound, koordinators
+
+    await client.create(NAMESPACES, {"metadata": {"name": "koordinator-system"}})
+    for i in range(2):
+        await client.create(NODES, {"metadata": {"name": f"n{i}"}})
+        await client.patch_status(NODES, f"n{i}", {"status": {"allocatable": {"cpu": "64", c.GPU: "16"}}})
+    for obj in (koordinators(c.KOORDINATOR_ROOT_QUOTA, {}), koordinators(SYSTEM, {"cpu": "1000", c.GPU: "32"}),
+                koordinators(DEFAULT)):
+        await client.create(QUOTAS, obj, namespace="koordinator-system")
+    await client.create(PODS, bound("agent", namespace="kube-system", quota_label=SYSTEM, gpus=8, cpu="2"),
+                        namespace="kube-system")
+    await client.create(PODS, bound("waiting", namespace="kube-system", quota_label=SYSTEM, gpus=8, node=""),
+                        namespace="kube-system")  # not bound: it takes nothing yet
+    snap = await take_snapshot(client)
+    assert snap.engine.koordinator
+    assert snap.capacity == {"cpu": 126000, c.GPU: 24000}
+    assert snap.problems == []

@@ -5,14 +5,17 @@ the ElasticQuotas, on the real control plane with kwok nodes and the training op
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.controller.resources import QUOTAS
 from koordqueue.realcluster.cluster import KOORDINATOR_NAMESPACE, RealCluster
 from tests.controller.conftest import SEED, System, pytorch_job, quick_config, quota, running_system
 
@@ -22,7 +25,39 @@ SEED_UNIT = "pytorch-training-job-py-qu"
 
 async def test_the_seed_flow_beside_koordinator(koordinator: RealCluster, tmp_path: Path) -> None:
     async with running_system(tmp_path, cluster=koordinator) as system:
-        await seed_flow(system)
+        async with writers_of_used(system, "pytorch-team-a") as writers:
+            await seed_flow(system)
+        # Koordinator's ElasticQuota CRD has no status subresource (its /status answers 404): we
+        # write status.used with the object, and a version of the quota had it as ours.
+        crd = await system.get_json("crd", "elasticquotas.scheduling.sigs.k8s.io")
+        assert [v.get("subresources") for v in crd["spec"]["versions"]] == [None], crd["spec"]["versions"]
+        assert "koord-queue" in writers, writers
+        quota = await system.get_json("elasticquota", "pytorch-team-a")  # (koord-scheduler writes it too, alike)
+        assert quota["status"]["used"][c.GPU] == "2", quota.get("status")
+
+
+@contextlib.asynccontextmanager
+async def writers_of_used(system: System, name: str) -> AsyncIterator[set[str]]:
+    """The managers that owned the quota's status.used in any version of it a watch saw
+    meanwhile (its managedFields: koord-scheduler's and ours both write it)."""
+    managers: set[str] = set()
+    since = (await system.client.list(QUOTAS, namespace="default")).resource_version  # every version after
+
+    async def watch() -> None:
+        async for event in system.client.watch(QUOTAS, namespace="default", resource_version=since):
+            meta = event.object.get("metadata") or {}
+            if meta.get("name") != name:
+                continue
+            for entry in meta.get("managedFields") or ():
+                if "f:used" in ((entry.get("fieldsV1") or {}).get("f:status") or {}):
+                    managers.add(str(entry.get("manager")))
+
+    task = asyncio.create_task(watch())
+    try:
+        yield managers
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def seed_flow(system: System) -> None:
@@ -194,3 +229,42 @@ async def test_a_stream_of_teams_beside_koordinator(koordinator: RealCluster, tm
         for pod, label in labels_seen.items():
             job = pod.rsplit("-", 2)[0]
             assert {label} == charged[job] == {job.rsplit("-", 1)[0]}, (pod, label, charged.get(job))
+
+
+def outsider(name: str, node: str, cpu: int) -> dict[str, Any]:
+    """A pod of no quota (koord-scheduler charges it to its default quota), bound to a node."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox", "resources": {
+                "requests": {"cpu": str(cpu)}, "limits": {"cpu": str(cpu)}}}]}}
+
+
+async def test_what_koordinators_default_quota_uses_is_not_shared(koordinator: RealCluster, tmp_path: Path) -> None:
+    """koord-scheduler's quota tree shares the nodes less what its system and default quotas
+    use: so does ours. Pods of no quota take 270 of the 4 x 96 cpus, so team-a's runtime is
+    114 cpus at most: a job of 2 pods of 60 cpus waits with us (not admitted to sit with
+    pods refused "Insufficient quotas"), and is admitted once one of those pods is gone.
+    Node fit is off for team-a, so that only the quota decides."""
+    async with running_system(tmp_path, cluster=koordinator) as system:
+        await system.apply(quota("team-a", 0, 32, parent=c.KOORDINATOR_ROOT_QUOTA,
+                                 annotations={c.ANNOTATION_NODE_FIT: "false"}))
+        await system.apply(*(outsider(f"outsider-{i}", f"gpu-{i}", 90) for i in range(3)))
+        quotas = system.controller.quota_sync
+
+        async def shared_cpus() -> int | None:
+            capacity = quotas.capacity or {}
+            return capacity.get("cpu") if capacity.get("cpu") == 114_000 else None
+
+        await system.wait_for(shared_cpus, 30, "our root total less the default quota's 270 cpus")
+        job = pytorch_job("big", gpus_per_pod=1, duration=5, quota_name="team-a")
+        for role in job["spec"]["pytorchReplicaSpecs"].values():
+            for part in ("requests", "limits"):
+                role["template"]["spec"]["containers"][0]["resources"][part]["cpu"] = "60"
+        await system.apply(job)
+        await system.wait_phase("big-py-qu", c.Phase.ENQUEUED, timeout=30)
+        await asyncio.sleep(5)  # a few cycles: still waiting, no pod made
+        assert await system.phase("big-py-qu") == c.Phase.ENQUEUED, await system.unit("big-py-qu")
+        assert (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=big"))["items"] == []
+        await system.akubectl("delete", "pod", "outsider-0", "--grace-period=0", "--force")
+        await system.wait_phase("big-py-qu", c.Phase.RUNNING, timeout=60)
+        pods = (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=big"))["items"]
+        assert [quota_refusal(p) for p in pods] == [None] * len(pods)

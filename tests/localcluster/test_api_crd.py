@@ -77,6 +77,40 @@ async def test_crd_update_changes_what_is_served(api: APIClient) -> None:
     await eventually(status_served)
 
 
+async def test_without_the_status_subresource_status_is_404_and_the_object_keeps_its_status(api: APIClient) -> None:
+    """As kube-apiserver serves a CRD version without `subresources.status` (Koordinator's
+    ElasticQuota): /status answers that the object is not found, whether it is there or
+    not, and a write of the object keeps the status it sends; with the subresource, the
+    object's writes drop it and /status takes it."""
+    await api.post(CRDS, GADGET_CRD)
+    status, obj, _ = await api.post(GADGETS, {"metadata": {"name": "g"}, "spec": {"n": 1}, "status": {"used": 1}})
+    assert status == 201 and obj["status"] == {"used": 1}  # (created with it)
+    for name in ("g", "absent"):
+        for method in ("GET", "PATCH", "PUT"):
+            status, body, _ = await api.request(method, f"{GADGETS}/{name}/status", {"status": {"used": 2}},
+                                                content_type="application/merge-patch+json" if method == "PATCH"
+                                                else None)
+            assert status == 404, (name, method)
+            assert (body["reason"], body["message"]) == ("NotFound", f'gadgets.tools.example.org "{name}" not found')
+            assert body["details"] == {"name": name, "group": "tools.example.org", "kind": "gadgets"}
+    status, obj, _ = await api.patch(f"{GADGETS}/g", {"status": {"used": 3}})
+    assert status == 200 and obj["status"] == {"used": 3} and obj["spec"] == {"n": 1}
+    assert (await api.get(f"{GADGETS}/g"))[1]["status"] == {"used": 3}
+
+    _, crd, _ = await api.get(f"{CRDS}/gadgets.tools.example.org")
+    crd["spec"]["versions"][0]["subresources"] = {"status": {}}
+    await api.put(f"{CRDS}/gadgets.tools.example.org", crd)
+
+    async def status_served() -> bool:
+        return (await api.get(f"{GADGETS}/g/status"))[0] == 200
+
+    await eventually(status_served)
+    status, obj, _ = await api.patch(f"{GADGETS}/g", {"status": {"used": 4}})
+    assert status == 200 and obj["status"] == {"used": 3}  # the object's write leaves the status
+    status, obj, _ = await api.patch(f"{GADGETS}/g/status", {"status": {"used": 4}})
+    assert status == 200 and obj["status"] == {"used": 4}
+
+
 async def test_invalid_crds_are_422(api: APIClient) -> None:
     wrong_name = copy.deepcopy(GADGET_CRD)
     wrong_name["metadata"]["name"] = "gadgets.elsewhere.org"

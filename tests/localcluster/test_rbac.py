@@ -244,6 +244,13 @@ async def test_subresources(api: APIClient, robot: APIClient) -> None:
         {"name": "c", "image": "busybox"}]}})
     assert (await robot.get(f"/api/v1/namespaces/{NS}/pods/p/status"))[0] == 200
     assert (await robot.get(f"/api/v1/namespaces/{NS}/pods/p"))[0] == 403
+    # A subresource the type does not serve is authorized first, as kube-apiserver does: 403
+    # without a grant, then 404 (so a grant used that way is used).
+    assert (await robot.patch(f"{path}/scale", {"spec": {"replicas": 1}}))[0] == 403
+    await grant(api, role("scaler", rule(["patch"], ["widgets/scale"], groups=["example.com"])),
+                binding("RoleBinding", "rb3", "Role", "scaler"))
+    status, body, _ = await robot.patch(f"{path}/scale", {"spec": {"replicas": 1}})
+    assert (status, body["message"]) == (404, 'widgets.example.com "w" not found')
 
 
 async def test_resource_names(api: APIClient, robot: APIClient) -> None:

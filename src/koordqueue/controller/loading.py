@@ -14,12 +14,14 @@ from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.api.quotatree import choose_tree, parse_quota_tree
+from koordqueue.controller.pods import pod_view
 from koordqueue.controller.resources import (
     CONFIG_MAPS,
     FINISHED,
     HOLDING,
     NODES,
     ORPHAN,
+    PODS,
     PRIORITY_CLASSES,
     QUEUES,
     QUOTA_TREES,
@@ -28,6 +30,7 @@ from koordqueue.controller.resources import (
     UNITS,
     UNRESOLVED,
 )
+from koordqueue.controller.systemquotas import Charging, SystemQuotaUsage, shared_total
 from koordqueue.controller.views import (
     JOB_PLURALS,
     JobView,
@@ -46,6 +49,8 @@ from koordqueue.kube.client import KubeClient, Object, Resource
 from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import key_of
 from koordqueue.loader import Settings
+
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"  # pods taking room on a node
 
 
 def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
@@ -141,7 +146,8 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
             allocatables.append(parse_resource_list((node.get("status") or {}).get("allocatable") or {}))
         except QuantityError as e:
             snap.problems.append(f"node {node['metadata'].get('name')}: {e}")
-    snap.capacity = settings.capacity(allocatables)
+    nodes_total = settings.capacity(allocatables)
+    snap.capacity = nodes_total
     snap.engine.set_cluster_capacity(snap.capacity)
     try:
         trees = (await client.list_all(QUOTA_TREES)).items
@@ -150,8 +156,24 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
     quota_objs = (await client.list_all(QUOTAS)).items
     if not load_tree(snap, trees):
         load_elastic_quotas(snap, quota_objs)
-    # As the controller's: auto mode is on once Koordinator's own quotas are there.
+    # As the controller's: auto mode is on once Koordinator's own quotas are there, and then
+    # the quotas share the nodes less what its system and default quotas use.
     snap.engine.set_koordinator(settings.beside_koordinator(any(is_koordinators_own(o) for o in quota_objs)))
+    if snap.engine.koordinator:
+        usage = SystemQuotaUsage()
+        usage.set_rules(Charging(quota_objs, snap.quotas))
+        try:
+            pods = (await client.list_all(PODS, field_selector=BOUND_PODS)).items
+        except KubeError as e:
+            pods = []
+            snap.problems.append(f"pods not listed ({e}): the quotas are taken to share the nodes whole, not less "
+                                 "what Koordinator's system and default quotas use")
+        for pod in pods:
+            view = pod_view(pod)
+            if view is not None:
+                usage.put(view)
+        snap.capacity = shared_total(nodes_total, usage.used)
+        snap.engine.set_cluster_capacity(snap.capacity)
     for obj in (await client.list_all(QUEUES)).items:
         try:
             queue = parse_queue(obj, list(snap.quotas)).queue

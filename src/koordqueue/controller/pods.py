@@ -33,6 +33,7 @@ class PodView:
     phase: str
     node: str = ""  # spec.nodeName: bound there, taking ``request`` while it has not ended
     request: tuple[tuple[str, int], ...] = ()
+    quota: str = ""  # its label quota.scheduling.koordinator.sh/name: the quota koord-scheduler charges it to
 
     @property
     def key(self) -> str:
@@ -71,9 +72,11 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
                 phase=phase,
                 node=node,
                 request=request,
+                quota=str(labels.get(c.LABEL_QUOTA_NAME) or ""),
             )
     if node:
-        return PodView(namespace, str(meta.get("name", "")), "", "", "", phase, node=node, request=request)
+        return PodView(namespace, str(meta.get("name", "")), "", "", "", phase, node=node, request=request,
+                       quota=str(labels.get(c.LABEL_QUOTA_NAME) or ""))
     return None
 
 

@@ -1,5 +1,6 @@
 """Who writes the status of ElasticQuotas and Queues, every few seconds from the engine: a
-quota's status.used (and its Prometheus gauges), a Queue's status.quota and Bound
+quota's status.used (and its Prometheus gauges; with the object where the CRD has no status
+subresource, as Koordinator's, whose koord-scheduler writes it too), a Queue's status.quota and Bound
 condition, Koord-Queue's usage annotations on a Queue (alibabacloud.com/queue-used and the
 others, when they change), and the positions of the units pending in each Queue
 (status.queueItemDetails, refreshed at the Queue's own interval, unless the Queue has
@@ -39,6 +40,7 @@ class QuotaStatusWriter(Part):
         self.messages = messages
         self.queue_bindings: dict[str, Object] = {}  # queue key -> the status.quota and Bound condition written
         self.usage_written: dict[str, dict[str, str]] = {}  # queue key -> usage annotations we wrote last
+        self.status_subresource = True  # whether ElasticQuotas' CRD serves /status (Koordinator's does not)
 
     def wire(self) -> None:
         self.informers.queue.on_delete(self._queue_deleted)
@@ -69,8 +71,8 @@ class QuotaStatusWriter(Part):
                 if namespace is None:
                     continue
                 try:
-                    await self.client.patch_status(QUOTAS, name, {"status": {"used": used}}, namespace=namespace)
-                    last_used[name] = used
+                    if await self._write_used(name, namespace, used):
+                        last_used[name] = used
                 except KubeError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
             if self.shared.sync_done:
@@ -114,6 +116,35 @@ class QuotaStatusWriter(Part):
                     last_queue_write[queue_key] = now  # a quota's Queue not created yet, or gone
                 except KubeError as e:
                     log.info("positions of queue %s not written: %s", queue_key, e)
+
+    async def _write_used(self, name: str, namespace: str, used: dict[str, str]) -> bool:
+        """A quota's status.used, through its status subresource while the CRD serves one, else
+        through the object itself; whether it is written. Koordinator's ElasticQuota CRD has no
+        status subresource: its /status answers 404 while the object exists, and a write of
+        the object keeps its status. Decided from what the server answers, so a CRD replaced
+        either way is followed: a 404 on /status of a quota that the object write then finds
+        (a quota gone raises NotFound there), or an object write whose answer dropped the
+        status (the subresource is back)."""
+        body = {"status": {"used": used}}
+        if self.status_subresource:
+            try:
+                await self.client.patch_status(QUOTAS, name, body, namespace=namespace)
+                return True
+            except NotFound:
+                stored = await self.client.patch(QUOTAS, name, body, namespace=namespace)
+                if not _kept(stored, used):
+                    return False  # neither way took it (the CRD changing meanwhile): the next round tries again
+                self.status_subresource = False
+                log.info("status.used of ElasticQuotas is written with the object: their CRD has no status "
+                         "subresource (as Koordinator's)")
+                return True
+        stored = await self.client.patch(QUOTAS, name, body, namespace=namespace)
+        if _kept(stored, used):
+            return True
+        self.status_subresource = True
+        log.info("status.used of ElasticQuotas is written through their status subresource again")
+        await self.client.patch_status(QUOTAS, name, body, namespace=namespace)
+        return True
 
     async def _write_binding(self, key: str, quota: str | None) -> None:
         """The Queue's status.quota and Bound condition, when they changed (from the status loop,
@@ -185,6 +216,12 @@ def queue_usage(statuses: Mapping[str, QuotaStatus], quotas: Mapping[str, QuotaI
                      c.ANNOTATION_QUEUE_SELF_USED: own, c.ANNOTATION_QUEUE_SELF_GUARANTEED_USED: own,
                      c.ANNOTATION_QUEUE_CHILDREN_USED: below, c.ANNOTATION_QUEUE_CHILDREN_GUARANTEED_USED: below}
     return out
+
+
+def _kept(stored: Object, used: dict[str, str]) -> bool:
+    """Whether a write's answer holds the status.used it wrote."""
+    status = stored.get("status")
+    return isinstance(status, dict) and status.get("used") == used
 
 
 def _read_usage(text: str | None) -> dict[str, int] | None:

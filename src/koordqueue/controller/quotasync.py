@@ -20,8 +20,10 @@ from koordqueue.api.objects import QueueSettings, is_koordinators_own, parse_que
 from koordqueue.api.quantity import QuantityError
 from koordqueue.api.quotatree import ParsedTree, choose_tree, parse_quota_tree, tree_status
 from koordqueue.controller.loading import quota_age
+from koordqueue.controller.pods import PodView
 from koordqueue.controller.resources import CONFIG_MAPS, QUEUES, QUOTA_TREES
 from koordqueue.controller.shared import Part, Shared
+from koordqueue.controller.systemquotas import Charging, SystemQuotaUsage, charging_inputs, shared_total
 from koordqueue.controller.views import Object
 from koordqueue.engine.model import NodeInfo, QueueInfo, QuotaInfo, auto_queue_for
 from koordqueue.kube.errors import AlreadyExists, KubeError, NotFound
@@ -37,7 +39,9 @@ class QuotaSync(Part):
         self.refused_twins: set[str] = set()  # namespace/name of quotas refused for a name taken
         self.queue_settings: dict[str, QueueSettings] = {}  # queue key -> what the engine does not need
         self.queue_quotas: dict[str, str | None] = {}  # queue key -> the quota it is bound to
-        self.capacity: dict[str, int] | None = None
+        self.nodes_total: dict[str, int] | None = None  # the nodes' allocatable (times the oversell rate)
+        self.capacity: dict[str, int] | None = None  # the cluster total the quotas share
+        self.system_usage = SystemQuotaUsage()  # what Koordinator's system and default quotas use
         self.tree: ParsedTree | None = None  # the tree in use: while there is one, ElasticQuotas are not
         self.tree_key: str | None = None  # its namespace/name
         self.told: dict[str, set[str]] = {}  # tree (or set-aside ElasticQuota) key -> what its events said
@@ -47,8 +51,8 @@ class QuotaSync(Part):
         informers = self.informers
 
         def nodes_changed() -> None:
-            self.capacity = self.shared.settings.capacity(node.allocatable for _name, node in informers.node.items())
-            self.engine.set_cluster_capacity(self.capacity)
+            self.nodes_total = self.shared.settings.capacity(node.allocatable for _name, node in informers.node.items())
+            self._set_capacity()
             self.wake.set()
 
         def node_set(node: NodeInfo) -> None:
@@ -67,12 +71,47 @@ class QuotaSync(Part):
         # Our own status writes (used, positions) come back as updates: only other changes count.
         informers.quota.on_update(lambda old, new: None if _same_spec(old, new) else self._quota_changed(new))
         informers.quota.on_delete(self._quota_deleted)
+        # Which quota koord-scheduler charges pods to (after the handlers above: ours are known).
+        informers.quota.on_add(lambda _obj: self._charging_changed())
+        informers.quota.on_update(
+            lambda old, new: None if charging_inputs(old) == charging_inputs(new) else self._charging_changed())
+        informers.quota.on_delete(lambda _obj: self._charging_changed())
+        informers.pod.on_add(self._pod_changed)
+        informers.pod.on_update(lambda _old, new: self._pod_changed(new))
+        informers.pod.on_delete(self._pod_deleted)
         informers.tree.on_add(lambda _obj: self._trees_changed())
         informers.tree.on_update(lambda old, new: None if _same_spec(old, new) else self._trees_changed())
         informers.tree.on_delete(self._tree_deleted)
         informers.queue.on_add(self._queue_changed)
         informers.queue.on_update(lambda old, new: None if _same_spec(old, new) else self._queue_changed(new))
         informers.queue.on_delete(self._queue_deleted)
+
+    def _set_capacity(self) -> None:
+        """The cluster total the quotas share: the nodes' allocatable; beside koord-scheduler,
+        less what Koordinator's system and default quotas use, as it does (systemquotas.py)."""
+        nodes = self.nodes_total
+        capacity = shared_total(nodes, self.system_usage.used) if self.shared.beside_koordinator else nodes
+        if capacity != self.capacity:
+            self.capacity = capacity
+            self.engine.set_cluster_capacity(capacity)
+            self.wake.set()
+
+    def _pod_changed(self, pod: PodView) -> None:
+        if self.system_usage.put(pod) and self.shared.beside_koordinator:
+            self._set_capacity()
+
+    def _pod_deleted(self, pod: PodView) -> None:
+        if self.system_usage.remove(pod) and self.shared.beside_koordinator:
+            self._set_capacity()
+
+    def _charging_changed(self) -> None:
+        """The quotas that decide where koord-scheduler charges pods changed (after the first
+        sync: settle reads them once for all)."""
+        if not self.shared.sync_done:
+            return
+        charging = Charging((obj for _, obj in self.informers.quota.items()), self.quotas)
+        if self.system_usage.set_rules(charging) and self.shared.beside_koordinator:
+            self._set_capacity()
 
     async def publish_settings(self) -> None:
         """Write the settings the objects are loaded with where `koord-queue status` and
@@ -109,6 +148,8 @@ class QuotaSync(Part):
                     await self._delete_auto_queue(name)
         for _, obj in self.informers.queue.items():
             await self._queue_changed(obj, settling=True)
+        self.system_usage.set_rules(Charging((obj for _, obj in self.informers.quota.items()), self.quotas))
+        self._set_capacity()
 
     async def _quota_changed(self, obj: Object) -> None:
         if is_koordinators_own(obj):  # Koordinator's root, system and default quotas: no team's, no Queue
@@ -116,6 +157,7 @@ class QuotaSync(Part):
                 log.info("Koordinator's quota %s is there: admissions mark pods for koord-scheduler (%s)",
                          (obj.get("metadata") or {}).get("name"), self.config.koordinator)
             self.shared.koordinator_seen = True
+            self._set_capacity()  # (auto mode on: less what its system and default quotas use)
             return
         meta = obj.get("metadata") or {}
         name = str(meta.get("name", ""))
@@ -245,6 +287,7 @@ class QuotaSync(Part):
             if not quota.is_parent:
                 await self._ensure_auto_queue(auto_queue_for(quota))
         self._refeed_queues()
+        self._charging_changed()  # (the tree's quotas are ours: their pods are charged to them)
         self.wake.set()
 
     async def _tree_deleted(self, obj: Object) -> None:
@@ -279,6 +322,7 @@ class QuotaSync(Part):
                 if name not in self.quotas:
                     await self._delete_auto_queue(name)
             self._refeed_queues()
+            self._charging_changed()
             self.wake.set()
 
     def _tell_set_aside(self, obj: Object) -> None:

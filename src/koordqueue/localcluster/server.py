@@ -460,9 +460,7 @@ class APIServer:
             raise errors.resource_not_found()
         if rt.namespaced and namespace is None and name:
             raise errors.resource_not_found()
-        if sub and sub not in rt.subresources:
-            raise errors.resource_not_found()
-        return rt, namespace, name, sub
+        return rt, namespace, name, sub  # (a subresource not served is refused once the request is authorized)
 
     async def _resource(self, request: web.Request) -> web.StreamResponse:
         rt, namespace, name, sub = self._route(request)
@@ -475,6 +473,8 @@ class APIServer:
             verb = "create" if method == "POST" else None
         elif sub == "log":
             verb = "get" if method == "GET" else None
+        elif sub and sub not in rt.subresources:
+            verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete", "POST": "create"}.get(method)
         elif sub:
             verb = {"GET": "get", "PUT": "update", "PATCH": "patch"}.get(method)
         else:
@@ -482,6 +482,11 @@ class APIServer:
         if verb is None or (not sub and verb not in rt.verbs):
             raise errors.method_not_allowed()
         self._authorize(request, verb, rt, ns, name, sub)
+        if sub and sub not in rt.subresources:
+            # As kube-apiserver, after authorization: a custom resource's handler answers that the
+            # object is not found (whether it exists or not; e.g. /status where the CRD version has
+            # no status subresource), a built-in type's path matches no route.
+            raise errors.not_found(rt, name) if rt.from_crd else errors.resource_not_found()
         aggregated = self._aggregated.get((rt.group, rt.version))
         if aggregated is not None:
             user = request[USER]

@@ -185,10 +185,14 @@ class Informers:
             return orphan_info(unit, orphan or ORPHAN)
         return unit_info(unit, job)
 
-    def pod_count(self, job: JobView) -> Any:
+    def pods_key(self, job: JobView) -> tuple[str, str, str]:
+        """How the job's pods are found in the pod index: (the label naming the job, namespace, its value)."""
         label = job.pods[0] if job.pods else c.LABEL_JOB_NAME
         value = job.pods[1] if job.pods else job.name
-        return self.pods.count(label, job.namespace, value)
+        return (label, job.namespace, value)
+
+    def pod_count(self, job: JobView) -> Any:
+        return self.pods.count(*self.pods_key(job))
 
 
 # A job's annotations its unit is not made from: we write them at each suspension and resume.

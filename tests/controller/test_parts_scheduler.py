@@ -221,6 +221,8 @@ async def test_a_preemptors_job_waits_for_its_victims_pods_and_its_message_says_
     assert job is not None
     await s.scheduler.switch.resume(job)  # (the job reconciler's look: the pods are still there)
     assert s.suspended("claim")
+    admitted_at = s.shared.engine.unit(claim).admitted_at  # type: ignore[union-attr]
+    assert s.scheduler.switch.pods_timed_from(claim, admitted_at, 0.0) is None  # (no pods to time yet)
     if pods_go:
         for pod in pods:
             s.shared.informers.pods.remove(pod)
@@ -235,4 +237,6 @@ async def test_a_preemptors_job_waits_for_its_victims_pods_and_its_message_says_
     await s.scheduler.switch.resume(job)
     assert not s.suspended("claim")
     assert s.unit_status(claim)["message"] == said
+    # wait-for-pods-running times its pods from now on, not from its admission
+    assert s.scheduler.switch.pods_timed_from(claim, admitted_at, 0.0) == s.clock.now
     assert s.unit_status(claim)["phase"] == c.Phase.DEQUEUED.value

@@ -95,6 +95,7 @@ async def test_the_preemptor_job_is_resumed_once_the_victims_pods_are_gone(start
         try:
             await low_runs_with_lingering_pods(system)
             await high_admitted_waiting(system)
+            lingering = {p["metadata"]["uid"] for p in await pods_of(system, "low")}
             for _ in range(10):  # 2 s: its job stays suspended while low's pods linger
                 assert await suspended(system, "high")
                 assert await system.phase("high-py-qu") == c.Phase.DEQUEUED.value
@@ -103,10 +104,10 @@ async def test_the_preemptor_job_is_resumed_once_the_victims_pods_are_gone(start
         finally:
             await set_linger(system, "low", False)
 
-        async def gone() -> bool:
-            return not await pods_of(system, "low")
+        async def gone() -> bool:  # (low, admitted again once high has ended, may have new ones)
+            return not {p["metadata"]["uid"] for p in await pods_of(system, "low")} & lingering
 
-        await system.wait_for(gone, 30, "low's pods to go")
+        await system.wait_for(gone, 30, "low's lingering pods to go")
         await system.wait_phase("high-py-qu", c.Phase.SUCCEED, timeout=60)
         said = [e["message"] for e in await system.events("high-py-qu") if e["reason"] == c.EventReason.DEQUEUED]
         assert any("waiting for 2 pods of preempted unit default/low-py-qu" in m for m in said), said

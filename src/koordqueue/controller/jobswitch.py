@@ -43,6 +43,7 @@ class VictimWait:
     bound: float  # seconds from the preemption to `until`
     admitted_message: str = ""  # the admission's message, which the wait's own is added to
     said: str = ""  # the message written with the admission (saying it waits), if any
+    ended_at: float | None = None  # when its job was let run (kept a while: pods_timed_from)
 
 
 class JobSwitch(Part):
@@ -67,8 +68,8 @@ class JobSwitch(Part):
         if known is None:
             return
         now = self.clock()
-        for waiter in [k for k, w in self.victim_waits.items() if w.until <= now]:
-            del self.victim_waits[waiter]  # (the waits of admissions undone since, never resumed)
+        for waiter in [k for k, w in self.victim_waits.items() if self._expired(w, now)]:
+            del self.victim_waits[waiter]
         found: dict[str, PodsKey] = {}
         pods: list[PodView] = []
         for victim in victims:
@@ -82,6 +83,14 @@ class JobSwitch(Part):
             return
         bound = max(pod.grace for pod in pods) + self.config.victim_wait_margin_seconds
         self.victim_waits[key] = VictimWait(known.admitted_at, found, now + bound, bound)
+
+    def _expired(self, wait: VictimWait, now: float) -> bool:
+        """An ended wait is kept while its pods' wait-for-pods-running timeout may run (it is
+        timed from the wait's end); one not ended past its bound is of an admission undone
+        since, whose job was never resumed."""
+        if wait.ended_at is not None:
+            return wait.ended_at + self.config.wait_for_pods_running_seconds <= now
+        return wait.until <= now
 
     def admission_message(self, key: str, message: str) -> str:
         """The admission's message, with what its job waits for when it waits for victims."""
@@ -106,11 +115,20 @@ class JobSwitch(Part):
                 pods, units = pods + n, [*units, victim]
         return pods, units
 
+    def pods_timed_from(self, key: str, admitted_at: float | None, since: float) -> float | None:
+        """From when the pods of the admitted unit ``key`` are timed (wait-for-pods-running):
+        ``since`` (its admission), or the moment its job was let run after waiting for its
+        victims' pods; None while it waits (its pods are not made yet)."""
+        wait = self.victim_waits.get(key)
+        if wait is None or wait.admitted_at != admitted_at:
+            return since
+        return None if wait.ended_at is None else max(since, wait.ended_at)
+
     def _victim_pod_changed(self, pod: PodView) -> None:
         if not pod.job_label or not self.victim_waits:
             return
         for key, wait in self.victim_waits.items():
-            if pod.job in wait.victims.values():
+            if wait.ended_at is None and pod.job in wait.victims.values():
                 unit = self.informers.unit.get(key)
                 if unit is not None:
                     self.jobs_queue.add(unit.job_key)
@@ -120,7 +138,7 @@ class JobSwitch(Part):
         is looked at again by the bound at the latest); else what its unit's message said while
         it waited and what it says once the job is resumed (or False: nothing to say)."""
         wait = self.victim_waits.get(key)
-        if wait is None:
+        if wait is None or wait.ended_at is not None:
             return False
         if wait.admitted_at != admitted_at:
             del self.victim_waits[key]
@@ -130,7 +148,7 @@ class JobSwitch(Part):
         if pods and now < wait.until:
             self.jobs_queue.add_after(item, wait.until - now + 0.05)
             return True
-        del self.victim_waits[key]
+        wait.ended_at = now
         if pods:
             log.warning("job %s resumed though %d pods of preempted units %s had not terminated after %g s",
                         item, pods, ", ".join(units), wait.bound)

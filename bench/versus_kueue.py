@@ -215,6 +215,12 @@ class JobRecord:
     suspended: bool = True
 
     @property
+    def admissions(self) -> int:
+        """Times the system gave it quota (its own record: a unit holding quota, a Workload's
+        QuotaReserved), each holding interval one."""
+        return len(self.held) + (self.holding_since is not None)
+
+    @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
@@ -657,6 +663,7 @@ def figures(world: World, end: float, divisor: int) -> dict[str, Any]:
     for record in records:  # still holding at the end: count it held until then
         if record.holding_since is not None:
             record.held.append((record.holding_since, end))
+            record.holding_since = None
     last_release = max((b for r in records for _, b in r.held), default=end)
     elapsed = max(last_release - start, 1e-9)
     area = sum(r.cpu * (b - a) for r in records for a, b in r.held)
@@ -696,10 +703,22 @@ def figures(world: World, end: float, divisor: int) -> dict[str, Any]:
         "unfinished": len(records) - len(completed),
         "over_quota": world.over_quota,
         "violations": world.violations[:5],
-        "released_more_than_once": sum(1 for r in records if r.releases > 1),
+        **release_counts(records),
         "peak_used_cpu": {q: v / 1000 for q, v in sorted(world.peak.items()) if q.startswith("parent")},
         "generator_late_p99_s": percentile(world.lateness, 0.99) if world.lateness else 0.0,
         "create_errors": world.create_errors[:5],
+    }
+
+
+def release_counts(records: list[JobRecord]) -> dict[str, int]:
+    """Jobs let run more than once, told apart by the system's own record of quota: a job
+    preempted (its quota taken back to reclaim a cohort's or for a higher priority) and
+    admitted again is released once per admission, as it should be; a job released more times
+    than it was admitted was suspended and resumed again while it held its quota: a defect."""
+    return {
+        "readmitted": sum(1 for r in records if r.admissions > 1),
+        "released_again_when_readmitted": sum(1 for r in records if 1 < r.releases <= r.admissions),
+        "released_twice_in_one_admission": sum(1 for r in records if r.releases > max(r.admissions, 1)),
     }
 
 
@@ -812,7 +831,8 @@ def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = {k: _mean([float(r[key][k]) for r in runs]) for k in value}
         else:
             out[key] = value
-    for key in ("admitted", "unfinished", "over_quota", "released_more_than_once"):
+    for key in ("admitted", "unfinished", "over_quota", "readmitted", "released_again_when_readmitted",
+                "released_twice_in_one_admission"):
         out[key] = sum(int(r[key]) for r in runs) if key != "admitted" else min(int(r[key]) for r in runs)
     return out
 
@@ -903,7 +923,11 @@ def render(result: dict[str, Any]) -> str:
     row("admitted", get(ours, "admitted"), get(kueue, "admitted"))
     row("unfinished", get(ours, "unfinished"), get(kueue, "unfinished"))
     row("moments over quota", get(ours, "over_quota"), get(kueue, "over_quota"))
-    row("released more than once", get(ours, "released_more_than_once"), get(kueue, "released_more_than_once"))
+    row("admitted again (preempted)", get(ours, "readmitted"), get(kueue, "readmitted"))
+    row("  released again when readmitted", get(ours, "released_again_when_readmitted"),
+        get(kueue, "released_again_when_readmitted"))
+    row("released twice in one admission", get(ours, "released_twice_in_one_admission"),
+        get(kueue, "released_twice_in_one_admission"))
     for r in result.get("runs", []):
         lines.append(f"  run {r['system']}: wall {fmt(r['wall_s'], ' s')}, small/medium/large "
                      + "/".join(fmt(r["mean_admission_s"][k], "", 2) for k in ("small", "medium", "large"))

@@ -16,6 +16,7 @@ from koordqueue.api import constants as c
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.jobswitch import JobSwitch
+from koordqueue.controller.pods import PodView, pod_view
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.unitstatus import UnitStatusWriter
@@ -48,7 +49,7 @@ class Setting:
             if not q.is_parent:
                 shared.engine.set_queue(auto_queue_for(q))
         self.status = UnitStatusWriter(shared)
-        self.scheduler = Scheduler(shared, self.status, JobSwitch(shared), {})
+        self.scheduler = Scheduler(shared, self.status, JobSwitch(shared, self.status), {})
         self.informers = [shared.informers.unit, shared.informers.jobs[KIND]]
 
     async def submit(self, name: str, quota: str, gpus: int) -> str:
@@ -181,3 +182,61 @@ async def test_a_victims_preempted_lands_before_the_admission_that_needs_its_roo
     assert s.landed() == ["unit victim-py-qu Preempted", "unit claim-py-qu Dequeued", "job claim resume"]
     assert s.fake.writes(UNITS.plural, "victim-py-qu")[0].error is not None  # (the slow first attempt)
     assert f"{KIND}/default/victim" in s.shared.owed  # its job is to be suspended (by the reconciler)
+
+
+def victim_pods(s: Setting, job: str, n: int) -> list[PodView]:
+    """``n`` running pods of ``job``, in the pod index (as UnitSync puts them there)."""
+    pods = []
+    for i in range(n):
+        view = pod_view({"metadata": {"name": f"{job}-worker-{i}", "namespace": "default",
+                                      "labels": {c.LABEL_JOB_NAME: job, c.LABEL_REPLICA_TYPE: "Worker"}},
+                         "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}})
+        assert view is not None
+        s.shared.informers.pods.put(view)
+        pods.append(view)
+    return pods
+
+
+@pytest.mark.parametrize("pods_go", [True, False])
+async def test_a_preemptors_job_waits_for_its_victims_pods_and_its_message_says_so(
+        running: Callable[..., Any], pods_go: bool) -> None:
+    """`claim` preempts `victim`, whose 2 pods still run: `claim` is admitted (Dequeued, its
+    quota held) but its job is not resumed, and its message says what it waits for. Once the
+    pods are gone (or the bound, their grace period of 30 s + the 30 s margin, has passed),
+    its job is resumed and its message says why."""
+    s: Setting = await running()
+    victim = await s.submit("victim", "b", 8)
+    s.shared.wake.set()
+    await until(lambda: not s.suspended("victim"))
+    pods = victim_pods(s, "victim", 2)
+    s.clock.now += 3600  # (past any protection of a recent admission)
+    claim = await s.submit("claim", "a", 4)
+    s.shared.wake.set()
+    await until(lambda: s.unit_status(claim).get("phase") in ADMITTED)
+    admitted = "admitted into quota a through queue koord-queue/a"
+    assert s.unit_status(claim)["message"] == (
+        f"{admitted}; waiting for 2 pods of preempted unit {victim} to terminate; its job is resumed once they "
+        "have, or after 1m at most (their grace period and a margin)")
+    job = s.shared.informers.job_view(f"{KIND}/default/claim")
+    assert job is not None
+    await s.scheduler.switch.resume(job)  # (the job reconciler's look: the pods are still there)
+    assert s.suspended("claim")
+    admitted_at = s.shared.engine.unit(claim).admitted_at  # type: ignore[union-attr]
+    assert s.scheduler.switch.pods_timed_from(claim, admitted_at, 0.0) is None  # (no pods to time yet)
+    if pods_go:
+        for pod in pods:
+            s.shared.informers.pods.remove(pod)
+        said = f"{admitted}; the pods of preempted unit {victim} have terminated: its job is resumed"
+    else:
+        s.clock.now += 59
+        await s.scheduler.switch.resume(job)
+        assert s.suspended("claim")  # (1 s short of the bound)
+        s.clock.now += 1
+        said = (f"{admitted}; its job is resumed though 2 pods of preempted unit {victim} had not terminated "
+                "after 1m (their grace period and a margin)")
+    await s.scheduler.switch.resume(job)
+    assert not s.suspended("claim")
+    assert s.unit_status(claim)["message"] == said
+    # wait-for-pods-running times its pods from now on, not from its admission
+    assert s.scheduler.switch.pods_timed_from(claim, admitted_at, 0.0) == s.clock.now
+    assert s.unit_status(claim)["phase"] == c.Phase.DEQUEUED.value

@@ -82,3 +82,27 @@ def test_the_pods_of_a_job_of_every_kind_are_counted_for_it(job: dict[str, Any],
     counted = index.count(view.pods[0], view.namespace, view.pods[1])
     assert (counted.running, counted.pending, counted.running_by_role) == (len(pod_labels), 1, running)
     assert set(running) - {"", "launcher"} <= {ps.name for ps in view.pod_sets}  # (an MPIJob's launcher: not queued)
+
+
+def _pod(name: str, phase: str, grace: object = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c"}]}
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"metadata": {"name": name, "namespace": "default", "labels": kubeflow("j", "Worker")[0],
+                         "deletionTimestamp": "2026-12-04T21:00:00Z"},
+            "spec": spec, "status": {"phase": phase}}
+
+
+def test_a_jobs_pods_linger_until_gone_or_ended_and_say_their_grace_period() -> None:
+    """What a preemptor's job waits for (jobswitch.py): the victims' pods not gone and not
+    ended, a pod being deleted among them; the bound is made of their grace periods."""
+    index = PodIndex()
+    views = [pod_view(_pod("running", "Running", 5)), pod_view(_pod("pending", "Pending")),
+             pod_view(_pod("done", "Succeeded", 90)), pod_view(_pod("odd", "Running", "x"))]
+    for view in views:
+        assert view is not None
+        index.put(view)
+    lingering = {p.name: p.grace for p in index.lingering(c.LABEL_JOB_NAME, "default", "j")}
+    assert lingering == {"running": 5, "pending": 30, "odd": 30}  # (30: Kubernetes' default)
+    index.remove(views[0])  # type: ignore[arg-type]
+    assert sorted(p.name for p in index.lingering(c.LABEL_JOB_NAME, "default", "j")) == ["odd", "pending"]

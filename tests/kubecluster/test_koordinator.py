@@ -268,3 +268,79 @@ async def test_what_koordinators_default_quota_uses_is_not_shared(koordinator: R
         await system.wait_phase("big-py-qu", c.Phase.RUNNING, timeout=60)
         pods = (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=big"))["items"]
         assert [quota_refusal(p) for p in pods] == [None] * len(pods)
+
+
+RECLAIM_BOUND = 30.0  # seconds from the reclaiming job's admission to its pods all running
+TERMINATING_SECONDS = 5.0  # how long the victim's pods take to stop once deleted (a grace period)
+LINGER = "koord-queue.test/terminating"  # the finalizer that keeps them that long
+
+
+async def test_a_reclaiming_gang_runs_as_soon_as_its_victims_pods_are_gone(koordinator: RealCluster,
+                                                                            tmp_path: Path) -> None:
+    """team-b's `low` fills the 4 nodes, borrowing team-a's min; team-a's `high` reclaims it;
+    `low`'s pods take 5 s to stop. `high`'s job is resumed once they are gone (issue 21), so
+    koord-scheduler finds room for its gang at once, rather than rejecting it for the room
+    `low`'s terminating pods still hold and leaving it to its queue's backoff or flush."""
+    async with running_system(tmp_path, cluster=koordinator) as system:
+        seconds, refused = await reclaim_on_full_nodes(system)
+    print(f"\nreclaim beside Koordinator: high's pods all running {seconds:.1f} s after its admission; "
+          f"refused by the scheduler meanwhile: {refused}")
+    assert not refused and TERMINATING_SECONDS <= seconds <= RECLAIM_BOUND, (seconds, refused)
+
+
+async def reclaim_on_full_nodes(system: System) -> tuple[float, dict[str, str]]:
+    """The scene above; seconds from `high` seen admitted to both its pods seen Running, and
+    the scheduler's refusals of its pods meanwhile (pod -> message)."""
+    root = c.KOORDINATOR_ROOT_QUOTA
+    await system.apply(quota("team-a", 16, 32, parent=root), quota("team-b", 16, 32, parent=root))
+    await system.apply(pytorch_job("low", gpus_per_pod=8, workers=3, quota_name="team-b"))
+
+    async def pods(job: str) -> list[dict[str, Any]]:
+        return list((await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}={job}"))["items"])
+
+    async def low_fills_the_nodes() -> bool:
+        mine = await pods("low")
+        return len(mine) == 4 and all(p["status"].get("phase") == "Running" for p in mine)
+
+    await system.wait_for(low_fills_the_nodes, 60, "low's 4 pods of 8 GPUs to run")
+    for pod in await pods("low"):
+        await system.akubectl("patch", "pod", pod["metadata"]["name"], "--type", "merge", "-p",
+                              json.dumps({"metadata": {"finalizers": [LINGER]}}))
+    loop = asyncio.get_running_loop()
+
+    async def low_terminates_slowly() -> None:
+        deleted: dict[str, float] = {}
+        while True:
+            for pod in await pods("low"):
+                name = pod["metadata"]["name"]
+                if pod["metadata"].get("deletionTimestamp") and LINGER in (pod["metadata"].get("finalizers") or ()):
+                    if loop.time() - deleted.setdefault(name, loop.time()) >= TERMINATING_SECONDS:
+                        await system.akubectl("patch", "pod", name, "--type", "merge", "-p",
+                                              json.dumps({"metadata": {"finalizers": None}}), check=False)
+            await asyncio.sleep(0.2)
+
+    terminating = asyncio.create_task(low_terminates_slowly())
+    try:
+        await system.apply(pytorch_job("high", gpus_per_pod=8, workers=1, quota_name="team-a", duration=5))
+        deadline = loop.time() + 240
+        admitted: float | None = None
+        refused: dict[str, str] = {}
+        while loop.time() < deadline:
+            if admitted is None and await system.phase("high-py-qu") in (c.Phase.DEQUEUED, c.Phase.RUNNING):
+                admitted = loop.time()
+            mine = await pods("high")
+            for pod in mine:
+                for condition in pod["status"].get("conditions") or ():
+                    if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                        refused[pod["metadata"]["name"]] = str(condition.get("message"))
+            if admitted is not None and len(mine) == 2 and all(p["status"].get("phase") == "Running" for p in mine):
+                return loop.time() - admitted, refused
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"high's pods did not all run in 240 s (admitted: {admitted is not None}); "
+                             f"refused: {refused}")
+    finally:
+        terminating.cancel()
+        await asyncio.gather(terminating, return_exceptions=True)
+        for pod in await pods("low"):
+            await system.akubectl("patch", "pod", pod["metadata"]["name"], "--type", "merge", "-p",
+                                  json.dumps({"metadata": {"finalizers": None}}), check=False)

@@ -40,7 +40,10 @@ def test_versus_kueue_in_small_runs_both_systems_alike_within_the_quotas() -> No
     for name in ("ours", "kueue"):
         r = f[name]
         assert r["jobs"] == jobs and r["admitted"] == jobs and r["unfinished"] == 0, (name, r)
-        # A job may be released twice (preempted to reclaim a cohort's quota, then admitted again): not a defect.
+        # A job may be released twice (preempted to reclaim a cohort's quota, then admitted again): not a
+        # defect; released twice while it held its quota once, it is.
+        assert r["released_twice_in_one_admission"] == 0, (name, r)
+        assert r["released_again_when_readmitted"] <= r["readmitted"], (name, r)
         assert r["over_quota"] == 0 and r["violations"] == [] and r["create_errors"] == [], (name, r)
         assert max(r["peak_used_cpu"].values()) <= 120, (name, r["peak_used_cpu"])
         assert all(number(r["mean_admission_s"][k]) for k in ("small", "medium", "large")), (name, r)

@@ -20,6 +20,9 @@ class ControllerConfig:
     backoff_base: float = c.BACKOFF_BASE_SECONDS
     backoff_cap: float = c.BACKOFF_CAP_SECONDS
     wait_for_pods_running_seconds: float = 300.0  # with the Queue annotation wait-for-pods-running
+    # A unit admitted by preempting others has its job resumed once the victims' pods have
+    # terminated, or at the latest after their grace period plus this (jobswitch.py).
+    victim_wait_margin_seconds: float = 30.0
     queue_status_refresh_seconds: float = c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
     quota_status_refresh_seconds: float = 2.0
     # A waiting unit's status.message, once it gives a reason, is told the engine's reason

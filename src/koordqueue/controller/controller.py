@@ -60,7 +60,7 @@ class Controller:
         self.quota_sync = QuotaSync(shared)
         self.unit_sync = UnitSync(shared)
         self.unit_status = UnitStatusWriter(shared)
-        self.switch = JobSwitch(shared)
+        self.switch = JobSwitch(shared, self.unit_status)
         queue_settings = self.quota_sync.queue_settings
         self.scheduler = Scheduler(shared, self.unit_status, self.switch, queue_settings)
         self.reconciler = JobReconciler(shared, self.unit_sync, self.unit_status, self.switch, self.scheduler,
@@ -103,6 +103,7 @@ class Controller:
         try:  # a replica that loses its lease while starting must not leave informers behind
             self.quota_sync.wire()
             self.unit_sync.wire()
+            self.switch.wire()  # (after unit_sync: it reads the pod index unit_sync keeps)
             self.quota_status.wire()
             self._tasks += [asyncio.create_task(shared.events.writer(), name=f"event-writer-{i}")
                             for i in range(EVENT_WRITERS)]

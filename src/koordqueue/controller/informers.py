@@ -217,10 +217,14 @@ class Informers:
                 found.append((item, job))
         return found
 
-    def pod_count(self, job: JobView) -> Any:
+    def pods_key(self, job: JobView) -> tuple[str, str, str]:
+        """How the job's pods are found in the pod index: (the label naming the job, namespace, its value)."""
         label = job.pods[0] if job.pods else c.LABEL_JOB_NAME
         value = job.pods[1] if job.pods else job.name
-        return self.pods.count(label, job.namespace, value)
+        return (label, job.namespace, value)
+
+    def pod_count(self, job: JobView) -> Any:
+        return self.pods.count(*self.pods_key(job))
 
 
 def _pods_key(job: JobView | None) -> tuple[str, str, str] | None:

@@ -9,12 +9,16 @@ puts back what that placement changed."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.keyedlock import KeyedLock
+from koordqueue.controller.pods import PodView
 from koordqueue.controller.shared import Part, Shared
+from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admitted_placement
+from koordqueue.engine import messages as msg
 from koordqueue.engine.model import Placement
 from koordqueue.jobs.base import JobAdapter, dequeued_patch, enqueued_patch
 from koordqueue.jobs.placement import admission_patch, koordinator_marks, read_originals
@@ -26,11 +30,132 @@ log = logging.getLogger(__name__)
 # back yet. It is resumed again only after this long (someone suspended it since).
 RESUME_AGAIN_AFTER_SECONDS = 5.0
 
+PodsKey = tuple[str, str, str]  # a job's pods in the pod index (informers.pods_key)
+
+
+@dataclass(slots=True)
+class VictimWait:
+    """A preemptor's job waiting for the pods of the units preempted for it to terminate."""
+
+    admitted_at: float | None  # the admission it belongs to (another one of the unit waits for nothing)
+    victims: dict[str, PodsKey]  # victim unit key -> its job's pods
+    until: float  # resumed then at the latest
+    bound: float  # seconds from the preemption to `until`
+    admitted_message: str = ""  # the admission's message, which the wait's own is added to
+    said: str = ""  # the message written with the admission (saying it waits), if any
+    ended_at: float | None = None  # when its job was let run (kept a while: pods_timed_from)
+
 
 class JobSwitch(Part):
-    def __init__(self, shared: Shared) -> None:
+    def __init__(self, shared: Shared, status: UnitStatusWriter | None = None) -> None:
         super().__init__(shared)
+        self.status = status  # (None: no message is written when a wait for victims ends)
         self.job_locks = KeyedLock()  # job item -> one suspension or resume at a time
+        self.victim_waits: dict[str, VictimWait] = {}  # preemptor unit key -> what its job waits for
+
+    def wire(self) -> None:
+        """A victim's pod that ends or goes: the jobs waiting for it look again (after the pod
+        index has taken the change: unitsync wires first)."""
+        self.informers.pod.on_update(lambda _old, new: self._victim_pod_changed(new))
+        self.informers.pod.on_delete(self._victim_pod_changed)
+
+    # --- preemptors wait for their victims' pods ------------------------------------------
+
+    def wait_for_victims(self, key: str, victims: list[str]) -> None:
+        """The unit ``key`` was just admitted by preempting ``victims``: its job is not resumed
+        while their pods linger (see the module's docstring)."""
+        known = self.engine.unit(key)
+        if known is None:
+            return
+        now = self.clock()
+        for waiter in [k for k, w in self.victim_waits.items() if self._expired(w, now)]:
+            del self.victim_waits[waiter]
+        found: dict[str, PodsKey] = {}
+        pods: list[PodView] = []
+        for victim in victims:
+            unit = self.informers.unit.get(victim)
+            job = self.informers.job_of(unit) if unit is not None else None
+            if job is None:
+                continue
+            found[victim] = self.informers.pods_key(job)
+            pods += self.informers.pods.lingering(*found[victim])
+        if not pods:
+            return
+        bound = max(pod.grace for pod in pods) + self.config.victim_wait_margin_seconds
+        self.victim_waits[key] = VictimWait(known.admitted_at, found, now + bound, bound)
+
+    def _expired(self, wait: VictimWait, now: float) -> bool:
+        """An ended wait is kept while its pods' wait-for-pods-running timeout may run (it is
+        timed from the wait's end); one not ended past its bound is of an admission undone
+        since, whose job was never resumed."""
+        if wait.ended_at is not None:
+            return wait.ended_at + self.config.wait_for_pods_running_seconds <= now
+        return wait.until <= now
+
+    def admission_message(self, key: str, message: str) -> str:
+        """The admission's message, with what its job waits for when it waits for victims."""
+        wait = self.victim_waits.get(key)
+        if wait is None:
+            return message
+        wait.admitted_message = message
+        pods, units = self._victims_left(wait)
+        wait.said = f"{message}; {msg.waiting_for_victims(pods, units, wait.bound)}" if pods else message
+        return wait.said
+
+    def _victims_left(self, wait: VictimWait) -> tuple[int, list[str]]:
+        """How many of the victims' pods linger, and whose. A victim admitted again since is not
+        waited for: the pods of its job are its own again."""
+        pods, units = 0, list[str]()
+        for victim, pods_key in wait.victims.items():
+            info = self.engine.unit(victim)
+            if info is not None and info.admitted_quota is not None:
+                continue
+            n = len(self.informers.pods.lingering(*pods_key))
+            if n:
+                pods, units = pods + n, [*units, victim]
+        return pods, units
+
+    def pods_timed_from(self, key: str, admitted_at: float | None, since: float) -> float | None:
+        """From when the pods of the admitted unit ``key`` are timed (wait-for-pods-running):
+        ``since`` (its admission), or the moment its job was let run after waiting for its
+        victims' pods; None while it waits (its pods are not made yet)."""
+        wait = self.victim_waits.get(key)
+        if wait is None or wait.admitted_at != admitted_at:
+            return since
+        return None if wait.ended_at is None else max(since, wait.ended_at)
+
+    def _victim_pod_changed(self, pod: PodView) -> None:
+        if not pod.job_label or not self.victim_waits:
+            return
+        for key, wait in self.victim_waits.items():
+            if wait.ended_at is None and pod.job in wait.victims.values():
+                unit = self.informers.unit.get(key)
+                if unit is not None:
+                    self.jobs_queue.add(unit.job_key)
+
+    def _still_waits(self, item: str, key: str, admitted_at: float | None) -> tuple[str, str] | bool:
+        """Whether the job of the admitted unit ``key`` waits for its victims' pods still (True; it
+        is looked at again by the bound at the latest); else what its unit's message said while
+        it waited and what it says once the job is resumed (or False: nothing to say)."""
+        wait = self.victim_waits.get(key)
+        if wait is None or wait.ended_at is not None:
+            return False
+        if wait.admitted_at != admitted_at:
+            del self.victim_waits[key]
+            return False
+        pods, units = self._victims_left(wait)
+        now = self.clock()
+        if pods and now < wait.until:
+            self.jobs_queue.add_after(item, wait.until - now + 0.05)
+            return True
+        wait.ended_at = now
+        if pods:
+            log.warning("job %s resumed though %d pods of preempted units %s had not terminated after %g s",
+                        item, pods, ", ".join(units), wait.bound)
+        if not wait.said or wait.said == wait.admitted_message:
+            return False  # its message never said it waits
+        said = msg.victims_outlasted(pods, units, wait.bound) if pods else msg.victims_gone(list(wait.victims))
+        return wait.said, f"{wait.admitted_message}; {said}"
 
     def _resumed(self, item: str, when: float | None) -> None:
         """When we resumed the job (None: not since its view showed it, or we suspended it)."""
@@ -108,6 +233,9 @@ class JobSwitch(Part):
                 else -RESUME_AGAIN_AFTER_SECONDS
             if self.clock() - resumed_at < RESUME_AGAIN_AFTER_SECONDS:
                 return
+            waits = self._still_waits(item, job.unit_key, known.admitted_at)
+            if waits is True:
+                return  # its victims' pods still hold the room it was given
             self._resumed(item, self.clock())
             if placement is None:
                 unit = self.informers.unit.get(job.unit_key)
@@ -120,6 +248,24 @@ class JobSwitch(Part):
             except KubeError:
                 self._resumed(item, None)
                 raise
+        if isinstance(waits, tuple):
+            await self._say_waited(job.unit_key, *waits)
+
+    async def _say_waited(self, key: str, said: str, message: str) -> None:
+        """Its unit's message no longer says the job waits for its victims' pods, if it still
+        does (a later write, Running say, has said the rest)."""
+        if self.status is None:
+            return
+
+        def still() -> bool:
+            known = self.engine.unit(key)
+            return known is not None and known.admitted_quota is not None and \
+                self.records.written_message(key) == said
+
+        try:
+            await self.status.write(key, {"message": message}, limit=self.status.message_limit, still=still)
+        except KubeError as e:
+            log.info("message of %s not written: %s", key, e)
 
     async def resume_admitted(self, unit: UnitView, placement: Placement | None) -> None:
         """Let an admitted unit's job run now, rather than when our watch brings back the

@@ -21,6 +21,7 @@ from koordqueue.jobs.podrequest import pod_request
 RUNNING, PENDING = "Running", "Pending"
 ONE_POD = 1000  # of a node's allocatable pods, in milli-units
 ENDED = ("Succeeded", "Failed")  # a pod that ended takes no room on its node
+GRACE_SECONDS = 30  # Kubernetes' terminationGracePeriodSeconds when a pod does not say
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class PodView:
     node: str = ""  # spec.nodeName: bound there, taking ``request`` while it has not ended
     request: tuple[tuple[str, int], ...] = ()
     quota: str = ""  # its label quota.scheduling.koordinator.sh/name: the quota koord-scheduler charges it to
+    grace: int = GRACE_SECONDS  # of a job's pod: the seconds its containers are given to stop when it is deleted
 
     @property
     def key(self) -> str:
@@ -73,11 +75,17 @@ def pod_view(obj: dict[str, Any]) -> PodView | None:
                 node=node,
                 request=request,
                 quota=str(labels.get(c.LABEL_QUOTA_NAME) or ""),
+                grace=_grace(spec),
             )
     if node:
         return PodView(namespace, str(meta.get("name", "")), "", "", "", phase, node=node, request=request,
                        quota=str(labels.get(c.LABEL_QUOTA_NAME) or ""))
     return None
+
+
+def _grace(spec: object) -> int:
+    grace = spec.get("terminationGracePeriodSeconds") if isinstance(spec, dict) else None
+    return grace if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0 else GRACE_SECONDS
 
 
 def _request(obj: dict[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -120,6 +128,12 @@ class PodIndex:
             elif pod.phase == PENDING:
                 result.pending += 1
         return result
+
+    def lingering(self, job_label: str, namespace: str, job_name: str) -> list[PodView]:
+        """The job's pods that have not ended: they hold their node's room until they are gone
+        (a pod being deleted is here until its containers have stopped)."""
+        return [pod for pod in self._pods.get((job_label, namespace, job_name), {}).values()
+                if pod.phase not in ENDED]
 
 
 class NodeUsage:

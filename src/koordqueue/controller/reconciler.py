@@ -211,7 +211,10 @@ class JobReconciler(Part):
         settings = self.queue_settings.get(known.admitted_queue or "") if known else None
         if settings is None or not settings.wait_for_pods_running:
             return
-        since = unit.allocated_at or (known.admitted_at if known and known.admitted_at else self.clock())
+        admitted = unit.allocated_at or (known.admitted_at if known and known.admitted_at else self.clock())
+        since = self.switch.pods_timed_from(unit.key, known.admitted_at if known else None, admitted)
+        if since is None:
+            return  # its job waits for the pods of the units it preempted: looked at again when it is resumed
         left = since + self.config.wait_for_pods_running_seconds - self.clock()
         if left > 0:
             self.jobs_queue.add_after(item, left + 0.05)

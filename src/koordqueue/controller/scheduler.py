@@ -99,7 +99,12 @@ class Scheduler(Part):
         # A unit admitted and then picked as a victim later in the same cycle is not admitted
         # at all: the engine has it backing off, and its Preempted status says why.
         victims = {p.unit for p in result.preempted}
-        await self._admit_all([a for a in result.admitted if a.unit not in victims])
+        admitted = [a for a in result.admitted if a.unit not in victims]
+        for admission in admitted:  # its job waits for its victims' pods to terminate (jobswitch.py)
+            mine = [p.unit for p in result.preempted if p.preemptor == admission.unit]
+            if mine:
+                self.switch.wait_for_victims(admission.unit, mine)
+        await self._admit_all(admitted)
 
     async def _admit_all(self, admitted: list[Admission]) -> None:
         await asyncio.gather(*(self._admit(a.unit, a.quota, a.queue, a.placement) for a in admitted))
@@ -157,6 +162,7 @@ class Scheduler(Part):
         checks = [check.name for check in (settings.admission_checks if settings else ())
                   if selector_matches(check.label_selector, labels)]
         status = st.admitted(job.unit_spec, quota, queue, checks, info.attempts + 1, now, placement)
+        status["message"] = self.switch.admission_message(key, status["message"])
         try:
             # Only while the engine still holds this admission when its turn comes: its unit may
             # have been finished meanwhile (its job ended) and its room given to another.

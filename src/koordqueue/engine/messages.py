@@ -183,3 +183,27 @@ def next_cycle(victims: list[str]) -> str:
     preempting = f", preempting {', '.join(sorted(victims))}" if victims else ""
     return (f"fits now: the controller admits it at its next cycle{preempting} "
             "(if it does not, see that the controller runs)")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _victims(units: list[str]) -> str:
+    return f"preempted unit{'' if len(units) == 1 else 's'} {', '.join(sorted(units))}"
+
+
+def waiting_for_victims(pods: int, units: list[str], bound: float) -> str:
+    """A preemptor admitted (its quota held), its job not resumed yet: the room it was given is
+    still taken on the nodes by its victims' pods, which are being deleted."""
+    return (f"waiting for {_count(pods, 'pod')} of {_victims(units)} to terminate; its job is resumed "
+            f"once they have, or after {_duration(bound)} at most (their grace period and a margin)")
+
+
+def victims_gone(units: list[str]) -> str:
+    return f"the pods of {_victims(units)} have terminated: its job is resumed"
+
+
+def victims_outlasted(pods: int, units: list[str], bound: float) -> str:
+    return (f"its job is resumed though {_count(pods, 'pod')} of {_victims(units)} had not terminated "
+            f"after {_duration(bound)} (their grace period and a margin)")

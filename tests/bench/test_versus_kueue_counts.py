@@ -1,0 +1,61 @@
+"""bench/versus_kueue.py's count of jobs let run more than once, fed the events its watches see:
+a job preempted and admitted again is released once per admission (no defect); one released
+twice while it held its quota once is the defect the count is for. The same for both systems'
+records (a QueueUnit's phase, a Workload's QuotaReserved)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+versus = pytest.importorskip("versus_kueue")
+
+
+def world(*names: str) -> Any:
+    records = [versus.JobRecord(name, "leaf-0-0", "parent-0", "leaf-0-0", versus.kueue_sim.CLASSES[0], 1000, 0.0)
+               for name in names]
+    for r in records:
+        r.submitted = 0.0
+    return versus.World(client=None, records=records, system=versus.Ours(Path("/nonexistent")))
+
+
+def unit(name: str, phase: c.Phase) -> dict[str, Any]:
+    return {"metadata": {"namespace": "leaf-0-0", "name": f"{name}-qu"},
+            "spec": {"consumerRef": {"name": name}}, "status": {"phase": phase.value}}
+
+
+def job(name: str, suspended: bool) -> tuple[str, bool, bool]:
+    return (f"leaf-0-0/{name}", suspended, False)
+
+
+def test_a_job_preempted_and_admitted_again_is_not_counted_released_twice() -> None:
+    w = world("preempted", "plain")
+    ours = w.system
+    for name in ("preempted", "plain"):
+        w._holder(ours.holder(unit(name, c.Phase.DEQUEUED)))
+        w._job(job(name, False))
+    w._holder(ours.holder(unit("preempted", c.Phase.PREEMPTED)))
+    w._job(job("preempted", True))
+    w._holder(ours.holder(unit("preempted", c.Phase.ENQUEUED)))
+    w._job(job("preempted", False))  # (its release seen before its new admission: the two watches race)
+    w._holder(ours.holder(unit("preempted", c.Phase.DEQUEUED)))
+    f = versus.figures(w, end=10.0, divisor=50)
+    assert (f["readmitted"], f["released_again_when_readmitted"], f["released_twice_in_one_admission"]) == (1, 1, 0)
+
+
+def test_a_job_suspended_and_resumed_while_it_held_its_quota_is_counted_released_twice() -> None:
+    w = world("twice")
+    ours = w.system
+    w._holder(ours.holder(unit("twice", c.Phase.DEQUEUED)))
+    w._job(job("twice", False))
+    w._job(job("twice", True))
+    w._holder(ours.holder(unit("twice", c.Phase.RUNNING)))  # (still holding: one admission)
+    w._job(job("twice", False))
+    f = versus.figures(w, end=10.0, divisor=50)
+    assert (f["readmitted"], f["released_again_when_readmitted"], f["released_twice_in_one_admission"]) == (0, 0, 1)

@@ -133,6 +133,10 @@ class NodeRoom:
         self._taken: dict[tuple[Pair, int], int] = {}  # (pair, since) -> pods the nodes grown since take
         self._taken_at = 0  # the epoch ``_taken`` holds for
         self._failed: dict[CheckKey, _Failure] = {}
+        # The last check that passed, and the room it passed in: ``_version`` counts the
+        # changes of ``_free``.
+        self._version = 0
+        self._passed: tuple[CheckKey, int, Placement] | None = None
         # Per pod vector (by id, as kept in ``_vectors``): how many such pods each node has
         # room for, and how far into ``_log`` (the rows of ``_free`` changed since, in
         # order) that count is current; a check updates only the rows changed since.
@@ -176,6 +180,7 @@ class NodeRoom:
         self._free[index] += change
         self._touched.add(index)
         self._log.append(index)
+        self._version += 1
         return bool((change > 0).any())
 
     def track(self, unit: str, pod_sets: Sequence[PodSetInfo]) -> None:
@@ -235,6 +240,7 @@ class NodeRoom:
         self._failed = {}
         self._counts = {}
         self._log = []
+        self._version += 1
         self._whole = {}
         self._rows = {}
         self._usable = {}
@@ -269,8 +275,9 @@ class NodeRoom:
     ) -> Placement | Unplaced:
         """Nodes for every pod of ``pod_sets`` (``counts`` of them, where given), or why not.
         ``released``: units whose room counts as given back (victims about to be preempted).
-        A check that failed is answered from ``failing`` until room it could use grows.
-        ``key``: ``check_key(pod_sets, counts)``, when the caller keeps it."""
+        A check that failed is answered from ``failing`` until room it could use grows;
+        the last that passed, while no room changed since (a queue's scan checks again
+        what woke it). ``key``: ``check_key(pod_sets, counts)``, when the caller keeps it."""
         self.sync()
         released = tuple(released)
         if released:
@@ -280,7 +287,12 @@ class NodeRoom:
             known = self.failing(key)
             if known is not None:
                 return known
+            passed = self._passed
+            if passed is not None and passed[0] == key and passed[1] == self._version:
+                return passed[2]
         found = self._place(pod_sets, counts, released)
+        if key is not None and isinstance(found, Placement):
+            self._passed = (key, self._version, found)
         if key is not None and isinstance(found, Unplaced):
             self._look()
             pairs = tuple({(_shape(ps.request), rules_key(ps)): None for ps in pod_sets
@@ -754,11 +766,13 @@ class NodeRoom:
             self._free[index] -= vector
             self._touched.add(index)
             self._log.append(index)
+            self._version += 1
             grew = grew or bool((vector < 0).any())
         for index, vector in new.items():
             self._free[index] += vector
             self._touched.add(index)
             self._log.append(index)
+            self._version += 1
             grew = grew or bool((vector > 0).any())
         if new:
             self._applied[unit] = new

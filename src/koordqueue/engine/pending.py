@@ -65,12 +65,10 @@ class Heads:
 
     __slots__ = ("_groups", "_top", "_last")
 
-    def __init__(self, groups: dict[Shape, dict[Shape, list[Entry]]]) -> None:
-        heads: dict[Shape, list[tuple[Entry, Shape]]] = {}
-        for group, streams in groups.items():
-            items = heads[group] = [(stream[0], shape) for shape, stream in streams.items()]
-            if len(items) > 1:
-                heapq.heapify(items)
+    def __init__(self, groups: dict[Shape, list[tuple[Entry, Shape]]]) -> None:
+        # Each group's heads come sorted (``PendingQueue`` keeps them so): a sorted list is
+        # a heap already, and a copy is all a scan needs.
+        heads = {group: items[:] for group, items in groups.items()}
         self._groups = heads
         self._top = [(items[0][0], group) for group, items in heads.items()]
         heapq.heapify(self._top)
@@ -119,14 +117,14 @@ class Heads:
 
 
 class PendingQueue:
-    """Sorted streams of pending units, by group; insert and remove in O(log n) plus a
-    memmove."""
+    """Sorted streams of pending units, and per group the first unit of each of its
+    streams, sorted; insert and remove in O(log n) plus a memmove."""
 
-    __slots__ = ("_streams", "_groups", "_group_of", "_size")
+    __slots__ = ("_streams", "_heads", "_group_of", "_size")
 
     def __init__(self) -> None:
         self._streams: dict[Shape, list[Entry]] = {}
-        self._groups: dict[Shape, dict[Shape, list[Entry]]] = {}
+        self._heads: dict[Shape, list[tuple[Entry, Shape]]] = {}
         self._group_of: dict[Shape, Shape] = {}
         self._size = 0
 
@@ -136,28 +134,45 @@ class PendingQueue:
     def _new_stream(self, shape: Shape) -> list[Entry]:
         stream: list[Entry] = []
         self._streams[shape] = stream
-        group = self._group_of[shape] = group_of(shape)
-        self._groups.setdefault(group, {})[shape] = stream
+        self._group_of[shape] = group_of(shape)
         return stream
+
+    def _unhead(self, entry: Entry, shape: Shape) -> None:
+        """The stream ``shape`` is headed by ``entry`` no more."""
+        group = self._group_of[shape]
+        heads = self._heads[group]
+        del heads[bisect_left(heads, (entry, shape))]
+        if not heads:
+            del self._heads[group]
 
     def add(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams.get(shape)
         if stream is None:
-            self._new_stream(shape).append(entry)
+            stream = self._new_stream(shape)
+        elif entry < stream[0]:
+            self._unhead(stream[0], shape)
         else:
             insort(stream, entry)
+            self._size += 1
+            return
+        stream.insert(0, entry)
+        insort(self._heads.setdefault(self._group_of[shape], []), (entry, shape))
         self._size += 1
 
     def load(self, items: Iterable[tuple[Entry, Shape]]) -> None:
         """Add many units at once (a rebuild): one sort per stream."""
+        for shape, old in self._streams.items():
+            if old:
+                self._unhead(old[0], shape)
         for entry, shape in items:
             stream = self._streams.get(shape)
             if stream is None:
                 stream = self._new_stream(shape)
             stream.append(entry)
             self._size += 1
-        for stream in self._streams.values():
+        for shape, stream in self._streams.items():
             stream.sort()
+            insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape))
 
     def remove(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams[shape]
@@ -165,18 +180,18 @@ class PendingQueue:
         if index == len(stream) or stream[index] != entry:
             raise KeyError(entry[4])
         del stream[index]
+        if index == 0:
+            self._unhead(entry, shape)
+            if stream:
+                insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape))
         if not stream:
             del self._streams[shape]
-            group = self._group_of.pop(shape)
-            streams = self._groups[group]
-            del streams[shape]
-            if not streams:
-                del self._groups[group]
+            del self._group_of[shape]
         self._size -= 1
 
     def heads(self) -> Heads:
         """The first unit of every stream, to merge the streams in order."""
-        return Heads(self._groups)
+        return Heads(self._heads)
 
     def next_of(self, shape: Shape) -> Entry | None:
         stream = self._streams.get(shape)

@@ -403,18 +403,19 @@ class NodeRoom:
                 for index, vector in change.items():
                     free[index] += vector
         groups = self._groups(pod_sets, counts)
-        if sum(len(g.sets) for g in groups) > 1:
-            free = free.copy() if free is self._free else free
         nodes: list[tuple[str, str, int]] = []
         domains: list[tuple[str, str, Chain]] = []
-        for group in groups:
+        last = len(groups) - 1
+        for number, group in enumerate(groups):
             found = self._place_group(free, group)
             if isinstance(found, Unplaced):
                 return found
             placed, chain = found
             for ps, index, n in placed:
                 nodes.append((ps.name, self.names[index], n))
-                if free is not self._free:
+                if number < last:  # the groups after it go where it leaves room (a copy: the room now is kept)
+                    if free is self._free:
+                        free = free.copy()
                     free[index] -= n * self._pod_vector(ps.request)[0]
             if chain is not None and group.level is not None:
                 domains += [(ps.name, chain[-1][0], chain) for ps, _ in group.sets]
@@ -583,22 +584,38 @@ class NodeRoom:
         """Each pod set in turn, on what the ones before it left (``free`` is a scratch copy
         when there is more than one)."""
         placed: list[tuple[PodSetInfo, int, int]] = []
-        scratch = free if len(sets) == 1 else free.copy()
-        if len(sets) > 1:  # the biggest pods first: the small ones fill the holes they leave
+        now = free is self._free  # the counts kept per pod vector hold until a pod is placed
+        many = len(sets) > 1
+        scratch = free.copy() if many else free
+        if many:  # the biggest pods first: the small ones fill the holes they leave
             sets = sorted(sets, key=lambda item: -self._size(item[0].request))
+        # Per pod vector: how many such pods each node of ``scratch`` has room for, brought
+        # up to date on the nodes each pod set takes (pod sets alike: a master, its workers).
+        known: dict[int, tuple[npt.NDArray[np.int64], Vector, list[int]]] = {}
         for ps, count in sets:
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
                 return self._unplaced(scratch, ps, count, within)
             mask = self._mask(ps) if within is None else self._mask(ps) & within
-            k = self._count(vector, cols).copy() if scratch is self._free else self._fits(scratch, vector, cols)
-            k[~mask] = 0
+            entry = known.get(id(vector))
+            if entry is not None:
+                room = entry[0]
+            else:
+                room = self._count(vector, cols) if now and not placed else self._fits(scratch, vector, cols)
+                if many:
+                    room = known.setdefault(id(vector), (room.copy(), vector, cols))[0]
+            k = np.where(mask, room, 0)
             if int(k.sum()) < count:
                 return self._unplaced(scratch, ps, count, within)
-            for index, n in _pack(k, count):
+            taken = _pack(k, count)
+            for index, n in taken:
                 placed.append((ps, index, n))
-                if len(sets) > 1:
+                if many:
                     scratch[index] -= n * vector
+            if many:
+                rows = np.array([index for index, _ in taken], dtype=np.intp)
+                for counted, other, other_cols in known.values():
+                    counted[rows] = self._fits(scratch[rows], other, other_cols)
         return placed
 
     def _unplaced(self, free: Matrix, ps: PodSetInfo, count: int, within: Mask | None) -> Unplaced:
@@ -831,8 +848,10 @@ def _add(out: dict[int, Vector], index: int, vector: Vector) -> None:
 
 def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
     """Spread ``count`` pods on nodes with room for ``k`` each (their sum is enough): the
-    nodes that take the most first, the rest on the node it fills best."""
-    order = np.argsort(-k, kind="stable")
+    nodes that take the most first, the rest on the node it fills best (nodes that take
+    none are never chosen: they are left out before sorting, in their order)."""
+    some = np.flatnonzero(k > 0)
+    order = some[np.argsort(-k[some], kind="stable")]
     ordered = k[order]
     total = np.cumsum(ordered)
     p = int(np.searchsorted(total, count))  # the first place where the sum reaches count

@@ -54,13 +54,29 @@ Mask = npt.NDArray[np.bool_]
 Shape = tuple[tuple[str, int], ...]
 Chain = tuple[tuple[str, str], ...]  # a domain: the labels that pin it, widest level first
 Pair = tuple[Shape, object]  # one pod's request and the rules for the nodes it may go to
-CheckKey = tuple[object, ...]  # what a check depends on besides the room: pod sets, counts
 ONE_POD = 1000  # a pod takes one of a node's ``pods`` (in milli-units)
 MANY = 1 << 40  # pods that fit on a node when they ask for nothing the node counts
 DOMAINS_COUNTED = 3  # of the domains that come closest to holding a gang, those counted exactly
 UNSCHEDULABLE = Taint(TAINT_UNSCHEDULABLE, "", TAINT_NO_SCHEDULE)
 BLOCKING_EFFECTS = (TAINT_NO_SCHEDULE, TAINT_NO_EXECUTE)
 Rule = Literal["unschedulable", "taint", "nodeSelector", "node affinity"]  # a Refusal's
+
+
+class CheckKey:
+    """What a check depends on besides the room (pod sets, counts), hashed once: it is
+    looked up at every head of a scan, and its parts nest deep."""
+
+    __slots__ = ("parts", "_hash")
+
+    def __init__(self, parts: tuple[object, ...]) -> None:
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, CheckKey) and self._hash == other._hash and self.parts == other.parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,11 +343,12 @@ class NodeRoom:
         if not self._touched:
             return
         free, seen = self._free, self._seen
-        for index in self._touched:
-            if (free[index] > seen[index]).any():
-                self._epoch += 1
-                self._grown[index] = self._epoch
-            seen[index] = free[index]
+        index = np.fromiter(self._touched, dtype=np.intp, count=len(self._touched))
+        grew = index[(free[index] > seen[index]).any(axis=1)]
+        if len(grew):  # an epoch each, in turn
+            self._grown[grew] = np.arange(self._epoch + 1, self._epoch + 1 + len(grew))
+            self._epoch += len(grew)
+        seen[index] = free[index]
         self._touched = set()
 
     def _lacks(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> int:
@@ -866,8 +883,8 @@ def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
 
 def check_key(pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> CheckKey:
     """What a check of ``pod_sets`` depends on besides the room: units alike check alike."""
-    return (tuple((ps.name, ps.count, _shape(ps.request), rules_key(ps), ps.topology) for ps in pod_sets),
-            tuple(sorted(counts.items())) if counts else ())
+    return CheckKey((tuple((ps.name, ps.count, _shape(ps.request), rules_key(ps), ps.topology) for ps in pod_sets),
+                     tuple(sorted(counts.items())) if counts else ()))
 
 
 def rules_key(ps: PodSetInfo) -> object:

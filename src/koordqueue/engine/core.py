@@ -130,6 +130,9 @@ class _Scan:
     restart: bool = False
     done: bool = False
     borrows: bool = False  # its next unit would borrow: it waits for the turns of those that do not
+    # Per resource: the least amount that did not fit its quota's own max (nor could by
+    # preemption), and the text it was told; units whose least asks as much wait as it does.
+    bar: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 _Held = dict[tuple[str, int, bool], int]
@@ -434,6 +437,8 @@ class Engine:
                 self._tell_blocked(state, depth)
                 break
             record = self._units[entry[4]]
+            if scan.bar and self._below_bar(scan, state, record, shape):
+                continue
             info = record.info
             misfit = first_misfit(leaf, info.request, info.priority)
             if misfit is None and not scan.borrows and borrowing(leaf, info.request):
@@ -490,6 +495,7 @@ class Engine:
                         other = units[dropped[4]]
                         if other.message != text:  # _say, inline: a group can have many heads
                             self._say(other, text)
+                    self._raise_bar(scan, state, misfit, text)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -503,6 +509,44 @@ class Engine:
                     self._say(self._units[follower[4]], record.message)
         self._finish_scan(state, scan)
         return False
+
+    def _raise_bar(self, scan: _Scan, state: _Queue, misfit: Misfit, text: str) -> None:
+        """A unit's least did not fit its own quota's max, and no preemption could make it
+        fit: every later unit of the scan whose least asks as much of that resource cannot
+        fit either (the quota's usage only grows within a scan; a unit of it that leaves
+        restarts the scan), and borrows, so that nothing can be reclaimed for it."""
+        leaf = state.leaf
+        if misfit.node is not leaf or misfit.hold is not None or misfit.runtime or leaf.capped \
+                or state.info.preemption:
+            return
+        name = misfit.resource
+        runtime = leaf.runtime.get(name)
+        if runtime is None or runtime > misfit.limit:
+            return
+        known = scan.bar.get(name)
+        if known is None or misfit.asked < known[0]:
+            scan.bar[name] = (misfit.asked, text)
+
+    def _below_bar(self, scan: _Scan, state: _Queue, record: _Unit, shape: Shape) -> bool:
+        """Whether the head ``record`` (of stream ``shape``) cannot fit by ``scan.bar``: if
+        so it is taken with the rest of its group, told the text of the unit that raised the
+        bar (as a group is told its first unit's)."""
+        least = state.pending.least(shape)
+        for name, (amount, said) in scan.bar.items():
+            if least.get(name, 0) >= amount:
+                text = said
+                break
+        else:
+            return False
+        heads = scan.heads
+        heads.pop()
+        self._say(record, text)
+        units = self._units
+        for dropped in heads.drop_group():
+            other = units[dropped[4]]
+            if other.message != text:
+                self._say(other, text)
+        return True
 
     def _pods_blocker(self, state: _Queue) -> str | None:
         """The first unit admitted through ``state`` whose pods do not all run yet, when

@@ -59,6 +59,13 @@ def group_of(shape: Shape) -> Shape:
     return (*shape[:-1], (LEAST, tuple(sorted(least.items()))))
 
 
+def least_of(group: Shape) -> dict[str, int]:
+    """The least request of the units of a group (``group_of``): with their elastic pod sets at their min."""
+    pairs = group[-1][1] if group and group[-1][0] == LEAST else group
+    assert isinstance(pairs, tuple)
+    return {name: amount for name, amount in pairs if isinstance(amount, int)}
+
+
 class Heads:
     """The first unit of every stream, merged in admission order a group at a time (see
     the module doc)."""
@@ -120,12 +127,13 @@ class PendingQueue:
     """Sorted streams of pending units, and per group the first unit of each of its
     streams, sorted; insert and remove in O(log n) plus a memmove."""
 
-    __slots__ = ("_streams", "_heads", "_group_of", "_size")
+    __slots__ = ("_streams", "_heads", "_group_of", "_least", "_size")
 
     def __init__(self) -> None:
         self._streams: dict[Shape, list[Entry]] = {}
         self._heads: dict[Shape, list[tuple[Entry, Shape]]] = {}
         self._group_of: dict[Shape, Shape] = {}
+        self._least: dict[Shape, dict[str, int]] = {}  # per stream: its group's least request
         self._size = 0
 
     def __len__(self) -> int:
@@ -134,7 +142,8 @@ class PendingQueue:
     def _new_stream(self, shape: Shape) -> list[Entry]:
         stream: list[Entry] = []
         self._streams[shape] = stream
-        self._group_of[shape] = group_of(shape)
+        group = self._group_of[shape] = group_of(shape)
+        self._least[shape] = least_of(group)
         return stream
 
     def _unhead(self, entry: Entry, shape: Shape) -> None:
@@ -187,11 +196,16 @@ class PendingQueue:
         if not stream:
             del self._streams[shape]
             del self._group_of[shape]
+            del self._least[shape]
         self._size -= 1
 
     def heads(self) -> Heads:
         """The first unit of every stream, to merge the streams in order."""
         return Heads(self._heads)
+
+    def least(self, shape: Shape) -> dict[str, int]:
+        """The least request of the units of stream ``shape``."""
+        return self._least[shape]
 
     def next_of(self, shape: Shape) -> Entry | None:
         stream = self._streams.get(shape)

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from koordqueue.engine.model import PodSetInfo
-from koordqueue.engine.pending import Entry, PendingQueue, Shape, group_of, shape_of
+from koordqueue.engine.pending import Entry, PendingQueue, Shape, group_of, least_of, shape_of
 
 
 def _shapes(rng: random.Random) -> list[Shape]:
@@ -30,7 +30,9 @@ def _merged(queue: PendingQueue) -> list[tuple[Entry, Shape]]:
     heads = queue.heads()
     out = []
     while (head := heads.peek()) is not None:
-        out.append(head)
+        entry, shape, least = head
+        assert least == least_of(group_of(shape))
+        out.append((entry, shape))
         heads.pop()
     return out
 
@@ -75,7 +77,15 @@ def test_a_dropped_group_takes_the_heads_of_its_streams_alone() -> None:
     assert sorted(dropped) == sorted(e for e, s in _merged(queue) if group_of(s) == group and e != head[0])
     left = []
     while (item := heads.peek()) is not None:
-        left.append(item)
+        left.append(item[:2])
         heads.pop()
     assert all(group_of(s) != group for _, s in left)
     assert len(left) + len(dropped) + 1 == len(shapes)
+
+
+def test_the_least_of_a_group_is_its_request_with_elastic_pod_sets_at_their_min() -> None:
+    plain = shape_of({"gpu": 8, "cpu": 8}, (PodSetInfo("worker", 2, {"gpu": 4, "cpu": 4}),))
+    elastic = shape_of({"gpu": 8, "cpu": 8}, (PodSetInfo("worker", 2, {"gpu": 4, "cpu": 4}, 1),))
+    assert least_of(group_of(plain)) == {"gpu": 8, "cpu": 8}
+    assert least_of(group_of(elastic)) == {"gpu": 4, "cpu": 4}
+    assert least_of(group_of(shape_of({"gpu": 2}))) == {"gpu": 2}

@@ -425,7 +425,7 @@ class Engine:
         leaf = state.leaf
         depth = state.info.max_depth
         while (head := heads.peek()) is not None:
-            entry, shape = head
+            entry, shape, least_asked = head
             if self._pods_blocker(state) is not None:
                 # koord-queue/wait-for-pods-running: nothing more until those pods run.
                 heads.clear()
@@ -437,7 +437,7 @@ class Engine:
                 self._tell_blocked(state, depth)
                 break
             record = self._units[entry[4]]
-            if scan.bar and self._below_bar(scan, state, record, shape):
+            if scan.bar and self._below_bar(scan, record, least_asked):
                 continue
             info = record.info
             misfit = first_misfit(leaf, info.request, info.priority)
@@ -527,11 +527,10 @@ class Engine:
         if known is None or misfit.asked < known[0]:
             scan.bar[name] = (misfit.asked, text)
 
-    def _below_bar(self, scan: _Scan, state: _Queue, record: _Unit, shape: Shape) -> bool:
-        """Whether the head ``record`` (of stream ``shape``) cannot fit by ``scan.bar``: if
+    def _below_bar(self, scan: _Scan, record: _Unit, least: dict[str, int]) -> bool:
+        """Whether the head ``record`` (its group's least request: ``least``) cannot fit by ``scan.bar``: if
         so it is taken with the rest of its group, told the text of the unit that raised the
         bar (as a group is told its first unit's)."""
-        least = state.pending.least(shape)
         for name, (amount, said) in scan.bar.items():
             if least.get(name, 0) >= amount:
                 text = said

@@ -66,13 +66,17 @@ def least_of(group: Shape) -> dict[str, int]:
     return {name: amount for name, amount in pairs if isinstance(amount, int)}
 
 
+Head = tuple[Entry, "Shape", dict[str, int]]
+"""The first unit of a stream, its stream, and the least request of its group."""
+
+
 class Heads:
     """The first unit of every stream, merged in admission order a group at a time (see
     the module doc)."""
 
-    __slots__ = ("_groups", "_top", "_last")
+    __slots__ = ("_groups", "_top", "_last", "_least")
 
-    def __init__(self, groups: dict[Shape, list[tuple[Entry, Shape]]]) -> None:
+    def __init__(self, groups: dict[Shape, list[Head]]) -> None:
         # Each group's heads come sorted (``PendingQueue`` keeps them so): a sorted list is
         # a heap already, and a copy is all a scan needs.
         heads = {group: items[:] for group, items in groups.items()}
@@ -80,8 +84,9 @@ class Heads:
         self._top = [(items[0][0], group) for group, items in heads.items()]
         heapq.heapify(self._top)
         self._last: Shape = ()
+        self._least: dict[str, int] = {}
 
-    def peek(self) -> tuple[Entry, Shape] | None:
+    def peek(self) -> Head | None:
         """The next head in admission order (entries of the top heap left behind by a
         group's change are dropped here)."""
         top, groups = self._top, self._groups
@@ -98,7 +103,7 @@ class Heads:
         entry, group = self._top[0]
         self._last = group
         items = self._groups[group]
-        heapq.heappop(items)
+        self._least = heapq.heappop(items)[2]
         if items:
             heapq.heapreplace(self._top, (items[0][0], group))
         else:
@@ -109,14 +114,14 @@ class Heads:
         """The next unit of the stream of the head taken last."""
         group = self._last
         items = self._groups.setdefault(group, [])
-        heapq.heappush(items, (entry, shape))
+        heapq.heappush(items, (entry, shape, self._least))
         if items[0][0] == entry:
             heapq.heappush(self._top, (entry, group))
 
     def drop_group(self) -> list[Entry]:
         """Drop the rest of the group of the head taken last: they wait as it does."""
         items = self._groups.pop(self._last, [])
-        return [entry for entry, _ in items]
+        return [item[0] for item in items]
 
     def clear(self) -> None:
         self._groups = {}
@@ -131,9 +136,9 @@ class PendingQueue:
 
     def __init__(self) -> None:
         self._streams: dict[Shape, list[Entry]] = {}
-        self._heads: dict[Shape, list[tuple[Entry, Shape]]] = {}
+        self._heads: dict[Shape, list[Head]] = {}
         self._group_of: dict[Shape, Shape] = {}
-        self._least: dict[Shape, dict[str, int]] = {}  # per stream: its group's least request
+        self._least: dict[Shape, dict[str, int]] = {}  # per stream: its group's least request (``Head``)
         self._size = 0
 
     def __len__(self) -> int:
@@ -150,7 +155,7 @@ class PendingQueue:
         """The stream ``shape`` is headed by ``entry`` no more."""
         group = self._group_of[shape]
         heads = self._heads[group]
-        del heads[bisect_left(heads, (entry, shape))]
+        del heads[bisect_left(heads, (entry,))]
         if not heads:
             del self._heads[group]
 
@@ -165,7 +170,7 @@ class PendingQueue:
             self._size += 1
             return
         stream.insert(0, entry)
-        insort(self._heads.setdefault(self._group_of[shape], []), (entry, shape))
+        insort(self._heads.setdefault(self._group_of[shape], []), (entry, shape, self._least[shape]))
         self._size += 1
 
     def load(self, items: Iterable[tuple[Entry, Shape]]) -> None:
@@ -181,7 +186,7 @@ class PendingQueue:
             self._size += 1
         for shape, stream in self._streams.items():
             stream.sort()
-            insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape))
+            insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape, self._least[shape]))
 
     def remove(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams[shape]
@@ -192,7 +197,7 @@ class PendingQueue:
         if index == 0:
             self._unhead(entry, shape)
             if stream:
-                insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape))
+                insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape, self._least[shape]))
         if not stream:
             del self._streams[shape]
             del self._group_of[shape]
@@ -202,10 +207,6 @@ class PendingQueue:
     def heads(self) -> Heads:
         """The first unit of every stream, to merge the streams in order."""
         return Heads(self._heads)
-
-    def least(self, shape: Shape) -> dict[str, int]:
-        """The least request of the units of stream ``shape``."""
-        return self._least[shape]
 
     def next_of(self, shape: Shape) -> Entry | None:
         stream = self._streams.get(shape)

@@ -96,6 +96,7 @@ class _Queue:
     # Likewise its failed placement checks that room grown on the nodes may let pass now.
     node_woken: dict[CheckKey, _NodeWait] = field(default_factory=dict)
     rescan: bool = True  # something other than room woke it: scan it in any case
+    misfits_above: bool = False  # a unit of its last scan ran into a limit above its own quota
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
 
     @property
@@ -598,6 +599,7 @@ class Engine:
         state.reclaims = False
         state.woken = []
         state.node_woken = {}
+        state.misfits_above = False
         self._node_waiters.pop(state.key, None)  # its scan finds what it waits for anew
         scan = _Scan(state.pending.heads(), old, rounds)
         self._scans[state.key] = scan
@@ -649,6 +651,7 @@ class Engine:
             need[misfit.resource] = misfit.asked
         if misfit.never or misfit.runtime or node is leaf:
             return told  # its own quota's limit: others' units are no competition (Priority skips it)
+        state.misfits_above = True
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
             return told  # nobody else uses that node: holding keeps nothing from anyone
         # Hold up to the node where it lacks room, not above: room above that node is of
@@ -1097,8 +1100,10 @@ class Engine:
         waits for room again. A unit told another kind of reason is scanned for (so that
         the units behind it are told as a scan tells them)."""
         waits, state.node_woken = state.node_woken, {}
-        if waits and state.holds:
-            return True  # its holds are worked out anew with today's room in the quotas
+        if waits and state.misfits_above:
+            # Limits above its quota move with others' admissions: what it holds there and
+            # what its units are told are worked out anew, as a scan does.
+            return True
         for key, wait in waits.items():
             found = self._room.place(wait.pod_sets, wait.counts, key=key)
             if not isinstance(found, Unplaced):

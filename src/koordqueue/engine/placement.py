@@ -721,7 +721,7 @@ class NodeRoom:
         else:
             k, seen = known
             if seen < len(log):
-                changed = np.unique(np.array(log[seen:], dtype=np.intp))
+                changed = np.array(log[seen:], dtype=np.intp)  # a row twice is counted twice alike
                 if 2 * len(changed) >= len(k):
                     k = self._fits(self._free, vector, cols)
                 else:

@@ -30,6 +30,7 @@ from koordqueue.engine.model import (
     EngineConfig,
     NodeInfo,
     Placement,
+    PodSetInfo,
     Preemption,
     QueueInfo,
     QuotaInfo,
@@ -92,7 +93,10 @@ class _Queue:
     # it asked there and, for room held, the priority it was held against: None when not
     # held); nothing else that could change its decisions happened.
     woken: list[tuple[QuotaNode, ResourceList, int | None]] = field(default_factory=list)
+    # Likewise its failed placement checks that room grown on the nodes may let pass now.
+    node_woken: dict[CheckKey, _NodeWait] = field(default_factory=dict)
     rescan: bool = True  # something other than room woke it: scan it in any case
+    misfits_above: bool = False  # a unit of its last scan ran into a limit above its own quota
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
 
     @property
@@ -108,6 +112,15 @@ class _Queue:
 
 
 @dataclass(slots=True)
+class _NodeWait:
+    """A failed placement check a queue waits on: what to check again, and the units told why they wait."""
+
+    pod_sets: tuple[PodSetInfo, ...]
+    counts: dict[str, int] | None
+    units: list[str]
+
+
+@dataclass(slots=True)
 class _Scan:
     """A queue's scan within one cycle, resumed at each of its turns."""
 
@@ -118,6 +131,9 @@ class _Scan:
     restart: bool = False
     done: bool = False
     borrows: bool = False  # its next unit would borrow: it waits for the turns of those that do not
+    # Per resource: the least amount that did not fit its quota's own max (nor could by
+    # preemption), and the text it was told; units whose least asks as much wait as it does.
+    bar: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 _Held = dict[tuple[str, int, bool], int]
@@ -186,7 +202,7 @@ class Engine:
         self._scans: dict[str, _Scan] = {}
         self._room = NodeRoom(config.topology_levels)
         # Queues whose units wait for room on the nodes, with the checks that failed for them.
-        self._node_waiters: dict[str, set[CheckKey]] = {}
+        self._node_waiters: dict[str, dict[CheckKey, _NodeWait]] = {}
         self._room_grew = False  # since the waiters were last looked at
         # Admitted units whose pods do not all run yet, with the key of the Queue they were
         # admitted through, and the same by Queue in admission order: a Queue with
@@ -397,9 +413,10 @@ class Engine:
         """Go on scanning ``state`` until one unit is admitted (True) or none can be."""
         scan = self._scans.get(state.key)
         if scan is None or scan.restart:
-            if not state.rescan and not self._room_left(state):
-                # Woken by room at a node it waits on, which others took before its turn:
-                # its scan would end where the last one did.
+            if not state.rescan and not self._room_left(state) and not self._nodes_left(state):
+                # Woken by room at a quota node it waits on or on the nodes its pods wait
+                # for, which others took before its turn: its scan would end where the last
+                # one did.
                 if scan is not None:
                     scan.restart = False
                     scan.done = True
@@ -409,7 +426,7 @@ class Engine:
         leaf = state.leaf
         depth = state.info.max_depth
         while (head := heads.peek()) is not None:
-            entry, shape = head
+            entry, shape, least_asked = head
             if self._pods_blocker(state) is not None:
                 # koord-queue/wait-for-pods-running: nothing more until those pods run.
                 heads.clear()
@@ -421,6 +438,8 @@ class Engine:
                 self._tell_blocked(state, depth)
                 break
             record = self._units[entry[4]]
+            if scan.bar and self._below_bar(scan, record, least_asked):
+                continue
             info = record.info
             misfit = first_misfit(leaf, info.request, info.priority)
             if misfit is None and not scan.borrows and borrowing(leaf, info.request):
@@ -432,6 +451,7 @@ class Engine:
             placement: Placement | None = None
             unplaced: Unplaced | None = None
             waits: CheckKey | None = None  # the failed check whose room it waits for
+            waits_counts: dict[str, int] | None = None  # its pod counts, when not all of them
             if misfit is None and self._places(state, info):
                 if record.check is None:
                     record.check = check_key(info.pod_sets)
@@ -448,7 +468,8 @@ class Engine:
                 admit = placement is not None
                 if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
                     elastic = next(ps for ps in info.pod_sets if ps.elastic)
-                    waits = check_key(info.pod_sets, {elastic.name: elastic.min_count or 0})
+                    waits_counts = {elastic.name: elastic.min_count or 0}
+                    waits = check_key(info.pod_sets, waits_counts)
             by_quota = False  # it fits neither its quota nor by preemption, whatever its pods
             if not admit and misfit is not None:
                 admit, placement, by_quota = self._preempt_for(record, state, misfit, now, result)
@@ -464,7 +485,7 @@ class Engine:
             # Same request, same or lower priority: the rest of this stream waits too.
             if unplaced is not None:
                 assert waits is not None
-                told = self._note_unplaced(record, state, unplaced, waits)
+                told = self._note_unplaced(record, state, unplaced, waits, waits_counts)
             else:
                 assert misfit is not None
                 told = self._note_misfit(record, state, misfit, now)
@@ -475,6 +496,7 @@ class Engine:
                         other = units[dropped[4]]
                         if other.message != text:  # _say, inline: a group can have many heads
                             self._say(other, text)
+                    self._raise_bar(scan, state, misfit, text)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -488,6 +510,43 @@ class Engine:
                     self._say(self._units[follower[4]], record.message)
         self._finish_scan(state, scan)
         return False
+
+    def _raise_bar(self, scan: _Scan, state: _Queue, misfit: Misfit, text: str) -> None:
+        """A unit's least did not fit its own quota's max, and no preemption could make it
+        fit: every later unit of the scan whose least asks as much of that resource cannot
+        fit either (the quota's usage only grows within a scan; a unit of it that leaves
+        restarts the scan), and borrows, so that nothing can be reclaimed for it."""
+        leaf = state.leaf
+        if misfit.node is not leaf or misfit.hold is not None or misfit.runtime or leaf.capped \
+                or state.info.preemption:
+            return
+        name = misfit.resource
+        runtime = leaf.runtime.get(name)
+        if runtime is None or runtime > misfit.limit:
+            return
+        known = scan.bar.get(name)
+        if known is None or misfit.asked < known[0]:
+            scan.bar[name] = (misfit.asked, text)
+
+    def _below_bar(self, scan: _Scan, record: _Unit, least: dict[str, int]) -> bool:
+        """Whether the head ``record`` (its group's least request: ``least``) cannot fit by ``scan.bar``: if
+        so it is taken with the rest of its group, told the text of the unit that raised the
+        bar (as a group is told its first unit's)."""
+        for name, (amount, said) in scan.bar.items():
+            if least.get(name, 0) >= amount:
+                text = said
+                break
+        else:
+            return False
+        heads = scan.heads
+        heads.pop()
+        self._say(record, text)
+        units = self._units
+        for dropped in heads.drop_group():
+            other = units[dropped[4]]
+            if other.message != text:
+                self._say(other, text)
+        return True
 
     def _pods_blocker(self, state: _Queue) -> str | None:
         """The first unit admitted through ``state`` whose pods do not all run yet, when
@@ -539,6 +598,8 @@ class Engine:
         state.rescan = False
         state.reclaims = False
         state.woken = []
+        state.node_woken = {}
+        state.misfits_above = False
         self._node_waiters.pop(state.key, None)  # its scan finds what it waits for anew
         scan = _Scan(state.pending.heads(), old, rounds)
         self._scans[state.key] = scan
@@ -590,6 +651,7 @@ class Engine:
             need[misfit.resource] = misfit.asked
         if misfit.never or misfit.runtime or node is leaf:
             return told  # its own quota's limit: others' units are no competition (Priority skips it)
+        state.misfits_above = True
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
             return told  # nobody else uses that node: holding keeps nothing from anyone
         # Hold up to the node where it lacks room, not above: room above that node is of
@@ -933,9 +995,10 @@ class Engine:
                 high = middle - 1
         return best, None
 
-    def _note_unplaced(self, record: _Unit, state: _Queue, unplaced: Unplaced, waits: CheckKey) -> bool:
+    def _note_unplaced(self, record: _Unit, state: _Queue, unplaced: Unplaced, waits: CheckKey,
+                       counts: dict[str, int] | None) -> bool:
         """Say why the unit's pods have no nodes, and wait for room on them that the check
-        ``waits`` could use. Return whether it waits for another reason than before (see
+        ``waits`` (of ``counts`` of its pods, when not all) could use. Return whether it waits for another reason than before (see
         ``_note_misfit``)."""
         key: tuple[object, ...] = ("nodes", unplaced)
         reason = record.reason
@@ -943,7 +1006,12 @@ class Engine:
         if reason is None or reason[0] != key:
             reason = record.reason = (key, messages.unplaced(state.leaf, unplaced))
         self._say(record, reason[1])
-        self._node_waiters.setdefault(state.key, set()).add(waits)
+        waiting = self._node_waiters.setdefault(state.key, {})
+        wait = waiting.get(waits)
+        if wait is None:
+            waiting[waits] = _NodeWait(record.info.pod_sets, counts, [record.key])
+        else:
+            wait.units.append(record.key)
         return told
 
     def _wake_nodes(self, everyone: bool = False) -> None:
@@ -951,14 +1019,17 @@ class Engine:
         failed checks one may pass now (room grew on a node that takes one of its pods);
         ``everyone``: nodes came, went or changed, all of them."""
         self._room_grew = False
-        still: dict[str, set[CheckKey]] = {}
+        still: dict[str, dict[CheckKey, _NodeWait]] = {}
         for key in sorted(self._node_waiters):
             checks = self._node_waiters[key]
             state = self._qs.get(key)
             if state is None:
                 continue
-            if everyone or any(self._room.failing(check) is None for check in checks):
+            if everyone:
                 self._touch(state)
+            elif any(self._room.failing(check) is None for check in checks):
+                state.node_woken.update(checks)
+                self._touch(state, rescan=False)
             else:
                 still[key] = checks
         self._node_waiters = still
@@ -1021,6 +1092,28 @@ class Engine:
             if priority is not None and priority > node.hold_waiter_priority.get(state.key, -math.inf):
                 node.hold_waiter_priority[state.key] = priority
         state.woken = []
+        return False
+
+    def _nodes_left(self, state: _Queue) -> bool:
+        """Whether a failed placement check that room on the nodes woke ``state`` for
+        passes now; if none does, its units are told why anew (as its scan would) and it
+        waits for room again. A unit told another kind of reason is scanned for (so that
+        the units behind it are told as a scan tells them)."""
+        waits, state.node_woken = state.node_woken, {}
+        if waits and state.misfits_above:
+            # Limits above its quota move with others' admissions: what it holds there and
+            # what its units are told are worked out anew, as a scan does.
+            return True
+        for key, wait in waits.items():
+            found = self._room.place(wait.pod_sets, wait.counts, key=key)
+            if not isinstance(found, Unplaced):
+                return True
+            for unit in wait.units:
+                record = self._units.get(unit)
+                if record is None or record.queue is not state or record.state is not _State.QUEUED:
+                    return True
+                if self._note_unplaced(record, state, found, key, wait.counts):
+                    return True
         return False
 
     def _touch(self, state: _Queue, rescan: bool = True) -> None:

@@ -50,9 +50,11 @@ def borrowing(leaf: QuotaNode, request: ResourceList) -> bool:
     """Whether admitting ``request`` takes ``leaf`` beyond its runtime quota."""
     runtime = leaf.runtime
     used = leaf.used
-    return any(
-        name in runtime and used.get(name, 0) + amount > runtime[name] for name, amount in request.items()
-    )
+    for name, amount in request.items():  # (a loop: asked at every head of a scan)
+        share = runtime.get(name)
+        if share is not None and used.get(name, 0) + amount > share:
+            return True
+    return False
 
 
 def first_misfit(

@@ -59,24 +59,34 @@ def group_of(shape: Shape) -> Shape:
     return (*shape[:-1], (LEAST, tuple(sorted(least.items()))))
 
 
+def least_of(group: Shape) -> dict[str, int]:
+    """The least request of the units of a group (``group_of``): with their elastic pod sets at their min."""
+    pairs = group[-1][1] if group and group[-1][0] == LEAST else group
+    assert isinstance(pairs, tuple)
+    return {name: amount for name, amount in pairs if isinstance(amount, int)}
+
+
+Head = tuple[Entry, "Shape", dict[str, int]]
+"""The first unit of a stream, its stream, and the least request of its group."""
+
+
 class Heads:
     """The first unit of every stream, merged in admission order a group at a time (see
     the module doc)."""
 
-    __slots__ = ("_groups", "_top", "_last")
+    __slots__ = ("_groups", "_top", "_last", "_least")
 
-    def __init__(self, groups: dict[Shape, dict[Shape, list[Entry]]]) -> None:
-        heads: dict[Shape, list[tuple[Entry, Shape]]] = {}
-        for group, streams in groups.items():
-            items = heads[group] = [(stream[0], shape) for shape, stream in streams.items()]
-            if len(items) > 1:
-                heapq.heapify(items)
+    def __init__(self, groups: dict[Shape, list[Head]]) -> None:
+        # Each group's heads come sorted (``PendingQueue`` keeps them so): a sorted list is
+        # a heap already, and a copy is all a scan needs.
+        heads = {group: items[:] for group, items in groups.items()}
         self._groups = heads
         self._top = [(items[0][0], group) for group, items in heads.items()]
         heapq.heapify(self._top)
         self._last: Shape = ()
+        self._least: dict[str, int] = {}
 
-    def peek(self) -> tuple[Entry, Shape] | None:
+    def peek(self) -> Head | None:
         """The next head in admission order (entries of the top heap left behind by a
         group's change are dropped here)."""
         top, groups = self._top, self._groups
@@ -93,7 +103,7 @@ class Heads:
         entry, group = self._top[0]
         self._last = group
         items = self._groups[group]
-        heapq.heappop(items)
+        self._least = heapq.heappop(items)[2]
         if items:
             heapq.heapreplace(self._top, (items[0][0], group))
         else:
@@ -104,14 +114,14 @@ class Heads:
         """The next unit of the stream of the head taken last."""
         group = self._last
         items = self._groups.setdefault(group, [])
-        heapq.heappush(items, (entry, shape))
+        heapq.heappush(items, (entry, shape, self._least))
         if items[0][0] == entry:
             heapq.heappush(self._top, (entry, group))
 
     def drop_group(self) -> list[Entry]:
         """Drop the rest of the group of the head taken last: they wait as it does."""
         items = self._groups.pop(self._last, [])
-        return [entry for entry, _ in items]
+        return [item[0] for item in items]
 
     def clear(self) -> None:
         self._groups = {}
@@ -119,15 +129,16 @@ class Heads:
 
 
 class PendingQueue:
-    """Sorted streams of pending units, by group; insert and remove in O(log n) plus a
-    memmove."""
+    """Sorted streams of pending units, and per group the first unit of each of its
+    streams, sorted; insert and remove in O(log n) plus a memmove."""
 
-    __slots__ = ("_streams", "_groups", "_group_of", "_size")
+    __slots__ = ("_streams", "_heads", "_group_of", "_least", "_size")
 
     def __init__(self) -> None:
         self._streams: dict[Shape, list[Entry]] = {}
-        self._groups: dict[Shape, dict[Shape, list[Entry]]] = {}
+        self._heads: dict[Shape, list[Head]] = {}
         self._group_of: dict[Shape, Shape] = {}
+        self._least: dict[Shape, dict[str, int]] = {}  # per stream: its group's least request (``Head``)
         self._size = 0
 
     def __len__(self) -> int:
@@ -137,27 +148,45 @@ class PendingQueue:
         stream: list[Entry] = []
         self._streams[shape] = stream
         group = self._group_of[shape] = group_of(shape)
-        self._groups.setdefault(group, {})[shape] = stream
+        self._least[shape] = least_of(group)
         return stream
+
+    def _unhead(self, entry: Entry, shape: Shape) -> None:
+        """The stream ``shape`` is headed by ``entry`` no more."""
+        group = self._group_of[shape]
+        heads = self._heads[group]
+        del heads[bisect_left(heads, (entry,))]
+        if not heads:
+            del self._heads[group]
 
     def add(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams.get(shape)
         if stream is None:
-            self._new_stream(shape).append(entry)
+            stream = self._new_stream(shape)
+        elif entry < stream[0]:
+            self._unhead(stream[0], shape)
         else:
             insort(stream, entry)
+            self._size += 1
+            return
+        stream.insert(0, entry)
+        insort(self._heads.setdefault(self._group_of[shape], []), (entry, shape, self._least[shape]))
         self._size += 1
 
     def load(self, items: Iterable[tuple[Entry, Shape]]) -> None:
         """Add many units at once (a rebuild): one sort per stream."""
+        for shape, old in self._streams.items():
+            if old:
+                self._unhead(old[0], shape)
         for entry, shape in items:
             stream = self._streams.get(shape)
             if stream is None:
                 stream = self._new_stream(shape)
             stream.append(entry)
             self._size += 1
-        for stream in self._streams.values():
+        for shape, stream in self._streams.items():
             stream.sort()
+            insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape, self._least[shape]))
 
     def remove(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams[shape]
@@ -165,18 +194,19 @@ class PendingQueue:
         if index == len(stream) or stream[index] != entry:
             raise KeyError(entry[4])
         del stream[index]
+        if index == 0:
+            self._unhead(entry, shape)
+            if stream:
+                insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape, self._least[shape]))
         if not stream:
             del self._streams[shape]
-            group = self._group_of.pop(shape)
-            streams = self._groups[group]
-            del streams[shape]
-            if not streams:
-                del self._groups[group]
+            del self._group_of[shape]
+            del self._least[shape]
         self._size -= 1
 
     def heads(self) -> Heads:
         """The first unit of every stream, to merge the streams in order."""
-        return Heads(self._groups)
+        return Heads(self._heads)
 
     def next_of(self, shape: Shape) -> Entry | None:
         stream = self._streams.get(shape)

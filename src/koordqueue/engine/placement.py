@@ -54,13 +54,29 @@ Mask = npt.NDArray[np.bool_]
 Shape = tuple[tuple[str, int], ...]
 Chain = tuple[tuple[str, str], ...]  # a domain: the labels that pin it, widest level first
 Pair = tuple[Shape, object]  # one pod's request and the rules for the nodes it may go to
-CheckKey = tuple[object, ...]  # what a check depends on besides the room: pod sets, counts
 ONE_POD = 1000  # a pod takes one of a node's ``pods`` (in milli-units)
 MANY = 1 << 40  # pods that fit on a node when they ask for nothing the node counts
 DOMAINS_COUNTED = 3  # of the domains that come closest to holding a gang, those counted exactly
 UNSCHEDULABLE = Taint(TAINT_UNSCHEDULABLE, "", TAINT_NO_SCHEDULE)
 BLOCKING_EFFECTS = (TAINT_NO_SCHEDULE, TAINT_NO_EXECUTE)
 Rule = Literal["unschedulable", "taint", "nodeSelector", "node affinity"]  # a Refusal's
+
+
+class CheckKey:
+    """What a check depends on besides the room (pod sets, counts), hashed once: it is
+    looked up at every head of a scan, and its parts nest deep."""
+
+    __slots__ = ("parts", "_hash")
+
+    def __init__(self, parts: tuple[object, ...]) -> None:
+        self.parts = parts
+        self._hash = hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, CheckKey) and self._hash == other._hash and self.parts == other.parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +149,10 @@ class NodeRoom:
         self._taken: dict[tuple[Pair, int], int] = {}  # (pair, since) -> pods the nodes grown since take
         self._taken_at = 0  # the epoch ``_taken`` holds for
         self._failed: dict[CheckKey, _Failure] = {}
+        # The last check that passed, and the room it passed in: ``_version`` counts the
+        # changes of ``_free``.
+        self._version = 0
+        self._passed: tuple[CheckKey, int, Placement] | None = None
         # Per pod vector (by id, as kept in ``_vectors``): how many such pods each node has
         # room for, and how far into ``_log`` (the rows of ``_free`` changed since, in
         # order) that count is current; a check updates only the rows changed since.
@@ -176,6 +196,7 @@ class NodeRoom:
         self._free[index] += change
         self._touched.add(index)
         self._log.append(index)
+        self._version += 1
         return bool((change > 0).any())
 
     def track(self, unit: str, pod_sets: Sequence[PodSetInfo]) -> None:
@@ -235,6 +256,7 @@ class NodeRoom:
         self._failed = {}
         self._counts = {}
         self._log = []
+        self._version += 1
         self._whole = {}
         self._rows = {}
         self._usable = {}
@@ -269,8 +291,9 @@ class NodeRoom:
     ) -> Placement | Unplaced:
         """Nodes for every pod of ``pod_sets`` (``counts`` of them, where given), or why not.
         ``released``: units whose room counts as given back (victims about to be preempted).
-        A check that failed is answered from ``failing`` until room it could use grows.
-        ``key``: ``check_key(pod_sets, counts)``, when the caller keeps it."""
+        A check that failed is answered from ``failing`` until room it could use grows;
+        the last that passed, while no room changed since (a queue's scan checks again
+        what woke it). ``key``: ``check_key(pod_sets, counts)``, when the caller keeps it."""
         self.sync()
         released = tuple(released)
         if released:
@@ -280,7 +303,12 @@ class NodeRoom:
             known = self.failing(key)
             if known is not None:
                 return known
+            passed = self._passed
+            if passed is not None and passed[0] == key and passed[1] == self._version:
+                return passed[2]
         found = self._place(pod_sets, counts, released)
+        if key is not None and isinstance(found, Placement):
+            self._passed = (key, self._version, found)
         if key is not None and isinstance(found, Unplaced):
             self._look()
             pairs = tuple({(_shape(ps.request), rules_key(ps)): None for ps in pod_sets
@@ -315,11 +343,12 @@ class NodeRoom:
         if not self._touched:
             return
         free, seen = self._free, self._seen
-        for index in self._touched:
-            if (free[index] > seen[index]).any():
-                self._epoch += 1
-                self._grown[index] = self._epoch
-            seen[index] = free[index]
+        index = np.fromiter(self._touched, dtype=np.intp, count=len(self._touched))
+        grew = index[(free[index] > seen[index]).any(axis=1)]
+        if len(grew):  # an epoch each, in turn
+            self._grown[grew] = np.arange(self._epoch + 1, self._epoch + 1 + len(grew))
+            self._epoch += len(grew)
+        seen[index] = free[index]
         self._touched = set()
 
     def _lacks(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> int:
@@ -391,18 +420,19 @@ class NodeRoom:
                 for index, vector in change.items():
                     free[index] += vector
         groups = self._groups(pod_sets, counts)
-        if sum(len(g.sets) for g in groups) > 1:
-            free = free.copy() if free is self._free else free
         nodes: list[tuple[str, str, int]] = []
         domains: list[tuple[str, str, Chain]] = []
-        for group in groups:
+        last = len(groups) - 1
+        for number, group in enumerate(groups):
             found = self._place_group(free, group)
             if isinstance(found, Unplaced):
                 return found
             placed, chain = found
             for ps, index, n in placed:
                 nodes.append((ps.name, self.names[index], n))
-                if free is not self._free:
+                if number < last:  # the groups after it go where it leaves room (a copy: the room now is kept)
+                    if free is self._free:
+                        free = free.copy()
                     free[index] -= n * self._pod_vector(ps.request)[0]
             if chain is not None and group.level is not None:
                 domains += [(ps.name, chain[-1][0], chain) for ps, _ in group.sets]
@@ -571,22 +601,38 @@ class NodeRoom:
         """Each pod set in turn, on what the ones before it left (``free`` is a scratch copy
         when there is more than one)."""
         placed: list[tuple[PodSetInfo, int, int]] = []
-        scratch = free if len(sets) == 1 else free.copy()
-        if len(sets) > 1:  # the biggest pods first: the small ones fill the holes they leave
+        now = free is self._free  # the counts kept per pod vector hold until a pod is placed
+        many = len(sets) > 1
+        scratch = free.copy() if many else free
+        if many:  # the biggest pods first: the small ones fill the holes they leave
             sets = sorted(sets, key=lambda item: -self._size(item[0].request))
+        # Per pod vector: how many such pods each node of ``scratch`` has room for, brought
+        # up to date on the nodes each pod set takes (pod sets alike: a master, its workers).
+        known: dict[int, tuple[npt.NDArray[np.int64], Vector, list[int]]] = {}
         for ps, count in sets:
             vector, cols, missing = self._pod_vector(ps.request)
             if missing is not None:
                 return self._unplaced(scratch, ps, count, within)
             mask = self._mask(ps) if within is None else self._mask(ps) & within
-            k = self._count(vector, cols).copy() if scratch is self._free else self._fits(scratch, vector, cols)
-            k[~mask] = 0
+            entry = known.get(id(vector))
+            if entry is not None:
+                room = entry[0]
+            else:
+                room = self._count(vector, cols) if now and not placed else self._fits(scratch, vector, cols)
+                if many:
+                    room = known.setdefault(id(vector), (room.copy(), vector, cols))[0]
+            k = np.where(mask, room, 0)
             if int(k.sum()) < count:
                 return self._unplaced(scratch, ps, count, within)
-            for index, n in _pack(k, count):
+            taken = _pack(k, count)
+            for index, n in taken:
                 placed.append((ps, index, n))
-                if len(sets) > 1:
+                if many:
                     scratch[index] -= n * vector
+            if many:
+                rows = np.array([index for index, _ in taken], dtype=np.intp)
+                for counted, other, other_cols in known.values():
+                    counted[rows] = self._fits(scratch[rows], other, other_cols)
         return placed
 
     def _unplaced(self, free: Matrix, ps: PodSetInfo, count: int, within: Mask | None) -> Unplaced:
@@ -675,7 +721,7 @@ class NodeRoom:
         else:
             k, seen = known
             if seen < len(log):
-                changed = np.unique(np.array(log[seen:], dtype=np.intp))
+                changed = np.array(log[seen:], dtype=np.intp)  # a row twice is counted twice alike
                 if 2 * len(changed) >= len(k):
                     k = self._fits(self._free, vector, cols)
                 else:
@@ -754,11 +800,13 @@ class NodeRoom:
             self._free[index] -= vector
             self._touched.add(index)
             self._log.append(index)
+            self._version += 1
             grew = grew or bool((vector < 0).any())
         for index, vector in new.items():
             self._free[index] += vector
             self._touched.add(index)
             self._log.append(index)
+            self._version += 1
             grew = grew or bool((vector > 0).any())
         if new:
             self._applied[unit] = new
@@ -817,8 +865,10 @@ def _add(out: dict[int, Vector], index: int, vector: Vector) -> None:
 
 def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
     """Spread ``count`` pods on nodes with room for ``k`` each (their sum is enough): the
-    nodes that take the most first, the rest on the node it fills best."""
-    order = np.argsort(-k, kind="stable")
+    nodes that take the most first, the rest on the node it fills best (nodes that take
+    none are never chosen: they are left out before sorting, in their order)."""
+    some = np.flatnonzero(k > 0)
+    order = some[np.argsort(-k[some], kind="stable")]
     ordered = k[order]
     total = np.cumsum(ordered)
     p = int(np.searchsorted(total, count))  # the first place where the sum reaches count
@@ -833,8 +883,8 @@ def _pack(k: npt.NDArray[np.int64], count: int) -> list[tuple[int, int]]:
 
 def check_key(pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> CheckKey:
     """What a check of ``pod_sets`` depends on besides the room: units alike check alike."""
-    return (tuple((ps.name, ps.count, _shape(ps.request), rules_key(ps), ps.topology) for ps in pod_sets),
-            tuple(sorted(counts.items())) if counts else ())
+    return CheckKey((tuple((ps.name, ps.count, _shape(ps.request), rules_key(ps), ps.topology) for ps in pod_sets),
+                     tuple(sorted(counts.items())) if counts else ()))
 
 
 def rules_key(ps: PodSetInfo) -> object:

@@ -94,10 +94,10 @@ class _Queue:
     woken: list[tuple[QuotaNode, ResourceList, int | None]] = field(default_factory=list)
     rescan: bool = True  # something other than room woke it: scan it in any case
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
+    key: str = field(init=False, default="")  # its Queue's key, kept (read on every turn)
 
-    @property
-    def key(self) -> str:
-        return self.info.key
+    def __post_init__(self) -> None:
+        self.key = self.info.key
 
     def stops_at(self, priority: int) -> bool:
         """Whether a misfit of this priority stops the rest of the queue."""
@@ -136,10 +136,6 @@ def copy_unit(unit: UnitInfo, **changes: object) -> UnitInfo:
     values = dict(zip(_UNIT_FIELDS, _unit_values(unit), strict=True))
     values.update(changes)
     return UnitInfo(**values)
-
-
-def _entry(unit: UnitInfo) -> Entry:
-    return (-unit.priority, unit.created, unit.namespace, unit.name, unit.key)
 
 
 def _share(leaf: QuotaNode) -> float:
@@ -284,21 +280,26 @@ class Engine:
         """The room left on ``node`` as placement sees it."""
         return self._room.free(node)
 
-    def set_unit(self, unit: UnitInfo) -> None:
-        old = self._units.get(unit.key)
+    def set_unit(self, unit: UnitInfo, owned: bool = False) -> None:
+        """A unit, new or changed. ``owned``: the caller hands ``unit`` over and never
+        touches it again, so it is kept as it is, not copied (the simulator's fresh units)."""
+        key = unit.key
+        old = self._units.get(key)
         if old is not None and old.info == unit:
             return
-        record = _Unit(copy_unit(unit), unit.key, _entry(unit), shape_of(unit.request, unit.pod_sets), unit.request)
+        record = _Unit(unit if owned else copy_unit(unit), key,
+                       (-unit.priority, unit.created, unit.namespace, unit.name, key),
+                       shape_of(unit.request, unit.pod_sets), unit.request)
         previous = None
         if old is not None:
             previous = old.state
             record.message = old.message
             self._detach(old)
-        self._units[unit.key] = record
+        self._units[key] = record
         if unit.pod_sets or (old is not None and old.info.pod_sets):
-            self._room.track(unit.key, unit.pod_sets)
-        if unit.admitted_quota is None or self._starting.get(unit.key, unit.admitted_queue) != unit.admitted_queue:
-            self._not_starting(unit.key)
+            self._room.track(key, unit.pod_sets)
+        if unit.admitted_quota is None or self._starting.get(key, unit.admitted_queue) != unit.admitted_queue:
+            self._not_starting(key)
         if not self._rebuild_needed:
             self._attach(record, previous)
 
@@ -740,7 +741,6 @@ class Engine:
     ) -> None:
         info = record.info
         state.pending.remove(record.entry, record.shape)
-        self._tree.add_pending(state.leaf, info.request, -1)
         info.admitted_quota = state.leaf.name
         info.admitted_queue = state.key
         info.admitted_at = now
@@ -749,7 +749,7 @@ class Engine:
         record.state = _State.ADMITTED
         record.queue = None
         record.node = state.leaf
-        self._charge(record, 1)
+        self._charge(record, 1, pending=True)
         self._admitted_now.add(record.key)
         self._now_starting(record.key, state.key, touch=False)  # (its scan looks before the next unit)
         record.message = ""
@@ -837,14 +837,20 @@ class Engine:
         record.node = None
         self._changed.pop(record.key, None)
 
-    def _charge(self, record: _Unit, sign: int) -> None:
-        """Add or release an admitted unit's request, waking those who wait for room."""
+    def _charge(self, record: _Unit, sign: int, pending: bool = False) -> None:
+        """Add or release an admitted unit's request, waking those who wait for room;
+        ``pending``: it was counted as a pending request of its quota until now."""
         node = record.node
         assert node is not None
         info = record.info
         if sign > 0:
             record.charged = _charged(info)
-        room = self._tree.charge(node, record.charged, sign)
+        if pending and record.charged is info.request:
+            room = self._tree.admit(node, info.request)
+        else:
+            if pending:
+                self._tree.add_pending(node, info.request, -1)
+            room = self._tree.charge(node, record.charged, sign)
         self._check_borrowing(node)
         if self._reclaim_cache:
             self._reclaim_cache = {}

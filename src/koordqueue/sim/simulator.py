@@ -349,7 +349,7 @@ class Simulator:
         record.message = unit.invalid
         self.by_name[name] = record
         self.by_unit[key] = record
-        self._call(self.engine.set_unit, unit)
+        self._call(self.engine.set_unit, unit, True)  # a fresh unit: the engine keeps it, uncopied
 
     def _unit(self, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, created: float) -> UnitInfo:
         """``unit_info`` of the job, taken from an earlier job whose manifest was the same but
@@ -398,7 +398,7 @@ class Simulator:
             unit.admitted_at, unit.requeue_at, unit.attempts = held.admitted_at, held.requeue_at, held.attempts
             unit.placement = held.placement
         record.priority = unit.priority
-        self._call(self.engine.set_unit, unit)
+        self._call(self.engine.set_unit, unit, True)
 
     def _admitted(self, record: JobRecord, quota: str, queue: str, placement: Placement | None) -> None:
         record.attempts += 1

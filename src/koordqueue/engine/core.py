@@ -69,6 +69,7 @@ class _Unit:
     entry: Entry
     shape: Shape
     charged: ResourceList  # what it holds of its quota when admitted: its request, or less (in part)
+    elastic: bool  # some pod set may be admitted with fewer pods
     state: _State = _State.PARKED
     queue: _Queue | None = None  # resolved queue (queued, back-off)
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
@@ -289,7 +290,8 @@ class Engine:
             return
         record = _Unit(unit if owned else copy_unit(unit), key,
                        (-unit.priority, unit.created, unit.namespace, unit.name, key),
-                       shape_of(unit.request, unit.pod_sets), unit.request)
+                       shape_of(unit.request, unit.pod_sets), unit.request,
+                       any(ps.elastic for ps in unit.pod_sets))
         previous = None
         if old is not None:
             previous = old.state
@@ -409,9 +411,11 @@ class Engine:
         heads = scan.heads
         leaf = state.leaf
         depth = state.info.max_depth
+        wait_for_pods = state.info.wait_for_pods_running
+        places = state.node_fit and bool(self._room)  # (``_places`` less the unit's pod sets)
         while (head := heads.peek()) is not None:
             entry, shape = head
-            if self._pods_blocker(state) is not None:
+            if wait_for_pods and self._pods_blocker(state) is not None:
                 # koord-queue/wait-for-pods-running: nothing more until those pods run.
                 heads.clear()
                 self._tell_blocked(state, 0)
@@ -433,7 +437,7 @@ class Engine:
             placement: Placement | None = None
             unplaced: Unplaced | None = None
             waits: CheckKey | None = None  # the failed check whose room it waits for
-            if misfit is None and self._places(state, info):
+            if misfit is None and places and info.pod_sets:
                 if record.check is None:
                     record.check = check_key(info.pod_sets)
                 found = self._room.place(info.pod_sets, key=record.check)
@@ -444,7 +448,7 @@ class Engine:
                     placement = found
             admit = misfit is None and unplaced is None
             least: Misfit | Unplaced | None = None  # an elastic unit: why not even its least
-            if not admit and info.pod_sets and any(ps.elastic for ps in info.pod_sets):
+            if not admit and record.elastic:
                 placement, least = self._in_part(record, state)
                 admit = placement is not None
                 if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
@@ -1069,10 +1073,11 @@ class Engine:
     def _check_borrowing(self, node: QuotaNode) -> None:
         """Keep ``_borrowers`` (the reclaim candidates) up to date for ``node``."""
         used = node.used
-        if any(used.get(name, 0) > share for name, share in node.runtime.items()):
-            self._borrowers.add(node)
-        else:
-            self._borrowers.discard(node)
+        for name, share in node.runtime.items():
+            if used.get(name, 0) > share:
+                self._borrowers.add(node)
+                return
+        self._borrowers.discard(node)
 
     def _rebuild(self) -> None:
         """Derive everything from the inputs again (after quotas or queues changed)."""

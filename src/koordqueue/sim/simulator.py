@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from time import process_time
-from typing import Any, TypeVar
+from typing import Any, cast
 
 from koordqueue.api.constants import (
     ELASTIC_QUOTA_KIND,
@@ -45,8 +45,6 @@ from .nodes import NodePool, Pods
 from .trace import EventEntry, JobEntry, Trace
 from .tracefile import ReadWhole, load_trace
 from .usage import UsageBook
-
-T = TypeVar("T")
 
 TIME_QUANTUM = 1e-6  # times are rounded to this, so that 0.1 + 0.2 meets 0.3
 # Cycles run at one instant while the engine says it has work left for that instant;
@@ -136,6 +134,26 @@ class SimResult:
     node_rooms: list[NodeRoom] = field(default_factory=list)  # with nodes, when holdings are kept
 
 
+class _Timed:
+    """The engine, each call of it counted in ``seconds`` of CPU time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.seconds = 0.0
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.engine, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = process_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += process_time() - start
+
+        return timed
+
+
 _STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
 
 
@@ -164,7 +182,10 @@ class Simulator:
         if trace.topology is not None:
             config = replace(config, topology_levels=trace.topology)
         self.engine = Engine(config)
-        self.engine_seconds: float | None = 0.0 if time_engine else None
+        # The engine's calls go through ``calls``: the engine itself, or timed when asked
+        # (a clock read costs more than many calls, and a wrapper a call each).
+        self.timed = _Timed(self.engine) if time_engine else None
+        self.calls: Engine = cast(Engine, self.timed) if self.timed is not None else self.engine
         self.nodes = NodePool(trace.nodes) if trace.nodes else None
         self.capacity = capacity if capacity is not None else \
             self.settings.capacity([self.nodes.capacity()] if self.nodes else [])
@@ -188,21 +209,11 @@ class Simulator:
         self.holdings: list[Holding] | None = [] if keep_holdings else None
         self.node_rooms: list[NodeRoom] = []
 
-    # --- engine calls, timed when asked (a clock read costs more than many calls) -------
-    def _call(self, method: Callable[..., T], *args: Any) -> T:
-        if self.engine_seconds is None:
-            return method(*args)
-        start = process_time()
-        try:
-            return method(*args)
-        finally:
-            self.engine_seconds += process_time() - start
-
     # --- the loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
-        self._call(self.engine.set_cluster_capacity, self.capacity)
+        self.calls.set_cluster_capacity(self.capacity)
         for node in self.nodes.nodes if self.nodes else ():
-            self._call(self.engine.set_node, node.info)
+            self.calls.set_node(node.info)
             if self.holdings is not None:
                 self.node_rooms.append(NodeRoom(0.0, node.name, dict(node.free)))
         for index, obj in enumerate(self.trace.objects):
@@ -287,7 +298,7 @@ class Simulator:
             payload.phase = Phase.ENQUEUED
 
     def _cycle(self) -> float | None:
-        result: CycleResult = self._call(self.engine.schedule, self.now)
+        result: CycleResult = self.calls.schedule(self.now)
         for preemption in result.preempted:
             self._preempted(self.by_unit[preemption.unit], preemption.reason, preemption.requeue_at)
         for admission in result.admitted:
@@ -349,7 +360,7 @@ class Simulator:
         record.message = unit.invalid
         self.by_name[name] = record
         self.by_unit[key] = record
-        self._call(self.engine.set_unit, unit, True)  # a fresh unit: the engine keeps it, uncopied
+        self.calls.set_unit(unit, True)  # a fresh unit: the engine keeps it, uncopied
 
     def _unit(self, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, created: float) -> UnitInfo:
         """``unit_info`` of the job, taken from an earlier job whose manifest was the same but
@@ -392,13 +403,13 @@ class Simulator:
         except InvalidObject as err:
             self.warnings.append(f"{where}: update of {record.unit_key} refused: {err.reason}")
             return
-        held = self._call(self.engine.unit, record.unit_key)
+        held = self.calls.unit(record.unit_key)
         if held is not None:
             unit.admitted_quota, unit.admitted_queue = held.admitted_quota, held.admitted_queue
             unit.admitted_at, unit.requeue_at, unit.attempts = held.admitted_at, held.requeue_at, held.attempts
             unit.placement = held.placement
         record.priority = unit.priority
-        self._call(self.engine.set_unit, unit, True)
+        self.calls.set_unit(unit, True)
 
     def _admitted(self, record: JobRecord, quota: str, queue: str, placement: Placement | None) -> None:
         record.attempts += 1
@@ -450,7 +461,7 @@ class Simulator:
         assert self.nodes is not None
         for index in sorted({index for index, _, _ in pods}):
             node = self.nodes.nodes[index]
-            self._call(self.engine.set_node_usage, node.name, node.used())
+            self.calls.set_node_usage(node.name, node.used())
             if self.holdings is not None:
                 self.node_rooms.append(NodeRoom(self.now, node.name, dict(node.free)))
         if record.live and record.unit_key is not None:
@@ -458,12 +469,12 @@ class Simulator:
             for index, pod_set, _ in record.pods or ():
                 where = (pod_set, self.nodes.nodes[index].name)
                 bound[where] = bound.get(where, 0) + 1
-            self._call(self.engine.set_unit_pods, record.unit_key, bound)
+            self.calls.set_unit_pods(record.unit_key, bound)
 
     def _start(self, record: JobRecord) -> None:
         record.phase, record.started, record.message = Phase.RUNNING, self.now, None
         if record.unit_key is not None:  # its pods run: a Queue that waits for them goes on
-            self._call(self.engine.set_pods_running, record.unit_key, True)
+            self.calls.set_pods_running(record.unit_key, True)
         if record.runtime is not None:
             self._push(self.now + record.runtime, Step.FINISH, (record, record.run))
 
@@ -489,7 +500,7 @@ class Simulator:
         assert record.unit_key is not None
         record.finished, record.phase = self.now, Phase.SUCCEED
         del self.by_unit[record.unit_key]
-        self._call(self.engine.remove_unit, record.unit_key)
+        self.calls.remove_unit(record.unit_key)
         self._release(record)
 
     def _preempted(self, record: JobRecord, reason: str, requeue_at: float) -> None:
@@ -509,7 +520,7 @@ class Simulator:
             elif kind == QUEUE_KIND:
                 parsed = parse_queue(obj, self.quotas.keys())
                 self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
-                self._call(self.engine.set_queue, parsed.queue)
+                self.calls.set_queue(parsed.queue)
             elif kind == PRIORITY_CLASS_KIND:
                 meta = read_meta(obj, PRIORITY_CLASS_KIND)
                 self.priority_classes[meta.name] = read_int(obj.get("value"), f"{PRIORITY_CLASS_KIND} {meta.name}: value")
@@ -531,8 +542,8 @@ class Simulator:
         parsed = self.settings.quota(obj)
         self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
         self.quotas[parsed.quota.name] = parsed.quota
-        self._call(self.engine.set_quota, parsed.quota)
-        self._call(self.engine.set_queue, auto_queue_for(parsed.quota))
+        self.calls.set_quota(parsed.quota)
+        self.calls.set_queue(auto_queue_for(parsed.quota))
 
     def _event(self, event: EventEntry) -> None:
         where = f"events[{event.index}]"
@@ -549,11 +560,11 @@ class Simulator:
         namespace = _text(ref.get("namespace")) or "default"
         if kind == ELASTIC_QUOTA_KIND and name in self.quotas:
             quota = self.quotas.pop(name)
-            self._call(self.engine.remove_quota, name)
-            self._call(self.engine.remove_queue, auto_queue_for(quota).key)
+            self.calls.remove_quota(name)
+            self.calls.remove_queue(auto_queue_for(quota).key)
             return
         if kind == QUEUE_KIND and name:
-            self._call(self.engine.remove_queue, f"{namespace}/{name}")
+            self.calls.remove_queue(f"{namespace}/{name}")
             return
         record = self.by_name.get((kind or "", namespace, name or ""))
         if record is None or not record.live:
@@ -563,12 +574,12 @@ class Simulator:
         record.deleted = self.now
         record.message = f"deleted at {self.now:g} s while {record.phase}"
         del self.by_unit[record.unit_key]
-        self._call(self.engine.remove_unit, record.unit_key)
+        self.calls.remove_unit(record.unit_key)
         self._release(record)
 
     def _check_quotas(self) -> None:
         """Report each quota the engine refuses (min > max, bad parent, ...) once per reason."""
-        errors = self._call(self.engine.validation_errors)
+        errors = self.calls.validation_errors()
         for name, reason in errors.items():
             if self.reported_invalid.get(name) != reason:
                 self.warnings.append(f"{ELASTIC_QUOTA_KIND} {name}: {reason}; not used")
@@ -580,11 +591,11 @@ class Simulator:
             if record.live and record.phase is Phase.PREEMPTED and (record.requeue_at or 0) <= end:
                 record.phase = Phase.ENQUEUED
             if record.live and record.phase in (Phase.ENQUEUED, Phase.PREEMPTED) and record.unit_key:
-                standing = self._call(self.engine.standing, record.unit_key)
+                standing = self.calls.standing(record.unit_key)
                 if standing is not None:
                     record.quota, record.queue = standing.quota, standing.queue
                     record.message = standing.message or record.message
-        statuses = self._call(self.engine.quota_status)
+        statuses = self.calls.quota_status()
         runtime = {name: dict(statuses[name].runtime) if name in statuses else {} for name in self.quotas}
         return SimResult(
             jobs=self.jobs,
@@ -594,7 +605,7 @@ class Simulator:
             end=end,
             warnings=self.warnings,
             capacity=self.capacity,
-            engine_seconds=self.engine_seconds,
+            engine_seconds=self.timed.seconds if self.timed is not None else None,
             node_rooms=self.node_rooms,
         )
 

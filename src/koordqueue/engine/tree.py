@@ -19,11 +19,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import chain, compress
 from operator import ne
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from koordqueue.engine.model import QuotaInfo, ResourceList
 from koordqueue.engine.waterfill import WHOLE, Level, fill_level, koordinator_fill, water_fill
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from koordqueue.engine.lazynumpy import LazyNumpy
+
+    np = LazyNumpy(globals())
 
 ROOT = ""  # the name of the root node (the cluster)
 MILLI_COUNTED = frozenset({"cpu"})  # what Koordinator counts in milli-units; all else in whole units

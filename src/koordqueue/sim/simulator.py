@@ -155,6 +155,7 @@ class _Timed:
 
 
 _STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
+_ARRIVAL = int(Step.ARRIVAL)
 
 
 def _at(seconds: float) -> float:
@@ -278,7 +279,8 @@ class Simulator:
         if at < self.last_arrival:
             raise ReadWhole()  # a streamed trace out of time order
         self.last_arrival = at
-        self._push(at, Step.ARRIVAL, job)
+        self.seq += 1
+        heapq.heappush(self.heap, (at, _ARRIVAL, self.seq, job))  # (``_push`` less rounding again)
 
     def _push(self, when: float, step: Step, payload: Any) -> None:
         self.seq += 1

@@ -195,7 +195,8 @@ class Simulator:
         self.by_name: dict[tuple[str, str, str], JobRecord] = {}  # (kind, namespace, name)
         self.by_unit: dict[str, JobRecord] = {}  # the live jobs
         self.requests: dict[tuple[tuple[str, int], ...], ResourceList] = {}  # one dict per request shape
-        self.units: dict[tuple[str, str, bool], UnitInfo] = {}  # (kind, manifest less its name, placed) -> unit
+        # (kind, manifest less its name, placed) -> the first such job's metadata, and its unit
+        self.units: dict[tuple[str, str, bool], tuple[Meta, UnitInfo]] = {}
         self.quotas: dict[str, QuotaInfo] = {}
         self.priority_classes: dict[str, int] = {}
         self.usage = UsageBook()
@@ -333,11 +334,18 @@ class Simulator:
         return record
 
     def _submit(self, manifest: dict[str, Any], adapter: JobAdapter, runtime: float | None, where: str) -> None:
-        try:
-            meta = read_meta(manifest, adapter.kind)
-        except InvalidObject as err:
-            self._new_record(manifest, runtime).message = f"rejected: {where}: {err.reason}"
-            return
+        shape = self._shape(manifest, adapter)
+        known = self.units.get(shape) if shape is not None else None
+        if known is not None:  # its metadata is an earlier job's but for its name: read then
+            first = known[0]
+            meta = Meta(first.kind, manifest["metadata"]["name"], first.namespace, first.uid, first.labels,
+                        first.annotations)
+        else:
+            try:
+                meta = read_meta(manifest, adapter.kind)
+            except InvalidObject as err:
+                self._new_record(manifest, runtime).message = f"rejected: {where}: {err.reason}"
+                return
         name = (adapter.kind, meta.namespace, meta.name)
         existing = self.by_name.get(name)
         if existing is not None and existing.live:
@@ -346,10 +354,10 @@ class Simulator:
         if existing is not None and existing.finished is not None:
             self.warnings.append(f"{where}: {meta.describe()} already finished; applying it again changes nothing")
             return
-        record = self._new_record(manifest, runtime)
-        record.namespace = sys.intern(meta.namespace)
+        record = JobRecord(sys.intern(manifest["kind"]), sys.intern(meta.namespace), meta.name, runtime)
+        self.jobs.append(record)  # (``_new_record``, with what is known valid by now)
         try:
-            unit = self._unit(manifest, adapter, meta, self.now)
+            unit = self._unit(manifest, adapter, meta, self.now, shape, known)
         except InvalidObject as err:
             record.message = f"rejected: {err.reason}"
             return
@@ -364,27 +372,38 @@ class Simulator:
         self.by_unit[key] = record
         self.calls.set_unit(unit, True)  # a fresh unit: the engine keeps it, uncopied
 
-    def _unit(self, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, created: float) -> UnitInfo:
-        """``unit_info`` of the job, taken from an earlier job whose manifest was the same but
-        for its name: a trace repeats a few manifests, and reading pod sets and requests was
-        the most of a job's cost. The manifest is compared by ``repr`` (types and order
-        too), its name blanked for the time of it; ``meta`` is its metadata, read."""
-        placed = self.nodes is not None
-        metadata = manifest["metadata"]
-        name = metadata["name"]
+    def _shape(self, manifest: dict[str, Any], adapter: JobAdapter) -> tuple[str, str, bool] | None:
+        """What jobs of one shape share: the manifest but for its name, compared by ``repr``
+        (types and order too), its name blanked for the time of it; and whether nodes
+        place its pods. None when its metadata or name is not there to blank."""
+        metadata = manifest.get("metadata")
+        if type(metadata) is not dict:
+            return None
+        name = metadata.get("name")
+        if type(name) is not str or not name:
+            return None
         metadata["name"] = ""
         try:
-            key = (adapter.kind, repr(manifest), placed)
+            return (adapter.kind, repr(manifest), self.nodes is not None)
         finally:
             metadata["name"] = name
-        known = self.units.get(key)
+
+    def _unit(self, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, created: float,
+              shape: tuple[str, str, bool] | None = None, known: tuple[Meta, UnitInfo] | None = None) -> UnitInfo:
+        """``unit_info`` of the job, taken from an earlier job of the same ``shape``: a trace
+        repeats a few manifests, and reading pod sets and requests was the most of a job's
+        cost. ``meta`` is its metadata, read; ``known``: what ``shape`` already found."""
         if known is None:
-            known = unit_info(manifest, adapter, self.priority_classes, created, placed=placed)
-            if len(self.units) >= UNIT_SHAPES:
-                self.units.clear()
-            self.units[key] = known
+            shape = shape or self._shape(manifest, adapter)
+            assert shape is not None  # its metadata was read
+            known = self.units.get(shape)
+            if known is None:
+                unit = unit_info(manifest, adapter, self.priority_classes, created, placed=self.nodes is not None)
+                if len(self.units) >= UNIT_SHAPES:
+                    self.units.clear()
+                known = self.units[shape] = (meta, unit)
         # Only its name (which may be too long) and creation differ.
-        return copy_unit(known, name=adapter.unit_name(manifest, meta), created=created)
+        return copy_unit(known[1], name=adapter.unit_name(manifest, meta), created=created)
 
     def _shared(self, request: ResourceList) -> ResourceList:
         """An equal request another job already holds (never changed), so that a million jobs

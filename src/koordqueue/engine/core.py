@@ -41,7 +41,7 @@ from koordqueue.engine.model import (
 from koordqueue.engine.pending import Entry, Heads, PendingQueue, Shape, shape_of
 from koordqueue.engine.placement import CheckKey, NodeRoom, Unplaced, check_key
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
-from koordqueue.engine.tenancy import Directory, build_directory, resolve
+from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
 
@@ -52,6 +52,7 @@ MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most
 # rewrites a few messages per queue, not thousands. The views (``standing``,
 # ``queue_positions``) work out every unit's reason, with today's amounts, when asked.
 BLOCKED_WINDOW = 20
+RESOLVED_KEPT = 4096  # distinct (invalid, queue, namespace, quota) a unit asks for, resolved
 DEFAULT_CONFIG = EngineConfig()  # frozen, so one instance serves as the default
 
 
@@ -164,6 +165,8 @@ class Engine:
         self._reasons: dict[str, str] = {}
         self._tree = QuotaTree([], self._capacity, config.oversell_rate, config.koordinator)
         self._directory: Directory = build_directory({}, {}, {})
+        # What ``resolve`` said under this directory, by what it reads of a unit.
+        self._resolved: dict[tuple[str | None, str | None, str, str | None], Resolved | str] = {}
         self._qs: dict[str, _Queue] = {}
         self._leaf_queues: dict[QuotaNode, list[_Queue]] = {}
         self._victims: dict[QuotaNode, list[tuple[float, str]]] = {}  # preemptible, by admission time
@@ -791,7 +794,12 @@ class Engine:
             record.node = self._tree.nodes.get(info.admitted_quota, self._tree.root)
             self._charge(record, 1)
             return
-        found = resolve(info, self._directory)
+        asks = (info.invalid, info.queue_name, info.namespace, info.quota_name)
+        found = self._resolved.get(asks)
+        if found is None:
+            if len(self._resolved) >= RESOLVED_KEPT:
+                self._resolved.clear()
+            found = self._resolved[asks] = resolve(info, self._directory)
         if isinstance(found, str):
             record.state = _State.PARKED
             self._say(record, found)
@@ -869,7 +877,10 @@ class Engine:
         item = (info.admitted_at if info.admitted_at is not None else -math.inf, record.key)
         if sign > 0:
             if info.preemptible:
-                insort(victims, item)
+                if not victims or victims[-1] <= item:
+                    victims.append(item)  # (``insort``: admissions come in time order)
+                else:
+                    insort(victims, item)
             if room and node.parent is not None:
                 self._wake_node(node.parent)
             return
@@ -1088,6 +1099,7 @@ class Engine:
             self._config.oversell_rate, self._config.koordinator,
         )
         self._directory = build_directory(self._quotas, self._queues, self._reasons)
+        self._resolved = {}
         self._qs = {}
         self._leaf_queues = {}
         self._victims = {}

@@ -134,10 +134,12 @@ _unit_values = attrgetter(*_UNIT_FIELDS)
 
 
 def copy_unit(unit: UnitInfo, **changes: object) -> UnitInfo:
-    """``dataclasses.replace(unit, **changes)`` in half its time: every unit set is copied."""
-    values = dict(zip(_UNIT_FIELDS, _unit_values(unit), strict=True))
-    values.update(changes)
-    return UnitInfo(**values)
+    """``dataclasses.replace(unit, **changes)`` in a fraction of its time (UnitInfo has no
+    ``__post_init__``): every unit set is copied."""
+    copy = UnitInfo(*_unit_values(unit))
+    for name, value in changes.items():
+        setattr(copy, name, value)
+    return copy
 
 
 def _share(leaf: QuotaNode) -> float:

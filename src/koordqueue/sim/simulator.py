@@ -198,6 +198,7 @@ class Simulator:
         # (kind, manifest less its name, placed) -> the first such job's metadata, and its unit
         self.units: dict[tuple[str, str, bool], tuple[Meta, UnitInfo]] = {}
         self.quotas: dict[str, QuotaInfo] = {}
+        self.chains: dict[str, list[str]] = {}  # a quota and its ancestors, until the quotas change
         self.priority_classes: dict[str, int] = {}
         self.usage = UsageBook()
         self.waiting_for_nodes: list[JobRecord] = []  # admitted, pods not placed yet, by admission
@@ -439,7 +440,10 @@ class Simulator:
             record.admitted = self.now
         record.quota, record.queue, record.requeue_at = quota, sys.intern(queue), None
         record.phase, record.message = Phase.DEQUEUED, None
-        record.charged = self.usage.chain(quota, self.quotas)
+        charged = self.chains.get(quota)
+        if charged is None:
+            charged = self.chains[quota] = self.usage.chain(quota, self.quotas)
+        record.charged = charged
         record.counts = placement.counts if placement is not None else ()
         record.held = _part(record) if record.counts else None
         held = record.held or record.request
@@ -563,6 +567,7 @@ class Simulator:
         parsed = self.settings.quota(obj)
         self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
         self.quotas[parsed.quota.name] = parsed.quota
+        self.chains.clear()
         self.calls.set_quota(parsed.quota)
         self.calls.set_queue(auto_queue_for(parsed.quota))
 
@@ -581,6 +586,7 @@ class Simulator:
         namespace = _text(ref.get("namespace")) or "default"
         if kind == ELASTIC_QUOTA_KIND and name in self.quotas:
             quota = self.quotas.pop(name)
+            self.chains.clear()
             self.calls.remove_quota(name)
             self.calls.remove_queue(auto_queue_for(quota).key)
             return

@@ -26,13 +26,14 @@ def main() -> None:
 def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: str | None) -> None:
     """Replay TRACE (YAML or JSON) against the quotas and policies on a virtual clock."""
     from koordqueue.sim.command import simulate_command
-    from koordqueue.sim.htmlreport import html_report_command
     from koordqueue.sim.trace import TraceError
 
     if compare_trace and not html_path:
         raise click.UsageError("--compare puts two runs side by side in the HTML report: give --html FILE too")
     try:
         if html_path:
+            from koordqueue.sim.htmlreport import html_report_command  # (its imports only when asked for)
+
             html_report_command(trace, as_json, html_path, compare_trace)
         else:
             simulate_command(trace, as_json)

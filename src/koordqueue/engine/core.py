@@ -42,7 +42,7 @@ from koordqueue.engine.model import (
 from koordqueue.engine.pending import Entry, Heads, PendingQueue, Shape, shape_of
 from koordqueue.engine.placement import CheckKey, NodeRoom, Unplaced, check_key
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
-from koordqueue.engine.tenancy import Directory, build_directory, resolve
+from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
 
@@ -53,6 +53,7 @@ MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most
 # rewrites a few messages per queue, not thousands. The views (``standing``,
 # ``queue_positions``) work out every unit's reason, with today's amounts, when asked.
 BLOCKED_WINDOW = 20
+RESOLVED_KEPT = 4096  # distinct (invalid, queue, namespace, quota) a unit asks for, resolved
 DEFAULT_CONFIG = EngineConfig()  # frozen, so one instance serves as the default
 
 
@@ -70,6 +71,7 @@ class _Unit:
     entry: Entry
     shape: Shape
     charged: ResourceList  # what it holds of its quota when admitted: its request, or less (in part)
+    elastic: bool  # some pod set may be admitted with fewer pods
     state: _State = _State.PARKED
     queue: _Queue | None = None  # resolved queue (queued, back-off)
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
@@ -98,10 +100,10 @@ class _Queue:
     rescan: bool = True  # something other than room woke it: scan it in any case
     misfits_above: bool = False  # a unit of its last scan ran into a limit above its own quota
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
+    key: str = field(init=False, default="")  # its Queue's key, kept (read on every turn)
 
-    @property
-    def key(self) -> str:
-        return self.info.key
+    def __post_init__(self) -> None:
+        self.key = self.info.key
 
     def stops_at(self, priority: int) -> bool:
         """Whether a misfit of this priority stops the rest of the queue."""
@@ -148,14 +150,12 @@ _unit_values = attrgetter(*_UNIT_FIELDS)
 
 
 def copy_unit(unit: UnitInfo, **changes: object) -> UnitInfo:
-    """``dataclasses.replace(unit, **changes)`` in half its time: every unit set is copied."""
-    values = dict(zip(_UNIT_FIELDS, _unit_values(unit), strict=True))
-    values.update(changes)
-    return UnitInfo(**values)
-
-
-def _entry(unit: UnitInfo) -> Entry:
-    return (-unit.priority, unit.created, unit.namespace, unit.name, unit.key)
+    """``dataclasses.replace(unit, **changes)`` in a fraction of its time (UnitInfo has no
+    ``__post_init__``): every unit set is copied."""
+    copy = UnitInfo(*_unit_values(unit))
+    for name, value in changes.items():
+        setattr(copy, name, value)
+    return copy
 
 
 def _share(leaf: QuotaNode) -> float:
@@ -183,6 +183,8 @@ class Engine:
         self._reasons: dict[str, str] = {}
         self._tree = QuotaTree([], self._capacity, config.oversell_rate, config.koordinator)
         self._directory: Directory = build_directory({}, {}, {})
+        # What ``resolve`` said under this directory, by what it reads of a unit.
+        self._resolved: dict[tuple[str | None, str | None, str, str | None], Resolved | str] = {}
         self._qs: dict[str, _Queue] = {}
         self._leaf_queues: dict[QuotaNode, list[_Queue]] = {}
         self._victims: dict[QuotaNode, list[tuple[float, str]]] = {}  # preemptible, by admission time
@@ -300,21 +302,27 @@ class Engine:
         """The room left on ``node`` as placement sees it."""
         return self._room.free(node)
 
-    def set_unit(self, unit: UnitInfo) -> None:
-        old = self._units.get(unit.key)
+    def set_unit(self, unit: UnitInfo, owned: bool = False) -> None:
+        """A unit, new or changed. ``owned``: the caller hands ``unit`` over and never
+        touches it again, so it is kept as it is, not copied (the simulator's fresh units)."""
+        key = unit.key
+        old = self._units.get(key)
         if old is not None and old.info == unit:
             return
-        record = _Unit(copy_unit(unit), unit.key, _entry(unit), shape_of(unit.request, unit.pod_sets), unit.request)
+        record = _Unit(unit if owned else copy_unit(unit), key,
+                       (-unit.priority, unit.created, unit.namespace, unit.name, key),
+                       shape_of(unit.request, unit.pod_sets), unit.request,
+                       any(ps.elastic for ps in unit.pod_sets))
         previous = None
         if old is not None:
             previous = old.state
             record.message = old.message
             self._detach(old)
-        self._units[unit.key] = record
+        self._units[key] = record
         if unit.pod_sets or (old is not None and old.info.pod_sets):
-            self._room.track(unit.key, unit.pod_sets)
-        if unit.admitted_quota is None or self._starting.get(unit.key, unit.admitted_queue) != unit.admitted_queue:
-            self._not_starting(unit.key)
+            self._room.track(key, unit.pod_sets)
+        if unit.admitted_quota is None or self._starting.get(key, unit.admitted_queue) != unit.admitted_queue:
+            self._not_starting(key)
         if not self._rebuild_needed:
             self._attach(record, previous)
 
@@ -425,9 +433,11 @@ class Engine:
         heads = scan.heads
         leaf = state.leaf
         depth = state.info.max_depth
+        wait_for_pods = state.info.wait_for_pods_running
+        places = state.node_fit and bool(self._room)  # (``_places`` less the unit's pod sets)
         while (head := heads.peek()) is not None:
             entry, shape, least_asked = head
-            if self._pods_blocker(state) is not None:
+            if wait_for_pods and self._pods_blocker(state) is not None:
                 # koord-queue/wait-for-pods-running: nothing more until those pods run.
                 heads.clear()
                 self._tell_blocked(state, 0)
@@ -452,7 +462,7 @@ class Engine:
             unplaced: Unplaced | None = None
             waits: CheckKey | None = None  # the failed check whose room it waits for
             waits_counts: dict[str, int] | None = None  # its pod counts, when not all of them
-            if misfit is None and self._places(state, info):
+            if misfit is None and places and info.pod_sets:
                 if record.check is None:
                     record.check = check_key(info.pod_sets)
                 found = self._room.place(info.pod_sets, key=record.check)
@@ -463,7 +473,7 @@ class Engine:
                     placement = found
             admit = misfit is None and unplaced is None
             least: Misfit | Unplaced | None = None  # an elastic unit: why not even its least
-            if not admit and info.pod_sets and any(ps.elastic for ps in info.pod_sets):
+            if not admit and record.elastic:
                 placement, least = self._in_part(record, state)
                 admit = placement is not None
                 if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
@@ -802,7 +812,6 @@ class Engine:
     ) -> None:
         info = record.info
         state.pending.remove(record.entry, record.shape)
-        self._tree.add_pending(state.leaf, info.request, -1)
         info.admitted_quota = state.leaf.name
         info.admitted_queue = state.key
         info.admitted_at = now
@@ -811,7 +820,7 @@ class Engine:
         record.state = _State.ADMITTED
         record.queue = None
         record.node = state.leaf
-        self._charge(record, 1)
+        self._charge(record, 1, pending=True)
         self._admitted_now.add(record.key)
         self._now_starting(record.key, state.key, touch=False)  # (its scan looks before the next unit)
         record.message = ""
@@ -849,7 +858,12 @@ class Engine:
             record.node = self._tree.nodes.get(info.admitted_quota, self._tree.root)
             self._charge(record, 1)
             return
-        found = resolve(info, self._directory)
+        asks = (info.invalid, info.queue_name, info.namespace, info.quota_name)
+        found = self._resolved.get(asks)
+        if found is None:
+            if len(self._resolved) >= RESOLVED_KEPT:
+                self._resolved.clear()
+            found = self._resolved[asks] = resolve(info, self._directory)
         if isinstance(found, str):
             record.state = _State.PARKED
             self._say(record, found)
@@ -899,14 +913,20 @@ class Engine:
         record.node = None
         self._changed.pop(record.key, None)
 
-    def _charge(self, record: _Unit, sign: int) -> None:
-        """Add or release an admitted unit's request, waking those who wait for room."""
+    def _charge(self, record: _Unit, sign: int, pending: bool = False) -> None:
+        """Add or release an admitted unit's request, waking those who wait for room;
+        ``pending``: it was counted as a pending request of its quota until now."""
         node = record.node
         assert node is not None
         info = record.info
         if sign > 0:
             record.charged = _charged(info)
-        room = self._tree.charge(node, record.charged, sign)
+        if pending and record.charged is info.request:
+            room = self._tree.admit(node, info.request)
+        else:
+            if pending:
+                self._tree.add_pending(node, info.request, -1)
+            room = self._tree.charge(node, record.charged, sign)
         self._check_borrowing(node)
         if self._reclaim_cache:
             self._reclaim_cache = {}
@@ -921,7 +941,10 @@ class Engine:
         item = (info.admitted_at if info.admitted_at is not None else -math.inf, record.key)
         if sign > 0:
             if info.preemptible:
-                insort(victims, item)
+                if not victims or victims[-1] <= item:
+                    victims.append(item)  # (``insort``: admissions come in time order)
+                else:
+                    insort(victims, item)
             if room and node.parent is not None:
                 self._wake_node(node.parent)
             return
@@ -1156,10 +1179,11 @@ class Engine:
     def _check_borrowing(self, node: QuotaNode) -> None:
         """Keep ``_borrowers`` (the reclaim candidates) up to date for ``node``."""
         used = node.used
-        if any(used.get(name, 0) > share for name, share in node.runtime.items()):
-            self._borrowers.add(node)
-        else:
-            self._borrowers.discard(node)
+        for name, share in node.runtime.items():
+            if used.get(name, 0) > share:
+                self._borrowers.add(node)
+                return
+        self._borrowers.discard(node)
 
     def _rebuild(self) -> None:
         """Derive everything from the inputs again (after quotas or queues changed)."""
@@ -1170,6 +1194,7 @@ class Engine:
             self._config.oversell_rate, self._config.koordinator,
         )
         self._directory = build_directory(self._quotas, self._queues, self._reasons)
+        self._resolved = {}
         self._qs = {}
         self._leaf_queues = {}
         self._victims = {}

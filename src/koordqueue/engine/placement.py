@@ -27,10 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Literal
 
 from koordqueue.api.constants import (
     PODS,
@@ -48,9 +45,17 @@ from koordqueue.engine.model import (
     Toleration,
 )
 
-Vector = npt.NDArray[np.int64]
-Matrix = npt.NDArray[np.int64]
-Mask = npt.NDArray[np.bool_]
+if TYPE_CHECKING:  # numpy only once there are nodes (lazynumpy.py)
+    import numpy as np
+    import numpy.typing as npt
+
+    Vector = npt.NDArray[np.int64]
+    Matrix = npt.NDArray[np.int64]
+    Mask = npt.NDArray[np.bool_]
+else:
+    from koordqueue.engine.lazynumpy import LazyNumpy
+
+    np = LazyNumpy(globals())
 Shape = tuple[tuple[str, int], ...]
 Chain = tuple[tuple[str, str], ...]  # a domain: the labels that pin it, widest level first
 Pair = tuple[Shape, object]  # one pod's request and the rules for the nodes it may go to
@@ -131,8 +136,8 @@ class NodeRoom:
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._columns: dict[str, int] = {}
-        self._alloc: Matrix = np.zeros((0, 0), dtype=np.int64)
-        self._free: Matrix = np.zeros((0, 0), dtype=np.int64)
+        self._alloc: Matrix  # these arrays come with the first node (sync)
+        self._free: Matrix
         self._vectors: dict[Shape, tuple[Vector, list[int], str | None]] = {}
         self._masks: dict[object, Mask] = {}
         self._domains: dict[str, tuple[npt.NDArray[np.intp], list[Chain]]] = {}
@@ -140,8 +145,8 @@ class NodeRoom:
         # Room that grew: an epoch counts growths; per node, the last epoch it grew at, and
         # the room it had when last looked at; the nodes whose room changed since.
         self._epoch = 0
-        self._grown: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self._seen: Matrix = np.zeros((0, 0), dtype=np.int64)
+        self._grown: npt.NDArray[np.int64]
+        self._seen: Matrix
         self._touched: set[int] = set()
         # Per pod and its rules: (the epoch growth was looked at up to, the last epoch a
         # node where one such pod fits grew at or before).
@@ -261,8 +266,11 @@ class NodeRoom:
         self._rows = {}
         self._usable = {}
         self._epoch += 1
-        self._grown = np.full(len(self.names), self._epoch, dtype=np.int64)
         self._touched = set()
+        self._applied = {}
+        if not self.names:  # no row to index: the arrays (and numpy) wait for a node
+            return
+        self._grown = np.full(len(self.names), self._epoch, dtype=np.int64)
         self._alloc = np.zeros((len(self.names), len(columns)), dtype=np.int64)
         for i, name in enumerate(self.names):
             self._alloc[i] = self._vector(self._infos[name].allocatable)
@@ -270,7 +278,6 @@ class NodeRoom:
         for node, used in self._usage.items():
             if node in self._index:
                 self._free[self._index[node]] -= self._vector(used)
-        self._applied = {}
         for unit in self._requests:
             self._refresh(unit)
         self._seen = self._free.copy()

@@ -19,11 +19,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import chain, compress
 from operator import ne
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from koordqueue.engine.model import QuotaInfo, ResourceList
 from koordqueue.engine.waterfill import WHOLE, Level, fill_level, koordinator_fill, water_fill
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from koordqueue.engine.lazynumpy import LazyNumpy
+
+    np = LazyNumpy(globals())
 
 ROOT = ""  # the name of the root node (the cluster)
 MILLI_COUNTED = frozenset({"cpu"})  # what Koordinator counts in milli-units; all else in whole units
@@ -294,6 +300,33 @@ class QuotaTree:
                 else:
                     used[name] = used.get(name, 0) + sign * amount
         self._spread(node, request, sign)
+        return room
+
+    def admit(self, node: QuotaNode, request: ResourceList) -> bool:
+        """``add_pending(node, request, -1)`` then ``charge(node, request, 1)`` in one pass:
+        a pending request admitted whole leaves every want (usage plus requests) where it
+        was, so no demand moves and nothing is spread. Returns what ``charge`` returns."""
+        if self._deferred:
+            _add(node.pending, request, -1)
+            _add(node.used, request, 1)
+            return False
+        room = False
+        for current in node.path:
+            parent = current.parent
+            watch = parent is not None and not current.lends
+            used, pending = current.used, current.pending
+            for name, amount in request.items():
+                pending[name] = pending.get(name, 0) - amount
+                if watch:
+                    before = current.own_reserve(name)
+                    used[name] = used.get(name, 0) + amount
+                    delta = current.own_reserve(name) - before
+                    if delta:
+                        assert parent is not None
+                        parent.lent_reserve[name] = parent.lent_reserve.get(name, 0) + delta
+                        room = room or delta < 0
+                else:
+                    used[name] = used.get(name, 0) + amount
         return room
 
     def add_pending(self, node: QuotaNode, request: ResourceList, sign: int) -> None:

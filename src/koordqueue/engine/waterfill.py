@@ -26,8 +26,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import chain
 from math import gcd
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from koordqueue.engine.lazynumpy import LazyNumpy
+
+    np = LazyNumpy(globals())
 
 WHOLE = 1000  # milli-units in one unit
 _EXACT = 1 << 62  # every product of a group in a batch stays below this

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 from .report import json_chunks, render_summary
@@ -13,7 +14,16 @@ def simulate_command(path: str, as_json: bool) -> None:
 
     Raises ``TraceError`` when the file cannot be used at all.
     """
-    result, _ = simulate_file(path)
+    # A run makes next to no reference cycles (40 objects in a 20,000-job run with
+    # preemptions), while the cyclic collector's passes over the job records, growing
+    # with the run, took 6-12 % of it (the more, the more of the trace is read whole).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        result, _ = simulate_file(path)
+    finally:
+        if collecting:
+            gc.enable()
     if as_json:
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)

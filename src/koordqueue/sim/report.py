@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
+from koordqueue.api.constants import Phase
 from koordqueue.api.quantity import format_quantity, format_resource_list
 from koordqueue.engine.model import ResourceList
 
@@ -35,6 +36,7 @@ JOB_KEYS = (
 )
 QUOTA_KEYS = ("min", "max", "peak_used", "runtime_at_end")
 TOP_KEYS = ("jobs", "quotas", "end")
+SHARED_TEXTS = 4096  # distinct strings of the jobs kept encoded while writing them
 
 
 def _seconds(value: float | None) -> float | None:
@@ -87,11 +89,48 @@ def json_chunks(result: SimResult) -> Iterator[str]:
     job at a time: a million jobs are never one dict, nor one string (and json.dumps
     with an indent is the pure-Python encoder)."""
     yield '{\n  "jobs": ['
-    keys = [f"      {encode_basestring(key)}: " for key in JOB_KEYS]
-    for index, record in enumerate(result.jobs):
-        values = job_json(record).values()
-        fields = ",\n".join([key + _json_scalar(value) for key, value in zip(keys, values, strict=True)])
-        yield ("\n" if index == 0 else ",\n") + "    {\n" + fields + "\n    }"
+    # One job's object is a template of its values, each written as _json_scalar writes it;
+    # what jobs share (kinds, quotas, phases, the times of a few thousand moments) is
+    # written once and looked up.
+    template = "    {\n" + ",\n".join(f"      {encode_basestring(key)}: %s" for key in JOB_KEYS) + "\n    }"
+    texts: dict[object, str] = {None: "null"}  # strings (and None)
+    for phase in Phase:
+        texts[phase] = encode_basestring(str(phase))
+    numbers: dict[object, str] = {None: "null"}  # floats (times, rounded to the microsecond)
+    counts: dict[object, str] = {None: "null"}  # ints
+
+    def text(value: object) -> str:
+        written = _json_scalar(value)
+        if type(value) is str and len(texts) < SHARED_TEXTS:
+            texts[value] = written
+        return written
+
+    def number(value: object, known: dict[object, str], kind: type) -> str:
+        written = _json_scalar(_seconds(value) if type(value) is float else value)  # type: ignore[arg-type]
+        if type(value) is kind and len(known) < SHARED_TEXTS:
+            known[value] = written
+        return written
+
+    get_text, get_number, get_count = texts.get, numbers.get, counts.get
+    separator = "\n"
+    for r in result.jobs:
+        name, submitted, admitted, finished = r.name, r.submitted, r.admitted, r.finished
+        yield separator + template % (
+            get_text(r.kind) or text(r.kind),
+            get_text(r.namespace) or text(r.namespace),
+            encode_basestring(name) if type(name) is str else _json_scalar(name),
+            get_text(r.quota) or text(r.quota),
+            get_text(r.queue) or text(r.queue),
+            (type(r.priority) is int and get_count(r.priority)) or number(r.priority, counts, int),
+            (type(submitted) is float and get_number(submitted)) or number(submitted, numbers, float),
+            (type(admitted) is float and get_number(admitted)) or number(admitted, numbers, float),
+            (type(finished) is float and get_number(finished)) or number(finished, numbers, float),
+            get_text(r.phase) or text(r.phase),
+            (type(r.preemptions) is int and get_count(r.preemptions)) or number(r.preemptions, counts, int),
+            (type(r.attempts) is int and get_count(r.attempts)) or number(r.attempts, counts, int),
+            get_text(r.message) or text(r.message),
+        )
+        separator = ",\n"
     yield "\n  ]" if result.jobs else "]"
     quotas = json.dumps(quotas_json(result), indent=2, ensure_ascii=False).replace("\n", "\n  ")
     yield f',\n  "quotas": {quotas},\n  "end": {_json_scalar(_seconds(result.end))}\n}}'

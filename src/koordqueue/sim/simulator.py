@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from time import process_time
-from typing import Any, TypeVar
+from typing import Any, cast
 
 from koordqueue.api.constants import (
     ELASTIC_QUOTA_KIND,
@@ -45,8 +45,6 @@ from .nodes import NodePool, Pods
 from .trace import EventEntry, JobEntry, Trace
 from .tracefile import ReadWhole, load_trace
 from .usage import UsageBook
-
-T = TypeVar("T")
 
 TIME_QUANTUM = 1e-6  # times are rounded to this, so that 0.1 + 0.2 meets 0.3
 # Cycles run at one instant while the engine says it has work left for that instant;
@@ -136,7 +134,28 @@ class SimResult:
     node_rooms: list[NodeRoom] = field(default_factory=list)  # with nodes, when holdings are kept
 
 
+class _Timed:
+    """The engine, each call of it counted in ``seconds`` of CPU time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.seconds = 0.0
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.engine, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = process_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += process_time() - start
+
+        return timed
+
+
 _STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
+_ARRIVAL = int(Step.ARRIVAL)
 
 
 def _at(seconds: float) -> float:
@@ -164,7 +183,10 @@ class Simulator:
         if trace.topology is not None:
             config = replace(config, topology_levels=trace.topology)
         self.engine = Engine(config)
-        self.engine_seconds: float | None = 0.0 if time_engine else None
+        # The engine's calls go through ``calls``: the engine itself, or timed when asked
+        # (a clock read costs more than many calls, and a wrapper a call each).
+        self.timed = _Timed(self.engine) if time_engine else None
+        self.calls: Engine = cast(Engine, self.timed) if self.timed is not None else self.engine
         self.nodes = NodePool(trace.nodes) if trace.nodes else None
         self.capacity = capacity if capacity is not None else \
             self.settings.capacity([self.nodes.capacity()] if self.nodes else [])
@@ -173,8 +195,10 @@ class Simulator:
         self.by_name: dict[tuple[str, str, str], JobRecord] = {}  # (kind, namespace, name)
         self.by_unit: dict[str, JobRecord] = {}  # the live jobs
         self.requests: dict[tuple[tuple[str, int], ...], ResourceList] = {}  # one dict per request shape
-        self.units: dict[tuple[str, str, bool], UnitInfo] = {}  # (kind, manifest less its name, placed) -> unit
+        # (kind, manifest less its name, placed) -> the first such job's metadata, and its unit
+        self.units: dict[tuple[str, str, bool], tuple[Meta, UnitInfo]] = {}
         self.quotas: dict[str, QuotaInfo] = {}
+        self.chains: dict[str, list[str]] = {}  # a quota and its ancestors, until the quotas change
         self.priority_classes: dict[str, int] = {}
         self.usage = UsageBook()
         self.waiting_for_nodes: list[JobRecord] = []  # admitted, pods not placed yet, by admission
@@ -188,21 +212,11 @@ class Simulator:
         self.holdings: list[Holding] | None = [] if keep_holdings else None
         self.node_rooms: list[NodeRoom] = []
 
-    # --- engine calls, timed when asked (a clock read costs more than many calls) -------
-    def _call(self, method: Callable[..., T], *args: Any) -> T:
-        if self.engine_seconds is None:
-            return method(*args)
-        start = process_time()
-        try:
-            return method(*args)
-        finally:
-            self.engine_seconds += process_time() - start
-
     # --- the loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
-        self._call(self.engine.set_cluster_capacity, self.capacity)
+        self.calls.set_cluster_capacity(self.capacity)
         for node in self.nodes.nodes if self.nodes else ():
-            self._call(self.engine.set_node, node.info)
+            self.calls.set_node(node.info)
             if self.holdings is not None:
                 self.node_rooms.append(NodeRoom(0.0, node.name, dict(node.free)))
         for index, obj in enumerate(self.trace.objects):
@@ -267,7 +281,8 @@ class Simulator:
         if at < self.last_arrival:
             raise ReadWhole()  # a streamed trace out of time order
         self.last_arrival = at
-        self._push(at, Step.ARRIVAL, job)
+        self.seq += 1
+        heapq.heappush(self.heap, (at, _ARRIVAL, self.seq, job))  # (``_push`` less rounding again)
 
     def _push(self, when: float, step: Step, payload: Any) -> None:
         self.seq += 1
@@ -287,7 +302,7 @@ class Simulator:
             payload.phase = Phase.ENQUEUED
 
     def _cycle(self) -> float | None:
-        result: CycleResult = self._call(self.engine.schedule, self.now)
+        result: CycleResult = self.calls.schedule(self.now)
         for preemption in result.preempted:
             self._preempted(self.by_unit[preemption.unit], preemption.reason, preemption.requeue_at)
         for admission in result.admitted:
@@ -320,11 +335,18 @@ class Simulator:
         return record
 
     def _submit(self, manifest: dict[str, Any], adapter: JobAdapter, runtime: float | None, where: str) -> None:
-        try:
-            meta = read_meta(manifest, adapter.kind)
-        except InvalidObject as err:
-            self._new_record(manifest, runtime).message = f"rejected: {where}: {err.reason}"
-            return
+        shape = self._shape(manifest, adapter)
+        known = self.units.get(shape) if shape is not None else None
+        if known is not None:  # its metadata is an earlier job's but for its name: read then
+            first = known[0]
+            meta = Meta(first.kind, manifest["metadata"]["name"], first.namespace, first.uid, first.labels,
+                        first.annotations)
+        else:
+            try:
+                meta = read_meta(manifest, adapter.kind)
+            except InvalidObject as err:
+                self._new_record(manifest, runtime).message = f"rejected: {where}: {err.reason}"
+                return
         name = (adapter.kind, meta.namespace, meta.name)
         existing = self.by_name.get(name)
         if existing is not None and existing.live:
@@ -333,10 +355,10 @@ class Simulator:
         if existing is not None and existing.finished is not None:
             self.warnings.append(f"{where}: {meta.describe()} already finished; applying it again changes nothing")
             return
-        record = self._new_record(manifest, runtime)
-        record.namespace = sys.intern(meta.namespace)
+        record = JobRecord(sys.intern(manifest["kind"]), sys.intern(meta.namespace), meta.name, runtime)
+        self.jobs.append(record)  # (``_new_record``, with what is known valid by now)
         try:
-            unit = self._unit(manifest, adapter, meta, self.now)
+            unit = self._unit(manifest, adapter, meta, self.now, shape, known)
         except InvalidObject as err:
             record.message = f"rejected: {err.reason}"
             return
@@ -349,29 +371,40 @@ class Simulator:
         record.message = unit.invalid
         self.by_name[name] = record
         self.by_unit[key] = record
-        self._call(self.engine.set_unit, unit)
+        self.calls.set_unit(unit, True)  # a fresh unit: the engine keeps it, uncopied
 
-    def _unit(self, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, created: float) -> UnitInfo:
-        """``unit_info`` of the job, taken from an earlier job whose manifest was the same but
-        for its name: a trace repeats a few manifests, and reading pod sets and requests was
-        the most of a job's cost. The manifest is compared by ``repr`` (types and order
-        too), its name blanked for the time of it; ``meta`` is its metadata, read."""
-        placed = self.nodes is not None
-        metadata = manifest["metadata"]
-        name = metadata["name"]
+    def _shape(self, manifest: dict[str, Any], adapter: JobAdapter) -> tuple[str, str, bool] | None:
+        """What jobs of one shape share: the manifest but for its name, compared by ``repr``
+        (types and order too), its name blanked for the time of it; and whether nodes
+        place its pods. None when its metadata or name is not there to blank."""
+        metadata = manifest.get("metadata")
+        if type(metadata) is not dict:
+            return None
+        name = metadata.get("name")
+        if type(name) is not str or not name:
+            return None
         metadata["name"] = ""
         try:
-            key = (adapter.kind, repr(manifest), placed)
+            return (adapter.kind, repr(manifest), self.nodes is not None)
         finally:
             metadata["name"] = name
-        known = self.units.get(key)
+
+    def _unit(self, manifest: dict[str, Any], adapter: JobAdapter, meta: Meta, created: float,
+              shape: tuple[str, str, bool] | None = None, known: tuple[Meta, UnitInfo] | None = None) -> UnitInfo:
+        """``unit_info`` of the job, taken from an earlier job of the same ``shape``: a trace
+        repeats a few manifests, and reading pod sets and requests was the most of a job's
+        cost. ``meta`` is its metadata, read; ``known``: what ``shape`` already found."""
         if known is None:
-            known = unit_info(manifest, adapter, self.priority_classes, created, placed=placed)
-            if len(self.units) >= UNIT_SHAPES:
-                self.units.clear()
-            self.units[key] = known
+            shape = shape or self._shape(manifest, adapter)
+            assert shape is not None  # its metadata was read
+            known = self.units.get(shape)
+            if known is None:
+                unit = unit_info(manifest, adapter, self.priority_classes, created, placed=self.nodes is not None)
+                if len(self.units) >= UNIT_SHAPES:
+                    self.units.clear()
+                known = self.units[shape] = (meta, unit)
         # Only its name (which may be too long) and creation differ.
-        return copy_unit(known, name=adapter.unit_name(manifest, meta), created=created)
+        return copy_unit(known[1], name=adapter.unit_name(manifest, meta), created=created)
 
     def _shared(self, request: ResourceList) -> ResourceList:
         """An equal request another job already holds (never changed), so that a million jobs
@@ -392,13 +425,13 @@ class Simulator:
         except InvalidObject as err:
             self.warnings.append(f"{where}: update of {record.unit_key} refused: {err.reason}")
             return
-        held = self._call(self.engine.unit, record.unit_key)
+        held = self.calls.unit(record.unit_key)
         if held is not None:
             unit.admitted_quota, unit.admitted_queue = held.admitted_quota, held.admitted_queue
             unit.admitted_at, unit.requeue_at, unit.attempts = held.admitted_at, held.requeue_at, held.attempts
             unit.placement = held.placement
         record.priority = unit.priority
-        self._call(self.engine.set_unit, unit)
+        self.calls.set_unit(unit, True)
 
     def _admitted(self, record: JobRecord, quota: str, queue: str, placement: Placement | None) -> None:
         record.attempts += 1
@@ -407,7 +440,10 @@ class Simulator:
             record.admitted = self.now
         record.quota, record.queue, record.requeue_at = quota, sys.intern(queue), None
         record.phase, record.message = Phase.DEQUEUED, None
-        record.charged = self.usage.chain(quota, self.quotas)
+        charged = self.chains.get(quota)
+        if charged is None:
+            charged = self.chains[quota] = self.usage.chain(quota, self.quotas)
+        record.charged = charged
         record.counts = placement.counts if placement is not None else ()
         record.held = _part(record) if record.counts else None
         held = record.held or record.request
@@ -450,7 +486,7 @@ class Simulator:
         assert self.nodes is not None
         for index in sorted({index for index, _, _ in pods}):
             node = self.nodes.nodes[index]
-            self._call(self.engine.set_node_usage, node.name, node.used())
+            self.calls.set_node_usage(node.name, node.used())
             if self.holdings is not None:
                 self.node_rooms.append(NodeRoom(self.now, node.name, dict(node.free)))
         if record.live and record.unit_key is not None:
@@ -458,12 +494,12 @@ class Simulator:
             for index, pod_set, _ in record.pods or ():
                 where = (pod_set, self.nodes.nodes[index].name)
                 bound[where] = bound.get(where, 0) + 1
-            self._call(self.engine.set_unit_pods, record.unit_key, bound)
+            self.calls.set_unit_pods(record.unit_key, bound)
 
     def _start(self, record: JobRecord) -> None:
         record.phase, record.started, record.message = Phase.RUNNING, self.now, None
         if record.unit_key is not None:  # its pods run: a Queue that waits for them goes on
-            self._call(self.engine.set_pods_running, record.unit_key, True)
+            self.calls.set_pods_running(record.unit_key, True)
         if record.runtime is not None:
             self._push(self.now + record.runtime, Step.FINISH, (record, record.run))
 
@@ -489,7 +525,7 @@ class Simulator:
         assert record.unit_key is not None
         record.finished, record.phase = self.now, Phase.SUCCEED
         del self.by_unit[record.unit_key]
-        self._call(self.engine.remove_unit, record.unit_key)
+        self.calls.remove_unit(record.unit_key)
         self._release(record)
 
     def _preempted(self, record: JobRecord, reason: str, requeue_at: float) -> None:
@@ -509,7 +545,7 @@ class Simulator:
             elif kind == QUEUE_KIND:
                 parsed = parse_queue(obj, self.quotas.keys())
                 self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
-                self._call(self.engine.set_queue, parsed.queue)
+                self.calls.set_queue(parsed.queue)
             elif kind == PRIORITY_CLASS_KIND:
                 meta = read_meta(obj, PRIORITY_CLASS_KIND)
                 self.priority_classes[meta.name] = read_int(obj.get("value"), f"{PRIORITY_CLASS_KIND} {meta.name}: value")
@@ -531,8 +567,9 @@ class Simulator:
         parsed = self.settings.quota(obj)
         self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
         self.quotas[parsed.quota.name] = parsed.quota
-        self._call(self.engine.set_quota, parsed.quota)
-        self._call(self.engine.set_queue, auto_queue_for(parsed.quota))
+        self.chains.clear()
+        self.calls.set_quota(parsed.quota)
+        self.calls.set_queue(auto_queue_for(parsed.quota))
 
     def _event(self, event: EventEntry) -> None:
         where = f"events[{event.index}]"
@@ -549,11 +586,12 @@ class Simulator:
         namespace = _text(ref.get("namespace")) or "default"
         if kind == ELASTIC_QUOTA_KIND and name in self.quotas:
             quota = self.quotas.pop(name)
-            self._call(self.engine.remove_quota, name)
-            self._call(self.engine.remove_queue, auto_queue_for(quota).key)
+            self.chains.clear()
+            self.calls.remove_quota(name)
+            self.calls.remove_queue(auto_queue_for(quota).key)
             return
         if kind == QUEUE_KIND and name:
-            self._call(self.engine.remove_queue, f"{namespace}/{name}")
+            self.calls.remove_queue(f"{namespace}/{name}")
             return
         record = self.by_name.get((kind or "", namespace, name or ""))
         if record is None or not record.live:
@@ -563,12 +601,12 @@ class Simulator:
         record.deleted = self.now
         record.message = f"deleted at {self.now:g} s while {record.phase}"
         del self.by_unit[record.unit_key]
-        self._call(self.engine.remove_unit, record.unit_key)
+        self.calls.remove_unit(record.unit_key)
         self._release(record)
 
     def _check_quotas(self) -> None:
         """Report each quota the engine refuses (min > max, bad parent, ...) once per reason."""
-        errors = self._call(self.engine.validation_errors)
+        errors = self.calls.validation_errors()
         for name, reason in errors.items():
             if self.reported_invalid.get(name) != reason:
                 self.warnings.append(f"{ELASTIC_QUOTA_KIND} {name}: {reason}; not used")
@@ -580,11 +618,11 @@ class Simulator:
             if record.live and record.phase is Phase.PREEMPTED and (record.requeue_at or 0) <= end:
                 record.phase = Phase.ENQUEUED
             if record.live and record.phase in (Phase.ENQUEUED, Phase.PREEMPTED) and record.unit_key:
-                standing = self._call(self.engine.standing, record.unit_key)
+                standing = self.calls.standing(record.unit_key)
                 if standing is not None:
                     record.quota, record.queue = standing.quota, standing.queue
                     record.message = standing.message or record.message
-        statuses = self._call(self.engine.quota_status)
+        statuses = self.calls.quota_status()
         runtime = {name: dict(statuses[name].runtime) if name in statuses else {} for name in self.quotas}
         return SimResult(
             jobs=self.jobs,
@@ -594,7 +632,7 @@ class Simulator:
             end=end,
             warnings=self.warnings,
             capacity=self.capacity,
-            engine_seconds=self.engine_seconds,
+            engine_seconds=self.timed.seconds if self.timed is not None else None,
             node_rooms=self.node_rooms,
         )
 

@@ -168,6 +168,11 @@ def _seconds(value: Any, what: str) -> tuple[float | None, str | None]:
 
 def job_entry(index: int, entry: Any) -> JobEntry:
     """One entry of ``jobs``, checked; what is wrong with it stays on it."""
+    if type(entry) is dict:  # the common case, checked without building a message
+        manifest, at, runtime = entry.get("manifest"), entry.get("at", 0), entry.get("runtime")
+        if type(manifest) is dict and type(at) is float and 0 <= at < math.inf and \
+                (runtime is None or (type(runtime) is float and 0 <= runtime < math.inf)):
+            return JobEntry(index, at, runtime, manifest)
     where = f"jobs[{index}]"
     if not isinstance(entry, dict):
         return JobEntry(index, 0.0, None, {}, f"{where}: must be a mapping with at, runtime, manifest")

@@ -4,10 +4,10 @@ cycles' admissions and send-backs (write_limit), the job reconcilers' writes tha
 or only inform (job_line: releases, podState), and the messages and Running (message_limit).
 Each write that starts or ends a run moves the unit's execution clock (status.py).
 
-What only informs of an admitted unit's run (Running, podState) is not written at once: it
-waits INFORM_SECONDS, the later news merged into it, so that pods created, then running, then
-done make one write, not three; a write that changes the unit's phase meanwhile (its job
-finished, it was sent back) takes its place."""
+What only informs of an admitted unit's run (podState) is not written at once: it waits up to
+INFORM_SECONDS, later news merged into it, so that pods created, then running, then done make
+one write, not three; Running goes at once, with the news waiting; a write that changes the
+unit's phase otherwise (its job finished, it was sent back) takes the news' place."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from koordqueue import aio
 from koordqueue.controller import status as st
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.resources import UNITS
@@ -27,7 +28,7 @@ from koordqueue.kube.errors import KubeError
 log = logging.getLogger(__name__)
 
 MESSAGE_WRITERS = 8  # messages and Running written at once: they must not hold back admissions and releases
-INFORM_SECONDS = 5.0  # how long Running and podState wait for news to be written with (their lag)
+INFORM_SECONDS = 5.0  # how long podState waits for news to be written with (its lag)
 
 
 @dataclass(slots=True)
@@ -39,6 +40,7 @@ class _Inform:
     touch: bool
     still: list[Callable[[], bool]] = field(default_factory=list)
     failed: list[Callable[[KubeError], None]] = field(default_factory=list)
+    now: asyncio.Event = field(default_factory=asyncio.Event)  # a phase among them: written without waiting
 
 
 class UnitStatusWriter(Part):
@@ -98,7 +100,8 @@ class UnitStatusWriter(Part):
     def inform(self, key: str, status: Object, *, touch: bool = True, still: Callable[[], bool] | None = None,
                failed: Callable[[KubeError], None] | None = None) -> None:
         """Write ``status`` (news of an admitted unit's run) INFORM_SECONDS from the first news
-        not yet written, with whatever news comes meanwhile; nobody waits for it. ``still``:
+        not yet written, with whatever news comes meanwhile (at once if it has a phase); nobody
+        waits for it. ``still``:
         checked when it is written (all news dropped if one says no); ``failed``: told of an
         error of the write."""
         news = self.informs.get(key)
@@ -114,9 +117,11 @@ class UnitStatusWriter(Part):
             news.still.append(still)
         if failed is not None:
             news.failed.append(failed)
+        if "phase" in status:
+            news.now.set()
 
     async def _write_news(self, key: str, news: _Inform) -> None:
-        await asyncio.sleep(INFORM_SECONDS)
+        await aio.wait_event(news.now, INFORM_SECONDS)
 
         def current() -> bool:  # not taken over by a write of the unit's phase, and still true
             if self.informs.get(key) is not news:

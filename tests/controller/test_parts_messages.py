@@ -1,7 +1,7 @@
 """MessageWriter alone, on the in-memory API server: a waiting unit's message is written at
 most once per flush (the last one the engine gave), not again while it does not change, a
-reason that moves no more often than MESSAGE_REFRESH_SECONDS (MESSAGE_AMOUNTS_SECONDS when only
-its amounts move), and never from a view of the
+reason that moves no more often than MESSAGE_REFRESH_SECONDS (the writer's amounts_seconds, 60 s
+by default, when only its amounts move), and never from a view of the
 unit older than our own last write of it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.controller import messages
-from koordqueue.controller.messages import MESSAGE_AMOUNTS_SECONDS, MESSAGE_REFRESH_SECONDS, MessageWriter
+from koordqueue.controller.messages import MESSAGE_REFRESH_SECONDS, MessageWriter
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.engine.model import UnitInfo
@@ -102,8 +102,9 @@ async def test_a_reason_that_moves_is_rewritten_only_after_the_refresh_time(sett
 
 async def test_a_reason_whose_amounts_alone_move_is_rewritten_only_after_the_longer_time(setting: Setting) -> None:
     """Ten usage changes, the reason's words the same: not one more write until
-    MESSAGE_AMOUNTS_SECONDS have passed (MESSAGE_REFRESH_SECONDS is not enough); then one,
-    of the latest amounts."""
+    amounts_seconds (60 s by default) have passed (MESSAGE_REFRESH_SECONDS is not enough);
+    then one, of the latest amounts."""
+    assert setting.writer.amounts_seconds == 60.0
     setting.engine_says("waiting for quota leaf-0-1: cpu asks 5, used 118 of max 120")
     await until(setting.written)
     start = setting.clock.now
@@ -114,14 +115,14 @@ async def test_a_reason_whose_amounts_alone_move_is_rewritten_only_after_the_lon
     setting.clock.now += MESSAGE_REFRESH_SECONDS
     await setting.flushes(5)
     assert len(setting.written()) == 1
-    setting.clock.now = start + MESSAGE_AMOUNTS_SECONDS
+    setting.clock.now = start + setting.writer.amounts_seconds
     await until(lambda: len(setting.written()) == 2)
     await setting.flushes(5)
     assert setting.written()[1:] == [{"message": "waiting for quota leaf-0-1: cpu asks 5, used 109 of max 120"}]
 
 
 async def test_new_words_after_new_amounts_are_not_held_for_the_amounts_time(setting: Setting) -> None:
-    """Amounts moved (deferred for MESSAGE_AMOUNTS_SECONDS), then the reason itself changes:
+    """Amounts moved (deferred for amounts_seconds), then the reason itself changes:
     it is written once MESSAGE_REFRESH_SECONDS are over, not held for the longer time."""
     setting.engine_says("waiting for quota a: cpu asks 5, used 118 of max 120")
     await until(setting.written)

@@ -136,3 +136,19 @@ async def test_news_no_longer_true_is_not_written(quick_news: float) -> None:
     writer.inform(KEY, {"podState": {"running": 1, "pending": 0}}, touch=False)
     await asyncio.gather(*writer.inform_tasks)
     assert not fake.writes(UNITS.plural, "u") and not errors
+
+
+async def test_news_due_later_is_brought_forward_by_news_due_sooner(quick_news: float) -> None:
+    """Pods only pending wait the longer time; a pod running meanwhile brings the write forward
+    to its own (shorter) time, with the latest counts."""
+    fake, writer, _ = setting()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    writer.inform(KEY, {"podState": {"running": 0, "pending": 1}}, touch=False, within=3600.0)
+    await asyncio.sleep(quick_news * 2)
+    assert not fake.writes(UNITS.plural, "u")
+    writer.inform(KEY, {"podState": {"running": 1, "pending": 0}}, touch=False)
+    async with asyncio.timeout(5):
+        await asyncio.gather(*writer.inform_tasks)
+    assert loop.time() - start >= quick_news * 3
+    assert [r.body["status"] for r in fake.writes(UNITS.plural, "u")] == [{"podState": {"running": 1, "pending": 0}}]

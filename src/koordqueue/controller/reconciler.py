@@ -21,7 +21,7 @@ from koordqueue.controller.loading import count_as_admitted
 from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
-from koordqueue.controller.unitstatus import UnitStatusWriter
+from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync
 from koordqueue.controller.views import (
     JobView,
@@ -202,7 +202,8 @@ class JobReconciler(Part):
             self._mark_running(item, unit.key, {**st.running(), **(change or {})})
             return
         if change is not None and (pods.running or pods.pending or unit.pod_state):
-            self.status.inform(unit.key, change, touch=False)
+            only_pending = not pods.running and unit.phase == c.Phase.DEQUEUED.value  # none runs yet
+            self.status.inform(unit.key, change, touch=False, within=PENDING_INFORM_SECONDS if only_pending else None)
         if unit.phase != c.Phase.DEQUEUED.value:
             return
         known = self.engine.unit(unit.key)

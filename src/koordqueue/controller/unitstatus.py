@@ -5,9 +5,10 @@ or only inform (job_line: releases, podState), and the messages and Running (mes
 Each write that starts or ends a run moves the unit's execution clock (status.py).
 
 What only informs of an admitted unit's run (podState) is not written at once: it waits up to
-INFORM_SECONDS, later news merged into it, so that pods created, then running, then done make
-one write, not three; Running goes at once, with the news waiting; a write that changes the
-unit's phase otherwise (its job finished, it was sent back) takes the news' place."""
+INFORM_SECONDS (PENDING_INFORM_SECONDS for pods that are only pending), later news merged into
+it, so that pods created, then running, then done make one write, not three; Running goes at
+once, with the news waiting; a write that changes the unit's phase otherwise (its job
+finished, it was sent back) takes the news' place."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 MESSAGE_WRITERS = 8  # messages and Running written at once: they must not hold back admissions and releases
 INFORM_SECONDS = 5.0  # how long podState waits for news to be written with (its lag)
+# ... and when its pods are only pending, none run nor ran: they usually run within these
+# seconds, and then Running is written with them (pods pending a while are written then)
+PENDING_INFORM_SECONDS = 15.0
 
 
 @dataclass(slots=True)
@@ -38,9 +42,10 @@ class _Inform:
 
     status: Object
     touch: bool
+    due: float  # when it is written (the event loop's time)
     still: list[Callable[[], bool]] = field(default_factory=list)
     failed: list[Callable[[KubeError], None]] = field(default_factory=list)
-    now: asyncio.Event = field(default_factory=asyncio.Event)  # a phase among them: written without waiting
+    sooner: asyncio.Event = field(default_factory=asyncio.Event)  # set when ``due`` is brought forward
 
 
 class UnitStatusWriter(Part):
@@ -98,15 +103,16 @@ class UnitStatusWriter(Part):
         return True
 
     def inform(self, key: str, status: Object, *, touch: bool = True, still: Callable[[], bool] | None = None,
-               failed: Callable[[KubeError], None] | None = None) -> None:
-        """Write ``status`` (news of an admitted unit's run) INFORM_SECONDS from the first news
-        not yet written, with whatever news comes meanwhile (at once if it has a phase); nobody
-        waits for it. ``still``:
-        checked when it is written (all news dropped if one says no); ``failed``: told of an
-        error of the write."""
+               failed: Callable[[KubeError], None] | None = None, within: float | None = None) -> None:
+        """Write ``status`` (news of an admitted unit's run) ``within`` seconds (INFORM_SECONDS
+        unless said) with whatever news comes meanwhile, at once if it has a phase; the
+        earliest time any of the news asks for is kept. Nobody waits for it. ``still``: checked
+        when it is written (all news dropped if one says no); ``failed``: told of an error of
+        the write."""
+        due = asyncio.get_running_loop().time() + (INFORM_SECONDS if within is None else within)
         news = self.informs.get(key)
         if news is None:
-            news = self.informs[key] = _Inform(dict(status), touch)
+            news = self.informs[key] = _Inform(dict(status), touch, due)
             task = asyncio.create_task(self._write_news(key, news), name=f"inform-{key}")
             self.inform_tasks.add(task)
             task.add_done_callback(self.inform_tasks.discard)
@@ -118,10 +124,16 @@ class UnitStatusWriter(Part):
         if failed is not None:
             news.failed.append(failed)
         if "phase" in status:
-            news.now.set()
+            due = 0.0
+        if due < news.due:
+            news.due = due
+            news.sooner.set()
 
     async def _write_news(self, key: str, news: _Inform) -> None:
-        await aio.wait_event(news.now, INFORM_SECONDS)
+        loop = asyncio.get_running_loop()
+        while (left := news.due - loop.time()) > 0:
+            news.sooner.clear()
+            await aio.wait_event(news.sooner, left)
 
         def current() -> bool:  # not taken over by a write of the unit's phase, and still true
             if self.informs.get(key) is not news:

@@ -1,7 +1,7 @@
 """Who writes a QueueUnit's status: one patch at a time per unit, each on the latest version
 we know of, in one of three lines so that no write waits behind writes it must not: the
 cycles' admissions and send-backs (write_limit), the job reconcilers' writes that free quota
-or only inform (job_line: releases, podState), and the messages and Running (message_limit).
+(job_line: releases), and the messages, Running and podState (message_limit).
 Each write that starts or ends a run moves the unit's execution clock (status.py).
 
 What only informs of an admitted unit's run (podState) is not written at once: it waits up to
@@ -76,7 +76,9 @@ class UnitStatusWriter(Part):
         ``limit``: how many such writes may be in flight (messages have a line of their own); a
         place in that line is had before the unit's lock, so that a write waiting for its turn
         never holds back another write of the same unit. ``still``: checked once the lock is
-        held; the write is skipped (False) when it says the status is no longer to be written."""
+        held; the write is skipped (False) when it says the status is no longer to be written.
+        A write of a phase drops the unit's news not yet written, unless it is that news
+        (``informing``)."""
         ns, _, name = key.partition("/")
         async with limit or self.write_limit, self.unit_locks.hold(key):
             if still is not None and not still():

@@ -99,6 +99,9 @@ def job_manifest(record: JobRecord, pods: bool) -> dict[str, Any]:
     manifest = kueue_sim.job(record.name, record.leaf, record.kind)
     manifest["metadata"]["annotations"][c.ANNOTATION_SUSPEND] = c.TRUE
     manifest["spec"]["runPolicy"] = {"suspend": True}
+    for replica in manifest["spec"]["pytorchReplicaSpecs"].values():  # the training operator's webhook
+        for container in replica["template"]["spec"]["containers"]:  # wants the container named pytorch
+            container["name"] = "pytorch"
     if pods:
         manifest["metadata"]["annotations"][c.ANNOTATION_SIM_DURATION] = f"{record.kind.runtime}"
     return manifest

@@ -1,6 +1,7 @@
 """MessageWriter alone, on the in-memory API server: a waiting unit's message is written at
 most once per flush (the last one the engine gave), not again while it does not change, a
-reason that moves no more often than MESSAGE_REFRESH_SECONDS, and never from a view of the
+reason that moves no more often than MESSAGE_REFRESH_SECONDS (the writer's amounts_seconds, 60 s
+by default, when only its amounts move), and never from a view of the
 unit older than our own last write of it."""
 
 from __future__ import annotations
@@ -91,12 +92,58 @@ async def test_a_message_is_written_once_per_flush_and_not_again_unchanged(setti
 async def test_a_reason_that_moves_is_rewritten_only_after_the_refresh_time(setting: Setting) -> None:
     setting.engine_says("does not fit: quota a uses 4 of 4")
     await until(setting.written)
-    setting.engine_says("does not fit: quota a uses 3 of 4")
+    setting.engine_says("does not fit: its parent quota p uses 4 of 4")
     await setting.flushes(5)
     assert len(setting.written()) == 1  # deferred, not dropped
     setting.clock.now += MESSAGE_REFRESH_SECONDS
     await until(lambda: len(setting.written()) == 2)
-    assert setting.written()[1] == {"message": "does not fit: quota a uses 3 of 4"}
+    assert setting.written()[1] == {"message": "does not fit: its parent quota p uses 4 of 4"}
+
+
+async def test_a_reason_whose_amounts_alone_move_is_rewritten_only_after_the_longer_time(setting: Setting) -> None:
+    """Ten usage changes, the reason's words the same: not one more write until
+    amounts_seconds (60 s by default) have passed (MESSAGE_REFRESH_SECONDS is not enough);
+    then one, of the latest amounts."""
+    assert setting.writer.amounts_seconds == 60.0
+    setting.engine_says("waiting for quota leaf-0-1: cpu asks 5, used 118 of max 120")
+    await until(setting.written)
+    start = setting.clock.now
+    for used in range(100, 110):
+        setting.engine_says(f"waiting for quota leaf-0-1: cpu asks 5, used {used} of max 120")
+        await setting.flushes(2)
+        setting.clock.now += 1.0
+    setting.clock.now += MESSAGE_REFRESH_SECONDS
+    await setting.flushes(5)
+    assert len(setting.written()) == 1
+    setting.clock.now = start + setting.writer.amounts_seconds
+    await until(lambda: len(setting.written()) == 2)
+    await setting.flushes(5)
+    assert setting.written()[1:] == [{"message": "waiting for quota leaf-0-1: cpu asks 5, used 109 of max 120"}]
+
+
+async def test_new_words_after_new_amounts_are_not_held_for_the_amounts_time(setting: Setting) -> None:
+    """Amounts moved (deferred for amounts_seconds), then the reason itself changes:
+    it is written once MESSAGE_REFRESH_SECONDS are over, not held for the longer time."""
+    setting.engine_says("waiting for quota a: cpu asks 5, used 118 of max 120")
+    await until(setting.written)
+    setting.engine_says("waiting for quota a: cpu asks 5, used 117 of max 120")
+    await setting.flushes(3)
+    setting.engine_says("waiting for quota a: cpu asks 5; the free 3 of quota p is held for b")
+    await setting.flushes(3)
+    assert len(setting.written()) == 1
+    setting.clock.now += MESSAGE_REFRESH_SECONDS
+    await until(lambda: len(setting.written()) == 2)
+    assert setting.written()[1] == {"message": "waiting for quota a: cpu asks 5; the free 3 of quota p is held for b"}
+
+
+def test_the_meaning_of_a_message_is_its_words_not_its_amounts() -> None:
+    same = ["waiting for quota leaf-0-1: cpu asks 5, used 118 of max 120",
+            "waiting for quota leaf-0-1: cpu asks 5, used 1500m of max 120",
+            "waiting for quota leaf-0-1: cpu asks 20, used 4.5 of max 120"]
+    assert len({messages.meaning(m) for m in same}) == 1
+    assert messages.meaning("held for leaf-0-1-small-3, of higher priority (200 > 50)") != \
+        messages.meaning("held for leaf-0-1-small-4, of higher priority (200 > 50)")  # names are words
+    assert messages.meaning(same[0]) != messages.meaning("waiting for quota leaf-0-2: cpu asks 5, used 118 of max 120")
 
 
 async def test_no_message_from_a_view_older_than_our_last_write(setting: Setting) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from koordqueue.controller import unitstatus
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.kube.errors import Conflict
@@ -87,3 +88,67 @@ async def test_a_write_no_longer_wanted_when_its_turn_comes_is_skipped() -> None
     wanted["yes"] = False
     assert await first and not await second
     assert len(fake.writes()) == 2 and "message" not in fake.get(UNITS, "u", namespace="default")["status"]
+
+
+@pytest.fixture
+def quick_news(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(unitstatus, "INFORM_SECONDS", 0.05)
+    return 0.05
+
+
+async def test_news_of_a_run_within_the_window_is_one_write(quick_news: float,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pods created (pending), then running, within INFORM_SECONDS: one write, of the latest,
+    none before the window is over. Then Running: written at once, with the news waiting."""
+    fake, writer, _ = setting()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    writer.inform(KEY, {"podState": {"running": 0, "pending": 2}}, touch=False)
+    writer.inform(KEY, {"podState": {"running": 1, "pending": 1}}, touch=False)
+    assert not fake.writes(UNITS.plural, "u")
+    await asyncio.gather(*writer.inform_tasks)
+    assert loop.time() - start >= quick_news
+    assert [r.body["status"] for r in fake.writes(UNITS.plural, "u")] == [{"podState": {"running": 1, "pending": 1}}]
+    monkeypatch.setattr(unitstatus, "INFORM_SECONDS", 3600.0)  # Running does not wait for the window
+    writer.inform(KEY, {"podState": {"running": 2, "pending": 0}}, touch=False)
+    writer.inform(KEY, {"phase": "Running", "message": "the job is running"}, still=lambda: True)
+    async with asyncio.timeout(5):
+        await asyncio.gather(*writer.inform_tasks)
+    writes = [r.body["status"] for r in fake.writes(UNITS.plural, "u")]
+    assert len(writes) == 2
+    assert writes[1]["phase"] == "Running" and writes[1]["podState"] == {"running": 2, "pending": 0}
+
+
+async def test_a_phase_written_meanwhile_takes_the_place_of_the_news(quick_news: float) -> None:
+    """The job ends while its podState waits: its Succeed is written, the podState never is."""
+    fake, writer, _ = setting()
+    writer.inform(KEY, {"podState": {"running": 0, "pending": 0}}, touch=False)
+    await writer.write(KEY, {"phase": "Succeed", "podState": None})
+    await asyncio.gather(*writer.inform_tasks)
+    assert [r.body["status"].get("phase") for r in fake.writes(UNITS.plural, "u")] == ["Succeed"]
+    assert not writer.informs
+
+
+async def test_news_no_longer_true_is_not_written(quick_news: float) -> None:
+    fake, writer, _ = setting()
+    errors: list[Exception] = []
+    writer.inform(KEY, {"phase": "Running"}, still=lambda: False, failed=errors.append)
+    writer.inform(KEY, {"podState": {"running": 1, "pending": 0}}, touch=False)
+    await asyncio.gather(*writer.inform_tasks)
+    assert not fake.writes(UNITS.plural, "u") and not errors
+
+
+async def test_news_due_later_is_brought_forward_by_news_due_sooner(quick_news: float) -> None:
+    """Pods only pending wait the longer time; a pod running meanwhile brings the write forward
+    to its own (shorter) time, with the latest counts."""
+    fake, writer, _ = setting()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    writer.inform(KEY, {"podState": {"running": 0, "pending": 1}}, touch=False, within=3600.0)
+    await asyncio.sleep(quick_news * 2)
+    assert not fake.writes(UNITS.plural, "u")
+    writer.inform(KEY, {"podState": {"running": 1, "pending": 0}}, touch=False)
+    async with asyncio.timeout(5):
+        await asyncio.gather(*writer.inform_tasks)
+    assert loop.time() - start >= quick_news * 3
+    assert [r.body["status"] for r in fake.writes(UNITS.plural, "u")] == [{"podState": {"running": 1, "pending": 0}}]

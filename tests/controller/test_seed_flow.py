@@ -110,6 +110,9 @@ async def test_a_job_over_max_waits_with_a_reason_then_runs_when_room_frees(syst
     assert reasons.get(c.EventReason.FAILED_SCHEDULING) == message
 
     await system.wait_phase("first-py-qu", c.Phase.SUCCEED, timeout=30)
+    # A job admitted at once and run to its end: two events in all (no Succeed: its phase says it).
+    assert sorted(e["reason"] for e in await system.events("first-py-qu")) == [c.EventReason.DEQUEUED,
+                                                                                c.EventReason.ENQUEUED]
     await system.wait_phase("second-py-qu", c.Phase.RUNNING)
     unit = await system.unit("first-py-qu")
     assert "podState" not in unit["status"]

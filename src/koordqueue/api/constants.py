@@ -411,8 +411,7 @@ class EventReason(StrEnum):
     INVALID_QUEUE = "InvalidQueue"
     INVALID_JOB = "InvalidJob"
     UNKNOWN_POLICY = "UnknownQueuePolicy"
-    SUCCEED = "Succeed"
-    FAILED = "Failed"
+    FAILED = "Failed"  # (a job that succeeded gets no event: its unit's phase says so)
     SPEC_RESTORED = "SpecRestored"  # a hand edit of a QueueUnit's spec was undone
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # a job is held for a class that does not exist
     DEACTIVATED = "Deactivated"  # Koord-Queue's: an inactive job suspended, its quota released

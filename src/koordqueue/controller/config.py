@@ -27,7 +27,8 @@ class ControllerConfig:
     quota_status_refresh_seconds: float = 2.0
     # A waiting unit's status.message, once it gives a reason, is told the engine's reason
     # of now at least this often when it moved (amounts, the unit it waits behind): with
-    # the message writes' own pacing it is never more than ~45 s behind (docs/dashboard.md).
+    # the message writes' own pacing it is never more than ~45 s behind (docs/dashboard.md);
+    # when only its amounts moved, they are written every second refresh (~95 s behind).
     reason_refresh_seconds: float = 30.0
     # Koord-Queue's oversellrate: a job fits its quota and each ancestor while used +
     # request <= max times this; the cluster's total (the nodes' allocatable) is oversold alike.

@@ -132,7 +132,7 @@ class Controller:
 
     async def _shutdown(self) -> None:
         self.shared.jobs_queue.shutdown()
-        tasks = [*self._tasks, *self.reconciler.running_writes.values(), *self.scheduler.admitting]
+        tasks = [*self._tasks, *self.unit_status.inform_tasks, *self.scheduler.admitting]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

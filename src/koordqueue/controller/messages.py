@@ -3,13 +3,15 @@ engine's message for each unit it looked at, gathered by the scheduling loop and
 at most once a second (MESSAGE_FLUSH_SECONDS) each, in a line of its own (the unit-status
 writer's message_limit), never over a newer status of ours: only from a view of the unit
 at least as new as our last write of it, and only while the engine still has it waiting.
-A reason that moves is rewritten at most every MESSAGE_REFRESH_SECONDS."""
+A reason that moves is rewritten at most every MESSAGE_REFRESH_SECONDS; one whose words stay
+and only its amounts move (used, free, counts), at most every AMOUNTS_REFRESHES reason refreshes."""
 
 from __future__ import annotations
 
 import asyncio
 import heapq
 import logging
+import re
 
 from koordqueue.api import constants as c
 from koordqueue.controller import status as st
@@ -28,6 +30,10 @@ MESSAGE_FLUSH_SECONDS = 1.0  # a waiting unit's message is written at most this 
 # a unit's reason moves with every admission and release (used amounts, a unit holding the
 # free room, then none), each a write; `koord-queue explain` and the dashboard say it live.
 MESSAGE_REFRESH_SECONDS = 10.0
+# ... and when only its amounts moved, its meaning the same, at most once every this many of
+# the controller's reason refreshes (reason_refresh_seconds: 60 s by default): a unit waiting
+# a minute for a busy quota would otherwise be rewritten six times to say the same thing.
+AMOUNTS_REFRESHES = 2
 FAILED_SCHEDULING_EVERY = 60.0  # seconds between FailedScheduling events of one unit
 
 
@@ -36,6 +42,7 @@ class MessageWriter(Part):
         super().__init__(shared)
         self.status = status
         self.messages_due: list[tuple[float, str]] = []  # (when, unit key) of the deferred messages
+        self.amounts_seconds = max(MESSAGE_REFRESH_SECONDS, AMOUNTS_REFRESHES * self.config.reason_refresh_seconds)
 
     async def run(self) -> None:
         while True:
@@ -59,7 +66,8 @@ class MessageWriter(Part):
 
     def _defer(self, key: str, message: str, now: float) -> bool:
         """Whether the message is not to be written now: it is written already, or the unit was
-        told why it waits less than MESSAGE_REFRESH_SECONDS ago (then kept until that is over)."""
+        told why it waits less than MESSAGE_REFRESH_SECONDS ago (amounts_seconds when the
+        new one says the same with other amounts); then it is kept until that is over."""
         record = self.records.unit(key)
         last = record.written_message if record is not None else None
         if last == message:
@@ -69,11 +77,13 @@ class MessageWriter(Part):
         if record is None or last is None or _waiting_its_turn(last):
             return False
         written_at = record.message_written_at
-        due = (written_at if written_at is not None else -MESSAGE_REFRESH_SECONDS) + MESSAGE_REFRESH_SECONDS
+        every = self.amounts_seconds if meaning(last) == meaning(message) else MESSAGE_REFRESH_SECONDS
+        due = (written_at if written_at is not None else -every) + every
         if now >= due:
             return False
-        if record.deferred_message is None:
-            heapq.heappush(self.messages_due, (due, key))
+        if record.deferred_message is None or due < record.deferred_due:
+            heapq.heappush(self.messages_due, (due, key))  # (a later entry of it then finds nothing deferred)
+            record.deferred_due = due
         record.deferred_message = message
         return True
 
@@ -141,6 +151,15 @@ class MessageWriter(Part):
                 if written is not None and standing.message and written != standing.message \
                         and not _waiting_its_turn(written):
                     self.records.pending_messages.setdefault(standing.unit, standing.message)
+
+
+_AMOUNT = re.compile(r"(?<![\w.-])\d+(?:\.\d+)?[A-Za-z]*(?![\w.-])")
+
+
+def meaning(message: str) -> str:
+    """The message with its amounts (quantities, counts, priorities) blanked out: what it says
+    of why the unit waits. Numbers inside names (leaf-0-1) are kept."""
+    return _AMOUNT.sub("#", message)
 
 
 def _waiting_its_turn(message: str) -> bool:

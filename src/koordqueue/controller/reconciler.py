@@ -7,7 +7,6 @@ the job workers, one job at a time each (kube/workqueue.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -22,7 +21,7 @@ from koordqueue.controller.loading import count_as_admitted
 from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
-from koordqueue.controller.unitstatus import UnitStatusWriter
+from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync
 from koordqueue.controller.views import (
     JobView,
@@ -53,7 +52,6 @@ class JobReconciler(Part):
         self.scheduler = scheduler
         self.queue_settings = queue_settings  # (quotasync.py's)
         self.lifetime = Lifetime(shared, scheduler, status)  # active and maximumExecutionTimeSeconds
-        self.running_writes: dict[str, asyncio.Task[None]] = {}  # unit key -> its Running write, in line
 
     async def reconcile(self, item: str) -> None:
         kind = item.partition("/")[0]
@@ -174,9 +172,9 @@ class JobReconciler(Part):
         if record is not None:
             record.finished()
         self.wake.set()
-        reason = c.EventReason.SUCCEED if succeeded else c.EventReason.FAILED
-        self._event(unit_ref(unit), c.EventType.NORMAL if succeeded else c.EventType.WARNING, reason,
-                    f"the job {job.state.value}; its quota is released")
+        if not succeeded:  # (a success is told by the unit's phase: an event each would double the writes of most)
+            self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.FAILED,
+                        f"the job {job.state.value}; its quota is released")
 
     async def _check_admission(self, unit: UnitView, job: JobView) -> None:
         """Reserved: all checks Ready → Dequeued; any Retry or Rejected → back to the queue."""
@@ -204,7 +202,8 @@ class JobReconciler(Part):
             self._mark_running(item, unit.key, {**st.running(), **(change or {})})
             return
         if change is not None and (pods.running or pods.pending or unit.pod_state):
-            await self.status.write(unit.key, change, touch=False, limit=self.status.job_line)
+            only_pending = not pods.running and unit.phase == c.Phase.DEQUEUED.value  # none runs yet
+            self.status.inform(unit.key, change, touch=False, within=PENDING_INFORM_SECONDS if only_pending else None)
         if unit.phase != c.Phase.DEQUEUED.value:
             return
         known = self.engine.unit(unit.key)
@@ -225,12 +224,10 @@ class JobReconciler(Part):
                                        "quota released")
 
     def _mark_running(self, item: str, key: str, status: Object) -> None:
-        """Write Running in the background, in the line of the messages: it only informs, so
-        admissions and resumes never wait behind it, nor does the job's worker (a job that ends
-        meanwhile has its quota released at once). Not written if the unit is no longer Dequeued
-        as we last wrote it, nor for a job that ended meanwhile: its unit goes to Succeed next."""
-        if key in self.running_writes:
-            return
+        """Write Running as news of the run (unitstatus.inform): it only informs, so admissions
+        and resumes never wait behind it, nor does the job's worker (a job that ends meanwhile
+        has its quota released at once, and its Succeed takes the place of Running). Not written
+        if the unit is no longer Dequeued as we last wrote it, nor for a job that ended meanwhile."""
 
         def still() -> bool:
             known, view = self.engine.unit(key), self.informers.unit.get(key)
@@ -238,16 +235,11 @@ class JobReconciler(Part):
                 view.phase == c.Phase.DEQUEUED.value and self.records.newer(key, view.resource_version) and \
                 not self.informers.job_ended(item)
 
-        async def write() -> None:
-            try:
-                await self.status.write(key, status, limit=self.status.message_limit, still=still)
-            except KubeError as e:
-                log.info("Running of %s not written: %s", key, e)
-                self.jobs_queue.add_rate_limited(item)
-            finally:
-                self.running_writes.pop(key, None)
+        def failed(e: KubeError) -> None:
+            log.info("Running of %s not written: %s", key, e)
+            self.jobs_queue.add_rate_limited(item)
 
-        self.running_writes[key] = asyncio.create_task(write(), name=f"running-{key}")
+        self.status.inform(key, status, still=still, failed=failed)
 
 
 def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:

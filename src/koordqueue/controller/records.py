@@ -23,6 +23,7 @@ class UnitRecord:
     written_message: str | None = None  # its status.message as we last wrote or read it
     message_written_at: float | None = None  # when we last wrote why it waits
     deferred_message: str | None = None  # kept until the unit may be told again (messages.py)
+    deferred_due: float = 0.0  # when it may be
     failed_scheduling_at: float | None = None  # when its last FailedScheduling event was sent
 
     def finished(self) -> None:

@@ -208,7 +208,7 @@ async def one_run(system_class: type[vk.System], args: argparse.Namespace, base:
     system = system_class(here, shape_of(args.quotas))
     leaves = len(system.shape.leaves())
     cluster = RealCluster(here / "cluster", NodeShape(count=NODES, gpus=0, cpu=NODE_CPU, memory="1Ti", prefix="node"),
-                          training_operator=False, audit=False, component_qps=args.component_qps,
+                          training_operator=False, audit_users=(system.user,), component_qps=args.component_qps,
                           controller_manager_flags=(f"--concurrent-job-syncs={vk.JOB_SYNCS}",))
     out: dict[str, Any] = {"system": system.name, "jobs": args.jobs, "leaves": leaves,
                            "parents": system.shape.parents, "load_average_before": harness.load_average()}
@@ -246,7 +246,7 @@ async def one_run(system_class: type[vk.System], args: argparse.Namespace, base:
                     await asyncio.to_thread(system.set_capacity, cluster, RAISED, 0, RAISED * system.shape.children)
                     await asyncio.sleep(2.0)
                 process = system.start(cluster)
-                t0 = time.monotonic()
+                t0, t0_epoch = time.monotonic(), time.time()
                 timer = ReadyTimer()
                 timing = asyncio.create_task(timer.run(system, cluster, client, t0, args.timeout))
                 figures = await measure(system, process, seen, jobs=args.jobs, before=before, wave=leaves,
@@ -254,6 +254,9 @@ async def one_run(system_class: type[vk.System], args: argparse.Namespace, base:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(timing, 60)
                 figures["readyz_s"] = timer.at
+                requests = await asyncio.to_thread(vk.audit_counts, cluster, system.user, t0_epoch, time.time())
+                figures["requests_by_kind"] = requests
+                figures["writes"] = sum(n for k, n in requests.items() if not k.startswith(("get ", "list ", "watch ")))
                 figures["over_nominal"] = sum(1 for n in seen.per_leaf.values() if n > (NOMINAL if first else RAISED))
                 out[name] = figures
                 print(f"{label} {name}: ready {fmt(figures['ready_s'], ' s')}, wave {fmt(figures['wave_s'], ' s')}, "
@@ -324,6 +327,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(args.rounds):
             pair: list[type[vk.System]] = [vk.Ours, vk.Kueue] if i % 2 == 0 else [vk.Kueue, vk.Ours]
             order += [s for s in pair if args.only in (None, s.name)]
+        if args.order:
+            order = [{"ours": vk.Ours, "kueue": vk.Kueue}[name] for name in args.order.split(",")]
         runs = []
         for n, system in enumerate(order):
             runs.append(await one_run(system, args, base, f"{n}-{system.name}"))
@@ -341,9 +346,10 @@ def mean_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for key, value in runs[0].items():
         if isinstance(value, dict):
             out[key] = {k: _mean([r[key][k] for r in runs]) if isinstance(v, int | float) else v
-                        for k, v in value.items()}
+                        for k, v in value.items() if k != "requests_by_kind"}
         elif isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = _mean([r[key] for r in runs])
+            values = [r[key] for r in runs]
+            out[key] = value if all(v == value for v in values) else _mean(values)
         else:
             out[key] = value
     return out
@@ -390,6 +396,7 @@ def render(result: dict[str, Any]) -> str:
         row("cycles", name, "cycles", digits=0)
         row("controller peak RSS (MiB)", name, "controller_peak_rss", digits=0, scale=2**20)
         row("controller CPU", name, "controller_cpu_s", unit=" s")
+        row("API writes (audit log)", name, "writes", digits=0)
         row("leaves over their nominal", name, "over_nominal", digits=0)
     row("kube-apiserver RSS at the end (MiB)", "apiserver_rss", digits=0, scale=2**20)
     row("kube-apiserver peak RSS (MiB)", "apiserver_peak_rss", digits=0, scale=2**20)
@@ -400,6 +407,8 @@ def render(result: dict[str, Any]) -> str:
                      f"{fmt(r['restart']['ready_s'], ' s')}, peak RSS {mib(r['first_start']['controller_peak_rss'])}"
                      f" / {mib(r['restart']['controller_peak_rss'])}, {r['jobs_created']} jobs in "
                      f"{fmt(r['jobs_create_s'], ' s')}, load {r['load_average_before']} -> {r['load_average_after']}")
+        for p in ("first_start", "restart"):
+            lines.append(f"    {p} requests: " + ", ".join(f"{k} {v}" for k, v in r[p]["requests_by_kind"].items()))
     return "\n".join(lines)
 
 
@@ -409,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quotas", type=int, default=1000, help="leaf quotas (ClusterQueues), in cohorts of 10")
     parser.add_argument("--rounds", type=int, default=1, help="A/B pairs (alternating which goes first)")
     parser.add_argument("--only", choices=("ours", "kueue"), help="run one system only")
+    parser.add_argument("--order", help="the runs, in order, e.g. kueue,ours (instead of --rounds / --only)")
     parser.add_argument("--component-qps", type=int, default=vk.COMPONENT_QPS,
                         help="kube-controller-manager's and kube-scheduler's client rate")
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up on a start after this many seconds")

@@ -28,10 +28,12 @@ again and admit the next wave of Q):
 - the controller's peak RSS (VmHWM of that process), CPU seconds, scheduling cycle
   p50/p99 from its own histogram (ours: koord_queue_scheduling_cycle_seconds; Kueue:
   kueue_admission_attempt_duration_seconds, as versus_kueue.py's cycle_figures);
+- the controller's API requests in each start (kube-apiserver's audit log, its user only);
 - kube-apiserver's and etcd's RSS (now and peak), and no leaf over its nominal.
 
     KOORD_QUEUE_TOOLS=/work/main/.tools .venv/bin/python bench/versus_kueue_scale.py --jobs 10000
-    ... --jobs 100000 --rounds 1 --json
+    ... --jobs 10000 --order kueue,ours          # the second A/B pair
+    ... --jobs 100000 --rounds 2 --json         # the issue's size (hours on a loaded 2-core machine)
 """
 
 from __future__ import annotations
@@ -158,7 +160,6 @@ async def settle(pids: dict[str, int], quiet: float = 0.15, window: float = 3.0,
 class Observed:
     """What two watches see, with the monotonic time of each first sighting."""
 
-    leaves: int
     records: dict[str, float] = field(default_factory=dict)  # the system's record of a job: ns/job -> first seen
     released: dict[str, float] = field(default_factory=dict)  # ns/job -> first seen unsuspended
     per_leaf: dict[str, int] = field(default_factory=dict)  # namespace (= leaf) -> jobs unsuspended
@@ -234,7 +235,7 @@ async def one_run(system_class: type[vk.System], args: argparse.Namespace, base:
             if out["mem_available_before"] < MIN_FREE:
                 raise SystemExit(f"only {mib(out['mem_available_before'])} available: not starting {system.name}")
 
-            seen = Observed(leaves)
+            seen = Observed()
             watchers.append(asyncio.create_task(follow(client, vk.JOBS, seen.job)))
             watchers.append(asyncio.create_task(follow(
                 client, system.holders, lambda kind, obj: seen.holder(system.holder(obj)[0]) if kind == "ADDED"

@@ -168,8 +168,17 @@ class KubeClient:
             params["resourceVersion"] = resource_version
         body = await self._call("GET", "list", resource.path(namespace), params=params)
         meta = body.get("metadata") or {}
+        items = body.get("items") or []
+        # kube-apiserver leaves kind and apiVersion out of a built-in kind's items (a JobList's
+        # Jobs), as every decoder of a typed list expects: put them back from the list's own.
+        list_kind, api_version = str(body.get("kind") or ""), body.get("apiVersion")
+        if list_kind.endswith("List") and api_version:
+            for item in items:
+                if "kind" not in item:
+                    item["kind"] = list_kind[:-4]
+                    item["apiVersion"] = item.get("apiVersion") or api_version
         return ListResult(
-            items=body.get("items") or [],
+            items=items,
             resource_version=str(meta.get("resourceVersion") or ""),
             continue_token=meta.get("continue") or None,
         )

@@ -45,6 +45,20 @@ async def test_get_and_list(api: APIClient) -> None:
     assert status == 404 and body["reason"] == "NotFound" and body["message"] == 'configmaps "nope" not found'
 
 
+async def test_a_built_in_lists_items_name_no_kind_as_kube_apiservers_do(api: APIClient) -> None:
+    """kube-apiserver names a built-in kind once, on the list (our controller read a listed
+    Job's kind and failed on the real one); a custom resource's items keep theirs."""
+    await api.post(CMS, configmap("a"))
+    await api.post(WIDGETS, widget("w"))
+    _, lst, _ = await api.get(CMS)
+    assert lst["kind"] == "ConfigMapList"
+    assert [sorted(k for k in i if k in ("kind", "apiVersion")) for i in lst["items"]] == [[]]
+    _, obj, _ = await api.get(f"{CMS}/a")
+    assert (obj["kind"], obj["apiVersion"]) == ("ConfigMap", "v1")
+    _, widgets, _ = await api.get(WIDGETS)
+    assert [(i["kind"], i["metadata"]["name"]) for i in widgets["items"]] == [("Widget", "w")]
+
+
 async def test_list_across_namespaces(api: APIClient) -> None:
     await api.post("/api/v1/namespaces", {"metadata": {"name": "other"}})
     await api.post(CMS, configmap("a"))

@@ -95,6 +95,7 @@ JSON = "application/json"
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 DEFAULT_WATCH_TIMEOUT = 1800.0
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's request size limit
+_TYPE_KEYS = frozenset({"kind", "apiVersion"})  # what a built-in list's items leave out
 # An aggregated API's answer (see APIServer.aggregate): (tail, query, user, groups) -> (code, body).
 AggregatedAPI = Callable[[str, dict[str, str], str, tuple[str, ...]], Awaitable[tuple[int, dict[str, Any]]]]
 USER = web.RequestKey("user", UserInfo)  # who sent the request, set by the middleware
@@ -852,6 +853,11 @@ class APIServer:
         if form == "PartialObjectMetadata":
             body = {"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
                     "items": [_partial(o) for o in items]}
+        elif rt.from_crd is None:
+            # kube-apiserver writes a built-in kind's list items without their kind and
+            # apiVersion (the list names them once); a CRD's items keep theirs.
+            body = {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
+                    "items": [{k: v for k, v in o.items() if k not in _TYPE_KEYS} for o in items]}
         else:
             body = {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
                     "items": [self._present(rt, o) for o in items]}

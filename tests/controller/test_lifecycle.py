@@ -176,6 +176,27 @@ async def test_deleted_jobs_and_units_show_in_the_recent_decisions(system: Syste
         ("default/waits-py-qu", None, "PyTorchJob default/waits was deleted; it left the queue")]
 
 
+@pytest.mark.both_control_planes
+async def test_a_deleted_jobs_unit_is_deleted_by_the_controller_not_left_to_the_garbage_collector(
+        system: System) -> None:
+    """Deleted with --cascade=orphan, a job leaves its unit to no garbage collector (the
+    ownerReference is taken off it): the controller deletes it, as Koord-Queue does. (With the
+    default cascade, kube-controller-manager's collector deletes a new CRD's objects only after
+    its next discovery, up to 30 s; the controller does not wait for it either.)"""
+    await system.apply(quota("team-orphan", 2, 2))
+    await system.apply(pytorch_job("orphaned", gpus_per_pod=2, quota_name="team-orphan"))  # 4 > max 2: waits
+    await system.wait_phase("orphaned-py-qu", c.Phase.ENQUEUED)
+    await system.akubectl("delete", "pytorchjob", "orphaned", "--cascade=orphan")
+
+    async def unit_gone() -> bool:
+        units = await system.get_json("queueunit")
+        return "orphaned-py-qu" not in [u["metadata"]["name"] for u in units["items"]]
+
+    await system.wait_for(unit_gone, 20, "the unit of the deleted job deleted")
+    jobs = await system.get_json("pytorchjob")
+    assert "orphaned" not in [j["metadata"]["name"] for j in jobs["items"]]
+
+
 async def test_what_is_kept_of_a_job_and_its_unit_goes_when_they_are_deleted(system: System) -> None:
     """All the controller keeps of a unit, and of a job, is one record each
     (controller/records.py), dropped when the object is deleted: none is left behind."""

@@ -34,7 +34,7 @@ from koordqueue.controller.views import (
     unit_view,
 )
 from koordqueue.jobs.base import JobAdapter, JobState, quota_of_labels
-from koordqueue.kube.errors import AlreadyExists, KubeError
+from koordqueue.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from koordqueue.kube.events import ObjectRef
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,10 @@ class JobReconciler(Part):
     async def reconcile(self, item: str) -> None:
         kind = item.partition("/")[0]
         job = self.informers.job_view(item)
+        if item in self.unit_sync.units_left:
+            if job is None:
+                await self._delete_unit_left(*self.unit_sync.units_left[item])  # (a failure comes back here)
+            del self.unit_sync.units_left[item]
         if job is None or job.deleting:
             return
         self._warn_of_missing_classes(item, job)
@@ -117,6 +121,14 @@ class JobReconciler(Part):
             said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         f"labels set from the job: {said} (edit the job instead)")
+
+    async def _delete_unit_left(self, key: str, uid: str) -> None:
+        """The unit of a deleted job: that one (its uid), not one a new job of the name has since."""
+        namespace, _, name = key.partition("/")
+        try:
+            await self.client.delete(UNITS, name, namespace=namespace, preconditions={"uid": uid})
+        except (NotFound, Conflict):
+            pass  # gone already (the garbage collector's), or another unit by now
 
     def _warn_of_missing_classes(self, item: str, job: JobView) -> None:
         """A Warning on the job, once for each set of missing PriorityClasses it waits for."""

@@ -2,7 +2,8 @@
 says (holding quota, backing off, waiting) once the first sync is over, then as they
 change; what a job asks for (through its view, never its unit's spec); where each job's
 pods are bound and the room they take on each node. Each change of a job or its unit
-queues the job for its reconciler (reconciler.py)."""
+queues the job for its reconciler (reconciler.py), its deletion too: the reconciler deletes
+the unit it leaves (units_left)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ class UnitSync(Part):
     def __init__(self, shared: Shared) -> None:
         super().__init__(shared)
         self.node_usage = NodeUsage()  # what bound pods take on each node: the engine's, for node fit
+        # job item -> (unit key, uid) of the unit a deleted job left, for its reconciler to delete
+        self.units_left: dict[str, tuple[str, str]] = {}
 
     def wire(self) -> None:
         informers = self.informers
@@ -201,10 +204,18 @@ class UnitSync(Part):
         self.jobs_queue.add(item, urgent=job is not None and job.state.ended)
 
     def _job_deleted(self, job: JobView) -> None:
-        self.records.forget_job(f"{job.kind}/{job.key}")
+        item = f"{job.kind}/{job.key}"
+        self.records.forget_job(item)
         self._remember_deletion(job.unit_key, f"{job.kind} {job.key} was deleted")
         self.engine.remove_unit(job.unit_key)
         self.wake.set()
+        # Its unit goes now, as Koord-Queue deletes it, not when the garbage collector gets to
+        # it: kube-controller-manager's watches a new CRD's objects only from its next discovery
+        # (every 30 s), and a job deleted with --cascade=orphan leaves its unit for good.
+        unit = self.informers.unit.get(job.unit_key)
+        if unit is not None and (unit.consumer_kind, unit.consumer_name) == (job.kind, job.name):
+            self.units_left[item] = (unit.key, unit.uid)
+            self.jobs_queue.add(item)
 
 
 def _spec_changed(current: UnitInfo, new: UnitInfo) -> bool:

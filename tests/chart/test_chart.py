@@ -191,7 +191,7 @@ BASE = (
     | expand("scheduling.sigs.k8s.io", ["elasticquotatrees"], "list watch")
     | expand("scheduling.sigs.k8s.io", ["elasticquotas/status", "elasticquotatrees/status"], "patch")
     | expand("scheduling.x-k8s.io", ["queues"], "list watch create patch delete")
-    | expand("scheduling.x-k8s.io", ["queueunits"], "list watch create patch")
+    | expand("scheduling.x-k8s.io", ["queueunits"], "list watch create patch delete")
     | expand("scheduling.x-k8s.io", ["queues/status", "queueunits/status"], "patch")
     | expand("", ["events"], "create patch")
     | expand("scheduling.k8s.io", ["priorityclasses"], "list watch")

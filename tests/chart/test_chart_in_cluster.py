@@ -370,6 +370,15 @@ async def run_seed_flow(kubectl: Any, get_json: Any, metrics_port: int, first_se
     await eventually(lambda: used_gpus("8"), "the quota charged for the job that waited")
     await kubectl("delete", "pytorchjob", "over-max", "-n", "default")
     await eventually(lambda: used_gpus("0"), "the quota released")
+    # A job deleted with --cascade=orphan: no garbage collector deletes its unit; the controller does.
+    await kubectl("apply", "-f", "-", stdin=yaml.safe_dump(over_max_job("never-fits", gpus_per_pod=5)))
+    await eventually(lambda: is_phase("never-fits-py-qu", c.Phase.ENQUEUED), "the job over max queued")
+    await kubectl("delete", "pytorchjob", "never-fits", "-n", "default", "--cascade=orphan")
+
+    async def no_unit_left() -> bool:
+        return (await get_json("queueunit", "-n", "default"))["items"] == []
+
+    await eventually(no_unit_left, "the orphaned unit deleted by the controller")
 
     # Deleting the quota deletes its Queue; the seed's own Queue stays.
     await kubectl("delete", "elasticquota", SEED_QUOTA, "-n", "default")

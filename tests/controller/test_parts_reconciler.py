@@ -14,7 +14,7 @@ from koordqueue.api import constants as c
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.quotasync import QuotaSync
-from koordqueue.controller.reconciler import JobReconciler
+from koordqueue.controller.reconciler import UNIT_UNSEEN_SECONDS, JobReconciler
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.unitstatus import UnitStatusWriter
@@ -148,3 +148,31 @@ async def test_a_job_that_ran_before_we_started_is_adopted_not_stopped(setting: 
     info = setting.shared.engine.unit(UNIT_KEY)
     assert info is not None and info.admitted_quota == "team-a"
     assert c.ANNOTATION_SUSPEND not in setting.job()["metadata"]["annotations"]
+
+
+async def test_a_job_reconciled_again_before_our_watch_brings_its_unit_is_not_given_another(
+        setting: Setting) -> None:
+    """Under load our watch of units lags the job's own updates: a job reconciled again before
+    its new unit comes through is not given one again (a create refused as AlreadyExists is a
+    request for nothing; kube-apiserver's audit counted 302 creates for 300 jobs). Should the
+    unit never come (created and deleted while our watch was away), the job gets one again
+    after UNIT_UNSEEN_SECONDS."""
+    job = pytorch_job("j", quota_name="team-a")
+    job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] = c.TRUE
+    setting.fake.seed(JOBS, job)
+    jobs = setting.shared.informers.jobs[KIND]  # (the units' informer not started: our watch never brings it)
+    jobs.start()
+    await jobs.wait_synced(5)
+    for _ in range(3):
+        await setting.reconciler.reconcile(ITEM)
+    assert setting.writes() == [f"create {UNITS.plural} j-py-qu"]
+    clock = setting.shared.clock
+    assert isinstance(clock, Clock)
+    clock.now += UNIT_UNSEEN_SECONDS - 1
+    await setting.reconciler.reconcile(ITEM)
+    assert len(setting.writes()) == 1
+    clock.now += 1
+    await setting.fake.delete(UNITS, "j-py-qu", namespace="default")  # gone, unseen
+    await setting.reconciler.reconcile(ITEM)
+    assert [w for w in setting.writes() if w.startswith("create")] == [f"create {UNITS.plural} j-py-qu"] * 2
+    assert setting.fake.get(UNITS, "j-py-qu", namespace="default")["metadata"]["ownerReferences"]

@@ -40,6 +40,10 @@ from koordqueue.kube.events import ObjectRef
 log = logging.getLogger(__name__)
 
 UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labels the engine reads
+# How long a unit we created may take to come through our watch before its job's next
+# reconcile takes it for missing and creates it again (a create refused as AlreadyExists is a
+# request for nothing: under load the watch lags the job's own updates).
+UNIT_UNSEEN_SECONDS = 30.0
 
 
 class JobReconciler(Part):
@@ -66,7 +70,7 @@ class JobReconciler(Part):
         adapter = adapter_of_kind(kind)
         unit = self.informers.unit.get(job.unit_key)
         if unit is None:
-            if not job.state.ended:
+            if not job.state.ended and not self._created_unseen(item, job.unit_key):
                 await self._create_unit(item, job, adapter)
             return
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
@@ -142,6 +146,19 @@ class JobReconciler(Part):
             self._event(job_ref(job), c.EventType.WARNING, c.EventReason.PRIORITY_CLASS_NOT_FOUND,
                         f"not admitted: {missing_class_reason(missing)}")
 
+    def _created_unseen(self, item: str, key: str) -> bool:
+        """Whether we created the unit lately and our watch has not brought it yet: its arrival
+        reconciles the job; should it never come, the job is looked at again after the bound."""
+        record = self.records.unit(key)
+        if record is None or record.created_at is None:
+            return False
+        left = record.created_at + UNIT_UNSEEN_SECONDS - self.clock()
+        if left <= 0:
+            record.created_at = None  # (assumed lost: created again, or found AlreadyExists)
+            return False
+        self.jobs_queue.add_after(item, left + 0.05)
+        return True
+
     async def _create_unit(self, item: str, job: JobView, adapter: JobAdapter) -> None:
         if job.invalid or job.unit_spec is None:
             self._event(job_ref(job), c.EventType.WARNING, c.EventReason.INVALID_JOB,
@@ -159,7 +176,8 @@ class JobReconciler(Part):
             created = await self.client.create(UNITS, body, namespace=job.namespace)
         except AlreadyExists:
             return
-        self.records.unit_to_write(job.unit_key).rv = str(created["metadata"]["resourceVersion"])
+        record = self.records.unit_to_write(job.unit_key)
+        record.rv, record.created_at = str(created["metadata"]["resourceVersion"]), self.clock()
         ref = ObjectRef.of(created)
         if adopt:
             await self.status.write(job.unit_key, {**st.running(), "message": "adopted: it was already running"})
@@ -272,6 +290,10 @@ def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
 
 
 UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labels the engine reads
+# How long a unit we created may take to come through our watch before its job's next
+# reconcile takes it for missing and creates it again (a create refused as AlreadyExists is a
+# request for nothing: under load the watch lags the job's own updates).
+UNIT_UNSEEN_SECONDS = 30.0
 
 
 def _job_label(job: JobView, name: str) -> str | None:

@@ -25,6 +25,7 @@ class UnitRecord:
     deferred_message: str | None = None  # kept until the unit may be told again (messages.py)
     deferred_due: float = 0.0  # when it may be
     failed_scheduling_at: float | None = None  # when its last FailedScheduling event was sent
+    created_at: float | None = None  # when we created it, until our watch brings it
 
     def finished(self) -> None:
         """Its job ended: no more messages for it."""

@@ -304,6 +304,8 @@ class System:
 
 class Ours(System):
     name, user, holders = "ours", OURS_USER, UNITS
+    preempt_within_quota = False  # --preempt-within-quota: as Kueue's withinClusterQueue: LowerPriority
+    protect_seconds: float | None = None  # --protect-seconds: the controller's (its default when None)
 
     def install(self, cluster: RealCluster) -> None:
         install_crds(cluster)
@@ -333,7 +335,8 @@ class Ours(System):
         self.process = harness.Process(
             [sys.executable, "-m", "koordqueue.cli", "controller", "--kubeconfig", str(kubeconfig),
              "--no-leader-elect", "--metrics-port", str(self.metrics_port), "--job-kinds", c.BATCH_JOB_KIND,
-             "--log-level", "warning", "--qps", str(CLIENT_QPS), "--burst", str(CLIENT_BURST)],
+             "--log-level", "warning", "--qps", str(CLIENT_QPS), "--burst", str(CLIENT_BURST),
+             *(["--protect-seconds", str(self.protect_seconds)] if self.protect_seconds is not None else [])],
             self.base / "koord-queue.log")
         self.process.start()
         return self.process
@@ -353,6 +356,10 @@ class Ours(System):
             if time.monotonic() > deadline:
                 raise SystemExit("our controller did not make the quotas' Queues")
             await asyncio.sleep(0.2)
+        if self.preempt_within_quota:
+            for queue in (await client.list(QUEUES, namespace=c.SYSTEM_NAMESPACE)).items:
+                await client.patch(QUEUES, queue["metadata"]["name"], {"metadata": {"annotations": {
+                    c.ANNOTATION_ENABLE_PREEMPTION: c.TRUE}}}, namespace=c.SYSTEM_NAMESPACE)
 
     def job_meta(self, record: JobRecord) -> dict[str, Any]:
         return {"annotations": {c.ANNOTATION_QUEUE: record.leaf, c.ANNOTATION_SUSPEND: c.TRUE}}
@@ -595,6 +602,8 @@ def state_dir(base: Path, label: str) -> Path:
 async def like_for_like(system_class: type[System], args: argparse.Namespace, base: Path, label: str) -> dict[str, Any]:
     here = state_dir(base, label)
     system = system_class(here)
+    if isinstance(system, Ours):
+        system.preempt_within_quota, system.protect_seconds = args.preempt_within_quota, args.protect_seconds
     records = plan(args.divisor)
     cluster = RealCluster(here / "cluster", NodeShape(count=NODES, gpus=0, cpu=NODE_CPU, memory="1Ti", prefix="node"),
                           training_operator=False, audit_users=(system.user,), component_qps=args.component_qps,
@@ -961,6 +970,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up on a run after this many seconds")
     parser.add_argument("--keep", help="keep each run's state, logs and audit log in this directory")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--preempt-within-quota", action="store_true",
+                        help="ours' Queues preempt lower priority inside a quota "
+                             "(koord-queue/enable-queueunit-preemption), as Kueue's baseline does within a ClusterQueue")
+    parser.add_argument("--protect-seconds", type=float,
+                        help="ours: admitted units younger than this are never preempted (the controller's default: 60)")
     args = parser.parse_args(argv)
     result = aio.run(run(args))
     print(json.dumps(result, indent=2, default=str) if args.json else render(result))

@@ -333,6 +333,15 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
+def dig(obj: dict[str, Any] | None, *path: str) -> Any:
+    """The value at ``path`` in nested figures; None where a step is missing (a system not run)."""
+    for step in path:
+        if obj is None:
+            return None
+        obj = obj.get(step)
+    return obj
+
+
 def fmt(value: Any, unit: str = "", digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"

@@ -67,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
 import kueue_sim  # noqa: E402
-from harness import fmt, mib  # noqa: E402
+from harness import dig, fmt, mib  # noqa: E402
 
 from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
@@ -906,37 +906,30 @@ def render(result: dict[str, Any]) -> str:
         ratio = a / b if isinstance(a, int | float) and isinstance(b, int | float) and b else math.nan
         lines.append(f"  {label:<34}{fmt(a, unit, digits):>12}{fmt(b, unit, digits):>12}{fmt(ratio, '', 2):>8}")
 
-    def get(r: dict[str, Any] | None, *path: str) -> Any:
-        for p in path:
-            if r is None:
-                return None
-            r = r.get(p)  # type: ignore[assignment]
-        return r
-
-    row("wall", get(ours, "wall_s"), get(kueue, "wall_s"), " s")
+    row("wall", dig(ours, "wall_s"), dig(kueue, "wall_s"), " s")
     row("  over the physical limit", _over(ours), _over(kueue), " s")
     for k in ("large", "medium", "small"):
-        row(f"{k}: mean to admission", get(ours, "mean_admission_s", k), get(kueue, "mean_admission_s", k), " s", 2)
-        row(f"{k}: p90 to admission", get(ours, "p90_admission_s", k), get(kueue, "p90_admission_s", k), " s", 2)
-        row(f"{k}: mean to own admission", get(ours, "mean_own_admission_s", k),
-            get(kueue, "mean_own_admission_s", k), " s", 2)
-    row("quota usage (Kueue's formula)", get(ours, "usage_percent"), get(kueue, "usage_percent"), " %")
-    row("controller CPU", get(ours, "controller_cpu_s"), get(kueue, "controller_cpu_s"), " s")
-    row("  per admitted job", get(ours, "controller_cpu_ms_per_job"), get(kueue, "controller_cpu_ms_per_job"), " ms",
+        row(f"{k}: mean to admission", dig(ours, "mean_admission_s", k), dig(kueue, "mean_admission_s", k), " s", 2)
+        row(f"{k}: p90 to admission", dig(ours, "p90_admission_s", k), dig(kueue, "p90_admission_s", k), " s", 2)
+        row(f"{k}: mean to own admission", dig(ours, "mean_own_admission_s", k),
+            dig(kueue, "mean_own_admission_s", k), " s", 2)
+    row("quota usage (Kueue's formula)", dig(ours, "usage_percent"), dig(kueue, "usage_percent"), " %")
+    row("controller CPU", dig(ours, "controller_cpu_s"), dig(kueue, "controller_cpu_s"), " s")
+    row("  per admitted job", dig(ours, "controller_cpu_ms_per_job"), dig(kueue, "controller_cpu_ms_per_job"), " ms",
         2)
-    row("kube-apiserver CPU", get(ours, "apiserver_cpu_s"), get(kueue, "apiserver_cpu_s"), " s")
-    row("etcd CPU", get(ours, "etcd_cpu_s"), get(kueue, "etcd_cpu_s"), " s")
-    row("API requests per admitted job", get(ours, "requests_per_job"), get(kueue, "requests_per_job"), "", 2)
+    row("kube-apiserver CPU", dig(ours, "apiserver_cpu_s"), dig(kueue, "apiserver_cpu_s"), " s")
+    row("etcd CPU", dig(ours, "etcd_cpu_s"), dig(kueue, "etcd_cpu_s"), " s")
+    row("API requests per admitted job", dig(ours, "requests_per_job"), dig(kueue, "requests_per_job"), "", 2)
     row("controller peak RSS (MiB)", _mib(ours), _mib(kueue), "", 0)
-    row("ready after start", get(ours, "ready_s"), get(kueue, "ready_s"), " s")
-    row("admitted", get(ours, "admitted"), get(kueue, "admitted"))
-    row("unfinished", get(ours, "unfinished"), get(kueue, "unfinished"))
-    row("moments over quota", get(ours, "over_quota"), get(kueue, "over_quota"))
-    row("admitted again (preempted)", get(ours, "readmitted"), get(kueue, "readmitted"))
-    row("  released again when readmitted", get(ours, "released_again_when_readmitted"),
-        get(kueue, "released_again_when_readmitted"))
-    row("released twice in one admission", get(ours, "released_twice_in_one_admission"),
-        get(kueue, "released_twice_in_one_admission"))
+    row("ready after start", dig(ours, "ready_s"), dig(kueue, "ready_s"), " s")
+    row("admitted", dig(ours, "admitted"), dig(kueue, "admitted"))
+    row("unfinished", dig(ours, "unfinished"), dig(kueue, "unfinished"))
+    row("moments over quota", dig(ours, "over_quota"), dig(kueue, "over_quota"))
+    row("admitted again (preempted)", dig(ours, "readmitted"), dig(kueue, "readmitted"))
+    row("  released again when readmitted", dig(ours, "released_again_when_readmitted"),
+        dig(kueue, "released_again_when_readmitted"))
+    row("released twice in one admission", dig(ours, "released_twice_in_one_admission"),
+        dig(kueue, "released_twice_in_one_admission"))
     for r in result.get("runs", []):
         lines.append(f"  run {r['system']}: wall {fmt(r['wall_s'], ' s')}, small/medium/large "
                      + "/".join(fmt(r["mean_admission_s"][k], "", 2) for k in ("small", "medium", "large"))

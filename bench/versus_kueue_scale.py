@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 import kueue_sim  # noqa: E402
 import versus_kueue as vk  # noqa: E402
-from harness import fmt, mib  # noqa: E402
+from harness import dig, fmt, mib  # noqa: E402
 
 from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
@@ -369,15 +369,8 @@ def render(result: dict[str, Any]) -> str:
              f"the controller starts, one job per leaf fits; mean of {any_['runs']} run(s) each",
              f"  {'':<44}{'ours':>12}{'Kueue':>12}{'ratio':>8}"]
 
-    def get(r: dict[str, Any] | None, *path: str) -> Any:
-        for p in path:
-            if r is None:
-                return None
-            r = r.get(p)  # type: ignore[assignment]
-        return r
-
     def row(label: str, *path: str, unit: str = "", digits: int = 1, scale: float = 1.0) -> None:
-        a, b = get(ours, *path), get(kueue, *path)
+        a, b = dig(ours, *path), dig(kueue, *path)
         a = a / scale if isinstance(a, int | float) else a
         b = b / scale if isinstance(b, int | float) else b
         ratio = a / b if isinstance(a, int | float) and isinstance(b, int | float) and b else math.nan

@@ -333,6 +333,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         runs = []
         for n, system in enumerate(order):
             runs.append(await one_run(system, args, base, f"{n}-{system.name}"))
+            if args.keep:  # a long run's figures survive the runs after it
+                (base / f"{n}-{system.name}.json").write_text(json.dumps(runs[-1], indent=1))
         result["runs"] = runs
         for name in ("ours", "kueue"):
             mine = [r for r in runs if r["system"] == name]

@@ -97,6 +97,11 @@ class JobView:
 
 def job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> JobView:
     """Project a job; a job we cannot read still gets a view, with the reason in ``invalid``."""
+    with adapter.reading(obj):
+        return _job_view(obj, adapter, priority_classes)
+
+
+def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, int]) -> JobView:
     meta = obj.get("metadata") or {}
     name = str(meta.get("name", ""))
     namespace = str(meta.get("namespace") or "default")

@@ -248,10 +248,15 @@ async def one_run(system_class: type[vk.System], args: argparse.Namespace, base:
                     await asyncio.sleep(2.0)
                 process = system.start(cluster)
                 t0, t0_epoch = time.monotonic(), time.time()
+                profiler = harness.Profiler(process, here / f"{name}.collapsed", rate=100) \
+                    if args.profile and system.name == "ours" else None
                 timer = ReadyTimer()
                 timing = asyncio.create_task(timer.run(system, cluster, client, t0, args.timeout))
                 figures = await measure(system, process, seen, jobs=args.jobs, before=before, wave=leaves,
                                         first=first, timeout=args.timeout, t0=t0)
+                if profiler is not None:
+                    profiler.stop()
+                    figures["profile_top"] = harness.top_functions(profiler.out, 30)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(timing, 60)
                 figures["readyz_s"] = timer.at
@@ -418,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--component-qps", type=int, default=vk.COMPONENT_QPS,
                         help="kube-controller-manager's and kube-scheduler's client rate")
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up on a start after this many seconds")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy ours' controller in each start (100 Hz): DIR/N-ours/<start>.collapsed with --keep")
     parser.add_argument("--keep", help="keep each run's state and logs in this directory")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args(argv)

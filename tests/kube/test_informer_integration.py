@@ -123,6 +123,29 @@ async def test_lists_in_pages_then_follows_changes(client: KubeClient) -> None:
         await informer.stop()
 
 
+async def test_the_next_page_is_asked_for_while_this_one_is_read(client: KubeClient) -> None:
+    """A big list (100,000 Jobs: 200 pages) costs the server's time per page and ours; asked
+    for only once the page before is read, they add up instead of overlapping."""
+    for i in range(40):
+        await client.create(CONFIGMAPS, configmap(f"cm-{i:02}"))
+    asked: list[int] = []  # list requests sent when each object was read
+
+    def noting(obj: dict[str, Any]) -> Seen:
+        asked.append(client.request_count["list"])
+        return project(obj)
+
+    informer = Informer(client, CONFIGMAPS, project=noting, namespace="default", page_size=10)
+    informer.yield_every = 3
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        assert len(informer) == 40 and client.request_count["list"] == 4
+        # the last object of each page but the last is read after the next page was asked for
+        assert [asked[i] for i in (9, 19, 29)] == [2, 3, 4]
+    finally:
+        await informer.stop()
+
+
 async def test_resumes_after_dropped_watches_without_relisting(server: APIServer, client: KubeClient) -> None:
     informer, mirror = make(client)
     informer.start()

@@ -82,6 +82,7 @@ from koordqueue.sim.report import percentile  # noqa: E402
 FLAVOR = "rf"
 
 JOBS = Resource("batch", "v1", "jobs")
+PODS = Resource("", "v1", "pods")
 WORKLOADS = Resource(kq.GROUP, "v1beta2", "workloads")
 CLUSTER_QUEUES = Resource(kq.GROUP, "v1beta2", "clusterqueues", namespaced=False)
 UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
@@ -638,11 +639,13 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
             if not generating.done():
                 generating.cancel()
             await world.stop()
+            pod_hops = await pods_hops(client, world, here / "pods.json" if args.keep else None)
     finally:
         system.stop()
         await asyncio.to_thread(cluster.stop)
     requests = await asyncio.to_thread(audit_counts, cluster, system.user, world.start_epoch, end_epoch)
     out = figures(world, end, args.divisor)
+    out["pod_hops_mean_s"] = pod_hops
     admitted = out["admitted"] or 1
     cpu = {name: cpu_after[name] - cpu_before[name] for name in pids}
     out.update({
@@ -664,6 +667,43 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     if not args.keep:
         shutil.rmtree(here, ignore_errors=True)
     return out
+
+
+async def pods_hops(client: KubeClient, world: World, keep: Path | None = None) -> dict[str, float]:
+    """Where a job's time between its resume and its Complete went, by its pod's own timestamps
+    (whole seconds: means good to some 0.5 s), by class: resumed -> pod created (the Job
+    controller), created -> scheduled (kube-scheduler: long when no node has room), scheduled ->
+    container finished (kwok: the runtime), finished -> Complete seen (the Job controller)."""
+    def epoch(text: object) -> float | None:
+        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() if text else None
+
+    to_epoch = world.start_epoch - world.start  # monotonic -> epoch
+    hops: dict[str, list[float]] = {}
+    pods = await client.list_all(PODS)
+    if keep is not None:
+        keep.write_bytes(json.dumps(pods.items).encode())
+    for pod in pods.items:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        record = world.records.get(f"{meta.get('namespace')}/{(meta.get('labels') or {}).get('job-name', '')}")
+        if record is None or record.released is None or record.completed is None or record.admissions != 1:
+            continue  # (preempted and run again: its first pod is gone)
+        scheduled = next((epoch(cond.get("lastTransitionTime")) for cond in status.get("conditions") or ()
+                          if cond.get("type") == "PodScheduled" and cond.get("status") == "True"), None)
+        finished = next((epoch(cs["state"]["terminated"].get("finishedAt")) for cs in status.get("containerStatuses")
+                         or () if (cs.get("state") or {}).get("terminated")), None)
+        created = epoch(meta.get("creationTimestamp"))
+        if created is None or scheduled is None or finished is None:
+            continue
+        started = next((epoch(cs["state"]["terminated"].get("startedAt")) for cs in status.get("containerStatuses")
+                        or () if (cs.get("state") or {}).get("terminated")), None) or scheduled
+        steps = {"resumed -> pod created": created - (record.released + to_epoch),
+                 "created -> scheduled": scheduled - created, "scheduled -> started": started - scheduled,
+                 "started -> finished": finished - started,
+                 "finished -> Complete seen": record.completed + to_epoch - finished}
+        for step, seconds in steps.items():
+            hops.setdefault(step, []).append(seconds)
+            hops.setdefault(f"{record.kind.name}: {step}", []).append(seconds)
+    return {step: _mean(values) for step, values in hops.items()}
 
 
 def figures(world: World, end: float, divisor: int) -> dict[str, Any]:
@@ -936,6 +976,11 @@ def render(result: dict[str, Any]) -> str:
                      + f" s, CPU {fmt(r['controller_cpu_s'], ' s')}, {r['requests_per_job']:.2f} req/job, "
                      f"load {r['load_average_before']} -> {r['load_average_after']}")
         lines.append("    hops: " + ", ".join(f"{k} {fmt(v, ' s', 2)}" for k, v in r["hops_mean_s"].items()))
+        pod_hops = r.get("pod_hops_mean_s") or {}
+        lines.append("    pods: " + ", ".join(f"{k} {fmt(v, ' s', 2)}" for k, v in pod_hops.items() if ":" not in k))
+        for kind in CLASSES:
+            lines.append(f"      {kind}: " + ", ".join(f"{k.split(': ', 1)[1]} {fmt(v, ' s', 2)}"
+                                                   for k, v in pod_hops.items() if k.startswith(f"{kind}: ")))
         lines.append("    requests: " + ", ".join(f"{k} {v}" for k, v in r["requests_by_kind"].items()))
         if r["violations"] or r["create_errors"]:
             lines.append(f"    DEFECTS: {r['violations']} {r['create_errors']}")

@@ -173,7 +173,8 @@ def wait_until(check: Any, what: str, timeout: float) -> Any:
 
 
 def audit_counts(cluster: RealCluster, user: str, since: float, until: float) -> dict[str, int]:
-    """`user`'s requests received in [since, until] (epoch seconds), by `verb resource[/subresource]`."""
+    """`user`'s requests received in [since, until] (epoch seconds), by `verb resource[/subresource]`;
+    those refused apart, as `verb resource (refused CODE)` (a create of what exists already: 409)."""
     out: dict[str, int] = {}
     seen: set[str] = set()
     with contextlib.suppress(FileNotFoundError), open(cluster.audit_log) as f:
@@ -190,6 +191,9 @@ def audit_counts(cluster: RealCluster, user: str, since: float, until: float) ->
             if ref.get("subresource"):
                 resource += "/" + ref["subresource"]
             key = f"{entry.get('verb')} {resource}"
+            code = (entry.get("responseStatus") or {}).get("code")
+            if isinstance(code, int) and code >= 400:
+                key += f" (refused {code})"
             out[key] = out.get(key, 0) + 1
     return dict(sorted(out.items()))
 

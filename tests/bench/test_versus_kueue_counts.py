@@ -59,3 +59,22 @@ def test_a_job_suspended_and_resumed_while_it_held_its_quota_is_counted_released
     w._job(job("twice", False))
     f = versus.figures(w, end=10.0, divisor=50)
     assert (f["readmitted"], f["released_again_when_readmitted"], f["released_twice_in_one_admission"]) == (0, 0, 1)
+
+
+def test_requests_refused_are_counted_apart(tmp_path: Path) -> None:
+    """Kueue's job reconciler sometimes creates a Workload again before its cache has the first:
+    kube-apiserver refuses it (409), and it is a request, but not a Workload."""
+    import json
+    from types import SimpleNamespace
+
+    def entry(n: int, verb: str, code: int, user: str = "kueue") -> str:
+        return json.dumps({"auditID": str(n), "user": {"username": user}, "verb": verb,
+                           "requestReceivedTimestamp": "2026-12-05T04:00:00.000000Z",
+                           "objectRef": {"resource": "workloads"}, "responseStatus": {"code": code}})
+
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join([entry(1, "create", 201), entry(2, "create", 201), entry(3, "create", 409),
+                              entry(3, "create", 409), entry(4, "create", 201, user="other")]) + "\n")
+    at = 1_796_443_200.0  # 2026-12-05T04:00:00Z
+    counts = versus.audit_counts(SimpleNamespace(audit_log=log), "kueue", at - 1, at + 1)
+    assert counts == {"create workloads": 2, "create workloads (refused 409)": 1}

@@ -72,6 +72,7 @@ from harness import dig, fmt, mib  # noqa: E402
 from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
 from koordqueue.api.quantity import parse_quantity  # noqa: E402
+from koordqueue.controller.views import parse_time  # noqa: E402
 from koordqueue.kube.client import KubeClient, Resource  # noqa: E402
 from koordqueue.kube.config import load_config  # noqa: E402
 from koordqueue.kube.informer import Informer  # noqa: E402
@@ -673,16 +674,13 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     return out
 
 
-async def pods_hops(client: KubeClient, world: World, keep: Path | None = None) -> dict[str, float]:
+async def pods_hops(client: KubeClient, world: World, keep: Path | None = None) -> dict[str, dict[str, float]]:
     """Where a job's time between its resume and its Complete went, by its pod's own timestamps
-    (whole seconds: means good to some 0.5 s), by class: resumed -> pod created (the Job
-    controller), created -> scheduled (kube-scheduler: long when no node has room), scheduled ->
-    container finished (kwok: the runtime), finished -> Complete seen (the Job controller)."""
-    def epoch(text: object) -> float | None:
-        return dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() if text else None
-
+    (whole seconds: means good to some 0.5 s), for all jobs ("all") and by class: resumed -> pod
+    created (the Job controller), created -> scheduled (kube-scheduler), scheduled -> started and
+    started -> finished (kwok), finished -> Complete seen (the Job controller)."""
     to_epoch = world.start_epoch - world.start  # monotonic -> epoch
-    hops: dict[str, list[float]] = {}
+    hops: dict[str, dict[str, list[float]]] = {}
     pods = await client.list_all(PODS)
     if keep is not None:
         keep.write_bytes(json.dumps(pods.items).encode())
@@ -691,23 +689,22 @@ async def pods_hops(client: KubeClient, world: World, keep: Path | None = None) 
         record = world.records.get(f"{meta.get('namespace')}/{(meta.get('labels') or {}).get('job-name', '')}")
         if record is None or record.released is None or record.completed is None or record.admissions != 1:
             continue  # (preempted and run again: its first pod is gone)
-        scheduled = next((epoch(cond.get("lastTransitionTime")) for cond in status.get("conditions") or ()
-                          if cond.get("type") == "PodScheduled" and cond.get("status") == "True"), None)
-        finished = next((epoch(cs["state"]["terminated"].get("finishedAt")) for cs in status.get("containerStatuses")
-                         or () if (cs.get("state") or {}).get("terminated")), None)
-        created = epoch(meta.get("creationTimestamp"))
-        if created is None or scheduled is None or finished is None:
+        scheduled = next((parse_time(cond.get("lastTransitionTime")) for cond in status.get("conditions") or ()
+                          if cond.get("type") == "PodScheduled" and cond.get("status") == "True"), 0.0)
+        ended = next((cs["state"]["terminated"] for cs in status.get("containerStatuses") or ()
+                      if (cs.get("state") or {}).get("terminated")), {})
+        created, finished = parse_time(meta.get("creationTimestamp")), parse_time(ended.get("finishedAt"))
+        if not (created and scheduled and finished):
             continue
-        started = next((epoch(cs["state"]["terminated"].get("startedAt")) for cs in status.get("containerStatuses")
-                        or () if (cs.get("state") or {}).get("terminated")), None) or scheduled
+        started = parse_time(ended.get("startedAt")) or scheduled
         steps = {"resumed -> pod created": created - (record.released + to_epoch),
                  "created -> scheduled": scheduled - created, "scheduled -> started": started - scheduled,
                  "started -> finished": finished - started,
                  "finished -> Complete seen": record.completed + to_epoch - finished}
-        for step, seconds in steps.items():
-            hops.setdefault(step, []).append(seconds)
-            hops.setdefault(f"{record.kind.name}: {step}", []).append(seconds)
-    return {step: _mean(values) for step, values in hops.items()}
+        for group in ("all", record.kind.name):
+            for step, seconds in steps.items():
+                hops.setdefault(group, {}).setdefault(step, []).append(seconds)
+    return {group: {step: _mean(values) for step, values in by_step.items()} for group, by_step in hops.items()}
 
 
 def figures(world: World, end: float, divisor: int) -> dict[str, Any]:
@@ -980,11 +977,9 @@ def render(result: dict[str, Any]) -> str:
                      + f" s, CPU {fmt(r['controller_cpu_s'], ' s')}, {r['requests_per_job']:.2f} req/job, "
                      f"load {r['load_average_before']} -> {r['load_average_after']}")
         lines.append("    hops: " + ", ".join(f"{k} {fmt(v, ' s', 2)}" for k, v in r["hops_mean_s"].items()))
-        pod_hops = r.get("pod_hops_mean_s") or {}
-        lines.append("    pods: " + ", ".join(f"{k} {fmt(v, ' s', 2)}" for k, v in pod_hops.items() if ":" not in k))
-        for kind in CLASSES:
-            lines.append(f"      {kind}: " + ", ".join(f"{k.split(': ', 1)[1]} {fmt(v, ' s', 2)}"
-                                                   for k, v in pod_hops.items() if k.startswith(f"{kind}: ")))
+        for group, by_step in (r.get("pod_hops_mean_s") or {}).items():
+            lines.append(("    pods: " if group == "all" else f"      {group}: ")
+                         + ", ".join(f"{k} {fmt(v, ' s', 2)}" for k, v in by_step.items()))
         lines.append("    requests: " + ", ".join(f"{k} {v}" for k, v in r["requests_by_kind"].items()))
         if r["violations"] or r["create_errors"]:
             lines.append(f"    DEFECTS: {r['violations']} {r['create_errors']}")

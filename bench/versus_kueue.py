@@ -100,6 +100,9 @@ COMPONENT_QPS = 2000  # kube-controller-manager's and kube-scheduler's (the clus
 # latency on a loaded machine (~0.2-0.4 s a write) that made Jobs take ~100 s from unsuspended to
 # Complete, the same for both systems and far longer than their runtime.
 JOB_SYNCS = 50
+# kwok moves 4 pods through their stages at once by default: with 200 pods in flight a pod then
+# waited ~2 s to start and ~2 s more to finish, holding its job's quota meanwhile.
+KWOK_POD_WORKERS = 32
 OURS_USER, KUEUE_USER = "koord-queue-controller", "kueue"
 CLASSES = {k.name: k for k in kueue_sim.CLASSES}
 # Kueue's CI figures for its baseline (rangespec.yaml's averages of 5 runs) and its limits.
@@ -613,7 +616,8 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     records = plan(args.divisor)
     cluster = RealCluster(here / "cluster", NodeShape(count=NODES, gpus=0, cpu=NODE_CPU, memory="1Ti", prefix="node"),
                           training_operator=False, audit_users=(system.user,), component_qps=args.component_qps,
-                          controller_manager_flags=(f"--concurrent-job-syncs={args.job_syncs}",))
+                          controller_manager_flags=(f"--concurrent-job-syncs={args.job_syncs}",),
+                          pod_workers=args.kwok_workers)
     load_before = harness.load_average()
     await asyncio.to_thread(cluster.start)
     try:
@@ -1004,6 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="kube-controller-manager's and kube-scheduler's client rate")
     parser.add_argument("--job-syncs", type=int, default=JOB_SYNCS,
                         help="kube-controller-manager's --concurrent-job-syncs")
+    parser.add_argument("--kwok-workers", type=int, default=KWOK_POD_WORKERS,
+                        help="how many pods kwok moves through their stages at once (kwok's default: 4)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up on a run after this many seconds")
     parser.add_argument("--keep", help="keep each run's state, logs and audit log in this directory")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")

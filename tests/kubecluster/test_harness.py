@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.realcluster.cluster import NodeShape, RealCluster
+from koordqueue.realcluster import build
+from koordqueue.realcluster.cluster import NodeShape, RealCluster, kwok_configuration
 from tests.realcluster import kubectl
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
@@ -108,3 +113,57 @@ def test_the_audit_log_can_keep_one_users_requests_only(tmp_path: Any) -> None:
     assert logged == {"alice"}
     verbs = {(e["verb"], e.get("objectRef", {}).get("resource")) for e in cluster.requests_by("alice")}
     assert {("list", "namespaces"), ("create", "configmaps")} <= verbs
+
+
+def kwok_source() -> Path:
+    """kwok's source at the version our cluster module pins (from the Go module cache or proxy)."""
+    cluster = build.modules_named(["cluster"])[0]
+    go = shutil.which("go")
+    assert go, "the real-cluster suites need Go"
+    found = subprocess.run([go, "mod", "download", "-json", f"sigs.k8s.io/kwok@{cluster.pinned('sigs.k8s.io/kwok')}"],
+                           cwd=cluster.path, capture_output=True, text=True, check=True)
+    return Path(json.loads(found.stdout)["Dir"])
+
+
+def test_our_kwok_configuration_spells_out_every_default_kwok_has() -> None:
+    """kwok applies its defaults only when its --config holds no KwokConfiguration: each option
+    it defaults must be in ours, at kwok's default unless we mean otherwise."""
+    source = kwok_source() / "pkg/apis/config/v1alpha1"
+    defaults = (source / "zz_generated.defaults.go").read_text()
+    body = defaults.split("func SetObjectDefaults_KwokConfiguration(", 1)[1].split("\nfunc ", 1)[0]
+    defaulted = set(re.findall(r"if in\.Options\.(\w+) ==", body))
+    types = (source / "kwok_configuration_types.go").read_text()
+    json_name = dict(re.findall(r"^\s*(\w+)\s+\S+\s+`json:\"(\w+)", types, re.M))
+    assert len(defaulted) >= 11 and defaulted <= set(json_name)
+    options = kwok_configuration(pod_workers=4)["options"]
+    assert {json_name[field] for field in defaulted} <= set(options)
+    assert options["podPlayStageParallelism"] == 4 and options["nodeLeaseParallelism"] == 4
+    assert kwok_configuration(pod_workers=32)["options"]["podPlayStageParallelism"] == 32
+
+
+def test_kwok_with_more_pod_workers_runs_pods_and_keeps_its_nodes_ready(tmp_path: Any) -> None:
+    cluster = RealCluster(tmp_path / "state", NodeShape(count=2, gpus=0, cpu="8"), training_operator=False,
+                          pod_workers=16)
+    with cluster:
+        pods = [{"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"p{i}", "namespace": "default",
+                              "annotations": {c.ANNOTATION_SIM_DURATION: "1"}},
+                 "spec": {"restartPolicy": "Never",
+                          "containers": [{"name": "c", "image": "none", "resources": {"requests": {"cpu": "100m"}}}]}}
+                for i in range(20)]
+        for pod in pods:
+            cluster.apply(pod)
+
+        def all_succeeded() -> bool:
+            phases = [p.get("status", {}).get("phase") for p in get_json(cluster, "pods", "-n", "default")["items"]]
+            return len(phases) == 20 and all(phase == "Succeeded" for phase in phases)
+
+        wait_for(all_succeeded, "20 pods Succeeded on kwok's nodes", timeout=60)
+        time.sleep(1)
+        nodes = get_json(cluster, "nodes")["items"]
+        assert len(nodes) == 2
+        for node in nodes:
+            ready = [cond for cond in node["status"]["conditions"] if cond["type"] == "Ready"]
+            assert ready and ready[0]["status"] == "True", node["metadata"]["name"]
+        leases = get_json(cluster, "leases", "-n", "kube-node-lease")["items"]
+        assert {lease["metadata"]["name"] for lease in leases} == {n["metadata"]["name"] for n in nodes}

@@ -152,7 +152,8 @@ class RealCluster:
     def __init__(self, state_dir: Path, nodes: NodeShape | None = None, training_operator: bool = True,
                  binaries: dict[str, Path] | None = None, audit: bool = True, audit_users: tuple[str, ...] = (),
                  component_qps: int = 200, controller_manager_flags: tuple[str, ...] = (),
-                 full_history: bool = False, koordinator: bool = False, kuberay: bool = False) -> None:
+                 full_history: bool = False, koordinator: bool = False, kuberay: bool = False,
+                 pod_workers: int = 4) -> None:
         """`audit_users`: log only these users' requests (a benchmark counting a controller's);
         `component_qps`: kube-controller-manager's and kube-scheduler's client rate (burst twice it);
         `controller_manager_flags`: more flags for kube-controller-manager (a benchmark's tuning);
@@ -160,7 +161,9 @@ class RealCluster:
         as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write;
         `koordinator`: koord-scheduler schedules the pods in kube-scheduler's place, and
         koord-manager's ElasticQuota webhooks check the quotas, as beside the guide's Koord-Queue;
-        `kuberay`: KubeRay's operator makes the pods of RayJobs and RayClusters, with its CRDs."""
+        `kuberay`: KubeRay's operator makes the pods of RayJobs and RayClusters, with its CRDs;
+        `pod_workers`: how many pods kwok moves through their stages at once (its default is 4;
+        a benchmark with hundreds of pods in flight measures kwok's queue with it)."""
         self.state_dir = state_dir.resolve()
         self.full_history = full_history
         self.pki = self.state_dir / "pki"
@@ -173,6 +176,7 @@ class RealCluster:
         self.controller_manager_flags = controller_manager_flags
         self.koordinator = koordinator
         self.kuberay = kuberay
+        self.pod_workers = pod_workers
         self._binaries = binaries
         self.processes: dict[str, Process] = {}
         self.apiserver_port = 0
@@ -528,7 +532,7 @@ class RealCluster:
                 for name, selector, path in (("controller", {"matchNamespaces": [c.SYSTEM_NAMESPACE]},
                                               self.controller_log), ("simulated", None, training))]
         config = self.state_dir / "kwok.yaml"
-        config.write_text(STAGES.read_text() + "\n---\n" + yaml.safe_dump_all(logs))
+        config.write_text(STAGES.read_text() + "\n---\n" + yaml.safe_dump_all([*logs, kwok_configuration(self.pod_workers)]))
         cert, key = self._ca.write_issued(self.pki, "kwok", "kwok", server=True, hosts=("127.0.0.1",))
         port = free_port()
         self._run("kwok", [
@@ -625,6 +629,19 @@ def audit_policy(users: tuple[str, ...] = ()) -> dict[str, Any]:
     if users:
         rules = [{"level": "Metadata", "users": list(users)}, {"level": "None"}]
     return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": rules}
+
+
+def kwok_configuration(pod_workers: int) -> dict[str, Any]:
+    """kwok's own configuration with `pod_workers` stage workers for pods. kwok defaults a
+    KwokConfiguration only when the file has none, so this one spells out every default of
+    kwok v0.8.0 (a missing `nodeLeaseParallelism` is 0 workers, and kwok exits)."""
+    return {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+            "metadata": {"name": "kwok"},
+            "options": {"cidr": "10.0.0.0/24", "manageAllNodes": False, "enableDebuggingHandlers": True,
+                        "enableContentionProfiling": False, "enableProfilingHandler": True,
+                        "podPlayStageParallelism": pod_workers, "nodePlayStageParallelism": 4,
+                        "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+                        "enablePodsOnNodeSyncListPager": True, "enablePodsOnNodeSyncStreamWatch": False}}
 
 
 def cri_line(text: str, stream: str = "stdout") -> str:

@@ -12,7 +12,7 @@ built from its Go module (e2e/kueue, sigs.k8s.io/kueue v0.17.0):
    checked against its rangespec.
 2. Like for like, alternating A/B (ours, Kueue, Kueue, ours, ...), each run on a
    fresh cluster of the same build: one generator (ours, this process) creates the
-   same stream of suspended batch Jobs at Kueue's pacing (the baseline shape: per
+   same stream of suspended batch Jobs (or PyTorchJobs: --kind) at Kueue's pacing (the baseline shape: per
    queue 350 small, 100 medium, 50 large; 5 x 6 queues), each Job labelled for
    Kueue's LocalQueue or annotated for our quota; Kueue runs as cmd/kueue with its
    batch/job integration (ClusterQueues in 5 cohorts, nominal 20, borrowing limit
@@ -256,16 +256,54 @@ def common_objects(shape: Shape) -> list[dict[str, Any]]:
             *({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in shape.namespaces())]
 
 
-def job_manifest(record: JobRecord, meta: dict[str, Any]) -> dict[str, Any]:
-    """One batch Job of the stream, suspended, as the system's admission webhook would leave it."""
-    pod = {"metadata": {"annotations": {c.ANNOTATION_SIM_DURATION: f"{record.kind.runtime:g}"}},
-           "spec": {"restartPolicy": "Never", "priorityClassName": f"bench-{record.kind.name}",
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [{"name": "main", "image": "busybox",
-                                    "resources": {"requests": {"cpu": record.kind.cpu}}}]}}
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": record.name, "namespace": record.namespace, **meta},
-            "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}}
+def pod_template(record: JobRecord, container: str) -> dict[str, Any]:
+    """The one pod of a job of the stream: its class's CPU, priority and runtime (kwok's)."""
+    return {"metadata": {"annotations": {c.ANNOTATION_SIM_DURATION: f"{record.kind.runtime:g}"}},
+            "spec": {"restartPolicy": "Never", "priorityClassName": f"bench-{record.kind.name}",
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": container, "image": "busybox",
+                                     "resources": {"requests": {"cpu": record.kind.cpu}}}]}}
+
+
+@dataclass(frozen=True)
+class JobType:
+    """What the stream is made of: batch Jobs (run by kube-controller-manager's Job
+    controller, as in Kueue's perf test) or PyTorchJobs (the Kubeflow training operator)."""
+    kind: str  # ours' --job-kinds
+    resource: Resource
+    kueue_framework: str  # Kueue's integrations.frameworks
+    pod_job_label: str  # the label naming a pod's job
+    training_operator: bool
+
+    def manifest(self, record: JobRecord, meta: dict[str, Any]) -> dict[str, Any]:
+        """One job of the stream, suspended, as the system's admission webhook would leave it."""
+        metadata = {"name": record.name, "namespace": record.namespace, **meta}
+        if self.kind == c.PYTORCH_JOB_KIND:
+            return {"apiVersion": c.KUBEFLOW_API_VERSION, "kind": c.PYTORCH_JOB_KIND, "metadata": metadata,
+                    "spec": {"runPolicy": {"suspend": True, "backoffLimit": 0},
+                             "pytorchReplicaSpecs": {c.REPLICA_MASTER: {
+                                 "replicas": 1, "restartPolicy": "Never",
+                                 "template": pod_template(record, c.PYTORCH_CONTAINER)}}}}
+        return {"apiVersion": "batch/v1", "kind": c.BATCH_JOB_KIND, "metadata": metadata,
+                "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,
+                         "template": pod_template(record, "main")}}
+
+    def state(self, obj: dict[str, Any]) -> tuple[str, bool, bool]:
+        """(namespace/name, suspended, finished successfully) of one job."""
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if self.kind == c.PYTORCH_JOB_KIND:
+            suspended, done = bool((spec.get("runPolicy") or {}).get("suspend")), c.KUBEFLOW_REASON_SUCCEEDED
+        else:
+            suspended, done = bool(spec.get("suspend")), "Complete"
+        complete = any(cond.get("type") == done and cond.get("status") == "True" for cond in conditions)
+        return f"{meta['namespace']}/{meta['name']}", suspended, complete
+
+
+JOB_TYPES = {t.kind: t for t in (
+    JobType(c.BATCH_JOB_KIND, JOBS, "batch/job", c.LABEL_BATCH_JOB_NAME, training_operator=False),
+    JobType(c.PYTORCH_JOB_KIND, Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL), "kubeflow.org/pytorchjob",
+            c.LABEL_JOB_NAME, training_operator=True))}
 
 
 # --- the two systems ---------------------------------------------------------------------------
@@ -286,9 +324,10 @@ class System:
     user = ""
     holders: Resource
 
-    def __init__(self, base: Path, shape: Shape = BASELINE) -> None:
+    def __init__(self, base: Path, shape: Shape = BASELINE, job_type: JobType | None = None) -> None:
         self.base = base
         self.shape = shape
+        self.job_type = job_type or JOB_TYPES[c.BATCH_JOB_KIND]
         self.process: Proc | None = None
 
     def install(self, cluster: RealCluster) -> None: ...
@@ -343,7 +382,7 @@ class Ours(System):
         self.metrics_port = free_port()
         self.process = harness.Process(
             [sys.executable, "-m", "koordqueue.cli", "controller", "--kubeconfig", str(kubeconfig),
-             "--no-leader-elect", "--metrics-port", str(self.metrics_port), "--job-kinds", c.BATCH_JOB_KIND,
+             "--no-leader-elect", "--metrics-port", str(self.metrics_port), "--job-kinds", self.job_type.kind,
              "--log-level", "warning", "--qps", str(CLIENT_QPS), "--burst", str(CLIENT_BURST),
              *(["--protect-seconds", str(self.protect_seconds)] if self.protect_seconds is not None else [])],
             self.base / "koord-queue.log")
@@ -433,7 +472,7 @@ class Kueue(System):
     def start(self, cluster: RealCluster) -> Proc:
         if self.manager is None:
             self.manager = kq.start(cluster, self.user, qps=CLIENT_QPS, burst=CLIENT_BURST,
-                                    concurrency=self.concurrency)
+                                    concurrency=self.concurrency, frameworks=(self.job_type.kueue_framework,))
         else:  # a restart: the same configuration
             self.manager.process.start()
         self.process = self.manager.process
@@ -458,9 +497,17 @@ class Kueue(System):
         return {"labels": {kq.QUEUE_LABEL: record.leaf}}
 
     def holder(self, obj: dict[str, Any]) -> tuple[str, bool]:
+        """Holding from QuotaReserved until Finished, or until every pod is reclaimable: Kueue
+        frees a pod's quota when the pod succeeds (status.reclaimablePods), before Finished."""
         owners = obj["metadata"].get("ownerReferences") or [{}]
-        conditions = {cond.get("type"): cond.get("status") for cond in (obj.get("status") or {}).get("conditions") or []}
-        holding = conditions.get("QuotaReserved") == "True" and conditions.get("Finished") != "True"
+        status = obj.get("status") or {}
+        conditions = {cond.get("type"): cond.get("status") for cond in status.get("conditions") or []}
+        reclaimable = {r.get("name"): r.get("count", 0) for r in status.get("reclaimablePods") or ()}
+        pod_sets = (obj.get("spec") or {}).get("podSets") or []
+        all_reclaimable = bool(pod_sets) and all(reclaimable.get(ps.get("name"), 0) >= ps.get("count", 1)
+                                                 for ps in pod_sets)
+        holding = conditions.get("QuotaReserved") == "True" and conditions.get("Finished") != "True" \
+            and not all_reclaimable
         return f"{obj['metadata']['namespace']}/{owners[0].get('name', '')}", holding
 
 
@@ -512,7 +559,7 @@ class World:
         self.start_epoch = 0.0
         self.lateness: list[float] = []
         self.create_errors: list[str] = []
-        self.jobs = Informer(client, JOBS, project=_job)
+        self.jobs = Informer(client, system.job_type.resource, project=system.job_type.state)
         self.holders = Informer(client, system.holders, project=system.holder)
         self.jobs.on_add(self._job)
         self.jobs.on_update(lambda _old, new: self._job(new))
@@ -543,7 +590,8 @@ class World:
             record.submitted = time.monotonic()
             self.lateness.append(record.submitted - self.start - record.due)
             try:
-                await self.client.create(JOBS, job_manifest(record, self.system.job_meta(record)),
+                await self.client.create(self.system.job_type.resource,
+                                         self.system.job_type.manifest(record, self.system.job_meta(record)),
                                          namespace=record.namespace)
             except Exception as e:  # noqa: BLE001 - counted and shown: a job never made is unfinished
                 self.create_errors.append(f"{record.key}: {e}")
@@ -591,12 +639,6 @@ class World:
         return sum(1 for r in self.records.values() if r.holding_since is not None)
 
 
-def _job(obj: dict[str, Any]) -> tuple[str, bool, bool]:
-    meta, spec = obj["metadata"], obj.get("spec") or {}
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    complete = any(cond.get("type") == "Complete" and cond.get("status") == "True" for cond in conditions)
-    return f"{meta['namespace']}/{meta['name']}", bool(spec.get("suspend")), complete
-
 
 # --- one like-for-like run ---------------------------------------------------------------------
 
@@ -610,12 +652,13 @@ def state_dir(base: Path, label: str) -> Path:
 
 async def like_for_like(system_class: type[System], args: argparse.Namespace, base: Path, label: str) -> dict[str, Any]:
     here = state_dir(base, label)
-    system = system_class(here)
+    system = system_class(here, job_type=JOB_TYPES[args.kind])
     if isinstance(system, Ours):
         system.preempt_within_quota, system.protect_seconds = args.preempt_within_quota, args.protect_seconds
     records = plan(args.divisor)
     cluster = RealCluster(here / "cluster", NodeShape(count=NODES, gpus=0, cpu=NODE_CPU, memory="1Ti", prefix="node"),
-                          training_operator=False, audit_users=(system.user,), component_qps=args.component_qps,
+                          training_operator=system.job_type.training_operator, audit_users=(system.user,),
+                          component_qps=args.component_qps,
                           controller_manager_flags=(f"--concurrent-job-syncs={args.job_syncs}",),
                           pod_workers=args.kwok_workers)
     load_before = harness.load_average()
@@ -659,6 +702,7 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     cpu = {name: cpu_after[name] - cpu_before[name] for name in pids}
     out.update({
         "system": system.name,
+        "job_kind": system.job_type.kind,
         "ready_s": ready_s,
         "requests": sum(requests.values()),
         "requests_per_job": sum(requests.values()) / admitted,
@@ -686,11 +730,12 @@ async def pods_hops(client: KubeClient, world: World, keep: Path | None = None) 
     to_epoch = world.start_epoch - world.start  # monotonic -> epoch
     hops: dict[str, dict[str, list[float]]] = {}
     pods = await client.list_all(PODS)
+    job_label = world.system.job_type.pod_job_label
     if keep is not None:
         keep.write_bytes(json.dumps(pods.items).encode())
     for pod in pods.items:
         meta, status = pod["metadata"], pod.get("status") or {}
-        record = world.records.get(f"{meta.get('namespace')}/{(meta.get('labels') or {}).get('job-name', '')}")
+        record = world.records.get(f"{meta.get('namespace')}/{(meta.get('labels') or {}).get(job_label, '')}")
         if record is None or record.released is None or record.completed is None or record.admissions != 1:
             continue  # (preempted and run again: its first pod is gone)
         scheduled = next((parse_time(cond.get("lastTransitionTime")) for cond in status.get("conditions") or ()
@@ -943,7 +988,8 @@ def render(result: dict[str, Any]) -> str:
     any_ = ours or kueue
     assert any_ is not None
     scale = f", 1/{any_['divisor']} of the jobs" if any_["divisor"] > 1 else ""
-    lines += [f"Like for like: {any_['jobs']} batch Jobs at Kueue's pacing, real pods on 10 kwok nodes "
+    jobs = "batch Jobs" if any_["job_kind"] == c.BATCH_JOB_KIND else f"{any_['job_kind']}s"
+    lines += [f"Like for like: {any_['jobs']} {jobs} at Kueue's pacing, real pods on 10 kwok nodes "
               f"(600 CPU){scale}; mean of {any_['runs']} run(s) each, A/B alternating",
               f"  {'':<34}{'ours':>12}{'Kueue':>12}{'ratio':>8}"]
 
@@ -1008,6 +1054,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="kube-controller-manager's and kube-scheduler's client rate")
     parser.add_argument("--job-syncs", type=int, default=JOB_SYNCS,
                         help="kube-controller-manager's --concurrent-job-syncs")
+    parser.add_argument("--kind", choices=sorted(JOB_TYPES), default=c.BATCH_JOB_KIND,
+                        help="the jobs of the stream: batch Jobs (Kueue's perf test) or PyTorchJobs "
+                             "(run by the Kubeflow training operator)")
     parser.add_argument("--kwok-workers", type=int, default=KWOK_POD_WORKERS,
                         help="how many pods kwok moves through their stages at once (kwok's default: 4)")
     parser.add_argument("--timeout", type=float, default=900.0, help="give up on a run after this many seconds")

@@ -1,7 +1,8 @@
 """bench/versus_kueue.py in small on the real control plane: Kueue's own perf test, then ours and
-Kueue on one like-for-like stream, every figure there and every invariant holding. Kueue is built
-only on demand (`python -m koordqueue.realcluster.build kueue`, ~30 min the first time), never by
-`make test-kube`: this is skipped where it is not built. Speed is not checked: figures are for bench/."""
+Kueue on one like-for-like stream, every figure there and every invariant holding; ours alone on the
+stream made of PyTorchJobs. Kueue is built only on demand (`python -m koordqueue.realcluster.build
+kueue`, ~30 min the first time), never by `make test-kube`: what needs it is skipped where it is not
+built. Speed is not checked: figures are for bench/."""
 
 from __future__ import annotations
 
@@ -18,15 +19,16 @@ from koordqueue.realcluster import kueue
 
 BENCH = Path(__file__).parents[2] / "bench" / "versus_kueue.py"
 DIVISOR = 50  # per queue 7 small, 2 medium, 1 large: 300 Jobs in 30 queues
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(1500),
-              pytest.mark.skipif(not kueue.built(), reason="Kueue is not built (python -m koordqueue.realcluster.build "
-                                                           "kueue); make test-kube does not build it")]
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(1500)]
+needs_kueue = pytest.mark.skipif(not kueue.built(), reason="Kueue is not built (python -m koordqueue.realcluster.build "
+                                                           "kueue); make test-kube does not build it")
 
 
 def number(value: Any) -> bool:
     return isinstance(value, int | float) and not math.isnan(value)
 
 
+@needs_kueue
 def test_versus_kueue_in_small_runs_both_systems_alike_within_the_quotas() -> None:
     done = subprocess.run([sys.executable, str(BENCH), "--divisor", str(DIVISOR), "--rounds", "1", "--json"],
                           capture_output=True, text=True, timeout=1400)
@@ -53,3 +55,18 @@ def test_versus_kueue_in_small_runs_both_systems_alike_within_the_quotas() -> No
     # Counted in kube-apiserver's audit log under each controller's own identity: its releases.
     assert f["ours"]["requests_by_kind"]["create queueunits"] == jobs
     assert f["kueue"]["requests_by_kind"]["create workloads"] == jobs
+
+
+def test_ours_runs_the_stream_made_of_pytorchjobs_within_the_quotas() -> None:
+    """The same stream as PyTorchJobs, run by the Kubeflow training operator (no Kueue needed)."""
+    done = subprocess.run([sys.executable, str(BENCH), "--divisor", str(DIVISOR), "--rounds", "1", "--no-perf",
+                           "--only", "ours", "--kind", "PyTorchJob", "--json"],
+                          capture_output=True, text=True, timeout=1400)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    r = json.loads(done.stdout)["ours"]
+    jobs = 30 * (350 + 100 + 50) // DIVISOR
+    assert r["job_kind"] == "PyTorchJob" and r["jobs"] == jobs and r["admitted"] == jobs and r["unfinished"] == 0, r
+    assert r["over_quota"] == 0 and r["violations"] == [] and r["create_errors"] == [], r
+    assert r["released_twice_in_one_admission"] == 0 and max(r["peak_used_cpu"].values()) <= 120, r
+    assert r["requests_by_kind"]["create queueunits"] == jobs
+    assert r["requests_by_kind"]["patch pytorchjobs"] == jobs  # each resumed once

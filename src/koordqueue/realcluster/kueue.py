@@ -86,8 +86,8 @@ class Kueue:
 
 
 def start(cluster: RealCluster, user: str, *, qps: int, burst: int,
-          concurrency: dict[str, int] | None = None) -> Kueue:
-    """cmd/kueue as `user` (system:masters), only the batch/job integration, at `qps`/`burst`;
+          concurrency: dict[str, int] | None = None, frameworks: tuple[str, ...] = ("batch/job",)) -> Kueue:
+    """cmd/kueue as `user` (system:masters), only the integrations `frameworks`, at `qps`/`burst`;
     `concurrency` overrides its default workers per kind. Not waited for: see `Kueue.ready`."""
     here = cluster.state_dir / "kueue"
     certs = here / "certs"
@@ -100,7 +100,7 @@ def start(cluster: RealCluster, user: str, *, qps: int, burst: int,
     token = metrics_token(cluster)
     config = here / "config.yaml"
     config.write_text(yaml.safe_dump(configuration(probe_port, free_port(), metrics_port, certs, qps, burst,
-                                                   {**DEFAULT_CONCURRENCY, **(concurrency or {})})))
+                                                   {**DEFAULT_CONCURRENCY, **(concurrency or {})}, frameworks)))
     process = cluster.run("kueue", binaries()["kueue"], [
         f"--config={config}", f"--kubeconfig={cluster.kubeconfig_for(user, ('system:masters',))}",
         "--zap-log-level=error", "--feature-gates=VisibilityOnDemand=false"])
@@ -114,7 +114,7 @@ def start_minimal(cluster: RealCluster, user: str) -> Process:
 
 
 def configuration(probe_port: int, webhook_port: int, metrics_port: int, cert_dir: Path, qps: int, burst: int,
-                  concurrency: dict[str, int]) -> dict[str, Any]:
+                  concurrency: dict[str, int], frameworks: tuple[str, ...]) -> dict[str, Any]:
     """Kueue's default manager configuration (config/components/manager), run out of cluster."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
@@ -126,7 +126,7 @@ def configuration(probe_port: int, webhook_port: int, metrics_port: int, cert_di
         "internalCertManagement": {"enable": False},
         "controller": {"groupKindConcurrency": concurrency},
         "clientConnection": {"qps": qps, "burst": burst},
-        "integrations": {"frameworks": ["batch/job"]},
+        "integrations": {"frameworks": list(frameworks)},
     }
 
 

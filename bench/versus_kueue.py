@@ -497,17 +497,9 @@ class Kueue(System):
         return {"labels": {kq.QUEUE_LABEL: record.leaf}}
 
     def holder(self, obj: dict[str, Any]) -> tuple[str, bool]:
-        """Holding from QuotaReserved until Finished, or until every pod is reclaimable: Kueue
-        frees a pod's quota when the pod succeeds (status.reclaimablePods), before Finished."""
         owners = obj["metadata"].get("ownerReferences") or [{}]
-        status = obj.get("status") or {}
-        conditions = {cond.get("type"): cond.get("status") for cond in status.get("conditions") or []}
-        reclaimable = {r.get("name"): r.get("count", 0) for r in status.get("reclaimablePods") or ()}
-        pod_sets = (obj.get("spec") or {}).get("podSets") or []
-        all_reclaimable = bool(pod_sets) and all(reclaimable.get(ps.get("name"), 0) >= ps.get("count", 1)
-                                                 for ps in pod_sets)
-        holding = conditions.get("QuotaReserved") == "True" and conditions.get("Finished") != "True" \
-            and not all_reclaimable
+        conditions = {cond.get("type"): cond.get("status") for cond in (obj.get("status") or {}).get("conditions") or []}
+        holding = conditions.get("QuotaReserved") == "True" and conditions.get("Finished") != "True"
         return f"{obj['metadata']['namespace']}/{owners[0].get('name', '')}", holding
 
 

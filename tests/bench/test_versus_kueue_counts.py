@@ -80,25 +80,6 @@ def test_requests_refused_are_counted_apart(tmp_path: Path) -> None:
     assert counts == {"create workloads": 2, "create workloads (refused 409)": 1}
 
 
-def workload(job_name: str, **status: Any) -> dict[str, Any]:
-    return {"metadata": {"namespace": "leaf-0-0", "name": f"job-{job_name}-1a2b3",
-                         "ownerReferences": [{"kind": "Job", "name": job_name}]},
-            "spec": {"podSets": [{"name": "main", "count": 2}]}, "status": status}
-
-
-def test_kueue_holds_quota_until_its_pods_are_reclaimable_or_it_is_finished() -> None:
-    """Kueue frees a pod's quota when the pod succeeds (status.reclaimablePods), often seconds
-    before it writes Finished: counted held until then, its usage overlaps the next workload's
-    and a cohort looked over its limit that Kueue never exceeded."""
-    kueue = versus.Kueue(Path("/nonexistent"))
-    reserved = [{"type": "QuotaReserved", "status": "True"}]
-    assert kueue.holder(workload("a", conditions=reserved)) == ("leaf-0-0/a", True)
-    assert kueue.holder(workload("a", conditions=reserved, reclaimablePods=[{"name": "main", "count": 1}]))[1]
-    assert not kueue.holder(workload("a", conditions=reserved, reclaimablePods=[{"name": "main", "count": 2}]))[1]
-    assert not kueue.holder(workload("a", conditions=[*reserved, {"type": "Finished", "status": "True"}]))[1]
-    assert not kueue.holder(workload("a"))[1]
-
-
 def test_the_stream_can_be_pytorchjobs() -> None:
     record = versus.JobRecord("large-0", "leaf-0-0", "parent-0", "leaf-0-0", versus.kueue_sim.CLASSES[2], 20000, 1.2)
     pytorch = versus.JOB_TYPES[c.PYTORCH_JOB_KIND]

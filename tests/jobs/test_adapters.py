@@ -229,6 +229,11 @@ def _conditions(*types: str, status: str = "True") -> dict[str, Any]:
         ("batchjob.yaml", {"active": 0}, JobState.PENDING),
         ("batchjob.yaml", {"succeeded": 2, **_conditions("Complete")}, JobState.SUCCEEDED),
         ("batchjob.yaml", _conditions("Failed"), JobState.FAILED),
+        # Kubernetes 1.31+: the outcome is decided before the last pods have stopped
+        ("batchjob.yaml", {"active": 1, **_conditions("SuccessCriteriaMet")}, JobState.SUCCEEDED),
+        ("batchjob.yaml", {"active": 1, "ready": 1, **_conditions("FailureTarget")}, JobState.FAILED),
+        ("batchjob.yaml", {"active": 1, "ready": 1, **_conditions("SuccessCriteriaMet", status="False")},
+         JobState.RUNNING),
         ("rayjob.yaml", {"jobDeploymentStatus": "Initializing"}, JobState.PENDING),
         ("rayjob.yaml", {"jobDeploymentStatus": "Running", "jobStatus": "PENDING"}, JobState.RUNNING),
         ("rayjob.yaml", {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, JobState.RUNNING),

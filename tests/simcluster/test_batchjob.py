@@ -63,6 +63,8 @@ async def test_batch_job_runs_its_pods_and_completes(client: KubeClient, cluster
     assert job["status"]["succeeded"] == 2 and "active" not in job["status"]
     assert job["status"]["completionTime"]
     assert conditions(job)[c.BATCH_CONDITION_COMPLETE]["reason"] == c.BATCH_REASON_COMPLETED
+    # as kube-controller-manager 1.31+: the interim condition stays beside the terminal one
+    assert conditions(job)[c.BATCH_CONDITION_SUCCESS_CRITERIA_MET]["reason"] == c.BATCH_REASON_COMPLETED
     assert len(await job_pods(client, "crunch")) == 2  # no extra pod was made
 
 
@@ -131,6 +133,7 @@ async def test_failing_batch_job_retries_up_to_its_backoff_limit(client: KubeCli
     job = await wait_for(failed, "the Failed condition")
     assert ADAPTER.status(job) is JobState.FAILED
     assert conditions(job)[c.BATCH_CONDITION_FAILED]["reason"] == c.BATCH_REASON_BACKOFF_LIMIT
+    assert conditions(job)[c.BATCH_CONDITION_FAILURE_TARGET]["reason"] == c.BATCH_REASON_BACKOFF_LIMIT
     assert job["status"]["failed"] == 3  # the first try and two retries
     pods = await job_pods(client, "doomed")
     assert len(pods) == 3 and all(p["status"]["phase"] == c.POD_FAILED for p in pods)

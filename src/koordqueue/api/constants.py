@@ -523,6 +523,9 @@ KUBEFLOW_CONDITION_SUSPENDED = "Suspended"
 # batch/v1 JobCondition types.
 BATCH_CONDITION_COMPLETE = "Complete"
 BATCH_CONDITION_FAILED = "Failed"
+# The outcome decided, set before Complete / Failed (Kubernetes 1.31+), which wait for the pods to stop.
+BATCH_CONDITION_SUCCESS_CRITERIA_MET = "SuccessCriteriaMet"
+BATCH_CONDITION_FAILURE_TARGET = "FailureTarget"
 CONDITION_TRUE = "True"
 # A Queue's Bound condition (status.conditions, written by the controller with status.quota).
 QUEUE_CONDITION_BOUND = "Bound"

@@ -9,6 +9,8 @@ from koordqueue.api.constants import (
     BATCH_API_VERSION,
     BATCH_CONDITION_COMPLETE,
     BATCH_CONDITION_FAILED,
+    BATCH_CONDITION_FAILURE_TARGET,
+    BATCH_CONDITION_SUCCESS_CRITERIA_MET,
     BATCH_JOB_KIND,
     BATCH_JOB_PLURAL,
     LABEL_BATCH_JOB_NAME,
@@ -68,11 +70,15 @@ class BatchJobAdapter(SpecSuspendAdapter):
             and (o.get("apiVersion"), o.get("kind")) in ADAPTERS for o in owners))
 
     def status(self, job: Job) -> JobState:
+        """Ended once the Job controller has decided how (SuccessCriteriaMet, FailureTarget):
+        Complete or Failed follows only when its last pods have stopped, a sync (1 s or more)
+        later, and the pods still stopping are counted on their nodes until they are gone."""
         status = section(job, "status", self.meta(job).describe())
         conditions = status.get("conditions")
-        if condition_true(conditions, BATCH_CONDITION_COMPLETE):
+        if condition_true(conditions, BATCH_CONDITION_COMPLETE) or \
+                condition_true(conditions, BATCH_CONDITION_SUCCESS_CRITERIA_MET):
             return JobState.SUCCEEDED
-        if condition_true(conditions, BATCH_CONDITION_FAILED):
+        if condition_true(conditions, BATCH_CONDITION_FAILED) or condition_true(conditions, BATCH_CONDITION_FAILURE_TARGET):
             return JobState.FAILED
         # status.ready counts pods that run; status.active counts pending ones too, so it
         # is used only where the API server writes no ready count (before Kubernetes 1.24).

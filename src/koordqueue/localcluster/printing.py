@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from koordqueue.api.constants import BATCH_CONDITION_FAILURE_TARGET, BATCH_CONDITION_SUCCESS_CRITERIA_MET
 from koordqueue.localcluster.registry import ResourceType
 
 Obj = dict[str, Any]
@@ -399,8 +400,8 @@ def _job_cells(job: Obj, now: datetime) -> list[Any]:
     elif _meta(job).get("deletionTimestamp"):
         phase = "Terminating"
     else:
-        phase = next((c for c in ("Suspended", "FailureTarget", "SuccessCriteriaMet") if _has_condition(job, c)),
-                     "Running")
+        phase = next((c for c in ("Suspended", BATCH_CONDITION_FAILURE_TARGET, BATCH_CONDITION_SUCCESS_CRITERIA_MET)
+                      if _has_condition(job, c)), "Running")
     return [phase, completions, took, _age(job, now), *_containers(_get(job, "spec.template.spec")),
             format_label_selector(spec.get("selector"))]
 

@@ -776,11 +776,13 @@ class SimOperator:
             if failed > backoff_limit:
                 await self._delete_pods(kind, job, active)
                 active = []
-                set_condition(c.BATCH_CONDITION_FAILED, c.CONDITION_TRUE, c.BATCH_REASON_BACKOFF_LIMIT,
-                              "Job has reached the specified backoff limit")
-            elif done:
-                set_condition(c.BATCH_CONDITION_COMPLETE, c.CONDITION_TRUE, c.BATCH_REASON_COMPLETED,
-                              "Reached expected number of succeeded pods")
+                for condition in (c.BATCH_CONDITION_FAILURE_TARGET, c.BATCH_CONDITION_FAILED):
+                    set_condition(condition, c.CONDITION_TRUE, c.BATCH_REASON_BACKOFF_LIMIT,
+                                  "Job has reached the specified backoff limit")
+            elif done:  # (its pods are gone at once here: both conditions together)
+                for condition in (c.BATCH_CONDITION_SUCCESS_CRITERIA_MET, c.BATCH_CONDITION_COMPLETE):
+                    set_condition(condition, c.CONDITION_TRUE, c.BATCH_REASON_COMPLETED,
+                                  "Reached expected number of succeeded pods")
                 status["completionTime"] = now
             elif completions is not None:
                 want = min(parallelism, completions - succeeded)

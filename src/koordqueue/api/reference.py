@@ -289,6 +289,11 @@ def markdown() -> str:
         "",
         "Phases a QueueUnit shows in `status.phase`: "
         + ", ".join(f"`{p.value}`" for p in c.Phase) + ".",
+        f"A unit goes to `{c.Phase.SUCCEED.value}` or `{c.Phase.FAILED.value}`, and its quota is released, when its "
+        "job has ended: for a batch Job, as soon as kube-controller-manager says how "
+        f"(`{c.BATCH_CONDITION_SUCCESS_CRITERIA_MET}` or `{c.BATCH_CONDITION_FAILURE_TARGET}`, Kubernetes 1.31+), "
+        f"before `{c.BATCH_CONDITION_COMPLETE}` or `{c.BATCH_CONDITION_FAILED}`, which it writes a sync later once "
+        "the last pods have stopped; those pods still count on their nodes until they are gone.",
         "Queue policies: " + ", ".join(f"`{p.value}`" for p in c.QueuePolicy) + ".",
         "Admission check states: " + ", ".join(f"`{s.value}`" for s in c.AdmissionCheckState) + ".",
         "Event reasons: " + ", ".join(f"`{r.value}`" for r in c.EventReason) + ".",

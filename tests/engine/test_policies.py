@@ -294,6 +294,26 @@ class TestHolds:
         assert standing is not None and "held for default/u6, of the same priority (0)" in standing.message
         assert settle(engine, back) == ["default/small"]
 
+    @pytest.mark.parametrize(("mate", "created"), [("mate", 3.0), ("a-mate", 1.0)])
+    def test_room_held_for_a_unit_its_own_quota_now_keeps_out_is_let_go_at_once(self, mate: str,
+                                                                                 created: float) -> None:
+        """big (pool-0) holds the parent's free 3 against pool-1's small job; then a mate, of big's
+        quota and priority, is admitted (behind big in its queue, or ahead of it), and big no
+        longer fits its own quota: the room held for it is let go, and the small job, kept out by
+        it, is let in in the same cycle (found by tests/engine/test_properties.py: it waited with
+        2 GPUs idle, told they were held)."""
+        engine = engine_with(parent("pool", 0, 8), quota("pool-0", 0, 8, "pool"), quota("pool-1", 0, 8, "pool"))
+        engine.set_unit(unit("run-0", 1, "pool-0", priority=5))
+        engine.set_unit(unit("run-1", 4, "pool-1", priority=1))
+        assert settle(engine, 0.0) == ["default/run-0", "default/run-1"]
+        engine.set_unit(unit("big", 7, "pool-0", priority=5, created=1))
+        engine.set_unit(unit("small", 1, "pool-1", priority=1, created=2))
+        assert settle(engine, 2.0) == []
+        standing = engine.standing("default/small")
+        assert standing is not None and "held for default/big, of higher priority (5 > 1)" in standing.message
+        engine.set_unit(unit(mate, 1, "pool-0", priority=5, created=created))
+        assert sorted(settle(engine, 3.0)) == sorted([f"default/{mate}", "default/small"])
+
     def test_lower_priority_units_of_its_own_quota_are_kept_away(self) -> None:
         engine = self.pool()
         engine.set_unit(unit("a-big", 6, "a", priority=5, created=1))

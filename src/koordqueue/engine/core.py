@@ -621,11 +621,18 @@ class Engine:
             # Whether its units may take capacity from others depends on more than room
             # (who borrows, whose protection ends): such a queue is scanned whenever woken.
             state.rescan = True
-        if scan.admitted or not scan.old_holds:
+        if scan.admitted and state.holds:
+            # Held for a unit that a later unit of its quota, admitted since, may have left
+            # short of its own quota: scanned again, it holds only what it still can use, and
+            # what it lets go wakes those it kept out (below, at the end of that scan).
+            self._touch(state)
+            return
+        if not scan.old_holds:
             return
         # Where its holds keep out less than before (less of some resource, or the same
         # for a unit that has not waited as long, or of lower priority), units they kept
-        # out may fit now.
+        # out may fit now: also after an admission, which may have left the holder short
+        # of its own quota.
         new = _held_by_node(state.holds)
         for node, held in scan.old_holds.items():
             now_held = new.get(node, {})

@@ -412,7 +412,10 @@ class Simulator:
                     self.units.clear()
                 known = self.units[shape] = (meta, unit)
         # Only its name (which may be too long) and creation differ.
-        return copy_unit(known[1], name=adapter.unit_name(manifest, meta), created=created)
+        unit = copy_unit(known[1])
+        unit.name = adapter.unit_name(manifest, meta)
+        unit.created = created
+        return unit
 
     def _shared(self, request: ResourceList) -> ResourceList:
         """An equal request another job already holds (never changed), so that a million jobs

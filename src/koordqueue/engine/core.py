@@ -141,8 +141,9 @@ class _Scan:
 _Held = dict[tuple[str, int, bool], int]
 """What a queue's holds at one node keep: (resource, priority, ripe) -> amount."""
 
-_Turn = tuple[int, bool, float, str, int]
-"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version)."""
+_Turn = tuple[int, bool, float, str, int, int]
+"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version,
+the engine's charges then: when they are the same at its turn, its share is too)."""
 
 
 _UNIT_FIELDS = tuple(f.name for f in fields(UnitInfo) if f.init)
@@ -198,6 +199,7 @@ class Engine:
         self._rebuild_needed = True
         self._now = -math.inf
         self._heap: list[_Turn] | None = None  # during a cycle
+        self._charges = 0  # admissions and releases so far: no usage moved while it stays the same
         self._admitted_now: set[str] = set()  # units admitted in this cycle: never its victims
         # Within a cycle, until some usage changes: (leaf, top, resources) -> what may be reclaimed.
         self._reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
@@ -400,11 +402,12 @@ class Engine:
                 self._push(state)
         try:
             while heap:
-                _, _, share, key, version = heapq.heappop(heap)
+                _, _, share, key, version, charges = heapq.heappop(heap)
                 state = self._qs[key]
                 if version != state.version:
                     continue
-                if _share(state.leaf) > share:  # others of its quota were admitted meanwhile
+                # Others of its quota were admitted meanwhile (no usage moved: no share did).
+                if charges != self._charges and _share(state.leaf) > share:
                     self._push(state)
                     continue
                 if self._step(state, now, result):
@@ -420,7 +423,8 @@ class Engine:
         state.version += 1
         scan = self._scans.get(state.key)
         borrows = scan is not None and scan.borrows
-        heapq.heappush(self._heap, (-state.info.priority, borrows, _share(state.leaf), state.key, state.version))
+        heapq.heappush(self._heap, (-state.info.priority, borrows, _share(state.leaf), state.key, state.version,
+                                    self._charges))
 
     def _step(self, state: _Queue, now: float, result: CycleResult) -> bool:
         """Go on scanning ``state`` until one unit is admitted (True) or none can be."""
@@ -511,7 +515,8 @@ class Engine:
                         other = units[dropped[4]]
                         if other.message != text:  # _say, inline: a group can have many heads
                             self._say(other, text)
-                    self._raise_bar(scan, state, misfit, text)
+                    if misfit.node is leaf:  # (``_raise_bar`` looks no further else)
+                        self._raise_bar(scan, state, misfit, text)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -945,6 +950,7 @@ class Engine:
                 self._tree.add_pending(node, info.request, -1)
             room = self._tree.charge(node, record.charged, sign)
         self._check_borrowing(node)
+        self._charges += 1
         if self._reclaim_cache:
             self._reclaim_cache = {}
         name = info.admitted_quota

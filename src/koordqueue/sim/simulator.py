@@ -156,6 +156,7 @@ class _Timed:
 
 
 _STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
+_HOLDING = (Phase.DEQUEUED, Phase.RUNNING)  # a job admitted: the engine's messages are not for it
 _ARRIVAL = int(Step.ARRIVAL)
 
 
@@ -243,8 +244,9 @@ class Simulator:
                 break
             cycles_here = cycles_here + 1 if moment == self.now else 1
             self.now = last = moment
-            while self.heap and self.heap[0][0] <= moment:
-                _, step, _, payload = heapq.heappop(self.heap)
+            heap = self.heap
+            while heap and heap[0][0] <= moment:
+                _, step, _, payload = heapq.heappop(heap)
                 self._handle(_STEPS[step], payload)
             wakeup = self._cycle()
         for _ in self.pending:
@@ -308,9 +310,10 @@ class Simulator:
             self._preempted(self.by_unit[preemption.unit], preemption.reason, preemption.requeue_at)
         for admission in result.admitted:
             self._admitted(self.by_unit[admission.unit], admission.quota, admission.queue, admission.placement)
+        by_unit = self.by_unit
         for key, message in result.messages.items():
-            record = self.by_unit.get(key)
-            if record is not None and record.live and record.phase not in (Phase.DEQUEUED, Phase.RUNNING):
+            record = by_unit.get(key)
+            if record is not None and record.live and record.phase not in _HOLDING:
                 record.message = message
         return result.next_wakeup
 

@@ -345,3 +345,23 @@ def test_a_jobs_shape_is_its_manifest_less_its_name_types_and_order_included() -
     assert shape is not None and isinstance(shape[1], str)
     assert shape == simulator._shape(variant("e", datetime.date(2026, 1, 1)), adapter)
     assert shape != simulator._shape(variant("f", datetime.date(2026, 1, 2)), adapter)
+
+
+def test_a_time_rounded_to_the_quantum_by_division_is_the_rounded_product() -> None:
+    """``_at`` divides whole microseconds below 2**50 of them; the product rounded to 6
+    places (what it did before, and still does above) gives the same floats."""
+    import random
+
+    from koordqueue.sim.simulator import _EXACT_QUANTA, TIME_QUANTUM, _at
+
+    def product(seconds: float) -> float:
+        return round(round(seconds / TIME_QUANTUM) * TIME_QUANTUM, 6)
+
+    rng = random.Random(5)
+    values = [0.0, -0.0, 0.1 + 0.2, 0.3, 1e-7, 4.9999999e-7, 5e-7, 1.0000005, 123.4565, 86400.000001, 1e9, 1.2e9]
+    values += [rng.uniform(0, 10 ** rng.randint(0, 9)) for _ in range(20000)]
+    values += [round(rng.uniform(0, 1e5), rng.randint(0, 7)) for _ in range(20000)]
+    top = _EXACT_QUANTA * TIME_QUANTUM
+    values += [top * (1 - rng.random() * 1e-6) for _ in range(2000)] + [top * 1.5, -top * 0.99]
+    for seconds in values:
+        assert repr(_at(seconds)) == repr(product(seconds)), seconds

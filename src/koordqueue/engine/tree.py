@@ -338,8 +338,7 @@ class QuotaTree:
             pending = current.pending
             for name, amount in request.items():
                 pending[name] = pending.get(name, 0) + sign * amount
-        raw = {name: sign * amount for name, amount in request.items() if amount}  # (``_spread``)
-        self._carry(node, raw, raw)
+        self._spread(node, request, sign)
 
     def _spread(self, node: QuotaNode, request: ResourceList, sign: int) -> None:
         """Carry a change of ``node``'s usage or requests into the demands on its path,

@@ -155,13 +155,21 @@ class _Timed:
         return timed
 
 
-_STEPS = tuple(Step)  # by value: cheaper than Step(value) for every happening
 _HOLDING = (Phase.DEQUEUED, Phase.RUNNING)  # a job admitted: the engine's messages are not for it
 _ARRIVAL = int(Step.ARRIVAL)
 
 
 def _at(seconds: float) -> float:
-    return round(round(seconds / TIME_QUANTUM) * TIME_QUANTUM, 6)
+    quanta = round(seconds / TIME_QUANTUM)
+    if -_EXACT_QUANTA < quanta < _EXACT_QUANTA:
+        return quanta / 1_000_000  # the float nearest quanta us, as below, in a third of the time
+    return round(quanta * TIME_QUANTUM, 6)
+
+
+# Below this many quanta (some 35 years), ``quanta * TIME_QUANTUM`` is off quanta us by at
+# most 2**-52 of it (two roundings), under a quarter of a quantum: ``round(..., 6)`` then
+# gives the float nearest quanta us, which is what int / int (rounded correctly) gives.
+_EXACT_QUANTA = 2**50
 
 
 class Simulator:
@@ -232,6 +240,7 @@ class Simulator:
         for event in self.trace.events:
             self._push(event.at, Step.EVENT, event)
         until = self.trace.until
+        handlers = self._handlers()
         wakeup: float | None = None
         last = 0.0
         cycles_here = 0  # cycles run at the current instant
@@ -247,7 +256,7 @@ class Simulator:
             heap = self.heap
             while heap and heap[0][0] <= moment:
                 _, step, _, payload = heapq.heappop(heap)
-                self._handle(_STEPS[step], payload)
+                handlers[step](payload)
             wakeup = self._cycle()
         for _ in self.pending:
             pass  # the rest of a streamed trace is still read: its errors, and keys after the jobs
@@ -291,18 +300,26 @@ class Simulator:
         self.seq += 1
         heapq.heappush(self.heap, (_at(when), int(step), self.seq, payload))
 
-    def _handle(self, step: Step, payload: Any) -> None:
-        if step is Step.FINISH:
-            record, run = payload
-            if record.live and record.run == run and record.phase is Phase.RUNNING:
-                self._finish(record)
-        elif step is Step.EVENT:
-            self._event(payload)
-        elif step is Step.ARRIVAL:
-            self._arrive(payload)
-            self._next_arrival()
-        elif step is Step.WAKE and payload.live and payload.phase is Phase.PREEMPTED:
-            payload.phase = Phase.ENQUEUED
+    def _handlers(self) -> tuple[Callable[[Any], None], ...]:
+        """What handles a happening, by its Step's value (a lookup, not a comparison with each Step)."""
+        by_step: dict[Step, Callable[[Any], None]] = {
+            Step.FINISH: self._on_finish, Step.EVENT: self._event, Step.ARRIVAL: self._on_arrival,
+            Step.WAKE: self._on_wake,
+        }
+        return tuple(by_step[Step(value)] for value in range(len(Step)))
+
+    def _on_finish(self, payload: tuple[JobRecord, int]) -> None:
+        record, run = payload
+        if record.live and record.run == run and record.phase is Phase.RUNNING:
+            self._finish(record)
+
+    def _on_arrival(self, entry: JobEntry) -> None:
+        self._arrive(entry)
+        self._next_arrival()
+
+    def _on_wake(self, record: JobRecord) -> None:
+        if record.live and record.phase is Phase.PREEMPTED:
+            record.phase = Phase.ENQUEUED
 
     def _cycle(self) -> float | None:
         result: CycleResult = self.calls.schedule(self.now)

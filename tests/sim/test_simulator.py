@@ -333,8 +333,7 @@ def test_a_jobs_shape_is_its_manifest_less_its_name_types_and_order_included() -
         return manifest
 
     values: list[object] = [1, 1.0, True, "1", None, [1], {"x": 1}, 2**70, -0.0, 0.0]
-    manifests = [variant(name, value, first) for (value, first), name
-                 in zip(itertools.product(values, "ab"), (f"job-{i}" for i in itertools.count()))]
+    manifests = [variant(f"job-{i}", value, first) for i, (value, first) in enumerate(itertools.product(values, "ab"))]
     for one, other in itertools.combinations_with_replacement(manifests, 2):
         alike = simulator._shape(one, adapter) == simulator._shape(other, adapter)
         renamed = [{**m, "metadata": {**m["metadata"], "name": ""}} for m in (one, other)]

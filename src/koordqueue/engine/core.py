@@ -653,6 +653,7 @@ class Engine:
         leaf = state.leaf
         hold = misfit.hold
         node = misfit.node
+        key: tuple[object, ...]
         if hold is None:
             key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve, None, None, None)
         else:
@@ -678,9 +679,7 @@ class Engine:
             if info.priority > node.hold_waiter_priority.get(state.key, -math.inf):
                 node.hold_waiter_priority[state.key] = info.priority
         else:
-            need = node.waiters.get(state.key)
-            if need is None:
-                need = node.waiters[state.key] = {}
+            need = node.waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
         if misfit.runtime or node is leaf or misfit.asked > misfit.limit:  # (or it never fits)

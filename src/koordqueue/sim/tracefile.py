@@ -200,7 +200,8 @@ class _JsonStream:
 
     def _value(self) -> Any:
         self._peek()
-        scan = self.decoder.scan_once  # (``raw_decode`` less its frame: it raises StopIteration, not ValueError)
+        # ``raw_decode``'s own scanner, less its frame (it raises StopIteration, not ValueError).
+        scan = self.decoder.scan_once  # type: ignore[attr-defined]  # (set by JSONDecoder.__init__)
         while True:
             try:
                 value, end = scan(self.text, self.pos)

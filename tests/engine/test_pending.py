@@ -89,3 +89,58 @@ def test_the_least_of_a_group_is_its_request_with_elastic_pod_sets_at_their_min(
     assert least_of(group_of(plain)) == {"gpu": 8, "cpu": 8}
     assert least_of(group_of(elastic)) == {"gpu": 4, "cpu": 4}
     assert least_of(group_of(shape_of({"gpu": 2}))) == {"gpu": 2}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_scans_heads_are_the_queue_as_it_was_whatever_the_queue_does_meanwhile(seed: int) -> None:
+    """``Heads`` shares the queue's lists of heads (copied only before it changes one): a
+    scan taken before units join and leave the queue gives the heads it had then, as a
+    scan of a queue copied then does, pushes of the next units included."""
+    rng = random.Random(seed)
+    shapes = _shapes(rng)
+    queue, twin = PendingQueue(), PendingQueue()
+    present: dict[Entry, Shape] = {}
+    for step in range(300):
+        entry = (-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"u{step}", f"ns/u{step}")
+        present[entry] = rng.choice(shapes)
+        queue.add(entry, present[entry])
+        twin.add(entry, present[entry])
+        if rng.random() < 0.3:
+            gone = rng.choice(sorted(present))
+            queue.remove(gone, present[gone])
+            twin.remove(gone, present.pop(gone))
+        if step % 25:
+            continue
+        shared, private = queue.heads(), twin.heads()
+        seen: list[tuple[Entry, Shape]] = []
+        while (head := shared.peek()) is not None:
+            assert head == private.peek()
+            seen.append(head[:2])
+            shared.pop()
+            private.pop()
+            if rng.random() < 0.5:  # the queue changes under the scan (the twin does not)
+                entry = (-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"x{step}-{len(seen)}",
+                         f"ns/x{step}-{len(seen)}")
+                present[entry] = rng.choice(shapes)
+                queue.add(entry, present[entry])
+            elif present:
+                gone = rng.choice(sorted(present))
+                queue.remove(gone, present.pop(gone))
+            if rng.random() < 0.3:
+                later = (head[0][0], head[0][1] + 100, "ns", f"p{step}-{len(seen)}", f"ns/p{step}-{len(seen)}")
+                shared.push(later, head[1])
+                private.push(later, head[1])
+        assert private.peek() is None
+        twin = PendingQueue()
+        twin.load(present.items())
+
+
+def test_a_shape_of_one_resource_is_the_sorted_pairs_as_for_many() -> None:
+    """``shape_of``'s path for a request of one resource gives what the general one does."""
+    def general(request: dict[str, int]) -> Shape:
+        return tuple(sorted((name, amount) for name, amount in request.items() if amount))
+
+    for request in ({"cpu": 1000}, {"gpu": 0}, {"memory": -5}, {"cpu": 1, "gpu": 0}, {"b": 2, "a": 1}, {}):
+        assert shape_of(request) == general(request)
+        pods = (PodSetInfo("worker", 2, {"gpu": 1}),)
+        assert shape_of(request, pods)[:len(general(request))] == general(request)

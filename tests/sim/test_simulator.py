@@ -309,3 +309,58 @@ def test_jobs_of_one_manifest_but_their_names_are_each_their_own() -> None:
         [(0, 0.0, "team/a-py-qu"), (0, 1.0, "team/b-py-qu"), (7, 6.0, "team/c-py-qu")]
     assert jobs[too_long].unit_key is None
     assert jobs[too_long].message is not None and "260 characters, more than 253" in jobs[too_long].message
+
+
+def test_a_jobs_shape_is_its_manifest_less_its_name_types_and_order_included() -> None:
+    """``Simulator._shape`` keys jobs by marshal's bytes of the manifest (less its name):
+    equal where ``repr`` is equal, and apart where it is apart (1, 1.0, True, "1"; key
+    order); what marshal does not take (a date from YAML) is keyed by ``repr``."""
+    import datetime
+    import itertools
+
+    from koordqueue.jobs import adapter_for
+    from koordqueue.sim.simulator import Simulator
+    from koordqueue.sim.trace import Trace
+
+    simulator = Simulator(Trace())
+    adapter = adapter_for("kubeflow.org/v1", "PyTorchJob")
+    assert adapter is not None
+
+    def variant(name: str, value: object, first: str = "a") -> dict[str, Any]:
+        manifest = pytorch_job(name, "team", gpus(1))
+        labels = {first: value, "b" if first == "a" else "a": 0}
+        manifest["metadata"]["labels"] = labels
+        return manifest
+
+    values: list[object] = [1, 1.0, True, "1", None, [1], {"x": 1}, 2**70, -0.0, 0.0]
+    manifests = [variant(f"job-{i}", value, first) for i, (value, first) in enumerate(itertools.product(values, "ab"))]
+    for one, other in itertools.combinations_with_replacement(manifests, 2):
+        alike = simulator._shape(one, adapter) == simulator._shape(other, adapter)
+        renamed = [{**m, "metadata": {**m["metadata"], "name": ""}} for m in (one, other)]
+        assert alike == (repr(renamed[0]) == repr(renamed[1]))
+    assert [m["metadata"]["name"] for m in manifests] == [f"job-{i}" for i in range(len(manifests))]
+    dated = variant("d", datetime.date(2026, 1, 1))
+    shape = simulator._shape(dated, adapter)
+    assert shape is not None and isinstance(shape[1], str)
+    assert shape == simulator._shape(variant("e", datetime.date(2026, 1, 1)), adapter)
+    assert shape != simulator._shape(variant("f", datetime.date(2026, 1, 2)), adapter)
+
+
+def test_a_time_rounded_to_the_quantum_by_division_is_the_rounded_product() -> None:
+    """``_at`` divides whole microseconds below 2**50 of them; the product rounded to 6
+    places (what it did before, and still does above) gives the same floats."""
+    import random
+
+    from koordqueue.sim.simulator import _EXACT_QUANTA, TIME_QUANTUM, _at
+
+    def product(seconds: float) -> float:
+        return round(round(seconds / TIME_QUANTUM) * TIME_QUANTUM, 6)
+
+    rng = random.Random(5)
+    values = [0.0, -0.0, 0.1 + 0.2, 0.3, 1e-7, 4.9999999e-7, 5e-7, 1.0000005, 123.4565, 86400.000001, 1e9, 1.2e9]
+    values += [rng.uniform(0, 10 ** rng.randint(0, 9)) for _ in range(20000)]
+    values += [round(rng.uniform(0, 1e5), rng.randint(0, 7)) for _ in range(20000)]
+    top = _EXACT_QUANTA * TIME_QUANTUM
+    values += [top * (1 - rng.random() * 1e-6) for _ in range(2000)] + [top * 1.5, -top * 0.99]
+    for seconds in values:
+        assert repr(_at(seconds)) == repr(product(seconds)), seconds

@@ -141,8 +141,9 @@ class _Scan:
 _Held = dict[tuple[str, int, bool], int]
 """What a queue's holds at one node keep: (resource, priority, ripe) -> amount."""
 
-_Turn = tuple[int, bool, float, str, int]
-"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version)."""
+_Turn = tuple[int, bool, float, str, int, int]
+"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version,
+the engine's charges then: when they are the same at its turn, its share is too)."""
 
 
 _UNIT_FIELDS = tuple(f.name for f in fields(UnitInfo) if f.init)
@@ -198,6 +199,7 @@ class Engine:
         self._rebuild_needed = True
         self._now = -math.inf
         self._heap: list[_Turn] | None = None  # during a cycle
+        self._charges = 0  # admissions and releases so far: no usage moved while it stays the same
         self._admitted_now: set[str] = set()  # units admitted in this cycle: never its victims
         # Within a cycle, until some usage changes: (leaf, top, resources) -> what may be reclaimed.
         self._reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
@@ -309,10 +311,11 @@ class Engine:
         old = self._units.get(key)
         if old is not None and old.info == unit:
             return
+        pod_sets = unit.pod_sets
         record = _Unit(unit if owned else copy_unit(unit), key,
                        (-unit.priority, unit.created, unit.namespace, unit.name, key),
-                       shape_of(unit.request, unit.pod_sets), unit.request,
-                       any(ps.elastic for ps in unit.pod_sets))
+                       shape_of(unit.request, pod_sets), unit.request,
+                       bool(pod_sets) and any(ps.elastic for ps in pod_sets))
         previous = None
         if old is not None:
             previous = old.state
@@ -321,7 +324,8 @@ class Engine:
         self._units[key] = record
         if unit.pod_sets or (old is not None and old.info.pod_sets):
             self._room.track(key, unit.pod_sets)
-        if unit.admitted_quota is None or self._starting.get(key, unit.admitted_queue) != unit.admitted_queue:
+        starting = self._starting.get(key)
+        if starting is not None and (unit.admitted_quota is None or starting != unit.admitted_queue):
             self._not_starting(key)
         if not self._rebuild_needed:
             self._attach(record, previous)
@@ -329,7 +333,8 @@ class Engine:
     def remove_unit(self, key: str) -> None:
         record = self._units.pop(key, None)
         if record is not None:
-            self._not_starting(key)
+            if key in self._starting:
+                self._not_starting(key)
             self._detach(record)
             if record.info.pod_sets:
                 self._room.forget(key)
@@ -345,6 +350,8 @@ class Engine:
         engine admits starts out with pods not running; one handed in admitted (loaded
         after a restart) counts as running until the shell says otherwise. Returns
         whether that changed."""
+        if running and key not in self._starting:
+            return False  # (it was not waiting for them)
         record = self._units.get(key)
         info = record.info if record is not None else None
         before = self._starting.get(key)
@@ -395,11 +402,12 @@ class Engine:
                 self._push(state)
         try:
             while heap:
-                _, _, share, key, version = heapq.heappop(heap)
+                _, _, share, key, version, charges = heapq.heappop(heap)
                 state = self._qs[key]
                 if version != state.version:
                     continue
-                if _share(state.leaf) > share:  # others of its quota were admitted meanwhile
+                # Others of its quota were admitted meanwhile (no usage moved: no share did).
+                if charges != self._charges and _share(state.leaf) > share:
                     self._push(state)
                     continue
                 if self._step(state, now, result):
@@ -415,7 +423,8 @@ class Engine:
         state.version += 1
         scan = self._scans.get(state.key)
         borrows = scan is not None and scan.borrows
-        heapq.heappush(self._heap, (-state.info.priority, borrows, _share(state.leaf), state.key, state.version))
+        heapq.heappush(self._heap, (-state.info.priority, borrows, _share(state.leaf), state.key, state.version,
+                                    self._charges))
 
     def _step(self, state: _Queue, now: float, result: CycleResult) -> bool:
         """Go on scanning ``state`` until one unit is admitted (True) or none can be."""
@@ -506,7 +515,8 @@ class Engine:
                         other = units[dropped[4]]
                         if other.message != text:  # _say, inline: a group can have many heads
                             self._say(other, text)
-                    self._raise_bar(scan, state, misfit, text)
+                    if misfit.node is leaf:  # (``_raise_bar`` looks no further else)
+                        self._raise_bar(scan, state, misfit, text)
             if state.stops_at(info.priority):
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
@@ -575,9 +585,11 @@ class Engine:
             self._say(other, self._live_message(other, position=position))
 
     def _now_starting(self, key: str, queue: str, touch: bool = True) -> None:
-        if self._starting.get(key) == queue:
+        before = self._starting.get(key)
+        if before == queue:
             return
-        self._not_starting(key)
+        if before is not None:
+            self._not_starting(key)
         self._starting[key] = queue
         self._starting_in.setdefault(queue, {})[key] = None
         if touch:
@@ -600,10 +612,12 @@ class Engine:
             self._touch(state)
 
     def _start_scan(self, state: _Queue, rounds: int) -> _Scan:
-        for node, hold in state.holds:
-            node.remove_hold(hold)
-        old = _held_by_node(state.holds)
-        state.holds = []
+        old: dict[QuotaNode, _Held] = {}
+        if state.holds:
+            for node, hold in state.holds:
+                node.remove_hold(hold)
+            old = _held_by_node(state.holds)
+            state.holds = []
         state.blocker = None
         state.rescan = False
         state.reclaims = False
@@ -645,15 +659,24 @@ class Engine:
         units behind it are told then, not each time an amount in the text moves."""
         leaf = state.leaf
         hold = misfit.hold
-        key = (misfit.node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve,
-               hold.holder if hold else None, hold.priority if hold else None, hold.waited_past if hold else None)
-        reason = record.reason
-        told = reason is None or reason[0][:2] != key[:2] or reason[0][4:] != key[4:]
-        info = record.info
-        if reason is None or reason[0] != key:
-            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority))
-        self._say(record, reason[1])
         node = misfit.node
+        key: tuple[object, ...]
+        if hold is None:
+            key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve, None, None, None)
+        else:
+            key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve,
+                   hold.holder, hold.priority, hold.waited_past)
+        reason = record.reason
+        info = record.info
+        if reason is not None and reason[0] == key:
+            told = False
+        else:  # told when what it waits for differs, not only the amounts asked and used
+            last = reason[0] if reason is not None else None
+            told = last is None or last[0] is not node or last[1] != key[1] or last[4:] != key[4:]
+            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority))
+        if record.message != reason[1]:  # (``_say``)
+            record.message = reason[1]
+            self._changed[record.key] = reason[1]
         if misfit.runtime and node not in leaf.path:  # a sibling koord-scheduler would cut: room under their parent
             node = node.parent or leaf
         # Held room keeps away units of other quotas only while they borrow (fit.py);
@@ -666,7 +689,7 @@ class Engine:
             need = node.waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
-        if misfit.never or misfit.runtime or node is leaf:
+        if misfit.runtime or node is leaf or misfit.asked > misfit.limit:  # (or it never fits)
             return told  # its own quota's limit: others' units are no competition (Priority skips it)
         state.misfits_above = True
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
@@ -702,7 +725,7 @@ class Engine:
         """Make room for ``record`` by reclaim or priority preemption: whether it did,
         where its pods go (when they are placed), in the room its victims give back, and
         whether its request and priority alone kept it from doing so (not its pods)."""
-        if misfit.never or misfit.by_hold:
+        if misfit.hold is not None or (misfit.asked > misfit.limit and not misfit.runtime):  # by_hold, never
             return False, None, True
         leaf = state.leaf
         info = record.info
@@ -927,7 +950,7 @@ class Engine:
         assert node is not None
         info = record.info
         if sign > 0:
-            record.charged = _charged(info)
+            record.charged = info.request if info.placement is None else _charged(info)
         if pending and record.charged is info.request:
             room = self._tree.admit(node, info.request)
         else:
@@ -935,6 +958,7 @@ class Engine:
                 self._tree.add_pending(node, info.request, -1)
             room = self._tree.charge(node, record.charged, sign)
         self._check_borrowing(node)
+        self._charges += 1
         if self._reclaim_cache:
             self._reclaim_cache = {}
         name = info.admitted_quota
@@ -960,7 +984,8 @@ class Engine:
             if index < len(victims) and victims[index] == item:
                 del victims[index]
         for upper in node.path:
-            self._wake_node(upper)
+            if upper.waiters or upper.hold_waiters:  # (``_wake_node`` has nothing to do else)
+                self._wake_node(upper)
         for state in self._leaf_queues.get(node, ()):
             self._touch(state)  # its own units may stop borrowing, and pass holds
 

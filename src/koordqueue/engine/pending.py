@@ -32,7 +32,12 @@ LEAST = "\x00least"  # in a group of elastic streams: their least request
 
 
 def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = ()) -> Shape:
-    shape: Shape = tuple(sorted((name, amount) for name, amount in request.items() if amount))
+    shape: Shape
+    if len(request) == 1:  # the common case, without a sort
+        ((name, amount),) = request.items()
+        shape = ((name, amount),) if amount else ()
+    else:
+        shape = tuple(sorted((name, amount) for name, amount in request.items() if amount))
     if pod_sets:
         shape += ((POD_SETS, tuple(
             (ps.name, ps.count, ps.min_count, tuple(sorted(ps.request.items())), ps.node_selector, ps.affinity,
@@ -74,17 +79,20 @@ class Heads:
     """The first unit of every stream, merged in admission order a group at a time (see
     the module doc)."""
 
-    __slots__ = ("_groups", "_top", "_last", "_least")
+    __slots__ = ("_groups", "_top", "_last", "_least", "_own")
 
     def __init__(self, groups: dict[Shape, list[Head]]) -> None:
         # Each group's heads come sorted (``PendingQueue`` keeps them so): a sorted list is
-        # a heap already, and a copy is all a scan needs.
-        heads = {group: items[:] for group, items in groups.items()}
+        # a heap already. The lists are the queue's, which it never changes in place (it
+        # makes new ones): one is copied only before this scan changes it (``_own``), and
+        # most scans take a group's one head without changing its list.
+        heads = dict(groups)
         self._groups = heads
         self._top = [(items[0][0], group) for group, items in heads.items()]
         heapq.heapify(self._top)
         self._last: Shape = ()
         self._least: dict[str, int] = {}
+        self._own: set[Shape] = set()  # groups whose list is this scan's copy
 
     def peek(self) -> Head | None:
         """The next head in admission order (entries of the top heap left behind by a
@@ -102,18 +110,26 @@ class Heads:
         """Take the head ``peek`` gave."""
         entry, group = self._top[0]
         self._last = group
-        items = self._groups[group]
-        self._least = heapq.heappop(items)[2]
-        if items:
-            heapq.heapreplace(self._top, (items[0][0], group))
-        else:
+        groups = self._groups
+        items = groups[group]
+        if len(items) == 1:  # its last head: the group goes, its list untouched
+            self._least = items[0][2]
             heapq.heappop(self._top)
-            del self._groups[group]
+            del groups[group]
+            return
+        if group not in self._own:
+            items = groups[group] = items[:]
+            self._own.add(group)
+        self._least = heapq.heappop(items)[2]
+        heapq.heapreplace(self._top, (items[0][0], group))
 
     def push(self, entry: Entry, shape: Shape) -> None:
         """The next unit of the stream of the head taken last."""
         group = self._last
-        items = self._groups.setdefault(group, [])
+        items = self._groups.get(group)
+        if items is None or group not in self._own:
+            items = self._groups[group] = [] if items is None else items[:]
+            self._own.add(group)
         heapq.heappush(items, (entry, shape, self._least))
         if items[0][0] == entry:
             heapq.heappush(self._top, (entry, group))
@@ -130,7 +146,8 @@ class Heads:
 
 class PendingQueue:
     """Sorted streams of pending units, and per group the first unit of each of its
-    streams, sorted; insert and remove in O(log n) plus a memmove."""
+    streams, sorted; insert and remove in O(log n) plus a memmove. A group's list of
+    heads is replaced, never changed in place, so that a scan's ``Heads`` can share it."""
 
     __slots__ = ("_streams", "_heads", "_group_of", "_least", "_size")
 
@@ -155,9 +172,23 @@ class PendingQueue:
         """The stream ``shape`` is headed by ``entry`` no more."""
         group = self._group_of[shape]
         heads = self._heads[group]
-        del heads[bisect_left(heads, (entry,))]
-        if not heads:
+        if len(heads) == 1:
             del self._heads[group]
+            return
+        index = bisect_left(heads, (entry,))
+        self._heads[group] = heads[:index] + heads[index + 1:]  # a new list: a scan may hold the old one
+
+    def _head(self, entry: Entry, shape: Shape) -> None:
+        """The stream ``shape`` is headed by ``entry`` now."""
+        group = self._group_of[shape]
+        item = (entry, shape, self._least[shape])
+        heads = self._heads.get(group)
+        if heads is None:
+            self._heads[group] = [item]
+            return
+        heads = heads[:]  # a new list: a scan may hold the old one (``Heads``)
+        insort(heads, item)
+        self._heads[group] = heads
 
     def add(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams.get(shape)
@@ -166,11 +197,14 @@ class PendingQueue:
         elif entry < stream[0]:
             self._unhead(stream[0], shape)
         else:
-            insort(stream, entry)
+            if entry > stream[-1]:
+                stream.append(entry)  # (the common case: units come in order of creation)
+            else:
+                insort(stream, entry)
             self._size += 1
             return
         stream.insert(0, entry)
-        insort(self._heads.setdefault(self._group_of[shape], []), (entry, shape, self._least[shape]))
+        self._head(entry, shape)
         self._size += 1
 
     def load(self, items: Iterable[tuple[Entry, Shape]]) -> None:
@@ -186,18 +220,18 @@ class PendingQueue:
             self._size += 1
         for shape, stream in self._streams.items():
             stream.sort()
-            insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape, self._least[shape]))
+            self._head(stream[0], shape)
 
     def remove(self, entry: Entry, shape: Shape) -> None:
         stream = self._streams[shape]
-        index = bisect_left(stream, entry)
+        index = 0 if stream[0] is entry else bisect_left(stream, entry)  # (an admission takes the first)
         if index == len(stream) or stream[index] != entry:
             raise KeyError(entry[4])
         del stream[index]
         if index == 0:
             self._unhead(entry, shape)
             if stream:
-                insort(self._heads.setdefault(self._group_of[shape], []), (stream[0], shape, self._least[shape]))
+                self._head(stream[0], shape)
         if not stream:
             del self._streams[shape]
             del self._group_of[shape]

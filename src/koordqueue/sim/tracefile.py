@@ -114,7 +114,7 @@ def _streamed(head: dict[str, Any], jobs: Iterator[JobEntry] | None) -> Trace:
 
 
 class _JsonStream:
-    """A JSON trace read value by value with ``json.JSONDecoder.raw_decode``."""
+    """A JSON trace read value by value with ``json.JSONDecoder.raw_decode``'s scanner."""
 
     def __init__(self, file: IO[bytes], path: str | Path) -> None:
         self.file, self.path = file, path
@@ -190,18 +190,22 @@ class _JsonStream:
 
     def _separator(self, close: str) -> bool:
         """Past a ``,`` (False) or ``close`` (True)."""
-        char = self._peek()
+        char = self.text[self.pos:self.pos + 1]  # (right after a value, as a writer puts it)
         if char not in (",", close):
-            raise ReadWhole()
+            char = self._peek()
+            if char not in (",", close):
+                raise ReadWhole()
         self.pos += 1
         return char == close
 
     def _value(self) -> Any:
         self._peek()
+        # ``raw_decode``'s own scanner, less its frame (it raises StopIteration, not ValueError).
+        scan = self.decoder.scan_once  # type: ignore[attr-defined]  # (set by JSONDecoder.__init__)
         while True:
             try:
-                value, end = self.decoder.raw_decode(self.text, self.pos)
-            except ValueError:
+                value, end = scan(self.text, self.pos)
+            except (StopIteration, ValueError):
                 if self._more(len(self.text) - self.pos):
                     continue  # the value may go on: read as much again (a long value takes few tries)
                 raise ReadWhole() from None  # not JSON after all: PyYAML will say what it is

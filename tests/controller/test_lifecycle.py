@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +19,8 @@ from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.manifests import all_crds
+from koordqueue.realcluster.cluster import RealCluster
+from tests.simcluster.conftest import PODS, batch_job
 
 from .conftest import System, SystemFactory, pytorch_job, quick_config, quota
 
@@ -213,3 +218,63 @@ async def test_what_is_kept_of_a_job_and_its_unit_goes_when_they_are_deleted(sys
 
     await system.wait_for(dropped, what="the records of the job and its unit dropped")
     assert unit not in records.pending_messages
+
+
+@pytest.mark.both_control_planes
+async def test_a_job_whose_pods_succeeded_while_it_was_suspended_is_resumed_to_be_marked_complete(
+        system: System) -> None:
+    """A Job's pod that succeeds before a suspension of the Job lands (ours, preempting it:
+    seen on the real control plane with preemption and no protection) leaves it SuccessCriteriaMet
+    but suspended, and kube-controller-manager writes Complete only once it is resumed (a suspended
+    Job has no startTime, and kube-apiserver refuses a finished Job without one). Its unit is
+    finished, and the controller resumes it: Complete, and no more pods. Here the Job waits (2 GPUs
+    against max 1) while a pod it owns, made by hand, runs and succeeds."""
+    await system.apply(quota("team-ended", 1, 1))
+    job = batch_job("ended", parallelism=1, completions=1, suspend=True, gpus=2)
+    job["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: "team-ended"}
+    await system.apply(job)
+    await system.wait_phase("ended", c.Phase.ENQUEUED)
+    uid = (await system.get_json("job", "ended"))["metadata"]["uid"]
+    labels = {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+              c.LABEL_BATCH_JOB_NAME: "ended", "job-name": "ended"}
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "ended", "uid": uid, "controller": True,
+             "blockOwnerDeletion": True}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "ended-by-hand", "namespace": "default",
+                        "annotations": {c.ANNOTATION_SIM_DURATION: "0.2"}},
+           "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+
+    async def pod_succeeded() -> bool:
+        found = await system.get_json("pod", "ended-by-hand")
+        return found.get("status", {}).get("phase") == "Succeeded"
+
+    # The pod must end before the Job's controller looks at it: a suspended Job's pods that have
+    # not ended are deleted.
+    if system.sim is None:
+        # kube-controller-manager, stopped meanwhile, counts a pod with its tracking finalizer.
+        assert isinstance(system.server, RealCluster)
+        manager = system.server.processes["kube-controller-manager"].pid
+        pod["metadata"].update(labels=labels, ownerReferences=[owner], finalizers=["batch.kubernetes.io/job-tracking"])
+        os.kill(manager, signal.SIGSTOP)
+        try:
+            await system.client.create(PODS, pod, namespace="default")
+            await system.wait_for(pod_succeeded, 30, "the pod made by hand to succeed")
+        finally:
+            os.kill(manager, signal.SIGCONT)
+    else:  # the embedded one counts a pod once it is the Job's: it is made so after it ended
+        await system.client.create(PODS, pod, namespace="default")
+        await system.wait_for(pod_succeeded, 30, "the pod made by hand to succeed")
+        await system.client.patch(PODS, "ended-by-hand", {"metadata": {"labels": labels, "ownerReferences": [owner]}},
+                                  namespace="default")
+
+    async def complete() -> dict[str, Any] | None:
+        found = await system.get_json("job", "ended")
+        conditions = {cond["type"]: cond["status"] for cond in found.get("status", {}).get("conditions") or []}
+        return found if conditions.get(c.BATCH_CONDITION_COMPLETE) == c.CONDITION_TRUE else None
+
+    found = await system.wait_for(complete, 30, "the Job marked Complete")
+    assert found["spec"]["suspend"] is False
+    assert found["status"].get("succeeded") == 1
+    assert await system.phase("ended") == c.Phase.SUCCEED.value
+    pods = await system.get_json("pods", "-l", f"{c.LABEL_BATCH_JOB_NAME}=ended")
+    assert [p["metadata"]["name"] for p in pods["items"]] == ["ended-by-hand"]

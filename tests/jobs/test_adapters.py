@@ -177,6 +177,23 @@ def test_batch_job() -> None:
     assert a.pod_sets(job)[0].count == 1  # parallelism defaults to 1
 
 
+@pytest.mark.parametrize(("suspend", "types", "expected"), [
+    (True, ("Suspended", "SuccessCriteriaMet"), True),  # Complete waits for a resume
+    (True, ("Suspended", "FailureTarget"), True),
+    (True, ("SuccessCriteriaMet", "Complete"), False),  # finished already
+    (True, ("FailureTarget", "Failed"), False),
+    (True, ("Suspended",), False),  # not ended
+    (False, ("SuccessCriteriaMet",), False),  # not suspended: Complete comes by itself
+])
+def test_a_batch_job_that_ended_while_suspended_finishes_once_resumed(
+        suspend: bool, types: tuple[str, ...], expected: bool) -> None:
+    job = load("batchjob.yaml")
+    job["spec"]["suspend"] = suspend
+    job["status"] = _conditions(*types)
+    assert BatchJobAdapter().finishes_once_resumed(job) is expected
+    assert not adapter(load("seed-pytorchjob.yaml")).finishes_once_resumed(load("seed-pytorchjob.yaml"))
+
+
 def test_a_batch_job_made_by_a_queued_job_is_not_queued() -> None:
     """KubeRay's submitter Job, which its RayJob controls, is part of that RayJob: not queued a
     second time (on real KubeRay it was: a unit of its own). A Job some other controller

@@ -151,6 +151,7 @@ class Informers:
         if old is not None and old.invalid is None and record is not None and record.fingerprint == fingerprint:
             try:
                 return replace(old, suspended=adapter.is_suspended(obj), state=adapter.status(obj),
+                               finishes_once_resumed=adapter.finishes_once_resumed(obj),
                                deleting=bool(meta.get("deletionTimestamp")),
                                enqueued=bool((meta.get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
                                # a RayJob's pods are found by its status (its Ray cluster's name)

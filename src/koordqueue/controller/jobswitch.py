@@ -180,6 +180,16 @@ class JobSwitch(Part):
         if owed is not None:  # (not if owed anew while we wrote)
             self.shared.owed.paid(item, owed)
 
+    async def let_finish(self, job: JobView, adapter: JobAdapter) -> None:
+        """Resume a job that ended while suspended (JobAdapter.finishes_once_resumed): its own
+        controller makes no pods for it, and marks it Complete or Failed only once resumed.
+        Its unit is finished already, its quota released."""
+        item = f"{job.kind}/{job.key}"
+        log.info("%s ended while suspended: resumed, so that its controller marks it finished", item)
+        async with self.job_locks.hold(item):
+            await self.client.patch(self.informers.job_resource(job.kind), job.name,
+                                    adapter.resume_patch({}, native=job.native_suspend), namespace=job.namespace)
+
     def _stamps(self, job: JobView, resumed: float | None) -> dict[str, Any]:
         """Koord-Queue's annotations on a job we suspend (resumed None) or resume, in the same
         write: when it was let run, and that it is queued (since it was made) if no one said so

@@ -82,6 +82,8 @@ class JobReconciler(Part):
             # The job ended: its unit is finished whatever our view of it says (a view older than
             # our last write, a Running say, would wait for our watch to bring that write first).
             await self._finish(unit, job)
+            if job.suspended and job.finishes_once_resumed:
+                await self.switch.let_finish(job, adapter)
             return
         if item in self.shared.owed:
             # We sent its unit back: its job stops now. Not from our views: the one of the unit

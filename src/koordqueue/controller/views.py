@@ -81,6 +81,7 @@ class JobView:
     max_execution_seconds: int | None = None  # annotation scheduling.x-k8s.io/max-exec-time-seconds
     enqueued: bool = False  # annotation koord-queue/job-has-enqueued is there
     native_suspend: bool = True  # it has its kind's own suspend field (JobAdapter.has_native_suspend)
+    finishes_once_resumed: bool = False  # ended, but told Complete only once resumed (JobAdapter's)
 
     @property
     def key(self) -> str:
@@ -133,8 +134,9 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
     try:
         suspended = adapter.is_suspended(obj)
         state = adapter.status(obj)
+        finishes_once_resumed = adapter.finishes_once_resumed(obj)
     except InvalidObject as e:
-        suspended, state = False, JobState.PENDING
+        suspended, state, finishes_once_resumed = False, JobState.PENDING, False
         invalid = invalid or str(e)
     try:
         pods = next(iter(adapter.pod_selector(obj).items()), None)
@@ -167,6 +169,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         max_execution_seconds=max_seconds,
         enqueued=bool(annotations.get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
         native_suspend=adapter.has_native_suspend(obj),
+        finishes_once_resumed=finishes_once_resumed,
     )
 
 

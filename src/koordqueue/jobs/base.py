@@ -132,6 +132,11 @@ class JobAdapter(ABC):
     def status(self, job: Job) -> JobState:
         """Where the job is, from its conditions or status."""
 
+    def finishes_once_resumed(self, job: Job) -> bool:
+        """Whether the job has ended (``status``) but its own controller marks it finished only
+        once it is not suspended: it must be resumed to be told Complete or Failed."""
+        return False
+
     def api_version_of(self, job: Job) -> str:
         """The apiVersion its unit names the job by (consumerRef, owner reference): the one it
         was read in (a kind read in more than one version may be served in another than its

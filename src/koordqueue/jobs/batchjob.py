@@ -87,5 +87,18 @@ class BatchJobAdapter(SpecSuspendAdapter):
             return JobState.RUNNING
         return JobState.PENDING
 
+    def finishes_once_resumed(self, job: Job) -> bool:
+        """A Job whose pods did their work before a suspension of it landed (ours, preempting
+        it, say): kube-controller-manager writes SuccessCriteriaMet or FailureTarget, but not
+        Complete or Failed while it is suspended (it clears a suspended Job's startTime, and
+        kube-apiserver refuses a finished Job without one). Resumed, it makes no pods for it
+        (a Job with either condition has ended) and finishes it."""
+        if not self.native_suspended(job):
+            return False
+        conditions = section(job, "status", self.meta(job).describe()).get("conditions")
+        return (condition_true(conditions, BATCH_CONDITION_SUCCESS_CRITERIA_MET)
+                or condition_true(conditions, BATCH_CONDITION_FAILURE_TARGET)) and not (
+            condition_true(conditions, BATCH_CONDITION_COMPLETE) or condition_true(conditions, BATCH_CONDITION_FAILED))
+
 
 KIND = JobKind(BatchJobAdapter(), BATCH_JOB_PLURAL, "batchjob")  # built into the API server: no CRD

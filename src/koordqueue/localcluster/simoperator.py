@@ -767,12 +767,21 @@ class SimOperator:
             active = []
             if not condition_is_true(conditions, c.BATCH_CONDITION_SUSPENDED):
                 set_condition(c.BATCH_CONDITION_SUSPENDED, c.CONDITION_TRUE, c.BATCH_REASON_SUSPENDED, "Job suspended")
+                status.pop("startTime", None)  # (kube-controller-manager 1.36+ clears it)
+            met = succeeded >= completions if completions is not None else succeeded >= 1
+            if met and succeeded and not condition_is_true(conditions, c.BATCH_CONDITION_SUCCESS_CRITERIA_MET):
+                # Pods that succeeded before the suspension landed are counted, and the Job has
+                # met its criteria; Complete waits for a resume (kube-apiserver refuses a
+                # finished Job without startTime, which a suspended Job does not have).
+                set_condition(c.BATCH_CONDITION_SUCCESS_CRITERIA_MET, c.CONDITION_TRUE, c.BATCH_REASON_COMPLETED,
+                              "Reached expected number of succeeded pods")
         else:
             if condition_is_true(conditions, c.BATCH_CONDITION_SUSPENDED):
                 set_condition(c.BATCH_CONDITION_SUSPENDED, c.CONDITION_FALSE, c.BATCH_REASON_RESUMED, "Job resumed")
                 status["startTime"] = now
             status.setdefault("startTime", now)
             done = succeeded >= completions if completions is not None else succeeded >= 1 and not active
+            done = done or condition_is_true(conditions, c.BATCH_CONDITION_SUCCESS_CRITERIA_MET)
             if failed > backoff_limit:
                 await self._delete_pods(kind, job, active)
                 active = []

@@ -220,7 +220,8 @@ class JobRecord:
     admitted: float | None = None  # the system's own record: first seen holding quota
     holding_since: float | None = None
     held: list[tuple[float, float]] = field(default_factory=list)
-    releases: int = 0  # times seen going from suspended to unsuspended
+    releases: int = 0  # times seen going from suspended to unsuspended (before it ended)
+    resumed_ended: int = 0  # times seen unsuspended after it had ended (see World._job)
     suspended: bool = True
 
     @property
@@ -288,8 +289,10 @@ class JobType:
                 "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,
                          "template": pod_template(record, "main")}}
 
-    def state(self, obj: dict[str, Any]) -> tuple[str, bool, bool]:
-        """(namespace/name, suspended, finished successfully) of one job."""
+    def state(self, obj: dict[str, Any]) -> tuple[str, bool, bool, bool]:
+        """(namespace/name, suspended, finished successfully, ended) of one job; ended: its
+        controller has said how (a batch Job's SuccessCriteriaMet or FailureTarget come before
+        Complete or Failed)."""
         meta, spec = obj["metadata"], obj.get("spec") or {}
         conditions = (obj.get("status") or {}).get("conditions") or []
         if self.kind == c.PYTORCH_JOB_KIND:
@@ -297,9 +300,13 @@ class JobType:
         else:
             suspended, done = bool(spec.get("suspend")), "Complete"
         complete = any(cond.get("type") == done and cond.get("status") == "True" for cond in conditions)
-        return f"{meta['namespace']}/{meta['name']}", suspended, complete
+        ended = complete or any(cond.get("type") in ENDED_CONDITIONS and cond.get("status") == "True"
+                                for cond in conditions)
+        return f"{meta['namespace']}/{meta['name']}", suspended, complete, ended
 
 
+# A batch Job's conditions once kube-controller-manager has decided its outcome, before Complete or Failed.
+ENDED_CONDITIONS = (c.BATCH_CONDITION_SUCCESS_CRITERIA_MET, c.BATCH_CONDITION_FAILURE_TARGET)
 JOB_TYPES = {t.kind: t for t in (
     JobType(c.BATCH_JOB_KIND, JOBS, "batch/job", c.LABEL_BATCH_JOB_NAME, training_operator=False),
     JobType(c.PYTORCH_JOB_KIND, Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL), "kubeflow.org/pytorchjob",
@@ -588,13 +595,15 @@ class World:
             except Exception as e:  # noqa: BLE001 - counted and shown: a job never made is unfinished
                 self.create_errors.append(f"{record.key}: {e}")
 
-    def _job(self, job: tuple[str, bool, bool]) -> None:
-        key, suspended, complete = job
+    def _job(self, job: tuple[str, bool, bool, bool]) -> None:
+        key, suspended, complete, ended = job
         record = self.records.get(key)
         if record is None:
             return
         now = time.monotonic()
-        if record.suspended and not suspended:
+        if record.suspended and not suspended and ended:
+            record.resumed_ended += 1  # suspended after its pod had succeeded: resumed to be marked Complete
+        elif record.suspended and not suspended:
             record.releases += 1
             if record.released is None:
                 record.released = now
@@ -810,6 +819,7 @@ def release_counts(records: list[JobRecord]) -> dict[str, int]:
         "readmitted": sum(1 for r in records if r.admissions > 1),
         "released_again_when_readmitted": sum(1 for r in records if 1 < r.releases <= r.admissions),
         "released_twice_in_one_admission": sum(1 for r in records if r.releases > max(r.admissions, 1)),
+        "resumed_after_it_ended": sum(1 for r in records if r.resumed_ended),
     }
 
 
@@ -923,7 +933,7 @@ def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             out[key] = value
     for key in ("admitted", "unfinished", "over_quota", "readmitted", "released_again_when_readmitted",
-                "released_twice_in_one_admission"):
+                "released_twice_in_one_admission", "resumed_after_it_ended"):
         out[key] = sum(int(r[key]) for r in runs) if key != "admitted" else min(int(r[key]) for r in runs)
     return out
 
@@ -1013,6 +1023,7 @@ def render(result: dict[str, Any]) -> str:
         dig(kueue, "released_again_when_readmitted"))
     row("released twice in one admission", dig(ours, "released_twice_in_one_admission"),
         dig(kueue, "released_twice_in_one_admission"))
+    row("resumed after it ended", dig(ours, "resumed_after_it_ended"), dig(kueue, "resumed_after_it_ended"))
     for r in result.get("runs", []):
         lines.append(f"  run {r['system']}: wall {fmt(r['wall_s'], ' s')}, small/medium/large "
                      + "/".join(fmt(r["mean_admission_s"][k], "", 2) for k in ("small", "medium", "large"))

@@ -30,8 +30,8 @@ def unit(name: str, phase: c.Phase) -> dict[str, Any]:
             "spec": {"consumerRef": {"name": name}}, "status": {"phase": phase.value}}
 
 
-def job(name: str, suspended: bool) -> tuple[str, bool, bool]:
-    return (f"leaf-0-0/{name}", suspended, False)
+def job(name: str, suspended: bool, ended: bool = False) -> tuple[str, bool, bool, bool]:
+    return (f"leaf-0-0/{name}", suspended, False, ended)
 
 
 def test_a_job_preempted_and_admitted_again_is_not_counted_released_twice() -> None:
@@ -59,6 +59,26 @@ def test_a_job_suspended_and_resumed_while_it_held_its_quota_is_counted_released
     w._job(job("twice", False))
     f = versus.figures(w, end=10.0, divisor=50)
     assert (f["readmitted"], f["released_again_when_readmitted"], f["released_twice_in_one_admission"]) == (0, 0, 1)
+
+
+def test_a_job_resumed_after_it_ended_is_counted_apart_not_released_twice() -> None:
+    """Preempted after its pod had succeeded, the Job ends suspended (SuccessCriteriaMet), and
+    ours resumes it to be marked Complete: not a second release for its one admission."""
+    w = world("ended")
+    ours = w.system
+    w._holder(ours.holder(unit("ended", c.Phase.DEQUEUED)))
+    w._job(job("ended", False))
+    w._holder(ours.holder(unit("ended", c.Phase.PREEMPTED)))
+    w._job(job("ended", True))
+    w._holder(ours.holder(unit("ended", c.Phase.SUCCEED)))
+    w._job(job("ended", True, ended=True))
+    w._job(job("ended", False, ended=True))
+    f = versus.figures(w, end=10.0, divisor=50)
+    assert (f["released_twice_in_one_admission"], f["resumed_after_it_ended"]) == (0, 1)
+    batch = versus.JOB_TYPES[c.BATCH_JOB_KIND]
+    manifest = {"metadata": {"namespace": "leaf-0-0", "name": "ended"}, "spec": {"suspend": True},
+                "status": {"conditions": [{"type": c.BATCH_CONDITION_SUCCESS_CRITERIA_MET, "status": "True"}]}}
+    assert batch.state(manifest) == ("leaf-0-0/ended", True, False, True)
 
 
 def test_requests_refused_are_counted_apart(tmp_path: Path) -> None:
@@ -89,10 +109,10 @@ def test_the_stream_can_be_pytorchjobs() -> None:
     container = master["template"]["spec"]["containers"][0]
     assert master["replicas"] == 1 and container["name"] == c.PYTORCH_CONTAINER
     assert container["resources"]["requests"] == {"cpu": "20"}
-    assert pytorch.state(manifest) == ("leaf-0-0/large-0", True, False)
+    assert pytorch.state(manifest) == ("leaf-0-0/large-0", True, False, False)
     manifest["spec"]["runPolicy"]["suspend"] = False
     manifest["status"] = {"conditions": [{"type": "Running", "status": "False"},
                                          {"type": "Succeeded", "status": "True"}]}
-    assert pytorch.state(manifest) == ("leaf-0-0/large-0", False, True)
+    assert pytorch.state(manifest) == ("leaf-0-0/large-0", False, True, True)
     batch = versus.JOB_TYPES[c.BATCH_JOB_KIND].manifest(record, {})
-    assert versus.JOB_TYPES[c.BATCH_JOB_KIND].state(batch) == ("leaf-0-0/large-0", True, False)
+    assert versus.JOB_TYPES[c.BATCH_JOB_KIND].state(batch) == ("leaf-0-0/large-0", True, False, False)

@@ -278,3 +278,12 @@ async def test_a_job_whose_pods_succeeded_while_it_was_suspended_is_resumed_to_b
     assert await system.phase("ended") == c.Phase.SUCCEED.value
     pods = await system.get_json("pods", "-l", f"{c.LABEL_BATCH_JOB_NAME}=ended")
     assert [p["metadata"]["name"] for p in pods["items"]] == ["ended-by-hand"]
+
+    async def ours_on_the_job() -> list[tuple[str, str]]:
+        return [(e["type"], e["message"]) for e in await system.events("ended")
+                if e["involvedObject"]["kind"] == c.BATCH_JOB_KIND and e["reason"] == c.EventReason.RESUMED.value
+                and e["source"].get("component") == "koord-queue"]
+
+    said = await system.wait_for(ours_on_the_job, 10, "our event on the Job")
+    assert said == [(c.EventType.NORMAL.value, "it ended while suspended (its pods had finished before the suspension "
+                     "landed): resumed so that its controller marks it finished; no pod is made for it")]

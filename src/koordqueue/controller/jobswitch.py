@@ -12,7 +12,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
+from koordqueue.controller.eventline import job_ref
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.pods import PodView
 from koordqueue.controller.shared import Part, Shared
@@ -185,10 +187,12 @@ class JobSwitch(Part):
         controller makes no pods for it, and marks it Complete or Failed only once resumed.
         Its unit is finished already, its quota released."""
         item = f"{job.kind}/{job.key}"
-        log.info("%s ended while suspended: resumed, so that its controller marks it finished", item)
         async with self.job_locks.hold(item):
             await self.client.patch(self.informers.job_resource(job.kind), job.name,
                                     adapter.resume_patch({}, native=job.native_suspend), namespace=job.namespace)
+        self._event(job_ref(job), c.EventType.NORMAL, c.EventReason.RESUMED,
+                    "it ended while suspended (its pods had finished before the suspension landed): "
+                    "resumed so that its controller marks it finished; no pod is made for it")
 
     def _stamps(self, job: JobView, resumed: float | None) -> dict[str, Any]:
         """Koord-Queue's annotations on a job we suspend (resumed None) or resume, in the same

@@ -293,7 +293,10 @@ def markdown() -> str:
         "job has ended: for a batch Job, as soon as kube-controller-manager says how "
         f"(`{c.BATCH_CONDITION_SUCCESS_CRITERIA_MET}` or `{c.BATCH_CONDITION_FAILURE_TARGET}`, Kubernetes 1.31+), "
         f"before `{c.BATCH_CONDITION_COMPLETE}` or `{c.BATCH_CONDITION_FAILED}`, which it writes a sync later once "
-        "the last pods have stopped; those pods still count on their nodes until they are gone.",
+        "the last pods have stopped; those pods still count on their nodes until they are gone. "
+        "A Job that ended while suspended (preempted after its pods had finished) is resumed by the controller, "
+        f"with a `{c.EventReason.RESUMED.value}` event saying so: kube-controller-manager marks a suspended Job "
+        f"`{c.BATCH_CONDITION_COMPLETE}` only once it is resumed, and makes no pod for a Job that has ended.",
         "Queue policies: " + ", ".join(f"`{p.value}`" for p in c.QueuePolicy) + ".",
         "Admission check states: " + ", ".join(f"`{s.value}`" for s in c.AdmissionCheckState) + ".",
         "Event reasons: " + ", ".join(f"`{r.value}`" for r in c.EventReason) + ".",

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,6 @@ from koordqueue.kube.config import load_config
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.manifests import all_crds
-from koordqueue.realcluster.cluster import RealCluster
 from tests.simcluster.conftest import PODS, batch_job
 
 from .conftest import System, SystemFactory, pytorch_job, quick_config, quota
@@ -248,24 +245,15 @@ async def test_a_job_whose_pods_succeeded_while_it_was_suspended_is_resumed_to_b
         found = await system.get_json("pod", "ended-by-hand")
         return found.get("status", {}).get("phase") == "Succeeded"
 
-    # The pod must end before the Job's controller looks at it: a suspended Job's pods that have
-    # not ended are deleted.
-    if system.sim is None:
-        # kube-controller-manager, stopped meanwhile, counts a pod with its tracking finalizer.
-        assert isinstance(system.server, RealCluster)
-        manager = system.server.processes["kube-controller-manager"].pid
-        pod["metadata"].update(labels=labels, ownerReferences=[owner], finalizers=["batch.kubernetes.io/job-tracking"])
-        os.kill(manager, signal.SIGSTOP)
-        try:
-            await system.client.create(PODS, pod, namespace="default")
-            await system.wait_for(pod_succeeded, 30, "the pod made by hand to succeed")
-        finally:
-            os.kill(manager, signal.SIGCONT)
-    else:  # the embedded one counts a pod once it is the Job's: it is made so after it ended
-        await system.client.create(PODS, pod, namespace="default")
-        await system.wait_for(pod_succeeded, 30, "the pod made by hand to succeed")
-        await system.client.patch(PODS, "ended-by-hand", {"metadata": {"labels": labels, "ownerReferences": [owner]}},
-                                  namespace="default")
+    # The pod is made the Job's only once it has ended (a suspended Job's pods that have not are
+    # deleted), in one write, with the finalizer kube-controller-manager counts a pod by (and takes
+    # off once counted). (Stopping kube-controller-manager while an owned pod ran was not enough:
+    # resumed, it could sync the Job before its informer had the pod's end, and delete it.)
+    await system.client.create(PODS, pod, namespace="default")
+    await system.wait_for(pod_succeeded, 30, "the pod made by hand to succeed")
+    await system.client.patch(PODS, "ended-by-hand", {"metadata": {
+        "labels": labels, "ownerReferences": [owner], "finalizers": ["batch.kubernetes.io/job-tracking"]}},
+        namespace="default")
 
     async def complete() -> dict[str, Any] | None:
         found = await system.get_json("job", "ended")

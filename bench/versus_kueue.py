@@ -73,6 +73,7 @@ from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
 from koordqueue.api.quantity import parse_quantity  # noqa: E402
 from koordqueue.controller.views import parse_time  # noqa: E402
+from koordqueue.jobs import KINDS  # noqa: E402
 from koordqueue.kube.client import KubeClient, Resource  # noqa: E402
 from koordqueue.kube.config import load_config  # noqa: E402
 from koordqueue.kube.informer import Informer  # noqa: E402
@@ -300,13 +301,11 @@ class JobType:
         else:
             suspended, done = bool(spec.get("suspend")), "Complete"
         complete = any(cond.get("type") == done and cond.get("status") == "True" for cond in conditions)
-        ended = complete or any(cond.get("type") in ENDED_CONDITIONS and cond.get("status") == "True"
-                                for cond in conditions)
+        ended = complete or JOB_KINDS[self.kind].status(obj).ended  # (when ours takes it for ended)
         return f"{meta['namespace']}/{meta['name']}", suspended, complete, ended
 
 
-# A batch Job's conditions once kube-controller-manager has decided its outcome, before Complete or Failed.
-ENDED_CONDITIONS = (c.BATCH_CONDITION_SUCCESS_CRITERIA_MET, c.BATCH_CONDITION_FAILURE_TARGET)
+JOB_KINDS = {k.adapter.kind: k.adapter for k in KINDS}  # the project's own reading of each kind
 JOB_TYPES = {t.kind: t for t in (
     JobType(c.BATCH_JOB_KIND, JOBS, "batch/job", c.LABEL_BATCH_JOB_NAME, training_operator=False),
     JobType(c.PYTORCH_JOB_KIND, Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL), "kubeflow.org/pytorchjob",

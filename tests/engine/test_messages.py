@@ -29,7 +29,10 @@ CASES = {
         [parent("pool", 0, 6), quota("a", 0, 8, "pool"), quota("b", 0, 8, "pool")],
         None,
         [("run", 5, "a"), ("wait", 2, "b")],
-        "waiting for quota b: nvidia.com/gpu asks 2; its parent quota pool has used 5 of max 6",
+        # a runs past its runtime share (what is fair of 6 against b's demand): b takes it
+        # back from a's unit when that has run the protect time.
+        "waiting for quota b: nvidia.com/gpu asks 2; its parent quota pool has used 5 of max 6; units it could "
+        "preempt for room have run less than the protect time (1m, protectSeconds): it tries again as each passes it",
     ),
     "kept-by-non-lending": (
         [parent("pool", 8, 8), quota("keeper", 4, 8, "pool", lend=False), quota("b", 0, 8, "pool")],
@@ -42,7 +45,8 @@ CASES = {
         [quota("a", 0, 8), quota("b", 0, 8)],
         6,
         [("run", 5, "a"), ("wait", 2, "b")],
-        "waiting for cluster capacity: nvidia.com/gpu asks 2, used 5 of 6 in the cluster",
+        "waiting for cluster capacity: nvidia.com/gpu asks 2, used 5 of 6 in the cluster; units it could preempt "
+        "for room have run less than the protect time (1m, protectSeconds): it tries again as each passes it",
     ),
     "never-leaf": (
         [quota("team", 0, 8)],

@@ -80,6 +80,31 @@ def test_when_every_victim_is_protected_the_engine_wakes_up_when_protection_ends
     assert keys(result.preempted) == ["default/b1"] and keys(result.admitted) == ["default/a1"]
 
 
+def test_a_unit_that_waits_only_for_its_victims_protect_time_says_so() -> None:
+    engine = borrowed_pool([("b1", 4, 0, 10), ("b2", 4, 0, 20)])
+    engine.set_unit(unit("a1", 4, "a", created=30))
+    told = engine.schedule(30.0).messages
+    said = "; units it could preempt for room have run less than the protect time (1m, protectSeconds)"
+    assert said in told["default/a1"], "the message written to the unit says so"
+    standing = engine.standing("default/a1")
+    assert standing is not None and said in standing.message, "and so does the reason worked out now"
+    engine.schedule(10 + PROTECT)
+    standing = engine.standing("default/a1")
+    assert standing is not None and standing.position is None  # admitted: b1 was taken back
+
+
+def test_a_unit_with_nothing_it_could_ever_preempt_is_not_told_of_the_protect_time() -> None:
+    engine = engine_with(parent("pool", 8, 8), quota("a", 4, 8, "pool"), quota("b", 4, 8, "pool"),
+                         protect_seconds=PROTECT)
+    engine.set_unit(unit("keep", 8, "b", created=0, preemptible=False))
+    engine.schedule(0.0)
+    engine.set_unit(unit("a1", 4, "a", created=1))
+    assert engine.schedule(1.0).next_wakeup is None
+    standing = engine.standing("default/a1")
+    assert standing is not None and standing.message.startswith("waiting for quota a")
+    assert "protect time" not in standing.message
+
+
 def test_non_preemptible_units_are_never_victims() -> None:
     engine = engine_with(parent("pool", 8, 8), quota("a", 4, 8, "pool"), quota("b", 4, 8, "pool"),
                          protect_seconds=0.0)

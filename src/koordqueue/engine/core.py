@@ -78,6 +78,7 @@ class _Unit:
     message: str = ""
     reason: tuple[tuple[object, ...], str] | None = None  # its last misfit and its text, not to format it again
     check: CheckKey | None = None  # what a check of all its pods depends on (once asked for)
+    protected: bool = False  # its last scan found units it could preempt, but within their protect time
 
 
 @dataclass(slots=True, eq=False)
@@ -467,6 +468,7 @@ class Engine:
                 scan.borrows = True
                 return True
             heads.pop()
+            record.protected = False
             placement: Placement | None = None
             unplaced: Unplaced | None = None
             waits: CheckKey | None = None  # the failed check whose room it waits for
@@ -661,11 +663,13 @@ class Engine:
         hold = misfit.hold
         node = misfit.node
         key: tuple[object, ...]
+        protected = record.protected
         if hold is None:
-            key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve, None, None, None)
+            key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve, None, None, None,
+                   protected)
         else:
             key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve,
-                   hold.holder, hold.priority, hold.waited_past)
+                   hold.holder, hold.priority, hold.waited_past, protected)
         reason = record.reason
         info = record.info
         if reason is not None and reason[0] == key:
@@ -673,7 +677,7 @@ class Engine:
         else:  # told when what it waits for differs, not only the amounts asked and used
             last = reason[0] if reason is not None else None
             told = last is None or last[0] is not node or last[1] != key[1] or last[4:] != key[4:]
-            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority))
+            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority, self._protect(record)))
         if record.message != reason[1]:  # (``_say``)
             record.message = reason[1]
             self._changed[record.key] = reason[1]
@@ -759,6 +763,7 @@ class Engine:
         chosen = choose_victims(leaf, info.request, info.priority, candidates, names) if candidates else None
         if chosen is None:
             if free_at < math.inf:
+                record.protected = True
                 self._retry_later(state, free_at)
             return False, None, True
         placement = None
@@ -831,6 +836,10 @@ class Engine:
             sorted(names)[0],
         )
         return messages.reclaimed(node, name, preemptor.key, leaf.name)
+
+    def _protect(self, record: _Unit) -> float | None:
+        """The protect time, for a unit's message, when only it keeps the unit from preempting."""
+        return self._config.protect_seconds if record.protected else None
 
     def _retry_later(self, state: _Queue, when: float) -> None:
         if self._retry_at.get(state.key, math.inf) > when:
@@ -1355,7 +1364,7 @@ class Engine:
         for key in sorted(self._qs):
             state = self._qs[key]
             rows = []
-            reasons: dict[tuple[Shape, int], str] = {}
+            reasons: dict[tuple[Shape, int, bool], str] = {}
             for position, entry in enumerate(state.pending.ordered(), start=1):
                 record = self._units[entry[4]]
                 rows.append(
@@ -1397,7 +1406,7 @@ class Engine:
             key, state.key if state else None, quota, position, info.priority, self._live_message(record)
         )
 
-    def _live_message(self, record: _Unit, reasons: dict[tuple[Shape, int], str] | None = None,
+    def _live_message(self, record: _Unit, reasons: dict[tuple[Shape, int, bool], str] | None = None,
                       position: int | None = None) -> str:
         """Why a queued unit waits now: its queue waiting for a unit's pods, else being
         beyond its queue's depth, else who blocks it, else the limit its request runs into
@@ -1427,7 +1436,7 @@ class Engine:
                 return messages.band_blocked(blocker.key, state.key, state.threshold)
             return messages.blocked(blocker.key, state.key, str(state.info.policy))
         info = record.info
-        key = (record.shape, info.priority)
+        key = (record.shape, info.priority, record.protected)
         text = reasons.get(key) if reasons is not None else None
         if text is None:
             request, counts = info.request, None
@@ -1435,7 +1444,8 @@ class Engine:
             if misfit is not None and any(ps.elastic for ps in info.pod_sets):  # why not even its least
                 request, counts = _least(info)
                 misfit = first_misfit(state.leaf, request, info.priority)
-            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority)
+            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority,
+                                                              self._protect(record))
             if misfit is None and self._places(state, info):
                 found = self._room.place(info.pod_sets, counts)
                 if isinstance(found, Unplaced):

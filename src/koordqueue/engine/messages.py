@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from koordqueue.api.constants import ANNOTATION_HOLD_ROOM_AFTER, LABEL_HOSTNAME
+from koordqueue.api.constants import ANNOTATION_HOLD_ROOM_AFTER, LABEL_HOSTNAME, SETTING_PROTECT_SECONDS
 from koordqueue.api.quantity import format_quantity
 from koordqueue.engine.fit import Misfit
 from koordqueue.engine.placement import Unplaced
@@ -43,8 +43,17 @@ def _max(node: QuotaNode, name: str, limit: int) -> str:
     return f"max {_q(node.info.max[name])} x oversellrate {node.oversell:g} = {_q(limit)}"
 
 
-def waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
-    """Why a unit of ``leaf`` and ``priority`` does not fit now."""
+def waiting(leaf: QuotaNode, misfit: Misfit, priority: int, protect: float | None = None) -> str:
+    """Why a unit of ``leaf`` and ``priority`` does not fit now; ``protect``: the protect
+    time, when units it could preempt for room are still within it."""
+    text = _waiting(leaf, misfit, priority)
+    if protect is None:
+        return text
+    return (f"{text}; units it could preempt for room have run less than the protect time "
+            f"({_duration(protect)}, {SETTING_PROTECT_SECONDS}): it tries again as each passes it")
+
+
+def _waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
     name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
     if misfit.runtime:  # beside koord-scheduler, which would leave pods Pending
         if node in leaf.path and node is not leaf:

@@ -9,7 +9,7 @@ from koordqueue.engine.model import QuotaInfo
 from koordqueue.engine.validation import validate_quotas
 from koordqueue.engine.waterfill import water_fill
 
-from .builders import CPU, GPU, G, engine_with, keys, parent, quota, res, runtime, unit, used
+from .builders import CPU, GPU, G, engine_with, keys, parent, quota, res, runtime, settle, unit, used
 
 WORKED = dict(mins=[10, 15, 20, 15], weights=[40, 60, 50, 80], demands=[5, 20, 40, 70])
 
@@ -198,6 +198,45 @@ def test_a_bad_quota_is_left_out_and_the_rest_works() -> None:
     assert keys(result.admitted) == ["default/v"]
     assert result.messages["default/u"] == "quota bad is not usable: min of nvidia.com/gpu (9) is more than its max (8)"
     assert engine.quota_status()["bad"].valid is False
+
+
+@pytest.mark.parametrize("how", ["made-invalid", "deleted"])
+def test_the_running_units_of_a_quota_that_becomes_unusable_still_count_in_its_parent(how: str) -> None:
+    """Seen on the real control plane: team-x's max edited below its min while two of its
+    jobs ran; its units' room went to the cluster's root, not to their parent org, and
+    org admitted team-y's jobs up to 24 GPUs against its max 16."""
+    engine = engine_with(parent("org", 16, 16), quota("x", 8, 16, "org"), quota("y", 8, 16, "org"),
+                         protect_seconds=0.0)
+    for i in range(2):
+        engine.set_unit(unit(f"x{i}", 4, "x", created=i))
+    assert len(settle(engine, 1.0)) == 2
+    if how == "made-invalid":
+        engine.set_quota(quota("x", 8, 4, "org"))
+    else:
+        engine.remove_quota("x")
+    for i in range(4):
+        engine.set_unit(unit(f"y{i}", 4, "y", created=2 + i))
+    admitted = settle(engine, 10.0)
+    assert admitted == ["default/y0", "default/y1"]
+    assert used(engine)["org"] == 16, "org counts x's running units and y's two"
+    if how == "made-invalid":
+        assert engine.quota_status()["x"].used == {GPU: 8 * G}, "x's own usage is still shown"
+    engine.remove_unit("default/x0")
+    assert settle(engine, 11.0) == ["default/y2"], "x0's room goes back to org"
+
+
+def test_units_of_a_deleted_quota_under_a_deleted_parent_count_in_the_quota_above_both() -> None:
+    engine = engine_with(parent("org", 8, 8), parent("mid", 8, 8, parent="org"), quota("x", 8, 8, "mid"),
+                         quota("y", 0, 8, "org"))
+    engine.set_unit(unit("x0", 6, "x"))
+    assert settle(engine, 0.0) == ["default/x0"]
+    engine.remove_quota("x")
+    settle(engine, 1.0)  # a rebuild between the two deletions
+    engine.remove_quota("mid")
+    engine.set_unit(unit("y0", 4, "y", created=2))
+    engine.set_unit(unit("y1", 2, "y", created=3))
+    assert settle(engine, 3.0) == ["default/y1"]
+    assert used(engine)["org"] == 8
 
 
 def test_fixing_a_quota_lets_its_units_in() -> None:

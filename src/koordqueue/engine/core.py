@@ -183,6 +183,8 @@ class Engine:
         self._queues: dict[str, QueueInfo] = {}
         self._units: dict[str, _Unit] = {}
         self._reasons: dict[str, str] = {}
+        # The parents of deleted quotas some admitted unit still names (see ``_charged_at``).
+        self._removed_parents: dict[str, str | None] = {}
         self._tree = QuotaTree([], self._capacity, config.oversell_rate, config.koordinator)
         self._directory: Directory = build_directory({}, {}, {})
         # What ``resolve`` said under this directory, by what it reads of a unit.
@@ -221,6 +223,7 @@ class Engine:
         if old == quota:
             return
         self._quotas[quota.name] = quota
+        self._removed_parents.pop(quota.name, None)
         if self._rebuild_needed or old is None or not _limits_only(old, quota) or quota.name in self._reasons:
             self._rebuild_needed = True
             return
@@ -239,7 +242,9 @@ class Engine:
                 self._touch(state)
 
     def remove_quota(self, name: str) -> None:
-        if self._quotas.pop(name, None) is not None:
+        removed = self._quotas.pop(name, None)
+        if removed is not None:
+            self._removed_parents[name] = removed.parent
             self._rebuild_needed = True
 
     def set_queue(self, queue: QueueInfo) -> None:
@@ -894,7 +899,7 @@ class Engine:
         info = record.info
         if info.admitted_quota is not None:
             record.state = _State.ADMITTED
-            record.node = self._tree.nodes.get(info.admitted_quota, self._tree.root)
+            record.node = self._charged_at(info.admitted_quota)
             self._charge(record, 1)
             return
         asks = (info.invalid, info.queue_name, info.namespace, info.quota_name)
@@ -928,6 +933,22 @@ class Engine:
             self._join(state, record)
         if previous is not _State.QUEUED or not record.message:
             self._say(record, messages.queued(state.key, leaf.name, state.info.policy))
+
+    def _charged_at(self, name: str) -> QuotaNode:
+        """Where a unit admitted into quota ``name`` is charged: that quota, else (made
+        unusable or deleted while the unit runs) its nearest usable ancestor, whose max
+        its room still counts against, else the cluster."""
+        nodes = self._tree.nodes
+        seen: set[str] = set()
+        current: str | None = name
+        while current is not None and current not in seen:
+            node = nodes.get(current)
+            if node is not None:
+                return node
+            seen.add(current)
+            quota = self._quotas.get(current)
+            current = quota.parent if quota is not None else self._removed_parents.get(current)
+        return self._tree.root
 
     def _join(self, state: _Queue, record: _Unit) -> None:
         """A unit joins its queue's pending units: scan the queue again."""
@@ -1251,12 +1272,22 @@ class Engine:
                 self._new_queue(queue, node)
         bulk: dict[str, list[tuple[Entry, Shape]]] = {}
         self._tree.defer()
+        named: set[str] = set()  # quotas admitted units name
         for record in self._units.values():
             previous = record.state
             record.state = _State.PARKED
             record.queue = None
             record.node = None
             self._attach(record, previous, bulk=bulk)
+            if record.info.admitted_quota is not None:
+                named.add(record.info.admitted_quota)
+        kept: dict[str, str | None] = {}
+        for name in named:  # and the deleted quotas between them and a quota still there
+            current: str | None = name
+            while current in self._removed_parents and current not in kept:
+                kept[current] = parent = self._removed_parents[current]
+                current = parent
+        self._removed_parents = kept
         self._tree.settle()
         for key, items in bulk.items():
             self._qs[key].pending.load(items)

@@ -70,6 +70,38 @@ async def test_a_quota_under_its_min_reclaims_borrowed_gpus_from_another(system:
     await system.wait_for(no_pods, what="the victim's pods deleted")
 
 
+async def test_the_jobs_of_a_quota_made_invalid_while_they_run_still_count_in_its_parent(system: System) -> None:
+    """Seen on the real control plane: team-a's max edited below its min while two of its
+    jobs ran; pool, max 16, then admitted team-b's jobs up to 24 GPUs."""
+    await system.apply(quota("pool", 16, 16, is_parent=True))
+    await system.apply(quota("team-a", 8, 16, parent="pool"), quota("team-b", 8, 16, parent="pool"))
+    await system.apply(*[pytorch_job(f"a{i}", gpus_per_pod=2, duration=600, quota_name="team-a") for i in range(2)])
+    for i in range(2):
+        await system.wait_phase(f"a{i}-py-qu", c.Phase.RUNNING)
+    await system.apply(quota("team-a", 8, 4, parent="pool"))
+
+    async def invalid() -> bool:
+        return any("more than its max" in e["message"] for e in await system.events("team-a"))
+
+    await system.wait_for(invalid, what="team-a reported invalid")
+    await system.apply(*[pytorch_job(f"b{i}", gpus_per_pod=2, duration=600, quota_name="team-b") for i in range(4)])
+    for i in range(2):
+        await system.wait_phase(f"b{i}-py-qu", c.Phase.RUNNING)
+
+    async def pool_full() -> bool:  # b2 and b3 told why they wait: a0 and a1 still count in pool
+        for i in (2, 3):
+            status = (await system.unit(f"b{i}-py-qu")).get("status", {})
+            assert status.get("phase") in (None, c.Phase.ENQUEUED), status
+            if not status.get("message", "").startswith("waiting for quota team-b: nvidia.com/gpu asks 4; "
+                                                          "its parent quota pool has used 16 of max 16"):
+                raise AssertionError(i, status)
+        return True
+
+    await system.wait_for(pool_full, what="b2 and b3 waiting for pool")
+    pool = await system.get_json("elasticquota", "pool")
+    assert pool["status"]["used"][c.GPU] == "16", pool["status"]
+
+
 async def test_queues_follow_their_quotas_and_a_bad_quota_is_reported(system: System) -> None:
     await system.apply(quota("team-x", 2, 8, policy="Block"))
 

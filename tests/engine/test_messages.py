@@ -152,3 +152,16 @@ def test_a_waiting_message_follows_usage() -> None:
     engine.remove_unit("default/a")
     assert [a.unit for a in engine.schedule(2.0).admitted] == ["default/wait"]
     assert engine.standing("default/wait").message == "admitted to quota team"  # type: ignore[union-attr]
+
+
+def test_a_unit_that_joins_behind_a_waiting_unit_of_its_request_is_told_why_too() -> None:
+    """Seen on both control planes: the fourth of four 4-GPU jobs, created a moment after
+    the third had been told why it waits, kept "waiting for its turn" for good."""
+    engine = engine_with(quota("t", 0, 8))
+    for i in range(3):
+        engine.set_unit(unit(f"b{i}", 4, "t", created=i))
+    told = engine.schedule(3.0).messages
+    why = "waiting for quota t: nvidia.com/gpu asks 4, used 8 of max 8"
+    assert told == {"default/b2": why}
+    engine.set_unit(unit("b3", 4, "t", created=4))
+    assert engine.schedule(4.0).messages == {"default/b3": why}

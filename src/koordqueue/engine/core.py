@@ -101,6 +101,7 @@ class _Queue:
     rescan: bool = True  # something other than room woke it: scan it in any case
     misfits_above: bool = False  # a unit of its last scan ran into a limit above its own quota
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
+    joined: bool = False  # units joined since the units behind a head that waits were last told
     key: str = field(init=False, default="")  # its Queue's key, kept (read on every turn)
 
     def __post_init__(self) -> None:
@@ -532,7 +533,7 @@ class Engine:
                     for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
                         other = self._units[follower[4]]
                         self._say(other, self._live_message(other))
-            elif told:
+            elif told or state.joined:
                 for follower in state.pending.followers(shape, BLOCKED_WINDOW):
                     self._say(self._units[follower[4]], record.message)
         self._finish_scan(state, scan)
@@ -638,6 +639,7 @@ class Engine:
 
     def _finish_scan(self, state: _Queue, scan: _Scan) -> None:
         scan.done = True
+        state.joined = False
         if state.reclaims or state.info.preemption:
             # Whether its units may take capacity from others depends on more than room
             # (who borrows, whose protection ends): such a queue is scanned whenever woken.
@@ -954,6 +956,7 @@ class Engine:
         """A unit joins its queue's pending units: scan the queue again."""
         state.pending.add(record.entry, record.shape)
         state.told_blocker = None  # whoever waits behind the blocker, this one too, is told at the next scan
+        state.joined = True  # likewise whoever waits behind the head of its stream
         self._touch(state)
 
     def _detach(self, record: _Unit) -> None:

@@ -101,7 +101,6 @@ class _Queue:
     rescan: bool = True  # something other than room woke it: scan it in any case
     misfits_above: bool = False  # a unit of its last scan ran into a limit above its own quota
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
-    joined: bool = False  # units joined since the units behind a head that waits were last told
     key: str = field(init=False, default="")  # its Queue's key, kept (read on every turn)
 
     def __post_init__(self) -> None:
@@ -533,7 +532,7 @@ class Engine:
                     for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
                         other = self._units[follower[4]]
                         self._say(other, self._live_message(other))
-            elif told or state.joined:
+            elif told:
                 for follower in state.pending.followers(shape, BLOCKED_WINDOW):
                     self._say(self._units[follower[4]], record.message)
         self._finish_scan(state, scan)
@@ -639,7 +638,6 @@ class Engine:
 
     def _finish_scan(self, state: _Queue, scan: _Scan) -> None:
         scan.done = True
-        state.joined = False
         if state.reclaims or state.info.preemption:
             # Whether its units may take capacity from others depends on more than room
             # (who borrows, whose protection ends): such a queue is scanned whenever woken.
@@ -935,6 +933,7 @@ class Engine:
             self._join(state, record)
         if previous is not _State.QUEUED or not record.message:
             self._say(record, messages.queued(state.key, leaf.name, state.info.policy))
+            self._tell_as_first(state, record)
 
     def _charged_at(self, name: str) -> QuotaNode:
         """Where a unit admitted into quota ``name`` is charged: that quota, else (made
@@ -952,11 +951,20 @@ class Engine:
             current = quota.parent if quota is not None else self._removed_parents.get(current)
         return self._tree.root
 
+    def _tell_as_first(self, state: _Queue, record: _Unit) -> None:
+        """A unit that joins right behind the first unit of its request, which waits, is
+        told why as that one was: a scan tells those behind a unit only when its reason
+        changes, not when they come."""
+        first = state.pending.first_before(record.entry, record.shape, BLOCKED_WINDOW)
+        if first is not None:
+            told = self._units[first[4]]
+            if told.reason is not None and told.message == told.reason[1]:
+                self._say(record, told.message)
+
     def _join(self, state: _Queue, record: _Unit) -> None:
         """A unit joins its queue's pending units: scan the queue again."""
         state.pending.add(record.entry, record.shape)
         state.told_blocker = None  # whoever waits behind the blocker, this one too, is told at the next scan
-        state.joined = True  # likewise whoever waits behind the head of its stream
         self._touch(state)
 
     def _detach(self, record: _Unit) -> None:
@@ -1332,6 +1340,7 @@ class Engine:
             self._join(state, record)
             assert record.node is not None
             self._say(record, messages.queued(state.key, record.node.name, state.info.policy))
+            self._tell_as_first(state, record)
         retry = self._retry
         while retry and retry[0][0] <= now:
             when, key = heapq.heappop(retry)

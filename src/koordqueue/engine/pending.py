@@ -246,6 +246,14 @@ class PendingQueue:
         stream = self._streams.get(shape)
         return stream[0] if stream else None
 
+    def first_before(self, entry: Entry, shape: Shape, count: int) -> Entry | None:
+        """The first unit of ``entry``'s stream when ``entry`` is one of the ``count``
+        units right behind it (``followers``), else None."""
+        stream = self._streams.get(shape)
+        if not stream or stream[0] is entry:
+            return None
+        return stream[0] if entry <= stream[min(count, len(stream) - 1)] else None
+
     def followers(self, shape: Shape, count: int) -> list[Entry]:
         """Up to ``count`` units right behind the first of a stream."""
         return self._streams.get(shape, [])[1 : count + 1]

@@ -102,6 +102,24 @@ async def test_the_jobs_of_a_quota_made_invalid_while_they_run_still_count_in_it
     assert pool["status"]["used"][c.GPU] == "16", pool["status"]
 
 
+async def test_a_quota_deleted_and_made_again_while_its_job_runs_gets_its_usage_written(system: System) -> None:
+    """Seen on the real control plane: made again, the quota's status.used was never written
+    (what it had to say was what had been written to the one deleted)."""
+    await system.apply(quota("team-a", 0, 8))
+    await system.apply(pytorch_job("a0", gpus_per_pod=2, duration=600, quota_name="team-a"))
+    await system.wait_phase("a0-py-qu", c.Phase.RUNNING)
+
+    async def used_written() -> bool:
+        made = await system.get_json("elasticquota", "team-a")
+        assert made["status"]["used"][c.GPU] == "4", made.get("status")
+        return True
+
+    await system.wait_for(used_written, what="team-a's usage written")
+    await system.akubectl("delete", "elasticquota", "team-a")
+    await system.apply(quota("team-a", 0, 8))
+    await system.wait_for(used_written, what="team-a's usage written again")
+
+
 async def test_queues_follow_their_quotas_and_a_bad_quota_is_reported(system: System) -> None:
     await system.apply(quota("team-x", 2, 8, policy="Block"))
 

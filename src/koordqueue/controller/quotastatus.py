@@ -51,7 +51,9 @@ class QuotaStatusWriter(Part):
         self.usage_written.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
 
     async def run(self) -> None:
-        last_used: dict[str, dict[str, str]] = {}
+        # quota name -> (the uid of the ElasticQuota, the status.used written to it): a quota
+        # deleted and made again under its name is written to, though its usage is the same.
+        last_used: dict[str, tuple[object, dict[str, str]]] = {}
         last_positions: dict[str, Any] = {}
         last_queue_write: dict[str, float] = {}
         last_reasons = self.clock()
@@ -65,14 +67,16 @@ class QuotaStatusWriter(Part):
                         self.metrics.quota.labels(name, resource, kind).set(amounts.get(resource, 0) / 1000)
                 # Every resource of max, zeros included: a merge patch cannot drop keys by omission.
                 used = format_resource_list({r: quota.used.get(r, 0) for r in set(quota.max) | set(quota.used)})
-                if last_used.get(name) == used:
-                    continue
                 namespace = self.quotas.quota_namespaces.get(name)
                 if namespace is None:
                     continue
+                obj = self.informers.quota.get(f"{namespace}/{name}")
+                written = ((obj or {}).get("metadata") or {}).get("uid"), used
+                if last_used.get(name) == written:
+                    continue
                 try:
                     if await self._write_used(name, namespace, used):
-                        last_used[name] = used
+                        last_used[name] = written
                 except KubeError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
             if self.shared.sync_done:

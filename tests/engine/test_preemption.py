@@ -83,11 +83,13 @@ def test_when_every_victim_is_protected_the_engine_wakes_up_when_protection_ends
 def test_a_unit_that_waits_only_for_its_victims_protect_time_says_so() -> None:
     engine = borrowed_pool([("b1", 4, 0, 10), ("b2", 4, 0, 20)])
     engine.set_unit(unit("a1", 4, "a", created=30))
-    told = engine.schedule(30.0).messages
+    engine.set_unit(unit("a2", 4, "a", created=31))  # behind it, the same request
+    told = engine.schedule(31.0).messages
     said = "; units it could preempt for room have run less than the protect time (1m, protectSeconds)"
-    assert said in told["default/a1"], "the message written to the unit says so"
-    standing = engine.standing("default/a1")
-    assert standing is not None and said in standing.message, "and so does the reason worked out now"
+    for key in ("default/a1", "default/a2"):
+        assert said in told[key], f"the message written to {key} says so"
+        standing = engine.standing(key)
+        assert standing is not None and said in standing.message, f"and so does {key}'s reason worked out now"
     engine.schedule(10 + PROTECT)
     standing = engine.standing("default/a1")
     assert standing is not None and standing.position is None  # admitted: b1 was taken back

@@ -940,6 +940,9 @@ class Engine:
         unusable or deleted while the unit runs) its nearest usable ancestor, whose max
         its room still counts against, else the cluster."""
         nodes = self._tree.nodes
+        node = nodes.get(name)
+        if node is not None:
+            return node
         seen: set[str] = set()
         current: str | None = name
         while current is not None and current not in seen:
@@ -1283,22 +1286,20 @@ class Engine:
                 self._new_queue(queue, node)
         bulk: dict[str, list[tuple[Entry, Shape]]] = {}
         self._tree.defer()
-        named: set[str] = set()  # quotas admitted units name
         for record in self._units.values():
             previous = record.state
             record.state = _State.PARKED
             record.queue = None
             record.node = None
             self._attach(record, previous, bulk=bulk)
-            if record.info.admitted_quota is not None:
-                named.add(record.info.admitted_quota)
-        kept: dict[str, str | None] = {}
-        for name in named:  # and the deleted quotas between them and a quota still there
-            current: str | None = name
-            while current in self._removed_parents and current not in kept:
-                kept[current] = parent = self._removed_parents[current]
-                current = parent
-        self._removed_parents = kept
+        if self._removed_parents:  # keep those still named by admitted units, and those between
+            kept: dict[str, str | None] = {}
+            for record in self._units.values():
+                current = record.info.admitted_quota
+                while current in self._removed_parents and current not in kept:
+                    kept[current] = parent = self._removed_parents[current]
+                    current = parent
+            self._removed_parents = kept
         self._tree.settle()
         for key, items in bulk.items():
             self._qs[key].pending.load(items)
@@ -1479,7 +1480,9 @@ class Engine:
                 return messages.band_blocked(blocker.key, state.key, state.threshold)
             return messages.blocked(blocker.key, state.key, str(state.info.policy))
         info = record.info
-        key = (record.shape, info.priority, record.protected)
+        first = state.pending.next_of(record.shape)  # what holds for the first of its request holds for it
+        protected = self._units[first[4]].protected if first is not None else record.protected
+        key = (record.shape, info.priority, protected)
         text = reasons.get(key) if reasons is not None else None
         if text is None:
             request, counts = info.request, None
@@ -1487,8 +1490,8 @@ class Engine:
             if misfit is not None and any(ps.elastic for ps in info.pod_sets):  # why not even its least
                 request, counts = _least(info)
                 misfit = first_misfit(state.leaf, request, info.priority)
-            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority,
-                                                              self._protect(record))
+            protect = self._config.protect_seconds if protected else None
+            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority, protect)
             if misfit is None and self._places(state, info):
                 found = self._room.place(info.pod_sets, counts)
                 if isinstance(found, Unplaced):

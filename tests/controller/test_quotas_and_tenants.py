@@ -3,12 +3,14 @@ quotas, bad quotas reported, a hand edit of a unit undone."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.controller.loading import look_now, take_snapshot
 
 from .conftest import System, pytorch_job, quota
 
@@ -100,6 +102,11 @@ async def test_the_jobs_of_a_quota_made_invalid_while_they_run_still_count_in_it
     await system.wait_for(pool_full, what="b2 and b3 waiting for pool")
     pool = await system.get_json("elasticquota", "pool")
     assert pool["status"]["used"][c.GPU] == "16", pool["status"]
+    # Loaded from the objects, as a controller started again (and `koord-queue status`)
+    # loads them: a0 and a1 still count in pool, and b2 does not fit.
+    snap = await take_snapshot(system.client)
+    assert snap.engine.quota_status()["pool"].used[c.GPU] == 16_000
+    assert look_now(snap, time.time()) == {}, "the controller's next cycle would admit none"
 
 
 async def test_a_quota_deleted_and_made_again_while_its_job_runs_gets_its_usage_written(system: System) -> None:

@@ -120,3 +120,23 @@ def test_a_job_with_an_unusable_request_waits_with_the_reason() -> None:
     result = engine.schedule(0.0)
     assert result.admitted == []
     assert result.messages["team-a/job"] == "the job cannot be queued: Master: cpu: quantity '4 cores' is not a number"
+
+
+@pytest.mark.parametrize(
+    ("ns", "quota_name", "queue", "expected"),
+    [
+        pytest.param("bad", "bad", None, "bad", id="by-label-unusable"),
+        pytest.param("bad", None, None, "bad", id="by-namespace-unusable"),
+        pytest.param("bad", None, "bad", "bad", id="by-its-queue-unusable"),
+        pytest.param("team-a", "bad", None, None, id="not-bound-to-the-namespace"),
+        pytest.param("team-a", "nowhere", None, None, id="no-such-quota"),
+        pytest.param("team-a", "team-a", None, "team-a", id="usable"),
+    ],
+)
+def test_the_quota_a_unit_names_is_known_even_when_it_is_not_usable(ns, quota_name, queue, expected) -> None:
+    """Where a unit found holding quota counts (loading.count_as_admitted) when the quota
+    it was admitted into has become unusable."""
+    engine = engine_with(quota("team-a", 0, 8, ns="team-a"), quota("bad", 9, 8, ns="bad"))
+    assert "bad" in engine.validation_errors()
+    info = unit("u", 1, quota_name, ns=ns, queue=queue)
+    assert engine.named_quota(info) == expected

@@ -55,13 +55,16 @@ BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"  # p
 
 def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
     """Account a unit as holding quota, as its object says it does (not a hold: room the
-    engine keeps for a waiting unit): in the quota it resolves to, else the cluster's;
-    ``placement``: what its status says was admitted (an elastic role in part)."""
+    engine keeps for a waiting unit): in the quota it resolves to, else the one it names
+    when that one is unusable now (its room then counts in its nearest usable ancestor),
+    else the cluster's; ``placement``: what its status says was admitted (an elastic role
+    in part)."""
     info.requeue_at = None
     info.placement = placement
     engine.set_unit(info)
     standing = engine.standing(info.key)
-    info.admitted_quota = (standing.quota if standing and standing.quota else None) or UNRESOLVED
+    info.admitted_quota = (standing.quota if standing and standing.quota else None) or engine.named_quota(info) \
+        or UNRESOLVED
     info.admitted_queue = standing.queue if standing else None
     info.admitted_at = since
     engine.set_unit(info)

@@ -42,7 +42,7 @@ from koordqueue.engine.model import (
 from koordqueue.engine.pending import Entry, Heads, PendingQueue, Shape, shape_of
 from koordqueue.engine.placement import CheckKey, NodeRoom, Unplaced, check_key
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
-from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
+from koordqueue.engine.tenancy import Directory, Resolved, build_directory, named_quota, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
 from koordqueue.engine.validation import validate_quotas
 
@@ -1397,6 +1397,11 @@ class Engine:
                     limit=dict(node.limit),
                 )
         return out
+
+    def named_quota(self, info: UnitInfo) -> str | None:
+        """The leaf quota ``info`` asks for, usable or not (``tenancy.named_quota``)."""
+        self._sync()
+        return named_quota(info, self._directory)
 
     def validation_errors(self) -> dict[str, str]:
         self._sync()

@@ -66,9 +66,7 @@ def resolve(unit: UnitInfo, directory: Directory) -> Resolved | str:
         return f"the job cannot be queued: {unit.invalid}"
     queue: QueueInfo | None = None
     if unit.queue_name:
-        queue = directory.queues.get(f"{SYSTEM_NAMESPACE}/{unit.queue_name}") or directory.queues.get(
-            f"{unit.namespace}/{unit.queue_name}"
-        )
+        queue = _named_queue(unit, directory)
         if queue is None:
             return f"queue {unit.queue_name} not found in namespace {SYSTEM_NAMESPACE} or {unit.namespace}"
         if queue.quota is None:
@@ -100,6 +98,30 @@ def resolve(unit: UnitInfo, directory: Directory) -> Resolved | str:
         if queue.quota != name:
             return f"queue {queue.key}, the queue of quota {name}, is bound to quota {queue.quota} instead"
     return Resolved(queue, quota)
+
+
+def named_quota(unit: UnitInfo, directory: Directory) -> str | None:
+    """The leaf quota the unit asks for (through its Queue, its label or its namespace),
+    usable or not, if it may use it: where a unit found holding quota counts when that
+    quota has become unusable (``resolve`` says why it cannot be queued there)."""
+    if unit.invalid:
+        return None
+    if unit.queue_name:
+        queue = _named_queue(unit, directory)
+        name = queue.quota if queue is not None else None
+    else:
+        name = unit.quota_name or _by_namespace(unit.namespace, directory)[0]
+    quota = directory.quotas.get(name) if name is not None else None
+    if quota is None or quota.is_parent or not bound(quota, unit.namespace):
+        return None
+    return quota.name
+
+
+def _named_queue(unit: UnitInfo, directory: Directory) -> QueueInfo | None:
+    """The Queue the unit names: in the system namespace first, then in its own."""
+    return directory.queues.get(f"{SYSTEM_NAMESPACE}/{unit.queue_name}") or directory.queues.get(
+        f"{unit.namespace}/{unit.queue_name}"
+    )
 
 
 def _by_namespace(namespace: str, directory: Directory) -> tuple[str | None, str]:

@@ -75,3 +75,22 @@ def test_the_reason_is_worked_out_now_not_read_from_the_unit() -> None:
     why = explain(engine, quotas, view(engine, "big", message=stale), None)
     assert why["message"] == "waiting for quota team: nvidia.com/gpu asks 8, used 4 of max 8"
     assert why["advice"] == ["4 nvidia.com/gpu freed in quota team (used 4 + asks 8 > max 8)"]
+
+
+def test_a_job_that_waits_out_its_victims_protect_time_is_told_time_may_let_it_in() -> None:
+    """Seen on the real control plane: team-y, under its min, waits for team-x's borrowed
+    room, which it takes back once team-x's jobs have run the protect time; explain said
+    only what must be freed."""
+    engine = engine_with(parent("pool", 8, 8), quota("a", 4, 8, "pool"), quota("b", 4, 8, "pool"),
+                         protect_seconds=60.0)
+    engine.set_unit(unit("b1", 8, "b"))
+    settle(engine, 0.0)
+    engine.set_unit(unit("a1", 4, "a", created=10))
+    settle(engine, 10.0)
+    assert advice_for(engine, "a1") == [
+        "time may be enough: units it could preempt for room pass their protect time (60s, protectSeconds) "
+        "within that from now, and it tries again as each does; or",
+        "4 nvidia.com/gpu freed in quota pool (used 8 + asks 4 > max 8)"]
+    engine.set_unit(unit("b2", 4, "b", created=11))  # no protect time keeps it: it only borrows
+    settle(engine, 11.0)
+    assert not advice_for(engine, "b2")[0].startswith("time may be enough")

@@ -148,6 +148,11 @@ def explain(
         ahead = engine.queue_positions().get(standing.queue, [])[: standing.position - 1]
         result["ahead"] = [{"unit": s.unit, "priority": s.priority, "message": s.message} for s in ahead[:10]]
     result["advice"] = advice(engine, quotas, standing.quota, request, ahead, capacity)
+    protect = engine.protect_wait(unit.key)
+    if protect is not None:
+        result["advice"].insert(0, f"time may be enough: units it could preempt for room pass their protect time "
+                                   f"({protect:g}s, protectSeconds) within that from now, and it tries again as each "
+                                   f"does; or")
     return result
 
 

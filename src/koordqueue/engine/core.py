@@ -1398,6 +1398,20 @@ class Engine:
                 )
         return out
 
+    def protect_wait(self, key: str) -> float | None:
+        """The protect time, when the queued unit ``key`` could preempt for room but for
+        its victims' protect time (by its last scan, or that of the first unit of its
+        request); else None."""
+        self._sync()
+        record = self._units.get(key)
+        if record is None or record.state is not _State.QUEUED or record.queue is None:
+            return None
+        return self._config.protect_seconds if self._protected(record, record.queue) else None
+
+    def _protected(self, record: _Unit, state: _Queue) -> bool:
+        first = state.pending.next_of(record.shape)  # what holds for the first of its request holds for it
+        return self._units[first[4]].protected if first is not None else record.protected
+
     def named_quota(self, info: UnitInfo) -> str | None:
         """The leaf quota ``info`` asks for, usable or not (``tenancy.named_quota``)."""
         self._sync()
@@ -1485,8 +1499,7 @@ class Engine:
                 return messages.band_blocked(blocker.key, state.key, state.threshold)
             return messages.blocked(blocker.key, state.key, str(state.info.policy))
         info = record.info
-        first = state.pending.next_of(record.shape)  # what holds for the first of its request holds for it
-        protected = self._units[first[4]].protected if first is not None else record.protected
+        protected = self._protected(record, state)
         key = (record.shape, info.priority, protected)
         text = reasons.get(key) if reasons is not None else None
         if text is None:

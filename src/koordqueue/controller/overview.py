@@ -14,7 +14,7 @@ from typing import Any
 from koordqueue.api.quantity import format_quantity
 from koordqueue.controller.resources import SENT_BACK
 from koordqueue.controller.views import UnitView
-from koordqueue.engine import Engine
+from koordqueue.engine import Engine, messages
 from koordqueue.engine.model import QuotaInfo, ResourceList, Standing
 
 Overview = dict[str, Any]
@@ -150,9 +150,7 @@ def explain(
     result["advice"] = advice(engine, quotas, standing.quota, request, ahead, capacity)
     protect = engine.protect_wait(unit.key)
     if protect is not None:
-        result["advice"].insert(0, f"time may be enough: units it could preempt for room pass their protect time "
-                                   f"({protect:g}s, protectSeconds) within that from now, and it tries again as each "
-                                   f"does; or")
+        result["advice"].insert(0, messages.protect_advice(protect))
     return result
 
 

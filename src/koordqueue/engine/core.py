@@ -682,7 +682,7 @@ class Engine:
         else:  # told when what it waits for differs, not only the amounts asked and used
             last = reason[0] if reason is not None else None
             told = last is None or last[0] is not node or last[1] != key[1] or last[4:] != key[4:]
-            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority, self._protect(record)))
+            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority, self._protect(protected)))
         if record.message != reason[1]:  # (``_say``)
             record.message = reason[1]
             self._changed[record.key] = reason[1]
@@ -842,9 +842,9 @@ class Engine:
         )
         return messages.reclaimed(node, name, preemptor.key, leaf.name)
 
-    def _protect(self, record: _Unit) -> float | None:
+    def _protect(self, protected: bool) -> float | None:
         """The protect time, for a unit's message, when only it keeps the unit from preempting."""
-        return self._config.protect_seconds if record.protected else None
+        return self._config.protect_seconds if protected else None
 
     def _retry_later(self, state: _Queue, when: float) -> None:
         if self._retry_at.get(state.key, math.inf) > when:
@@ -943,15 +943,16 @@ class Engine:
         node = nodes.get(name)
         if node is not None:
             return node
-        seen: set[str] = set()
-        current: str | None = name
-        while current is not None and current not in seen:
+        current = name
+        for _ in range(len(self._quotas) + len(self._removed_parents)):  # (a cycle of parents ends it)
+            quota = self._quotas.get(current)
+            parent = quota.parent if quota is not None else self._removed_parents.get(current)
+            if parent is None:
+                break
+            current = parent
             node = nodes.get(current)
             if node is not None:
                 return node
-            seen.add(current)
-            quota = self._quotas.get(current)
-            current = quota.parent if quota is not None else self._removed_parents.get(current)
         return self._tree.root
 
     def _tell_as_first(self, state: _Queue, record: _Unit) -> None:
@@ -1406,7 +1407,7 @@ class Engine:
         record = self._units.get(key)
         if record is None or record.state is not _State.QUEUED or record.queue is None:
             return None
-        return self._config.protect_seconds if self._protected(record, record.queue) else None
+        return self._protect(self._protected(record, record.queue))
 
     def _protected(self, record: _Unit, state: _Queue) -> bool:
         first = state.pending.next_of(record.shape)  # what holds for the first of its request holds for it
@@ -1508,8 +1509,8 @@ class Engine:
             if misfit is not None and any(ps.elastic for ps in info.pod_sets):  # why not even its least
                 request, counts = _least(info)
                 misfit = first_misfit(state.leaf, request, info.priority)
-            protect = self._config.protect_seconds if protected else None
-            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority, protect)
+            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority,
+                                                              self._protect(protected))
             if misfit is None and self._places(state, info):
                 found = self._room.place(info.pod_sets, counts)
                 if isinstance(found, Unplaced):

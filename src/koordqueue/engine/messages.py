@@ -53,6 +53,12 @@ def waiting(leaf: QuotaNode, misfit: Misfit, priority: int, protect: float | Non
             f"({_duration(protect)}, {SETTING_PROTECT_SECONDS}): it tries again as each passes it")
 
 
+def protect_advice(protect: float) -> str:
+    """``explain``'s advice to a unit that could preempt for room but for the protect time."""
+    return (f"time may be enough: units it could preempt for room pass their protect time "
+            f"({protect:g}s, {SETTING_PROTECT_SECONDS}) within that from now, and it tries again as each does; or")
+
+
 def _waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
     name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
     if misfit.runtime:  # beside koord-scheduler, which would leave pods Pending

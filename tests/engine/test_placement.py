@@ -241,9 +241,11 @@ def test_without_nodes_or_pod_sets_quota_alone_decides() -> None:
     assert settle(engine, 0.0) == ["default/plain"]
 
 
-def test_block_stops_at_a_unit_the_nodes_cannot_take() -> None:
+def test_block_stops_at_a_unit_the_nodes_cannot_take_now() -> None:
+    """(One the nodes could never take, even empty, is passed over: test_never_fit.py.)"""
     engine = with_nodes(engine_with(quota("team", 0, 100, policy=QueuePolicy.BLOCK)), node("gpu-0"))
-    engine.set_unit(gang("big", pod_set(gpus=16), quota_name="team", created=1))
+    engine.set_node_usage("gpu-0", busy(4))  # bound pods of no unit take half of it
+    engine.set_unit(gang("big", pod_set(gpus=8), quota_name="team", created=1))
     engine.set_unit(gang("small", pod_set(gpus=1), quota_name="team", created=2))
     assert settle(engine, 0.0) == []
     assert message(engine, "default/small").startswith("blocked behind default/big")

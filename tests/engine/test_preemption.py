@@ -96,11 +96,14 @@ def test_a_unit_that_waits_only_for_its_victims_protect_time_says_so() -> None:
 
 
 def test_a_unit_with_nothing_it_could_ever_preempt_is_not_told_of_the_protect_time() -> None:
-    engine = engine_with(parent("pool", 8, 8), quota("a", 4, 8, "pool"), quota("b", 4, 8, "pool"),
-                         protect_seconds=PROTECT)
-    engine.set_unit(unit("keep", 8, "b", created=0, preemptible=False))
+    # (Non-preemptible units stay within their quota's min: one of another quota is no
+    # victim anyway. Here, a lower-priority one of its own quota with priority preemption.)
+    a = quota("a", 4, 4)
+    engine = engine_with(a, protect_seconds=PROTECT)
+    engine.set_queue(queue_of(a, preemption=True))
+    engine.set_unit(unit("keep", 4, "a", created=0, preemptible=False))
     engine.schedule(0.0)
-    engine.set_unit(unit("a1", 4, "a", created=1))
+    engine.set_unit(unit("a1", 4, "a", priority=9, created=1))
     assert engine.schedule(1.0).next_wakeup is None
     standing = engine.standing("default/a1")
     assert standing is not None and standing.message.startswith("waiting for quota a")
@@ -234,7 +237,7 @@ class TestPriorityPreemptionInAQueue:
         assert result.preempted == [] and result.admitted == []
 
     def test_non_preemptible_stays(self) -> None:
-        team = quota("team", 0, 4)
+        team = quota("team", 4, 4)  # (a min: non-preemptible units stay within it)
         engine = engine_with(team, protect_seconds=0.0)
         engine.set_queue(queue_of(team, preemption=True))
         engine.set_unit(unit("low", 4, "team", priority=1, preemptible=False))

@@ -79,6 +79,9 @@ class _Unit:
     reason: tuple[tuple[object, ...], str] | None = None  # its last misfit and its text, not to format it again
     check: CheckKey | None = None  # what a check of all its pods depends on (once asked for)
     protected: bool = False  # its last scan found units it could preempt, but within their protect time
+    # It holds quota as a non-preemptible unit: never a victim, its request in ``pinned``
+    # (tree.py). Set at admission: a label changed afterwards does not make a borrower safe.
+    pinned: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -320,8 +323,11 @@ class Engine:
         pod_sets = unit.pod_sets
         record = _Unit(unit if owned else copy_unit(unit), key,
                        (-unit.priority, unit.created, unit.namespace, unit.name, key),
-                       shape_of(unit.request, pod_sets), unit.request,
+                       shape_of(unit.request, pod_sets, unit.preemptible), unit.request,
                        bool(pod_sets) and any(ps.elastic for ps in pod_sets))
+        record.pinned = not unit.preemptible
+        if old is not None and old.state is _State.ADMITTED and unit.admitted_quota is not None:
+            record.pinned = record.pinned and old.pinned  # as it was admitted (``_Unit.pinned``)
         previous = None
         if old is not None:
             previous = old.state
@@ -466,7 +472,7 @@ class Engine:
             if scan.bar and self._below_bar(scan, record, least_asked):
                 continue
             info = record.info
-            misfit = first_misfit(leaf, info.request, info.priority)
+            misfit = first_misfit(leaf, info.request, info.priority, preemptible=info.preemptible)
             if misfit is None and not scan.borrows and borrowing(leaf, info.request):
                 # As in Kueue: admissions within runtime shares come first in a cycle, so
                 # that a borrower does not take what another quota is about to claim.
@@ -524,7 +530,8 @@ class Engine:
                             self._say(other, text)
                     if misfit.node is leaf:  # (``_raise_bar`` looks no further else)
                         self._raise_bar(scan, state, misfit, text)
-            if state.stops_at(info.priority):
+            if state.stops_at(info.priority) and not _never(misfit, unplaced):
+                # (a unit that can never fit is passed over: nothing that ends makes room for it)
                 told = told or state.told_blocker != record.key
                 state.blocker = state.told_blocker = record.key
                 heads.clear()
@@ -544,7 +551,7 @@ class Engine:
         fit either (the quota's usage only grows within a scan; a unit of it that leaves
         restarts the scan), and borrows, so that nothing can be reclaimed for it."""
         leaf = state.leaf
-        if misfit.node is not leaf or misfit.hold is not None or misfit.runtime or leaf.capped \
+        if misfit.node is not leaf or misfit.hold is not None or misfit.runtime or misfit.pinned or leaf.capped \
                 or state.info.preemption:
             return
         name = misfit.resource
@@ -671,10 +678,10 @@ class Engine:
         protected = record.protected
         if hold is None:
             key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve, None, None, None,
-                   protected)
+                   protected, misfit.pinned)
         else:
             key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve,
-                   hold.holder, hold.priority, hold.waited_past, protected)
+                   hold.holder, hold.priority, hold.waited_past, protected, False)
         reason = record.reason
         info = record.info
         if reason is not None and reason[0] == key:
@@ -698,8 +705,10 @@ class Engine:
             need = node.waiters.setdefault(state.key, {})
         if misfit.asked < need.get(misfit.resource, math.inf):
             need[misfit.resource] = misfit.asked
-        if misfit.runtime or node is leaf or misfit.asked > misfit.limit:  # (or it never fits)
-            return told  # its own quota's limit: others' units are no competition (Priority skips it)
+        if misfit.runtime or node is leaf or misfit.pinned or misfit.asked > misfit.limit:  # (or it never fits)
+            # Its own quota's limit, or the min of non-preemptible usage: others' units
+            # are no competition (Priority skips it), holding room keeps nothing for it.
+            return told
         state.misfits_above = True
         if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
             return told  # nobody else uses that node: holding keeps nothing from anyone
@@ -734,7 +743,7 @@ class Engine:
         """Make room for ``record`` by reclaim or priority preemption: whether it did,
         where its pods go (when they are placed), in the room its victims give back, and
         whether its request and priority alone kept it from doing so (not its pods)."""
-        if misfit.hold is not None or (misfit.asked > misfit.limit and not misfit.runtime):  # by_hold, never
+        if misfit.hold is not None or misfit.pinned or misfit.never:  # victims free no min of its own
             return False, None, True
         leaf = state.leaf
         info = record.info
@@ -864,6 +873,7 @@ class Engine:
         record.state = _State.ADMITTED
         record.queue = None
         record.node = state.leaf
+        record.pinned = not info.preemptible
         self._charge(record, 1, pending=True)
         self._admitted_now.add(record.key)
         self._now_starting(record.key, state.key, touch=False)  # (its scan looks before the next unit)
@@ -1002,6 +1012,8 @@ class Engine:
             if pending:
                 self._tree.add_pending(node, info.request, -1)
             room = self._tree.charge(node, record.charged, sign)
+        if record.pinned:
+            self._tree.pin(node, record.charged, sign)
         self._check_borrowing(node)
         self._charges += 1
         if self._reclaim_cache:
@@ -1016,7 +1028,7 @@ class Engine:
         victims = self._victims.setdefault(node, [])
         item = (info.admitted_at if info.admitted_at is not None else -math.inf, record.key)
         if sign > 0:
-            if info.preemptible:
+            if not record.pinned:
                 if not victims or victims[-1] <= item:
                     victims.append(item)  # (``insort``: admissions come in time order)
                 else:
@@ -1024,7 +1036,7 @@ class Engine:
             if room and node.parent is not None:
                 self._wake_node(node.parent)
             return
-        if info.preemptible:
+        if not record.pinned:
             index = bisect_left(victims, item)
             if index < len(victims) and victims[index] == item:
                 del victims[index]
@@ -1074,7 +1086,7 @@ class Engine:
             request = dict(info.request)
             for name, amount in elastic.request.items():
                 request[name] = request.get(name, 0) - (elastic.count - count) * amount
-            misfit = first_misfit(leaf, request, info.priority)
+            misfit = first_misfit(leaf, request, info.priority, preemptible=info.preemptible)
             if misfit is not None:
                 return misfit
             counts = {elastic.name: count}
@@ -1505,10 +1517,10 @@ class Engine:
         text = reasons.get(key) if reasons is not None else None
         if text is None:
             request, counts = info.request, None
-            misfit = first_misfit(state.leaf, request, info.priority)
+            misfit = first_misfit(state.leaf, request, info.priority, preemptible=info.preemptible)
             if misfit is not None and any(ps.elastic for ps in info.pod_sets):  # why not even its least
                 request, counts = _least(info)
-                misfit = first_misfit(state.leaf, request, info.priority)
+                misfit = first_misfit(state.leaf, request, info.priority, preemptible=info.preemptible)
             text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority,
                                                               self._protect(protected))
             if misfit is None and self._places(state, info):
@@ -1552,6 +1564,15 @@ def _charged(info: UnitInfo) -> ResourceList:
             for name, amount in ps.request.items():
                 request[name] = request.get(name, 0) - left_out * amount
     return request
+
+
+def _never(misfit: Misfit | None, unplaced: Unplaced | None) -> bool:
+    """Whether a unit that does not fit never will while the quotas and nodes stay as they
+    are: more than a limit itself (fit.py), or pods that no node may take, or that the
+    nodes could not hold even empty."""
+    if misfit is not None:
+        return misfit.never
+    return unplaced is not None and (unplaced.never or bool(unplaced.shut_out))
 
 
 def _least(info: UnitInfo) -> tuple[ResourceList, dict[str, int]]:

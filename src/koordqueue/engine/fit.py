@@ -7,6 +7,13 @@ a unit waiting ahead of it is taken. Borrowing beyond a quota's min or runtime i
 allowed: idle capacity is used (work-conserving) -- but not beside koord-scheduler (a
 ``capped`` leaf), which refuses every pod past its quota's runtime (its ElasticQuota
 plugin, EnableRuntimeQuota on by default): there used + r <= runtime at the leaf too.
+
+A non-preemptible unit is never a victim, so it may not borrow at all: as Koord-Queue
+(``UsedOverMinWithOverSell``), it fits only while the non-preemptible usage of its quota
+and each ancestor, plus r, stays within min (times the oversellrate) for every resource
+the quota limits. When a request does not fit for good (more than a max, the cluster or
+a min it is held to), that is the misfit said, wherever a passing limit comes first: a
+queue does not wait for a unit that can never fit (core.py).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ class Misfit:
     held: int = 0  # free capacity held for others
     hold: Hold | None = None
     runtime: bool = False  # the limit is the leaf's runtime quota (beside koord-scheduler)
+    pinned: bool = False  # the limit is the min a non-preemptible unit is held to (``used``: theirs)
 
     @property
     def never(self) -> bool:
@@ -62,13 +70,67 @@ def first_misfit(
     request: ResourceList,
     priority: int,
     released: Released | None = None,
+    preemptible: bool = True,
 ) -> Misfit | None:
-    """The first limit ``request`` runs into on ``leaf``'s path, or None if it fits.
+    """The first limit ``request`` runs into on ``leaf``'s path, or None if it fits; one
+    it can never fit, if any, before one it waits for. ``preemptible`` False: held to min
+    too (victims, ``released``, are preemptible: they free none of that).
 
     Capacity held for a waiting unit keeps away, within its own quota, units of lower
     priority; from other quotas, only units that would borrow (a quota within its
     runtime share is never kept from it), and of those only whom ``keeps_out`` says.
     """
+    misfit = None if preemptible else _past_min(leaf, request)
+    if misfit is None:
+        misfit = _first_limit(leaf, request, priority, released)
+        if misfit is None:
+            return None
+    if misfit.never:
+        return misfit
+    return never_fits(leaf, request, preemptible) or misfit
+
+
+def never_fits(leaf: QuotaNode, request: ResourceList, preemptible: bool = True) -> Misfit | None:
+    """The first limit on ``leaf``'s path that ``request`` is more than by itself (a max,
+    the cluster's capacity, or for a non-preemptible unit a min), whatever is used."""
+    for node in leaf.path:
+        limit = node.limit
+        if limit:
+            for name, asked in request.items():
+                cap = limit.get(name)
+                if cap is not None and asked > cap:
+                    return Misfit(node, name, asked, node.used.get(name, 0), cap)
+    if not preemptible:
+        for node in leaf.path[:-1]:
+            limit, floor = node.limit, node.min_limit
+            for name, asked in request.items():
+                if (name in limit or name in floor) and asked > floor.get(name, 0):
+                    return Misfit(node, name, asked, node.pinned.get(name, 0), floor.get(name, 0), pinned=True)
+    return None
+
+
+def _past_min(leaf: QuotaNode, request: ResourceList) -> Misfit | None:
+    """Where a non-preemptible ``request`` would take the non-preemptible usage of a quota
+    on ``leaf``'s path (not the cluster) past its min, for a resource the quota limits."""
+    for node in leaf.path[:-1]:
+        limit, floor, pinned = node.limit, node.min_limit, node.pinned
+        for name, asked in request.items():
+            if not asked or (name not in limit and name not in floor):
+                continue
+            cap = floor.get(name, 0)
+            used = pinned.get(name, 0)
+            if used + asked > cap:
+                return Misfit(node, name, asked, used, cap, pinned=True)
+    return None
+
+
+def _first_limit(
+    leaf: QuotaNode,
+    request: ResourceList,
+    priority: int,
+    released: Released | None = None,
+) -> Misfit | None:
+    """``first_misfit`` of the limits every unit has (not a min), in order from the leaf up."""
     if leaf.capped:
         misfit = _past_runtime(leaf, request, released)
         if misfit is not None:

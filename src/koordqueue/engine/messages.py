@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from koordqueue.api.constants import ANNOTATION_HOLD_ROOM_AFTER, LABEL_HOSTNAME, SETTING_PROTECT_SECONDS
+from koordqueue.api.constants import (
+    ANNOTATION_HOLD_ROOM_AFTER,
+    FALSE,
+    LABEL_HOSTNAME,
+    LABEL_PREEMPTIBLE,
+    SETTING_PROTECT_SECONDS,
+)
 from koordqueue.api.quantity import format_quantity
 from koordqueue.engine.fit import Misfit
 from koordqueue.engine.placement import Unplaced
@@ -43,6 +49,27 @@ def _max(node: QuotaNode, name: str, limit: int) -> str:
     return f"max {_q(node.info.max[name])} x oversellrate {node.oversell:g} = {_q(limit)}"
 
 
+def _min(node: QuotaNode, name: str, limit: int) -> str:
+    """A quota's min as non-preemptible units are held to it (with an oversell rate, how)."""
+    if node.oversell == 1.0 or node.info is None or name not in node.info.min:
+        return f"min {_q(limit)}"
+    return f"min {_q(node.info.min[name])} x oversellrate {node.oversell:g} = {_q(limit)}"
+
+
+NON_PREEMPTIBLE = f'non-preemptible jobs ({LABEL_PREEMPTIBLE}: "{FALSE}")'
+
+
+def _pinned(leaf: QuotaNode, misfit: Misfit) -> str:
+    """Why a non-preemptible unit waits: they are never preempted, so they may not borrow."""
+    name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
+    whose = "its" if node is leaf else f"its parent quota {node.name}'s"
+    if misfit.never:
+        return (f"can never fit quota {leaf.name}: {name} asks {asked}, more than {whose} "
+                f"{_min(node, name, misfit.limit)}, all that {NON_PREEMPTIBLE} may use (they are never preempted)")
+    return (f"waiting for quota {leaf.name}: {name} asks {asked}; {NON_PREEMPTIBLE} are never preempted, so "
+            f"they may use only {whose} min: they use {_q(misfit.used)} of {whose} {_min(node, name, misfit.limit)}")
+
+
 def waiting(leaf: QuotaNode, misfit: Misfit, priority: int, protect: float | None = None) -> str:
     """Why a unit of ``leaf`` and ``priority`` does not fit now; ``protect``: the protect
     time, when units it could preempt for room are still within it."""
@@ -61,6 +88,8 @@ def protect_advice(protect: float) -> str:
 
 def _waiting(leaf: QuotaNode, misfit: Misfit, priority: int) -> str:
     name, asked, node = misfit.resource, _q(misfit.asked), misfit.node
+    if misfit.pinned:
+        return _pinned(leaf, misfit)
     if misfit.runtime:  # beside koord-scheduler, which would leave pods Pending
         if node in leaf.path and node is not leaf:
             return (f"waiting for quota {leaf.name}: {name} asks {asked}; its parent quota {node.name} has used "

@@ -25,19 +25,25 @@ from koordqueue.engine.model import PodSetInfo
 Entry = tuple[int, float, str, str, str]
 """Sort key of a pending unit: (-priority, created, namespace, name, key)."""
 Shape = tuple[tuple[str, object], ...]
-"""A request as a hashable value: sorted (resource, amount) pairs, then, for a unit whose
-pods are placed on nodes, what its pod sets ask for (units alike fit alike)."""
+"""A request as a hashable value: for a non-preemptible unit ``PINNED``, then sorted
+(resource, amount) pairs, then, for a unit whose pods are placed on nodes, what its pod
+sets ask for (units alike fit alike)."""
 POD_SETS = "\x00pod-sets"  # the key of the pod sets' part of a shape, after the resources
 LEAST = "\x00least"  # in a group of elastic streams: their least request
+# First in the shape of a non-preemptible unit: it is held to min as well (fit.py), so it
+# fits less often than a preemptible unit of the same request: they are not one stream.
+PINNED: tuple[str, object] = ("\x00non-preemptible", "")
 
 
-def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = ()) -> Shape:
+def shape_of(request: dict[str, int], pod_sets: Sequence[PodSetInfo] = (), preemptible: bool = True) -> Shape:
     shape: Shape
     if len(request) == 1:  # the common case, without a sort
         ((name, amount),) = request.items()
         shape = ((name, amount),) if amount else ()
     else:
         shape = tuple(sorted((name, amount) for name, amount in request.items() if amount))
+    if not preemptible:
+        shape = (PINNED, *shape)
     if pod_sets:
         shape += ((POD_SETS, tuple(
             (ps.name, ps.count, ps.min_count, tuple(sorted(ps.request.items())), ps.node_selector, ps.affinity,

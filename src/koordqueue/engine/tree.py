@@ -103,6 +103,8 @@ class QuotaNode:
         "partial",
         "oversell",
         "capped",
+        "min_limit",
+        "pinned",
     )
 
     def __init__(self, info: QuotaInfo | None, parent: QuotaNode | None, oversell: float = 1.0) -> None:
@@ -118,7 +120,11 @@ class QuotaNode:
         self.limit: ResourceList = oversold(info.max, oversell) if info is not None else {}
         self.min: ResourceList = dict(info.min) if info is not None else {}
         self.lends = info.allow_lent if info is not None else True
+        # What non-preemptible units may use (its min times the oversellrate, as Koord-Queue):
+        # they are never victims, so what they took past min would never come back.
+        self.min_limit: ResourceList = oversold(info.min, oversell) if info is not None else {}
         self.used: ResourceList = {}  # admitted requests of the whole subtree
+        self.pinned: ResourceList = {}  # the part of ``used`` that non-preemptible units hold
         self.pending: ResourceList = {}  # requests of the pending units of the subtree
         # Per resource it limits: used + pending (a leaf), else what its children want
         # (their demand, or the usage and requests of a child that does not limit it).
@@ -302,6 +308,15 @@ class QuotaTree:
         self._spread(node, request, sign)
         return room
 
+    def pin(self, node: QuotaNode, request: ResourceList, sign: int) -> None:
+        """Count (or stop counting) an admitted non-preemptible unit's request in
+        ``pinned`` of ``node`` and its ancestors (beside ``charge``, which counts it in used)."""
+        if self._deferred:
+            _add(node.pinned, request, sign)
+            return
+        for current in node.path:
+            _add(current.pinned, request, sign)
+
     def admit(self, node: QuotaNode, request: ResourceList) -> bool:
         """``add_pending(node, request, -1)`` then ``charge(node, request, 1)`` in one pass:
         a pending request admitted whole leaves every want (usage plus requests) where it
@@ -396,6 +411,7 @@ class QuotaTree:
         kept = {name: node.own_reserve(name) for name in node.min}
         node.info, node.limit, node.min, node.lends = info, oversold(info.max, node.oversell), dict(info.min), \
             info.allow_lent
+        node.min_limit = oversold(info.min, node.oversell)
         for name, reserve in kept.items():
             delta = node.own_reserve(name) - reserve
             if delta:
@@ -440,6 +456,7 @@ class QuotaTree:
             if parent is not None:
                 _add(parent.used, node.used, 1)
                 _add(parent.pending, node.pending, 1)
+                _add(parent.pinned, node.pinned, 1)
         for node in order:
             node.lent_reserve = {}
         for node in reversed(order):

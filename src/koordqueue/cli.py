@@ -80,6 +80,12 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
 @click.option("--dashboard/--no-dashboard", default=False, show_default=True, help="Serve the web dashboard.")
 @click.option("--dashboard-port", type=int, default=8082, show_default=True)
+@click.option("--api-handler/--no-api-handler", default=False, show_default=True,
+              help="Serve Koord-Queue's HTTP API (/apis/v1/queue, /apis/v1/userquota, /apis/v1/elasticquotatree, "
+                   "/apis/v1/elasticquota; read-only JSON) on the leader.")
+@click.option("--api-handler-port", type=int, default=c.KOORD_API_PORT, show_default=True)
+@click.option("--api-handler-host", default="127.0.0.1", show_default=True,
+              help="Address to bind it to: loopback (kubectl port-forward reaches it); it has no authentication.")
 @click.option("--webhook/--no-webhook", default=False, show_default=True,
               help="Serve the mutating admission webhook that suspends new jobs before their pods exist.")
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
@@ -124,6 +130,9 @@ def controller(**opts: Any) -> None:
         metrics_port=opts["metrics_port"],
         dashboard=opts["dashboard"],
         dashboard_port=opts["dashboard_port"],
+        api_handler=opts["api_handler"],
+        api_handler_port=opts["api_handler_port"],
+        api_handler_host=opts["api_handler_host"],
         webhook=opts["webhook"],
         webhook_port=opts["webhook_port"],
         webhook_cert_dir=opts["webhook_cert_dir"],
@@ -175,18 +184,21 @@ def explain(target: str, namespace: str, kubeconfig: str | None, controller_name
               help="Apply the seed guide's ElasticQuota, Queue and PyTorchJob and show their state.")
 @click.option("--metrics-port", type=int, default=0, show_default=True, help="0: any free port.")
 @click.option("--dashboard-port", type=int, default=8082, show_default=True)
+@click.option("--api-handler-port", type=int, default=c.KOORD_API_PORT, show_default=True,
+              help="Koord-Queue's HTTP API (/apis/v1/queue, ...) on loopback; 0: any free port.")
 @click.option("--control-plane", type=click.Choice(["embedded", "kube"]), default="embedded", show_default=True,
               help="embedded: our own API server (Python only). kube: the real kube-apiserver, etcd, "
                    "scheduler, controller-manager, kwok and the training operator, built from Go modules "
                    "first when missing (needs Go 1.26).")
 def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_port: int, dashboard_port: int,
-       control_plane: str) -> None:
+       api_handler_port: int, control_plane: str) -> None:
     """The whole system on this machine with no cluster: API server, simulated nodes, controller."""
     from pathlib import Path
 
     from koordqueue.up import main as run_up
 
-    run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port, control_plane)
+    run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port, control_plane,
+           api_handler_port)
 
 
 if __name__ == "__main__":

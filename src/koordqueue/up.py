@@ -288,6 +288,8 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
           f"{gpus_per_node} GPUs each; metrics on http://127.0.0.1:{manager.metrics_port}/metrics", flush=True)
     if manager.dashboard is not None:
         print(f"Dashboard: http://127.0.0.1:{manager.dashboard.port}/", flush=True)
+    if manager.koord_api is not None:
+        print(f"Koord-Queue's HTTP API: http://127.0.0.1:{manager.koord_api.port}{c.KOORD_API_QUEUE}", flush=True)
     if example:
         applied = await apply_example(client)
         print("Applied the seed guide's example: " + (", ".join(applied) or "(already there)"), flush=True)
@@ -320,24 +322,26 @@ def _command() -> str:
     return str(beside) if beside.exists() else f"{sys.executable} -m koordqueue.cli"
 
 
-def controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfig:
-    """The controller of `up`: loopback only, no leader election, webhook and dashboard on."""
+def controller_config(metrics_port: int, dashboard_port: int, api_handler_port: int = 0) -> ControllerConfig:
+    """The controller of `up`: loopback only, no leader election, webhook, dashboard and
+    Koord-Queue's HTTP API on."""
     return ControllerConfig(
         leader_election=False, metrics_host="127.0.0.1", metrics_port=metrics_port,
         webhook=True, webhook_host="127.0.0.1", webhook_port=0, visibility=True,
         dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
+        api_handler=True, api_handler_host="127.0.0.1", api_handler_port=api_handler_port,
         quota_status_refresh_seconds=1.0, queue_status_refresh_seconds=5.0,
     )
 
 
-def kube_controller_config(metrics_port: int, dashboard_port: int) -> ControllerConfig:
+def kube_controller_config(metrics_port: int, dashboard_port: int, api_handler_port: int = 0) -> ControllerConfig:
     """`up`'s controller on the real control plane: its webhook (and the visibility API on its
     port) on this machine's address, which kube-apiserver may name in the visibility API's
     EndpointSlice (not loopback, which it refuses there); on loopback when the machine has none
     (no default route), the visibility API then not registered."""
     from koordqueue.realcluster.cluster import host_address
 
-    config = controller_config(metrics_port, dashboard_port)
+    config = controller_config(metrics_port, dashboard_port, api_handler_port)
     try:
         host = host_address()
     except OSError as e:
@@ -349,11 +353,11 @@ def kube_controller_config(metrics_port: int, dashboard_port: int) -> Controller
 
 async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
                  dashboard_port: int = 0, ready: asyncio.Event | None = None,
-                 stop: asyncio.Event | None = None) -> None:
+                 stop: asyncio.Event | None = None, api_handler_port: int = 0) -> None:
     state_dir = state_dir.resolve()  # what it prints (KUBECONFIG=...) works from any directory
     server = APIServer(state_dir, crds=all_crds())
     await server.start()
-    config = controller_config(metrics_port, dashboard_port)
+    config = controller_config(metrics_port, dashboard_port, api_handler_port)
     log_buffer = LogBuffer()
     server.pod_logs.attach(config.system_namespace, CONTROLLER_LABELS, CONTROLLER_CONTAINER, log_buffer)
     stop = stop or asyncio.Event()
@@ -384,7 +388,7 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
 
 async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
                       dashboard_port: int = 0, ready: asyncio.Event | None = None,
-                      stop: asyncio.Event | None = None) -> None:
+                      stop: asyncio.Event | None = None, api_handler_port: int = 0) -> None:
     """`up` on the real control plane (kube-apiserver, etcd, kwok, the training operator),
     built from e2e/ first when it is not built yet."""
     from koordqueue.realcluster import build
@@ -409,7 +413,7 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
         handler = logging.FileHandler(cluster.controller_log)  # kwok serves it as the Deployment's pod log
         handler.setFormatter(_CriFormatter(TEXT_FORMAT))
         async with KubeClient(load_config(str(cluster.kubeconfig_path)), qps=1000, burst=2000) as client:
-            config = kube_controller_config(metrics_port, dashboard_port)
+            config = kube_controller_config(metrics_port, dashboard_port, api_handler_port)
             with controller_log(handler):
                 manager = Manager(client, config)
                 task = asyncio.create_task(manager.run())
@@ -428,13 +432,14 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
 
 
 def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int,
-         dashboard_port: int, control_plane: str = "embedded") -> None:
+         dashboard_port: int, control_plane: str = "embedded", api_handler_port: int = c.KOORD_API_PORT) -> None:
     logging.basicConfig(level=logging.WARNING, format=TEXT_FORMAT)
     for handler in logging.getLogger().handlers:  # the terminal gets warnings; the controller's pod log, all
         handler.setLevel(logging.WARNING)
     state_dir = state_dir.resolve()  # what it prints (KUBECONFIG=...) works from any directory
     run = run_up_kube if control_plane == "kube" else run_up
     try:
-        aio.run(run(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port))
+        aio.run(run(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port,
+                    api_handler_port=api_handler_port))
     except UpError as e:
         raise SystemExit(f"koord-queue up: {e}") from None

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from koordqueue.api.constants import SETTINGS_CONFIG_MAP
+from koordqueue.api.constants import KOORD_API_PORT, SETTINGS_CONFIG_MAP
 from koordqueue.api.crds import file_name, our_crds
 from koordqueue.api.crds import render as render_crd
 from koordqueue.cli import controller as controller_command
@@ -346,6 +346,20 @@ def test_values_reach_the_flags() -> None:
     assert hook["clientConfig"]["service"]["port"] == 8443  # the API server dials the Service's port
     probe = container(objects)["livenessProbe"]["httpGet"]
     assert probe == {"path": "/healthz", "port": "metrics"}
+
+
+def test_koord_queues_http_api_is_set_by_its_values() -> None:
+    """controller.apiHandler turns on Koord-Queue's HTTP API, on its port and on loopback
+    unless another address is given (only then is the port declared on the container)."""
+    assert "--api-handler" not in args(case("defaults"))
+    objects = render({"controller": {"apiHandler": {"enable": True}}})
+    assert "--api-handler" in args(objects)
+    assert flag(objects, "api-handler-port") == [str(KOORD_API_PORT)]
+    assert flag(objects, "api-handler-host") == ["127.0.0.1"]
+    assert "api-handler" not in {p["name"] for p in container(objects)["ports"]}
+    objects = render({"controller": {"apiHandler": {"enable": True, "port": 20000, "host": "0.0.0.0"}}})
+    assert flag(objects, "api-handler-port") == ["20000"] and flag(objects, "api-handler-host") == ["0.0.0.0"]
+    assert {p["name"]: p["containerPort"] for p in container(objects)["ports"]}["api-handler"] == 20000
 
 
 def test_defaults_match_the_command_lines_defaults() -> None:

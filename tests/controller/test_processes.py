@@ -282,7 +282,7 @@ async def test_koord_queue_up_runs_the_seed_example_and_kubectl_sees_it(tmp_path
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "koordqueue.cli", "up", "--state-dir", "kq", "--example",  # relative, as `make run`'s
-        "--dashboard-port", str(free_port()), cwd=tmp_path,
+        "--dashboard-port", str(free_port()), "--api-handler-port", "0", cwd=tmp_path,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
     output: list[str] = []
     try:
@@ -295,6 +295,7 @@ async def test_koord_queue_up_runs_the_seed_example_and_kubectl_sees_it(tmp_path
         text = "".join(output)
         assert "QueueUnit default/pytorch-training-job-py-qu: Running" in text
         assert f"export KUBECONFIG={state / 'kubeconfig'}" in text
+        assert re.search(r"Koord-Queue's HTTP API: http://127\.0\.0\.1:\d+/apis/v1/queue", text), text
         table = await asyncio.to_thread(kubectl, state / "kubeconfig", "get", "queueunit", "-A")
         header = table.splitlines()[0].split()
         assert header[:6] == ["NAMESPACE", "NAME", "PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE"]

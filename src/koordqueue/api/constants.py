@@ -47,6 +47,14 @@ VISIBILITY_API_VERSION = f"{VISIBILITY_GROUP}/{VISIBILITY_VERSION}"
 VISIBILITY_SUBRESOURCE = "queueunits"
 VISIBILITY_SUMMARY_KIND = "QueueUnitsSummary"
 VISIBILITY_APISERVICE = f"{VISIBILITY_VERSION}.{VISIBILITY_GROUP}"  # the APIService's name
+# Koord-Queue's HTTP API (its --enableApiHandler: gin on port 19876, read-only JSON): the
+# queues' and user quotas' debug info, and its quota plugins' handlers (controller/koordapi.py).
+KOORD_API_PORT = 19876
+KOORD_API_PREFIX = "/apis/v1"
+KOORD_API_QUEUE = f"{KOORD_API_PREFIX}/queue"
+KOORD_API_USER_QUOTA = f"{KOORD_API_PREFIX}/userquota"
+KOORD_API_QUOTA_TREE = f"{KOORD_API_PREFIX}/elasticquotatree"  # its ElasticQuota (tree) plugin
+KOORD_API_ELASTIC_QUOTA = f"{KOORD_API_PREFIX}/elasticquota"  # its ElasticQuotaV2 plugin
 # Where kube-apiserver publishes who may call an aggregated API, and how it names the user.
 REQUESTHEADER_CONFIG_MAP = "extension-apiserver-authentication"
 REQUESTHEADER_NAMESPACE = "kube-system"

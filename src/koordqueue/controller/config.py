@@ -56,6 +56,11 @@ class ControllerConfig:
     dashboard: bool = False
     dashboard_host: str = "0.0.0.0"
     dashboard_port: int = 8082
+    # Koord-Queue's HTTP API (controller/koordapi.py): off unless asked, as in Koord-Queue;
+    # on loopback unless told otherwise (it has no authentication of its own).
+    api_handler: bool = False
+    api_handler_host: str = "127.0.0.1"
+    api_handler_port: int = c.KOORD_API_PORT
     webhook: bool = False  # off: jobs are suspended at reconcile time only
     webhook_port: int = 9443
     webhook_host: str = "0.0.0.0"

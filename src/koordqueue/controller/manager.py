@@ -20,6 +20,7 @@ from koordqueue.api import constants as c
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard
+from koordqueue.controller.koordapi import KoordAPI
 from koordqueue.controller.logs import setup_logging
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.resources import PODS
@@ -54,6 +55,8 @@ class Manager:
         self._request_header: asyncio.Task[None] | None = None
         self.dashboard = (Dashboard(lambda: self.controller, config.dashboard_host, config.dashboard_port,
                                     self.identity) if config.dashboard else None)
+        self.koord_api = (KoordAPI(lambda: self.controller, config.api_handler_host, config.api_handler_port,
+                                   self.identity) if config.api_handler else None)
         self.endpoints_ready = asyncio.Event()  # set once the ports are bound (tests, `up`)
 
     async def start_endpoints(self) -> None:
@@ -75,10 +78,14 @@ class Manager:
                                                        name="visibility-request-header")
         if self.dashboard is not None:
             await self.dashboard.start()
-        log.info("%s: serving /metrics, /healthz and /readyz on port %d%s%s", self.identity, self.metrics_port,
+        if self.koord_api is not None:
+            await self.koord_api.start()
+        log.info("%s: serving /metrics, /healthz and /readyz on port %d%s%s%s", self.identity, self.metrics_port,
                  f", the admission webhook{' and the visibility API' if self.visibility else ''} on port {self.webhook.port}"
                  if self.webhook is not None else "",
-                 f", the dashboard on port {self.dashboard.port}" if self.dashboard is not None else "")
+                 f", the dashboard on port {self.dashboard.port}" if self.dashboard is not None else "",
+                 f", Koord-Queue's HTTP API on {self.koord_api.host}:{self.koord_api.port}"
+                 if self.koord_api is not None else "")
         self.endpoints_ready.set()
 
     async def _metrics(self, _: web.Request) -> web.Response:
@@ -143,6 +150,8 @@ class Manager:
                 await self.webhook.stop()
             if self.dashboard is not None:
                 await self.dashboard.stop()
+            if self.koord_api is not None:
+                await self.koord_api.stop()
             if self._runner is not None:
                 await self._runner.cleanup()
 

@@ -13,6 +13,7 @@ import pytest
 from koordqueue.api import constants as c
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.jobswitch import JobSwitch
+from koordqueue.controller.loading import count_as_admitted
 from koordqueue.controller.quotasync import QuotaSync
 from koordqueue.controller.reconciler import UNIT_UNSEEN_SECONDS, JobReconciler
 from koordqueue.controller.resources import UNITS
@@ -23,13 +24,19 @@ from koordqueue.controller.views import adapter_of_kind
 
 from ..engine.builders import quota
 from .conftest import pytorch_job
-from .fakeapi import Clock, FakeKube, shared_on, until
+from .fakeapi import Clock, FakeKube, merge_patch, shared_on, until
 
 KIND = c.PYTORCH_JOB_KIND
 JOBS = job_resource(KIND)
 ADAPTER = adapter_of_kind(KIND)
 ITEM = f"{KIND}/default/j"
 UNIT_KEY = "default/j-py-qu"
+
+
+def held(job: dict[str, Any]) -> dict[str, Any]:
+    """The job as the webhook leaves it: the annotation and runPolicy.suspend (the field its
+    operator reads, and so the one that says whether it is suspended)."""
+    return merge_patch(job, ADAPTER.suspend_patch({}))
 
 
 class Setting:
@@ -123,9 +130,7 @@ async def test_a_new_job_gets_its_unit_and_stays_suspended(setting: Setting) -> 
 
 
 async def test_a_job_suspended_by_its_author_gets_its_unit_and_no_write(setting: Setting) -> None:
-    job = pytorch_job("j", quota_name="team-a")
-    job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] = c.TRUE
-    setting.fake.seed(JOBS, job)
+    setting.fake.seed(JOBS, held(pytorch_job("j", quota_name="team-a")))
     await setting.start()
     await setting.reconciler.reconcile(ITEM)
     assert setting.writes() == [f"create {UNITS.plural} j-py-qu"]
@@ -157,9 +162,7 @@ async def test_a_job_reconciled_again_before_our_watch_brings_its_unit_is_not_gi
     request for nothing; kube-apiserver's audit counted 302 creates for 300 jobs). Should the
     unit never come (created and deleted while our watch was away), the job gets one again
     after UNIT_UNSEEN_SECONDS."""
-    job = pytorch_job("j", quota_name="team-a")
-    job["metadata"]["annotations"][c.ANNOTATION_SUSPEND] = c.TRUE
-    setting.fake.seed(JOBS, job)
+    setting.fake.seed(JOBS, held(pytorch_job("j", quota_name="team-a")))
     jobs = setting.shared.informers.jobs[KIND]  # (the units' informer not started: our watch never brings it)
     jobs.start()
     await jobs.wait_synced(5)
@@ -176,3 +179,70 @@ async def test_a_job_reconciled_again_before_our_watch_brings_its_unit_is_not_gi
     await setting.reconciler.reconcile(ITEM)
     assert [w for w in setting.writes() if w.startswith("create")] == [f"create {UNITS.plural} j-py-qu"] * 2
     assert setting.fake.get(UNITS, "j-py-qu", namespace="default")["metadata"]["ownerReferences"]
+
+
+async def test_a_queued_job_whose_field_is_set_to_false_is_suspended_again(setting: Setting) -> None:
+    """Issue 29, item 1: a tenant sets runPolicy.suspend false on a queued job and leaves the
+    annotation. The training operator reads only the field and makes its pods: the job is not
+    suspended, whatever the annotation says, and is suspended again, told why."""
+    setting.fake.seed(JOBS, held(pytorch_job("j", quota_name="team-a")))
+    await setting.start()
+    await setting.reconciler.reconcile(ITEM)
+    assert setting.writes() == [f"create {UNITS.plural} j-py-qu"]
+    setting.events()
+    await setting.fake.patch(JOBS, "j", {"spec": {"runPolicy": {"suspend": False}}}, namespace="default")
+    assert setting.job()["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+    await setting.caught_up()
+    view = setting.shared.informers.job_view(ITEM)
+    assert view is not None and not view.suspended
+    await setting.reconciler.reconcile(ITEM)
+    assert setting.writes()[2:] == [f"suspend {JOBS.plural} j"]  # (after the tenant's patch)
+    assert setting.job()["spec"]["runPolicy"]["suspend"] is True
+    assert [reason for reason, _ in setting.events()] == [str(c.EventReason.SUSPENDED)]
+
+
+async def test_an_admitted_job_that_grew_is_sent_back_and_queued_at_its_new_size(setting: Setting) -> None:
+    """Issue 29, item 2: a job admitted with 4 GPUs (Master 1 + Worker 1, 2 each) whose Worker
+    replicas its tenant raises to 3 (8 GPUs, its quota's max 4): it is not charged 8 with no
+    fit check; its unit is sent back (quota released) and its job suspended; the engine has it
+    waiting at its new size."""
+    engine = setting.shared.engine
+    engine.set_quota(quota("team-a", 4, 4))
+    setting.fake.seed(JOBS, held(pytorch_job("j", gpus_per_pod=2, quota_name="team-a")))
+    await setting.start()
+    await setting.reconciler.reconcile(ITEM)
+    await setting.fake.patch_status(UNITS, "j-py-qu", {"status": {
+        "phase": c.Phase.RUNNING.value, "lastAllocateTime": "2026-12-04T15:00:00Z"}}, namespace="default")
+    await setting.fake.patch(JOBS, "j", ADAPTER.resume_patch({}), namespace="default")  # admitted, running
+    await setting.caught_up()
+    unit = setting.shared.informers.unit.get(UNIT_KEY)
+    assert unit is not None
+    count_as_admitted(engine, setting.shared.informers.unit_info(unit), 0.0)
+    assert engine.quota_status()["team-a"].used[c.GPU] == 4000
+    writes = len(setting.writes())
+    await setting.reconciler.reconcile(ITEM)
+    assert len(setting.writes()) == writes, "admitted and running as it was admitted: nothing to do"
+
+    await setting.fake.patch(JOBS, "j", {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}},
+                             namespace="default")
+    await setting.caught_up()
+
+    def workers_shown() -> bool:
+        view = setting.shared.informers.job_view(ITEM)
+        return view is not None and [ps.count for ps in view.pod_sets] == [1, 3]
+
+    await until(workers_shown)
+    setting.events()
+    await setting.reconciler.reconcile(ITEM)
+    stored = setting.fake.get(UNITS, "j-py-qu", namespace="default")["status"]
+    assert stored["phase"] == c.Phase.ENQUEUED.value
+    assert stored["message"].startswith("it asks for more than it was admitted with: cpu 4 (admitted with 2), "
+                                        "memory 4Gi (admitted with 2Gi), nvidia.com/gpu 8 (admitted with 4); "
+                                        "suspended, quota released"), stored["message"]
+    info = engine.unit(UNIT_KEY)
+    assert info is not None and info.admitted_quota is None and info.request[c.GPU] == 8000
+    assert engine.quota_status()["team-a"].used.get(c.GPU, 0) == 0
+    assert str(c.EventReason.SUSPENDED) in [reason for reason, _ in setting.events()]
+    await setting.reconciler.reconcile(ITEM)  # (owed: its job is suspended now)
+    assert setting.writes()[-1] == f"suspend {JOBS.plural} j"
+    assert setting.job()["spec"]["runPolicy"]["suspend"] is True

@@ -157,3 +157,32 @@ async def test_a_rayjobs_pods_reach_it_by_its_ray_clusters_name() -> None:
     finally:
         for informer in informers:
             await informer.stop()
+
+
+async def test_an_admitted_job_is_never_charged_more_than_it_was_admitted_with(setting: Setting) -> None:
+    """Issue 29, item 2: a job admitted with 4 GPUs whose Worker replicas its tenant raises (8
+    GPUs, past team-a's max) is still charged 4 (its reconciler sends it back to be queued at
+    its new size); one that shrinks is charged its smaller size at once."""
+    await setting.submit({"phase": c.Phase.RUNNING.value, "lastAllocateTime": "2026-12-04T15:00:00Z"})
+    await until(lambda: setting.shared.engine.unit(KEY) is not None)
+    engine = setting.shared.engine
+
+    async def workers(n: int) -> None:
+        await setting.fake.patch(JOBS, "j", {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": n}}}},
+                                 namespace="default")
+
+        def shown() -> bool:
+            view = setting.shared.informers.job_view(ITEM)
+            return view is not None and [ps.count for ps in view.pod_sets] == [1, n]
+
+        await until(shown)
+
+    await workers(3)
+    info = engine.unit(KEY)
+    assert info is not None and info.admitted_quota == "team-a" and info.request[c.GPU] == 4000
+    assert [ps.count for ps in info.pod_sets] == [1, 1]
+    assert engine.quota_status()["team-a"].used[c.GPU] == 4000
+    await workers(0)
+    info = engine.unit(KEY)
+    assert info is not None and info.admitted_quota == "team-a" and info.request[c.GPU] == 2000
+    assert engine.quota_status()["team-a"].used[c.GPU] == 2000

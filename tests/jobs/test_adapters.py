@@ -123,12 +123,20 @@ def test_suspend_patch_shapes() -> None:
     }
 
 
-def test_annotation_alone_suspends() -> None:
-    job = load("seed-pytorchjob.yaml")
-    job["metadata"]["annotations"]["scheduling.x-k8s.io/suspend"] = "true"
-    assert PyTorchJobAdapter().is_suspended(job)
-    job["metadata"]["annotations"]["scheduling.x-k8s.io/suspend"] = "false"
-    assert not PyTorchJobAdapter().is_suspended(job)
+@pytest.mark.parametrize("name", ["seed-pytorchjob.yaml", "tfjob.yaml", "mpijob.yaml", "batchjob.yaml", "rayjob.yaml"])
+def test_the_kinds_own_field_alone_says_whether_a_job_is_suspended(name: str) -> None:
+    """Issue 29, item 1: its operator reads only the field, so a tenant who sets it to false
+    (the annotation left) has a running job, and we must see one (and suspend it again)."""
+    job = load(name)
+    a = adapter(job)
+    held = merge_patch(job, a.suspend_patch(job))
+    flipped = merge_patch(held, a.native_suspend_patch(False))
+    assert flipped["metadata"]["annotations"]["scheduling.x-k8s.io/suspend"] == "true"
+    assert not a.is_suspended(flipped)
+    # The annotation alone holds nothing either.
+    assert not a.is_suspended(merge_patch(job, {"metadata": {"annotations": {"scheduling.x-k8s.io/suspend": "true"}},
+                                                **a.native_suspend_patch(False)}))
+    assert a.is_suspended(merge_patch(flipped, a.native_suspend_patch(True)))
 
 
 def test_tfjob() -> None:

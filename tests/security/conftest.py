@@ -1,8 +1,195 @@
 """The adversarial tenant suite: a tenant with ordinary namespace rights tries to get past its
-quota. The systems are the controller suite's (`system`, `start_system`, on both control planes)."""
+quota. The systems are the controller suite's (`system`, `start_system`, on both control planes).
+
+What the suite adds:
+
+- `tenant(system, namespace)`: a namespace and a tenant in it, who acts through kubectl as an
+  impersonated user (`--as`, `--as-group`: the embedded API server and kube-apiserver both
+  check that the admin may impersonate, then authorize the tenant by RBAC alone). The tenant
+  is bound, by a RoleBinding in its namespace, to the ClusterRole `TENANT_ROLE`: Kubernetes'
+  usual namespace edit rights on the job kinds we queue (create, patch, update, delete; not
+  their status), read on pods and events, and read only on QueueUnits, ElasticQuotas and
+  Queues. Anything it does is what a data scientist may do in its team's namespace.
+- `GpuSampler`: samples, every `every` seconds while an attack runs, the GPUs asked by the
+  bound pods of each watched quota's namespaces (its own and those its namespaces
+  annotation lists), and says when any sample was past the quota's max. A pod counts from
+  the moment it is bound to a node (spec.nodeName) until it has ended or is gone: a pod
+  being deleted still holds its devices.
+"""
 
 from __future__ import annotations
 
-from tests.controller.conftest import start_system, system
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["start_system", "system"]
+import yaml
+
+from koordqueue.api import constants as c
+from koordqueue.api.objects import parse_elastic_quota
+from koordqueue.controller.resources import PODS, QUOTAS
+from koordqueue.jobs import KINDS
+from koordqueue.jobs.podrequest import pod_request
+from tests.controller.conftest import System, start_system, system
+
+__all__ = ["TENANT_GROUP", "TENANT_ROLE", "GpuSampler", "Tenant", "sampling", "start_system", "system", "tenant",
+           "tenant_role"]
+
+TENANT_ROLE = "koord-queue-test-tenant"  # the ClusterRole every tenant is bound to in its namespace
+TENANT_GROUP = "tenants"  # the group every tenant acts in (besides system:authenticated)
+EDIT = ["create", "update", "patch", "delete", "deletecollection"]
+READ = ["get", "list", "watch"]
+
+
+def tenant_role() -> dict[str, Any]:
+    """The rights a tenant has in its namespace (bound there by a RoleBinding): edit on the job
+    kinds we queue (not their status: that is their operators'), read on pods, their logs and
+    events, and read only on our objects."""
+    groups = sorted({kind.group for kind in KINDS})
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": TENANT_ROLE},
+            "rules": [
+                {"apiGroups": groups, "resources": sorted({kind.plural for kind in KINDS}), "verbs": READ + EDIT},
+                {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": READ},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": READ},
+                {"apiGroups": [c.QUEUE_GROUP], "resources": [c.QUEUE_UNIT_PLURAL, c.QUEUE_PLURAL], "verbs": READ},
+                {"apiGroups": [c.QUOTA_GROUP], "resources": [c.ELASTIC_QUOTA_PLURAL], "verbs": READ},
+            ]}
+
+
+@dataclass
+class Tenant:
+    """A user with `TENANT_ROLE` in `namespace`: its kubectl is the admin's, impersonating it."""
+
+    system: System
+    namespace: str
+    user: str
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        return self.system.kubectl(f"--as={self.user}", f"--as-group={TENANT_GROUP}", "-n", self.namespace, *args,
+                                   stdin=stdin, check=check)
+
+    async def akubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        return await asyncio.to_thread(self.kubectl, *args, stdin=stdin, check=check)
+
+    async def apply(self, *objs: dict[str, Any]) -> str:
+        return await self.akubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(list(objs)))
+
+    async def patch(self, kind: str, name: str, patch: dict[str, Any]) -> str:
+        """`kubectl patch <kind> <name> --type=merge -p <patch>`, as the tenant."""
+        return await self.akubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
+
+    async def may(self, verb: str, what: str) -> bool:
+        """`kubectl auth can-i` as the tenant, in its namespace."""
+        return (await self.akubectl("auth", "can-i", verb, what, check=False)).strip().startswith("yes")
+
+
+async def tenant(system: System, namespace: str, user: str | None = None) -> Tenant:
+    """The namespace (made by the admin) and a tenant bound to `TENANT_ROLE` there."""
+    user = user or f"{namespace}-user"
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": f"{TENANT_ROLE}-{user}", "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TENANT_ROLE},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+    await system.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, tenant_role())
+    await system.apply(binding)
+    made = Tenant(system, namespace, user)
+
+    async def bound() -> bool:  # (RBAC caches on kube-apiserver take the binding a moment later)
+        return await made.may("patch", "pytorchjobs.kubeflow.org")
+
+    await system.wait_for(bound, 10, f"{user}'s RoleBinding in {namespace} to take effect")
+    return made
+
+
+def pod_gpus(pod: dict[str, Any]) -> int:
+    """The GPUs (whole) a pod asks for, as kube-scheduler counts them."""
+    return pod_request(pod, f"pod {pod.get('metadata', {}).get('name')}").get(c.GPU, 0) // 1000
+
+
+def holds_devices(pod: dict[str, Any]) -> bool:
+    """Bound to a node and not ended: it holds what it asks for there (while deleted too)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and \
+        (pod.get("status") or {}).get("phase") not in (c.POD_SUCCEEDED, c.POD_FAILED)
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the sampler started
+    gpus: dict[str, int]  # quota -> GPUs asked by its namespaces' bound pods
+
+
+@dataclass
+class GpuSampler:
+    """Every `every` seconds, the GPUs asked by the bound pods of each quota in `quotas`
+    ((namespace, name) of leaf ElasticQuotas, read as they are when sampling starts).
+    `async with GpuSampler(system, [("t2", "q-t2")]) as sampler: ...attack...`, then
+    `sampler.assert_within_max()`."""
+
+    system: System
+    quotas: list[tuple[str, str]]
+    every: float = 1.0
+    samples: list[Sample] = field(default_factory=list)
+    limits: dict[str, int] = field(default_factory=dict)  # quota -> its max in GPUs
+    spaces: dict[str, frozenset[str]] = field(default_factory=dict)  # quota -> the namespaces it binds
+    _task: asyncio.Task[None] | None = None
+    _start: float = 0.0
+
+    async def __aenter__(self) -> GpuSampler:
+        for namespace, name in self.quotas:
+            parsed = parse_elastic_quota(await self.system.client.get(QUOTAS, name, namespace=namespace)).quota
+            self.limits[name] = parsed.max.get(c.GPU, 0) // 1000
+            self.spaces[name] = parsed.namespaces | {parsed.namespace}
+        await self.sample()
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.sample()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            await self.sample()
+
+    async def sample(self) -> Sample:
+        """One sample now (also taken at the start and at the end)."""
+        now = asyncio.get_running_loop().time()
+        if not self.samples:
+            self._start = now
+        gpus: dict[str, int] = {}
+        for name, spaces in self.spaces.items():
+            total = 0
+            for namespace in spaces:
+                pods = (await self.system.client.list(PODS, namespace=namespace)).items
+                total += sum(pod_gpus(pod) for pod in pods if holds_devices(pod))
+            gpus[name] = total
+        taken = Sample(now - self._start, gpus)
+        self.samples.append(taken)
+        return taken
+
+    def over_max(self) -> list[tuple[float, str, int]]:
+        """(seconds since the start, quota, GPUs) of every sample past a quota's max."""
+        return [(s.at, name, n) for s in self.samples for name, n in s.gpus.items() if n > self.limits[name]]
+
+    def peak(self, quota: str) -> int:
+        return max((s.gpus.get(quota, 0) for s in self.samples), default=0)
+
+    def assert_within_max(self) -> None:
+        over = self.over_max()
+        assert not over, f"bound pods past their quota's max ({self.limits}): " + ", ".join(
+            f"{name} {n} GPUs at {at:.1f} s" for at, name, n in over)
+
+
+@contextlib.asynccontextmanager
+async def sampling(system: System, *quotas: tuple[str, str], every: float = 1.0) -> AsyncIterator[GpuSampler]:
+    """`GpuSampler` as a context: asserts, on leaving, that no sample was past a quota's max."""
+    async with GpuSampler(system, list(quotas), every) as sampler:
+        yield sampler
+    sampler.assert_within_max()

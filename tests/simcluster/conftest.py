@@ -78,8 +78,9 @@ def seed_job(name: str = "pytorch-training-job", *, duration: float | None = Non
         annotations[c.ANNOTATION_SIM_DURATION] = str(duration)
     if fail:
         annotations[c.ANNOTATION_SIM_FAIL] = c.TRUE
-    if suspend:
+    if suspend:  # as the webhook suspends it: the field is what the training operator reads
         annotations[c.ANNOTATION_SUSPEND] = c.TRUE
+        job["spec"].setdefault("runPolicy", {})["suspend"] = True
     specs = job["spec"]["pytorchReplicaSpecs"]
     if workers == 0:  # no Worker role: the training operator's webhook refuses a Worker of 0 replicas
         del specs["Worker"]

@@ -167,9 +167,9 @@ async def test_job_without_duration_runs_until_deleted(client: KubeClient, clust
     await wait_for(pods_gone, "the garbage collector removing the deleted job's pods")
 
 
-@pytest.mark.parametrize("how", ["annotation", "runPolicy"])
+@pytest.mark.parametrize("how", ["webhook", "runPolicy"])
 async def test_suspended_job_gets_no_pods(client: KubeClient, cluster: SimCluster, how: str) -> None:
-    job = seed_job("held", duration=0.2, suspend=how == "annotation")
+    job = seed_job("held", duration=0.2, suspend=how == "webhook")  # (annotation and field)
     if how == "runPolicy":
         job["spec"]["runPolicy"] = {"suspend": True}
     await client.create(PYTORCHJOBS, job)
@@ -191,6 +191,21 @@ async def test_suspended_job_gets_no_pods(client: KubeClient, cluster: SimCluste
 
     await wait_for(other_done, "the other job Succeeded")
     assert await job_pods(client, "held") == []
+
+
+async def test_the_annotation_alone_holds_no_job_as_the_training_operator_reads_only_its_field(
+        client: KubeClient, cluster: SimCluster) -> None:
+    """The real training operator never reads scheduling.x-k8s.io/suspend: a job that has it but
+    runPolicy.suspend false gets its pods (issue 29: a tenant flips the field, the annotation left)."""
+    job = seed_job("flipped", suspend=True)
+    job["spec"]["runPolicy"]["suspend"] = False
+    await client.create(PYTORCHJOBS, job)
+
+    async def running_pods() -> list[Object] | None:
+        pods = await job_pods(client, "flipped")
+        return pods if len(pods) == 2 else None
+
+    await wait_for(running_pods, "the pods of a job whose annotation says suspended but its field not")
 
 
 async def test_suspending_a_running_job_deletes_its_pods_and_resuming_recreates_them(

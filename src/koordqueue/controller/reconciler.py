@@ -12,7 +12,7 @@ from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.api.objects import QueueSettings
-from koordqueue.api.quantity import QuantityError, parse_resource_list
+from koordqueue.api.quantity import QuantityError, format_quantity, parse_resource_list
 from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
@@ -22,7 +22,7 @@ from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE,
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
-from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.unitsync import UnitSync, grown
 from koordqueue.controller.views import (
     JobView,
     Object,
@@ -95,6 +95,8 @@ class JobReconciler(Part):
             return  # we wrote a newer version than our watch has brought: act on that one when it comes
         if await self.lifetime.check(item, unit, job):
             return  # inactive, or ran past its maximum: sent back, its job suspended when that lands
+        if await self._send_back_grown(unit, job):
+            return  # its job suspended when that lands; queued again at its new size
         if unit.phase == c.Phase.RESERVED.value:
             self.engine.set_pods_running(unit.key, False)  # (held, its pods not made yet: after a restart too)
             await self._check_admission(unit, job)
@@ -109,7 +111,12 @@ class JobReconciler(Part):
             # (A unit whose object still holds quota that the engine has taken back is being
             # preempted or sent back: its job is suspended once that status is written, never
             # before, or a write that fails would leave a job stopped and resumed again for nothing.)
+            # Running with no admission: its suspend field set to false by hand (the annotation
+            # left), or made while no webhook answered. Suspended again: its pods go.
             await self.switch.suspend(job, adapter)
+            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.SUSPENDED,
+                        f"not admitted (its QueueUnit {unit.name} is {unit.phase or 'new'}), yet not suspended: "
+                        "suspended again; it runs once its QueueUnit is admitted")
         elif not may_run and job.suspended and job.placed and unit.phase not in FINISHED:
             await self.switch.put_back(job)
         if may_run:
@@ -127,6 +134,27 @@ class JobReconciler(Part):
             said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         f"labels set from the job: {said} (edit the job instead)")
+
+    async def _send_back_grown(self, unit: UnitView, job: JobView) -> bool:
+        """An admitted job that asks for more than it was admitted with (its replicas or
+        parallelism raised since) is suspended and queued again at its new size, as Kueue stops
+        a job that no longer matches its Workload: admitted, it was charged only what it had
+        (unitsync.py), and its pods past that would run past its quota's max. One that shrank
+        stays, charged its smaller size. Whether it was sent back."""
+        known = self.engine.unit(unit.key)
+        if known is None or known.admitted_quota is None or job.unit_spec is None or unit.phase in FINISHED:
+            return False
+        asks = self.informers.unit_info(unit)
+        more = grown(known.request, asks.request)
+        if not more or asks.invalid is not None:
+            return False
+        said = ", ".join(f"{name} {format_quantity(asks.request[name])} (admitted with "
+                         f"{format_quantity(known.request.get(name, 0))})" for name in more)
+        await self.scheduler.send_back(unit, job, c.Phase.ENQUEUED,
+                                       f"it asks for more than it was admitted with: {said}; suspended, quota "
+                                       "released, queued again at its new size", event=c.EventReason.SUSPENDED)
+        self.unit_sync.refresh_asks(unit)  # the engine queues it at its new size
+        return True
 
     async def _delete_unit_left(self, key: str, uid: str) -> None:
         """The unit of a deleted job: that one (its uid), not one a new job of the name has since."""

@@ -23,7 +23,7 @@ from koordqueue.controller.views import (
     priority_classes_changed,
     with_priority_classes,
 )
-from koordqueue.engine.model import UnitInfo
+from koordqueue.engine.model import ResourceList, UnitInfo
 
 
 class UnitSync(Part):
@@ -120,8 +120,19 @@ class UnitSync(Part):
         info.attempts, info.placement = current.attempts, current.placement
         if current.admitted_quota is not None and info.invalid is not None:
             info.request = current.request  # its job unusable now: it holds what it was admitted with
+        elif current.admitted_quota is not None and grown(current.request, info.request):
+            # Grown since its admission (more replicas, say): charged no more than it was
+            # admitted with, never past its quota's max; its job's reconciler sends it back to
+            # be queued at its new size (reconciler.py), and refresh_asks is called again then.
+            info.request, info.pod_sets = current.request, current.pod_sets
         self.engine.set_unit(info)
         self.wake.set()
+
+    def refresh_asks(self, unit: UnitView) -> None:
+        """The engine told what the unit's job asks for now (after its unit was sent back)."""
+        current = self.engine.unit(unit.key)
+        if current is not None and unit.phase not in FINISHED:
+            self._refresh_asks(unit, current)
 
     async def _unit_deleted(self, unit: UnitView) -> None:
         self._remember_deletion(unit.key, f"QueueUnit {unit.key} was deleted")
@@ -216,6 +227,11 @@ class UnitSync(Part):
         if unit is not None and (unit.consumer_kind, unit.consumer_name) == (job.kind, job.name):
             self.units_left[item] = (unit.key, unit.uid)
             self.jobs_queue.add(item)
+
+
+def grown(admitted: ResourceList, asks: ResourceList) -> list[str]:
+    """The resources of which a job asks more now than its unit was admitted with."""
+    return sorted(name for name, amount in asks.items() if amount > admitted.get(name, 0))
 
 
 def _spec_changed(current: UnitInfo, new: UnitInfo) -> bool:

@@ -285,8 +285,12 @@ class JobAdapter(ABC):
         return (meta or self.meta(job)).labels.get(LABEL_PREEMPTIBLE, "").lower() != FALSE
 
     def is_suspended(self, job: Job) -> bool:
-        """Suspended by the annotation or by the kind's own field: either keeps pods away."""
-        return self.meta(job).annotations.get(ANNOTATION_SUSPEND) == TRUE or self.native_suspended(job)
+        """Whether the job's pods are kept away: by the kind's own field alone when it has one
+        (its operator reads only that: a job whose field a tenant set to false runs, whatever
+        the annotation says), else by the annotation ``scheduling.x-k8s.io/suspend``."""
+        if self.has_native_suspend(job):
+            return self.native_suspended(job)
+        return self.meta(job).annotations.get(ANNOTATION_SUSPEND) == TRUE
 
     def has_native_suspend(self, job: Job) -> bool:
         """Whether the job has the kind's own suspend field (an MPIJob in the v1alpha1 form has none)."""

@@ -96,7 +96,8 @@ def test_the_rules_name_every_version_a_kind_is_read_in() -> None:
 
 
 def test_review_leaves_the_ray_cluster_of_a_rayjob_alone() -> None:
-    """KubeRay makes a RayCluster for each RayJob: the RayJob is queued, not its cluster."""
+    """KubeRay makes a RayCluster for each RayJob: the RayJob is queued, not its cluster, when
+    the RayJob its ownerReference names is there with that uid."""
     cluster = {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_CLUSTER_KIND,
                "metadata": {"name": "rj-raycluster-abcde", "namespace": "default"},
                "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "head"}]}}}}}
@@ -104,10 +105,17 @@ def test_review_leaves_the_ray_cluster_of_a_rayjob_alone() -> None:
     assert patch_of(review(admission_review(cluster, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) != []
     owned = {**cluster, "metadata": {**cluster["metadata"], "ownerReferences": [
         {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": "1", "controller": True}]}}
-    assert patch_of(review(admission_review(owned, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) == []
+
+
+    def there(kind: str, namespace: str, name: str) -> str | None:
+        return "1" if (kind, namespace, name) == (c.RAY_JOB_KIND, "default", "rj") else None
+
+    assert patch_of(review(admission_review(owned, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds, there)) == []
+    # Its owner not there (or another uid), or a label alone: queued as any (issue 29).
+    assert patch_of(review(admission_review(owned, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) != []
     labelled = {**cluster, "metadata": {**cluster["metadata"],
                                         "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND}}}
-    assert patch_of(review(admission_review(labelled, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) == []
+    assert patch_of(review(admission_review(labelled, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds, there)) != []
 
 
 @pytest.mark.both_control_planes

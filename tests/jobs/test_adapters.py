@@ -11,6 +11,7 @@ from koordqueue.jobs.argo import WorkflowAdapter
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.jobs.batchjob import BatchJobAdapter
 from koordqueue.jobs.mpijob import MPIJobAdapter
+from koordqueue.jobs.parents import no_parents, queued
 from koordqueue.jobs.pytorchjob import PyTorchJobAdapter
 from koordqueue.jobs.raycluster import RayClusterAdapter
 from koordqueue.jobs.rayjob import RayJobAdapter
@@ -205,14 +206,26 @@ def test_a_batch_job_that_ended_while_suspended_finishes_once_resumed(
 def test_a_batch_job_made_by_a_queued_job_is_not_queued() -> None:
     """KubeRay's submitter Job, which its RayJob controls, is part of that RayJob: not queued a
     second time (on real KubeRay it was: a unit of its own). A Job some other controller
-    made (a CronJob's), or merely owned, is queued as any."""
+    made (a CronJob's), or merely owned, is queued as any; so is one whose owner is not
+    there with that uid, or is of a kind that makes no Jobs (a forged owner, issue 29)."""
     job, a = load("batchjob.yaml"), BatchJobAdapter()
     rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": "1", "controller": True}
-    assert a.managed(job)
-    assert not a.managed({**job, "metadata": {**job["metadata"], "ownerReferences": [rayjob]}})
-    for owner in ({**rayjob, "controller": False}, {**rayjob, "apiVersion": "batch/v1", "kind": "CronJob"}):
-        assert a.managed({**job, "metadata": {**job["metadata"], "ownerReferences": [owner]}})
-    assert a.managed({**job, "metadata": "broken"})  # (never raises)
+
+    def there(kind: str, namespace: str, name: str) -> str | None:
+        return {("RayJob", "rj"): "1", ("PyTorchJob", "pt"): "2"}.get((kind, name)) if namespace == "default" \
+            else None
+
+    def owned(*owners: dict[str, object]) -> dict[str, object]:
+        return {**job, "metadata": {**job["metadata"], "namespace": "default", "ownerReferences": list(owners)}}
+
+    assert queued(a, job, there)
+    assert not queued(a, owned(rayjob), there)
+    for owner in ({**rayjob, "controller": False}, {**rayjob, "apiVersion": "batch/v1", "kind": "CronJob"},
+                  {**rayjob, "uid": "9"}, {**rayjob, "name": "gone"},
+                  {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "pt", "uid": "2", "controller": True}):
+        assert queued(a, owned(owner), there), owner
+    assert queued(a, owned(rayjob), no_parents)  # (the RayJob kind not queued: none is found)
+    assert queued(a, {**job, "metadata": "broken"}, there)  # (never raises)
 
 
 def test_rayjob() -> None:

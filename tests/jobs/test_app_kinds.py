@@ -16,6 +16,7 @@ from koordqueue.jobs import adapter_for
 from koordqueue.jobs.argo import WorkflowAdapter
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.jobs.mpijob import MPIJobAdapter
+from koordqueue.jobs.parents import no_parents, queued
 from koordqueue.jobs.raycluster import RayClusterAdapter
 from koordqueue.jobs.spark import SparkApplicationAdapter, jvm_memory
 from koordqueue.jobs.unit import unit_info
@@ -211,18 +212,24 @@ def test_spark_client_mode_and_dynamic_allocation() -> None:
 
 
 def test_the_ray_cluster_of_a_rayjob_is_not_queued_its_rayjob_is() -> None:
-    """KubeRay's cluster for a RayJob (owned by it, labelled as made for it) is skipped, as
-    Koord-Queue's raycluster extension skips it: else it would be queued a second time."""
+    """KubeRay's cluster for a RayJob (controlled by it, the RayJob there with that uid) is
+    skipped, as Koord-Queue's raycluster extension skips it: else it would be queued a second
+    time. Its label alone, or an owner that is not there, proves nothing (issue 29)."""
     a = adapter(RAY_CLUSTER)
     owner = {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": "1", "controller": True}
+
+    def there(kind: str, namespace: str, name: str) -> str | None:
+        return "1" if (kind, namespace, name) == (c.RAY_JOB_KIND, "default", "rj") else None
+
     owned = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"), "ownerReferences": [owner]}}
     labelled = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"),
                                             "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND}}}
-    assert a.managed(RAY_CLUSTER)
-    assert not a.managed(owned) and not a.managed(labelled)
+    assert queued(a, RAY_CLUSTER, there)
+    assert not queued(a, owned, there)
+    assert queued(a, labelled, there) and queued(a, owned, no_parents)
     made_by_other = {**RAY_CLUSTER, "metadata": {**meta("rc"), "ownerReferences": [{**owner, "kind": "Deployment"}],
                                                  "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_CLUSTER_KIND}}}
-    assert a.managed(made_by_other)
-    assert a.managed({**RAY_CLUSTER, "metadata": "broken"})  # (never raises: the job's view says what is wrong)
+    assert queued(a, made_by_other, there)
+    assert queued(a, {**RAY_CLUSTER, "metadata": "broken"}, there)  # (never raises: the job's view says what is wrong)
     for job in (SPARK, WORKFLOW, MPI_V1ALPHA1):
-        assert adapter(job).managed({**job, "metadata": {**job["metadata"], "ownerReferences": [owner]}})
+        assert queued(adapter(job), {**job, "metadata": {**job["metadata"], "ownerReferences": [owner]}}, there)

@@ -42,6 +42,7 @@ from koordqueue.controller.views import (
 )
 from koordqueue.engine.model import UnitInfo
 from koordqueue.jobs import kind_named
+from koordqueue.jobs.parents import queued
 from koordqueue.jobs.placement import node_info
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.client import Resource
@@ -93,11 +94,15 @@ class Informers:
         await self.pc.wait_synced()
         await self._find_trees_served()
         await self._find_job_versions()
-        rest = self.all()[1:]
-        for inf in rest:
-            inf.start()
-        for inf in rest:
-            await inf.wait_synced()
+        # Then all but the kinds a job we queue makes for itself (jobs/parents.py): their
+        # jobs are projected once their owners are known, else each would look forged.
+        children = [inf for kind, inf in self.jobs.items() if adapter_of_kind(kind).parent_kinds]
+        rest = [inf for inf in self.all()[1:] if inf not in children]
+        for group in (rest, children):
+            for inf in group:
+                inf.start()
+            for inf in group:
+                await inf.wait_synced()
 
     async def _find_trees_served(self) -> None:
         """ElasticQuotaTrees are read only where their CRD is installed: `helm upgrade` does not
@@ -141,7 +146,7 @@ class Informers:
         view with those refreshed: reading pod templates again costs 50 times more."""
         kind = str(obj.get("kind") or "")
         adapter = adapter_of_kind(kind)
-        if not adapter.managed(obj):
+        if not queued(adapter, obj, self.parent_uid):
             return None
         meta = obj.get("metadata") or {}
         item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
@@ -160,6 +165,12 @@ class Informers:
                 pass
         self.records.job_to_write(item).fingerprint = fingerprint
         return job_view(obj, adapter, self.priority_classes)
+
+    def parent_uid(self, kind: str, namespace: str, name: str) -> str | None:
+        """The uid of the job we queue there (jobs/parents.py), as our informer has it."""
+        informer = self.jobs.get(kind)
+        job = informer.get(f"{namespace}/{name}") if informer is not None else None
+        return job.uid if job is not None else None
 
     def job_view(self, item: str) -> JobView | None:
         """Our view of the job ``kind/namespace/name``, if we have one, as of the PriorityClasses

@@ -45,6 +45,7 @@ from koordqueue.controller.views import (
 from koordqueue.engine import Engine, messages
 from koordqueue.engine.model import Placement, QuotaInfo, ResourceList, UnitInfo
 from koordqueue.jobs import kind_named
+from koordqueue.jobs.parents import queued
 from koordqueue.kube.client import KubeClient, Object, Resource
 from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import key_of
@@ -186,17 +187,24 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
             snap.problems.append(str(e))
     priority_classes = {key_of(pc): pc["value"] for pc in (await client.list_all(PRIORITY_CLASSES)).items
                         if isinstance(pc.get("value"), int)}
-    jobs: dict[str, dict[str, JobView]] = {}  # by kind, as the informers key them
+    listed: dict[str, list[Object]] = {}  # by kind (a kind not served here: no job of it)
     for kind in sorted(settings.job_kinds & set(JOB_PLURALS)):
-        adapter = adapter_of_kind(kind)
-        listed: list[Object] = []  # the kind is not served here: no job of it
+        listed[kind] = []
         for api_version in kind_named(kind).api_versions:  # the first served, as the informers read it
             try:
-                listed = (await client.list_all(Resource.of(api_version, JOB_PLURALS[kind]))).items
+                listed[kind] = (await client.list_all(Resource.of(api_version, JOB_PLURALS[kind]))).items
                 break
             except NotFound:
                 continue
-        jobs[kind] = {key_of(o): job_view(o, adapter, priority_classes) for o in listed if adapter.managed(o)}
+    uids = {(kind, key_of(o)): str((o.get("metadata") or {}).get("uid") or "") for kind, objs in listed.items()
+            for o in objs}
+
+    def parent_uid(kind: str, namespace: str, name: str) -> str | None:
+        return uids.get((kind, f"{namespace}/{name}"))
+
+    jobs: dict[str, dict[str, JobView]] = {  # by kind, as the informers key them
+        kind: {key_of(o): job_view(o, adapter_of_kind(kind), priority_classes) for o in objs
+               if queued(adapter_of_kind(kind), o, parent_uid)} for kind, objs in listed.items()}
     now = time.time()
     for obj in (await client.list_all(UNITS)).items:
         unit = unit_view(obj)

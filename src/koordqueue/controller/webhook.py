@@ -1,9 +1,12 @@
-"""The mutating admission webhook that suspends a job as it is created.
+"""The mutating admission webhook that suspends a job as it is created, and the validating
+one that refuses to let a queued job run before it is admitted.
 
 On a real cluster the training operator starts creating pods the moment a job
 appears, so suspending the job at reconcile time comes too late; answering the API
-server's AdmissionReview closes that race (Kueue does the same). Every replica
-serves it, leader or not. Without a certificate directory the webhook makes its own
+server's AdmissionReview closes that race (Kueue does the same). An update that turns a
+queued job's suspension off (its kind's own field, say) is refused unless its unit holds
+quota, as Kueue's ValidateUpdate refuses it: the operator would start its pods at once.
+Every replica serves both, leader or not. Without a certificate directory the webhook makes its own
 CA and serving certificate and keeps the CA in the MutatingWebhookConfiguration's
 caBundle, renewing both before they expire.
 """
@@ -28,10 +31,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from koordqueue.api import constants as c
+from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.resources import UNITS
 from koordqueue.jobs import adapter_for, kind_named
-from koordqueue.jobs.base import enqueued_patch, merge_patches
+from koordqueue.jobs.base import JobAdapter, enqueued_patch, merge_patches
+from koordqueue.jobs.parents import ParentUid, claimed_owner, no_parents, queued
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
 
@@ -41,7 +47,10 @@ ADMISSION_REVIEW_VERSION = "admission.k8s.io/v1"
 MUTATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                              namespaced=False)
 API_SERVICES = Resource("apiregistration.k8s.io", "v1", "apiservices", namespaced=False)
+VALIDATING_WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
+                               namespaced=False)
 MUTATE_PATH = "/mutate"
+VALIDATE_PATH = "/validate"
 CA_CHECK_SECONDS = 60.0
 MAX_CAS = 8  # CAs kept in a caBundle: one per replica, and some for restarts
 
@@ -90,22 +99,37 @@ def merged_ca_bundle(bundle_b64: str, ours: bytes, now: dt.datetime) -> str:
     return base64.b64encode(pem).decode()
 
 
-def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
-    """Answer one AdmissionReview: suspend a new job of a queued kind; allow all else.
-
-    Never refuses: even a job we cannot read is suspended and let through, and the
-    controller reports why at reconcile time, where a message can be shown."""
+def _request(body: Any) -> dict[str, Any]:
     request = body.get("request") if isinstance(body, dict) else None
     if not isinstance(request, dict):
         raise ValueError("an AdmissionReview with a request is expected")
-    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
-    obj = request.get("object")
+    return request
+
+
+def _adapter(request: Mapping[str, Any], job_kinds: frozenset[str]) -> JobAdapter | None:
+    """The adapter of the request's kind when we queue it, else None."""
     kind = request.get("kind") or {}
     group, version = kind.get("group", ""), kind.get("version", "")
-    api_version = f"{group}/{version}" if group else version
-    adapter = adapter_for(api_version, str(kind.get("kind", "")))
-    if request.get("operation") == "CREATE" and adapter is not None and adapter.kind in job_kinds \
-            and isinstance(obj, dict) and adapter.managed(obj):
+    adapter = adapter_for(f"{group}/{version}" if group else version, str(kind.get("kind", "")))
+    return adapter if adapter is not None and adapter.kind in job_kinds else None
+
+
+def _answer(response: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": ADMISSION_REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def review(body: Any, job_kinds: frozenset[str], parent_uid: ParentUid = no_parents) -> dict[str, Any]:
+    """Answer one AdmissionReview: suspend a new job of a queued kind; allow all else.
+    ``parent_uid``: the owners a job may claim to be made by (jobs/parents.py).
+
+    Never refuses: even a job we cannot read is suspended and let through, and the
+    controller reports why at reconcile time, where a message can be shown."""
+    request = _request(body)
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    obj = request.get("object")
+    adapter = _adapter(request, job_kinds)
+    if request.get("operation") == "CREATE" and adapter is not None \
+            and isinstance(obj, dict) and queued(adapter, obj, parent_uid):
         merge = adapter.suspend_patch(obj)
         if not ((obj.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED):
             merge = merge_patches(merge, enqueued_patch(time.time()))  # queued from now: said in the same write
@@ -113,7 +137,33 @@ def review(body: Any, job_kinds: frozenset[str]) -> dict[str, Any]:
         if patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
-    return {"apiVersion": ADMISSION_REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+    return _answer(response)
+
+
+def unsuspends(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether an update lets a suspended job run: its kind's own field turned off, or its
+    last suspension (annotation or field) removed (never raises)."""
+    try:
+        return (adapter.native_suspended(old) and not adapter.native_suspended(new)) or \
+            (adapter.is_suspended(old) and not adapter.is_suspended(new))
+    except InvalidObject:
+        return False  # unreadable: the controller says why, and keeps it queued
+
+
+def unit_holds_quota(unit: Mapping[str, Any] | None) -> bool:
+    """Whether the unit was admitted (or has finished: a job that ended while suspended is
+    resumed for its operator to mark it finished, jobswitch.let_finish)."""
+    phase = ((unit or {}).get("status") or {}).get("phase")
+    return phase in {p.value for p in c.PHASES_HOLDING_QUOTA | c.PHASES_FINISHED}
+
+
+def refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, unit: Mapping[str, Any] | None) -> str:
+    """What a refused un-suspension is told."""
+    meta = job.get("metadata") or {}
+    phase = ((unit or {}).get("status") or {}).get("phase") or "not admitted"
+    where = "has no QueueUnit yet" if unit is None else f"is queued (QueueUnit {unit_name} is {phase})"
+    return (f"{adapter.kind} {meta.get('namespace')}/{meta.get('name')} {where}: Koord-Queue lets it run once "
+            "its quota admits it; do not set its suspension off yourself")
 
 
 class SuspendWebhook:
@@ -139,6 +189,7 @@ class SuspendWebhook:
         self._load_certificate()
         app = web.Application(client_max_size=8 * 1024 * 1024)
         app.router.add_post(MUTATE_PATH, self._handle)
+        app.router.add_post(VALIDATE_PATH, self._handle_validate)
         for add in self.routes:
             add(app)
         self._runner = web.AppRunner(app, access_log=None)
@@ -248,10 +299,65 @@ class SuspendWebhook:
     async def _handle(self, request: web.Request) -> web.Response:
         try:
             body = orjson.loads(await request.read())
-            answer = review(body, self.config.job_kinds)
+            answer = review(body, self.config.job_kinds, await self._owners(_request(body)))
         except (orjson.JSONDecodeError, ValueError) as e:
             return web.Response(status=400, text=f"bad AdmissionReview: {e}")
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    async def _handle_validate(self, request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+            answer = await self.validate(body)
+        except (orjson.JSONDecodeError, ValueError) as e:
+            return web.Response(status=400, text=f"bad AdmissionReview: {e}")
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    async def validate(self, body: Any) -> dict[str, Any]:
+        """Answer a ValidatingWebhook's AdmissionReview: refuse an update that lets a queued
+        job run while its unit holds no quota (the controller admits first, then resumes)."""
+        request = _request(body)
+        response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+        old, new = request.get("oldObject"), request.get("object")
+        adapter = _adapter(request, self.config.job_kinds)
+        if request.get("operation") != "UPDATE" or adapter is None or not isinstance(old, dict) \
+                or not isinstance(new, dict) or not unsuspends(adapter, old, new) \
+                or not queued(adapter, new, await self._owners(request)):
+            return _answer(response)
+        namespace = str((new.get("metadata") or {}).get("namespace") or request.get("namespace") or "default")
+        try:
+            unit_name = adapter.unit_name(new)
+        except InvalidObject as e:
+            response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": e.reason})
+            return _answer(response)
+        try:
+            unit: dict[str, Any] | None = await self.client.get(UNITS, unit_name, namespace=namespace)
+        except NotFound:
+            unit = None
+        if not unit_holds_quota(unit):
+            response.update(allowed=False, status={"code": 403, "reason": "Forbidden",
+                                                   "message": refusal(adapter, new, unit_name, unit)})
+        return _answer(response)
+
+    async def _owners(self, request: Mapping[str, Any]) -> ParentUid:
+        """The owner the request's job claims, read from the API server (a replica that does
+        not lead has no informers): jobs/parents.py trusts it only as it is there."""
+        adapter = _adapter(request, self.config.job_kinds)
+        obj = request.get("object")
+        owner = claimed_owner(adapter, obj) if adapter is not None and isinstance(obj, dict) else None
+        if owner is None or owner.kind not in self.config.job_kinds:
+            return no_parents
+        registered = kind_named(owner.kind)
+        try:
+            found = await self.client.get(Resource.of(registered.api_versions[0], registered.plural), owner.name,
+                                          namespace=owner.namespace)
+        except NotFound:
+            return no_parents
+        uid = str((found.get("metadata") or {}).get("uid") or "")
+
+        def parent_uid(kind: str, namespace: str, name: str) -> str | None:
+            return uid if (kind, namespace, name) == (owner.kind, owner.namespace, owner.name) else None
+
+        return parent_uid
 
 
 WEBHOOK_NAME = "jobs.koord-queue.koordinator.sh"

@@ -115,6 +115,9 @@ class JobAdapter(ABC):
     # The labels of its pods, the one ``pod_selector`` names first (no default: a kind
     # without them would have its pods uncounted; controller/pods.py reads every kind's).
     pod_labels: ClassVar[tuple[PodLabels, ...]]
+    # Kinds that make jobs of this kind for themselves (KubeRay's RayJob: its RayCluster and
+    # submitter Job), queued for them: see jobs/parents.py for when such an owner is trusted.
+    parent_kinds: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
     def roles(self, job: Job) -> list[Role]:
@@ -148,10 +151,6 @@ class JobAdapter(ABC):
         """The labels the job's pods carry, to find them (one of ``pod_labels``)."""
         return {self.pod_labels[0].job: self.meta(job).name}
 
-    def managed(self, job: Job) -> bool:
-        """Whether we queue this job (never raises): not one that another job we queue made
-        for itself (a RayJob's RayCluster), queued once, through that job."""
-        return True
 
     # --- shared by every kind (``meta``: the job's, when already read) -----------------
 

@@ -14,6 +14,7 @@ from koordqueue.api.constants import (
     BATCH_JOB_KIND,
     BATCH_JOB_PLURAL,
     LABEL_BATCH_JOB_NAME,
+    RAY_JOB_KIND,
 )
 from koordqueue.api.meta import section
 from koordqueue.jobs.base import (
@@ -37,6 +38,9 @@ class BatchJobAdapter(SpecSuspendAdapter):
     kind = BATCH_JOB_KIND
     unit_suffix = ""
     pod_labels = (PodLabels(LABEL_BATCH_JOB_NAME),)  # (no role: its one pod set)
+    # KubeRay's submitter of a RayJob is part of that RayJob, queued once, through it (Kueue
+    # skips it too; Koord-Queue queues only Jobs created suspended, which the submitter is not).
+    parent_kinds = frozenset({RAY_JOB_KIND})
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
@@ -56,18 +60,6 @@ class BatchJobAdapter(SpecSuspendAdapter):
         if template:
             spec["template"] = template
         return {"spec": spec}
-
-    def managed(self, job: Job) -> bool:
-        """Not a Job that a job of a kind we queue made for itself (its controller): KubeRay's
-        submitter of a RayJob is part of that RayJob, queued once, through it (Kueue skips it
-        too; Koord-Queue queues only Jobs created suspended, which the submitter is not)."""
-        from koordqueue.jobs import ADAPTERS  # (the registry imports this module)
-
-        meta = job.get("metadata")
-        owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
-        return not (isinstance(owners, list) and any(
-            isinstance(o, Mapping) and o.get("controller") is True
-            and (o.get("apiVersion"), o.get("kind")) in ADAPTERS for o in owners))
 
     def status(self, job: Job) -> JobState:
         """Ended once the Job controller has decided how (SuccessCriteriaMet, FailureTarget):

@@ -2,15 +2,12 @@
 ``<name>-raycluster-qu``, as Koord-Queue's raycluster extension names its units.
 
 A RayCluster serves until it is deleted: it never succeeds, and its quota is freed when it
-goes (or fails). The cluster KubeRay makes for a RayJob is not queued: its RayJob is
-(``managed``)."""
+goes (or fails). The cluster KubeRay makes for a RayJob (controlled by it) is not queued:
+its RayJob is (jobs/parents.py; its label ray.io/originated-from-crd alone proves nothing)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from koordqueue.api.constants import (
-    LABEL_RAY_ORIGINATED_FROM_CRD,
     RAY_API_VERSION,
     RAY_CLUSTER_KIND,
     RAY_CLUSTER_PLURAL,
@@ -31,6 +28,7 @@ class RayClusterAdapter(SpecSuspendAdapter):
     unit_suffix = UNIT_SUFFIX_RAY_CLUSTER
     leader_roles = (HEAD,)
     pod_labels = RAY_POD_LABELS
+    parent_kinds = frozenset({RAY_JOB_KIND})  # the cluster KubeRay makes for a RayJob: queued through it
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
@@ -46,18 +44,6 @@ class RayClusterAdapter(SpecSuspendAdapter):
         if state == RAY_CLUSTER_STATE_READY or (isinstance(ready_workers, int) and ready_workers > 0):
             return JobState.RUNNING
         return JobState.PENDING
-
-    def managed(self, job: Job) -> bool:
-        """Not the cluster KubeRay makes for a RayJob (owned by it, or labelled as made for
-        one): the RayJob is queued for it, and Koord-Queue skips it too (by its first owner)."""
-        meta = job.get("metadata")
-        if not isinstance(meta, Mapping):
-            return True
-        labels, owners = meta.get("labels"), meta.get("ownerReferences")
-        if isinstance(labels, Mapping) and labels.get(LABEL_RAY_ORIGINATED_FROM_CRD) == RAY_JOB_KIND:
-            return False
-        return not (isinstance(owners, list) and any(
-            isinstance(owner, Mapping) and owner.get("kind") == RAY_JOB_KIND for owner in owners))
 
 
 def ray_cluster_crd() -> Manifest:

@@ -1,0 +1,78 @@
+"""Issue 29, item 3: a tenant opts out of the queue by claiming its job was made by another.
+
+A batch Job or a RayCluster that a job we queue made for itself (KubeRay's, for a RayJob)
+is queued through that job, not on its own. The claim is an ownerReference or a label the
+tenant writes: trusted only when the owner is there with that uid and is of a kind that
+makes such jobs; else the job is queued as any (suspended as it is created, a unit of its
+own, admitted only as its quota allows)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from koordqueue.api import constants as c
+from tests.controller.conftest import System, pytorch_job, quota
+from tests.controller.test_app_kinds import ray_cluster
+from tests.simcluster.conftest import batch_job
+
+pytestmark = pytest.mark.timeout(120)
+
+QUOTA = "q-forge"  # max 4 GPUs
+
+
+def gpu_job(name: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """A batch Job of 8 pods of 1 GPU in QUOTA, made by the tenant with ``owner`` as its controller."""
+    job = batch_job(name, parallelism=8, completions=8)
+    del job["spec"]["suspend"]  # the tenant says nothing of suspension
+    job["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: QUOTA}
+    job["metadata"]["ownerReferences"] = [{**owner, "controller": True, "blockOwnerDeletion": True}]
+    return job
+
+
+async def create(system: System, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create as the tenant does; the object as the create request stored it."""
+    return dict(json.loads(await system.akubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(obj))))
+
+
+async def pods_of_job(system: System, name: str) -> list[dict[str, Any]]:
+    return list((await system.get_json("pods", "-l", f"{c.LABEL_BATCH_JOB_NAME}={name}"))["items"])
+
+
+@pytest.mark.both_control_planes
+async def test_a_job_whose_owner_is_not_there_is_suspended_as_it_is_created(system: System) -> None:
+    """The issue's repro: a Job of parallelism 8 whose controller is a PyTorchJob that does not
+    exist ran 6 GPUs past a quota of 4 (kube-controller-manager's garbage collector deletes it
+    some time later; nothing of ours stopped it)."""
+    await system.apply(quota(QUOTA, 4, 4))
+    ghost = {"apiVersion": "kubeflow.org/v1", "kind": c.PYTORCH_JOB_KIND, "name": "ghost", "uid": str(uuid.uuid4())}
+    stored = await create(system, gpu_job("forged", ghost))
+    assert stored["spec"]["suspend"] is True
+    assert stored["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE
+    # A RayCluster claiming, by KubeRay's label alone, to be a RayJob's: suspended too.
+    cluster = ray_cluster("labelled")
+    cluster["metadata"]["labels"].update({c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND,
+                                          c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: "ghost", c.LABEL_QUOTA_NAME: QUOTA})
+    stored = await create(system, cluster)
+    assert stored["spec"]["suspend"] is True
+    await system.wait_for(lambda: system.unit("labelled-raycluster-qu"), what="the RayCluster's own unit")
+
+
+@pytest.mark.both_control_planes
+async def test_a_job_claiming_a_real_owner_of_a_kind_that_makes_no_jobs_is_queued(system: System) -> None:
+    """The owner is there, with its uid (any tenant reads it), but a PyTorchJob makes no batch
+    Jobs: the Job is queued on its own, waits (8 GPUs can never fit a max of 4), and no pod
+    of it is made."""
+    await system.apply(quota(QUOTA, 4, 4), pytorch_job("pt", workers=0, quota_name=QUOTA, duration=600))
+    uid = (await system.get_json("pytorchjob", "pt"))["metadata"]["uid"]
+    stored = await create(system, gpu_job("borrowed", {"apiVersion": "kubeflow.org/v1", "kind": c.PYTORCH_JOB_KIND,
+                                                      "name": "pt", "uid": uid}))
+    assert stored["spec"]["suspend"] is True
+    await system.wait_phase("borrowed", c.Phase.ENQUEUED)
+    await system.wait_phase("pt-py-qu", c.Phase.RUNNING)  # the controller keeps admitting
+    job = await system.get_json("job", "borrowed")
+    assert job["spec"]["suspend"] is True
+    assert await pods_of_job(system, "borrowed") == []

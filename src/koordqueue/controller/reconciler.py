@@ -74,6 +74,7 @@ class JobReconciler(Part):
                 await self._create_unit(item, job, adapter)
             return
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
+            await self._name_taken(item, job, adapter, unit)
             return  # a unit of that name belongs to another job: not ours to drive
         known = self.engine.unit(unit.key)
         if known is not None and known.invalid is not None and known.invalid.startswith(ORPHAN):
@@ -127,6 +128,22 @@ class JobReconciler(Part):
             said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         f"labels set from the job: {said} (edit the job instead)")
+
+    async def _name_taken(self, item: str, job: JobView, adapter: JobAdapter, unit: UnitView) -> None:
+        """Units are named job name + the kind's suffix (Koord-Queue's names), so a batch Job
+        named ``train-py-qu`` and PyTorchJob ``train`` want one unit. The job that finds it taken
+        is told (once per holder), kept suspended (it has no unit: nothing admits it) and looked
+        at again when that unit goes (unitsync.py)."""
+        self.unit_sync.name_taken.setdefault(unit.key, set()).add(item)
+        holder = f"{unit.consumer_kind} {unit.namespace}/{unit.consumer_name}"
+        record = self.records.job_to_write(item)
+        if record.told_name_taken != holder:
+            record.told_name_taken = holder
+            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.QUEUE_UNIT_NAME_TAKEN,
+                        f"not queued: its QueueUnit {unit.name} is the unit of {holder}; this job waits, "
+                        "suspended, until that unit is gone (rename one of the two jobs)")
+        if not job.suspended and not job.state.ended:
+            await self.switch.suspend(job, adapter)
 
     async def _delete_unit_left(self, key: str, uid: str) -> None:
         """The unit of a deleted job: that one (its uid), not one a new job of the name has since."""

@@ -104,7 +104,7 @@ class JobReconciler(Part):
         if not job.suspended:
             self.switch.seen_running(item)
         if may_run and job.suspended:
-            await self.switch.resume(job)
+            await self._resume(item, unit, job)
         elif not may_run and not job.suspended and unit.phase not in FINISHED and not (
                 unit.phase in HOLDING and (known is None or known.admitted_quota is None)):
             # (A unit whose object still holds quota that the engine has taken back is being
@@ -128,6 +128,34 @@ class JobReconciler(Part):
             said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         f"labels set from the job: {said} (edit the job instead)")
+
+    async def _resume(self, item: str, unit: UnitView, job: JobView) -> None:
+        """Resume the admitted job. A resume that keeps failing (refused by the API server or a
+        webhook: say its tenant filled its annotations up to the size limit) is retried, and
+        after ``resume_refused_seconds`` its unit is sent back, its quota released: a job that
+        cannot be let run must not hold quota for ever."""
+        try:
+            await self.switch.resume(job)
+        except (Conflict, NotFound):
+            raise  # a newer view comes (or the job is gone): no refusal
+        except KubeError as e:
+            record = self.records.job_to_write(item)
+            now = self.clock()
+            if record.resume_failing_since is None:
+                record.resume_failing_since = now
+            bound = self.config.resume_refused_seconds
+            left = record.resume_failing_since + bound - now
+            if left > 0:
+                self.jobs_queue.add_after(item, left + 0.05)  # looked at by the bound at the latest
+                raise
+            record.resume_failing_since = None
+            await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
+                                           f"its job could not be resumed for {bound:g} s ({_first_line(e)}); "
+                                           "quota released")
+            return
+        done = self.records.job(item)
+        if done is not None:
+            done.resume_failing_since = None
 
     async def _name_taken(self, item: str, job: JobView, adapter: JobAdapter, unit: UnitView) -> None:
         """Units are named job name + the kind's suffix (Koord-Queue's names), so a batch Job
@@ -313,6 +341,11 @@ UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labe
 # reconcile takes it for missing and creates it again (a create refused as AlreadyExists is a
 # request for nothing: under load the watch lags the job's own updates).
 UNIT_UNSEEN_SECONDS = 30.0
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
 
 
 def _job_label(job: JobView, name: str) -> str | None:

@@ -56,6 +56,9 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--backoff-cap", type=float, default=c.BACKOFF_CAP_SECONDS, show_default=True)
 @click.option("--wait-for-pods-running-timeout", type=float, default=300.0, show_default=True,
               help="Seconds an admitted job's pods have to run, on Queues with wait-for-pods-running.")
+@click.option("--resume-refused-timeout", type=float, default=60.0, show_default=True,
+              help="Seconds an admitted job's resume may keep failing before its unit is sent back "
+                   "and its quota released.")
 @click.option("--oversell-rate", type=float, default=1.0, show_default=True,
               help="Koord-Queue's oversellrate: a job fits while its quota's (and each ancestor's) "
                    "used + request <= max times this; the nodes' allocatable is oversold alike.")
@@ -117,6 +120,7 @@ def controller(**opts: Any) -> None:
         backoff_base=opts["backoff_base"],
         backoff_cap=opts["backoff_cap"],
         wait_for_pods_running_seconds=opts["wait_for_pods_running_timeout"],
+        resume_refused_seconds=opts["resume_refused_timeout"],
         oversell_rate=opts["oversell_rate"],
         qps=opts["qps"],
         burst=opts["burst"],

@@ -320,7 +320,7 @@ def test_values_reach_the_flags() -> None:
         "qps": 33, "burst": 44, "oversellrate": 1.5,
         "controller": {
             "defaultQueuePolicy": "Block", "protectSeconds": 30, "waitForPodsRunningTimeoutSeconds": 120,
-            "backoff": {"baseSeconds": 5, "capSeconds": 60}, "metrics": {"port": 9090},
+            "resumeRefusedTimeoutSeconds": 45, "backoff": {"baseSeconds": 5, "capSeconds": 60}, "metrics": {"port": 9090},
             "dashboard": {"port": 8090}, "leaderElection": {"enable": True, "leaseName": "my-lease"},
             "replicas": 3, "extraArgs": ["--webhook-host=extra.example"],
         },
@@ -329,7 +329,8 @@ def test_values_reach_the_flags() -> None:
     objects = render(values)
     expected = {
         "qps": ["33"], "burst": ["44"], "oversell-rate": ["1.5"], "default-queue-policy": ["Block"],
-        "protect-seconds": ["30"], "wait-for-pods-running-timeout": ["120"], "backoff-base": ["5"],
+        "protect-seconds": ["30"], "wait-for-pods-running-timeout": ["120"], "resume-refused-timeout": ["45"],
+        "backoff-base": ["5"],
         "backoff-cap": ["60"], "metrics-port": ["9090"], "dashboard-port": ["8090"], "lease-name": ["my-lease"],
         "webhook-port": ["9444"], "namespace": [NAMESPACE], "webhook-config-name": ["koord-queue"],
     }
@@ -370,6 +371,7 @@ def test_defaults_match_the_command_lines_defaults() -> None:
     assert float(flag(objects, "backoff-base")[0]) == defaults["backoff_base"]
     assert float(flag(objects, "backoff-cap")[0]) == defaults["backoff_cap"]
     assert float(flag(objects, "wait-for-pods-running-timeout")[0]) == defaults["wait_for_pods_running_timeout"]
+    assert float(flag(objects, "resume-refused-timeout")[0]) == defaults["resume_refused_timeout"]
     assert float(flag(objects, "oversell-rate")[0]) == defaults["oversell_rate"]
     assert float(flag(objects, "qps")[0]) == defaults["qps"]
     assert int(flag(objects, "burst")[0]) == defaults["burst"]

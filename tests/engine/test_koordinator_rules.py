@@ -256,7 +256,7 @@ def test_koordinators_own_quotas_are_left_to_it() -> None:
 
 def test_the_verdict_does_not_depend_on_arrival() -> None:
     """koord-manager refuses whichever comes second; we, seeing them all, refuse the later
-    by name, each parent's children after it: the same objects always give the same tree."""
+    (oldest first, then by name), each parent's children after it: the same objects always give the same tree."""
     objects = [eq("p", min_={"cpu": "10"}, max_=CM, is_parent="true"),
                eq("b", min_={"cpu": "6"}, max_=CM, parent="p", namespaces=["x"]),
                eq("a", min_={"cpu": "6"}, max_=CM, parent="p"),

@@ -424,6 +424,8 @@ class EventReason(StrEnum):
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # a job is held for a class that does not exist
     DEACTIVATED = "Deactivated"  # Koord-Queue's: an inactive job suspended, its quota released
     MAX_EXEC_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"  # (Koord-Queue's) ran past its maximum
+    # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
+    QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
 
 
 class EventType(StrEnum):

@@ -84,6 +84,9 @@ class QuotaInfo:
     priority_threshold: int | None = None
     node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
     tree_id: str = ""  # Koordinator's tree-id label; "": its parent's
+    # metadata.creationTimestamp (RFC 3339 in UTC: text order is time order); "": none known
+    # (a snapshot's YAML). Of quotas whose rules conflict, the older is used (validation.py).
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +179,14 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
         tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
+        created=_created(obj),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
+
+
+def _created(obj: Mapping[str, Any]) -> str:
+    value = (obj.get("metadata") or {}).get("creationTimestamp")
+    return value if isinstance(value, str) else ""
 
 
 def _parent(label: str | None) -> str | None:

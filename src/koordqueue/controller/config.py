@@ -23,6 +23,10 @@ class ControllerConfig:
     # A unit admitted by preempting others has its job resumed once the victims' pods have
     # terminated, or at the latest after their grace period plus this (jobswitch.py).
     victim_wait_margin_seconds: float = 30.0
+    # An admitted job whose resume keeps failing (refused by the API server, a webhook, a
+    # quota of objects) is sent back after this long, its quota released: a resume refused
+    # for good must not hold quota for ever (reconciler.py).
+    resume_refused_seconds: float = 60.0
     queue_status_refresh_seconds: float = c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
     quota_status_refresh_seconds: float = 2.0
     # A waiting unit's status.message, once it gives a reason, is told the engine's reason

@@ -74,6 +74,7 @@ class JobReconciler(Part):
                 await self._create_unit(item, job, adapter)
             return
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
+            await self._name_taken(item, job, adapter, unit)
             return  # a unit of that name belongs to another job: not ours to drive
         known = self.engine.unit(unit.key)
         if known is not None and known.invalid is not None and known.invalid.startswith(ORPHAN):
@@ -105,7 +106,7 @@ class JobReconciler(Part):
         if not job.suspended:
             self.switch.seen_running(item)
         if may_run and job.suspended:
-            await self.switch.resume(job)
+            await self._resume(item, unit, job)
         elif not may_run and not job.suspended and unit.phase not in FINISHED and not (
                 unit.phase in HOLDING and (known is None or known.admitted_quota is None)):
             # (A unit whose object still holds quota that the engine has taken back is being
@@ -155,6 +156,50 @@ class JobReconciler(Part):
                                        "released, queued again at its new size", event=c.EventReason.SUSPENDED)
         self.unit_sync.refresh_asks(unit)  # the engine queues it at its new size
         return True
+
+    async def _resume(self, item: str, unit: UnitView, job: JobView) -> None:
+        """Resume the admitted job. A resume that keeps failing (refused by the API server or a
+        webhook: say its tenant filled its annotations up to the size limit) is retried, and
+        after ``resume_refused_seconds`` its unit is sent back, its quota released: a job that
+        cannot be let run must not hold quota for ever."""
+        try:
+            await self.switch.resume(job)
+        except (Conflict, NotFound):
+            raise  # a newer view comes (or the job is gone): no refusal
+        except KubeError as e:
+            record = self.records.job_to_write(item)
+            now = self.clock()
+            if record.resume_failing_since is None:
+                record.resume_failing_since = now
+            bound = self.config.resume_refused_seconds
+            left = record.resume_failing_since + bound - now
+            if left > 0:
+                self.jobs_queue.add_after(item, left + 0.05)  # looked at by the bound at the latest
+                raise
+            record.resume_failing_since = None
+            await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
+                                           f"its job could not be resumed for {bound:g} s ({_first_line(e)}); "
+                                           "quota released")
+            return
+        done = self.records.job(item)
+        if done is not None:
+            done.resume_failing_since = None
+
+    async def _name_taken(self, item: str, job: JobView, adapter: JobAdapter, unit: UnitView) -> None:
+        """Units are named job name + the kind's suffix (Koord-Queue's names), so a batch Job
+        named ``train-py-qu`` and PyTorchJob ``train`` want one unit. The job that finds it taken
+        is told (once per holder), kept suspended (it has no unit: nothing admits it) and looked
+        at again when that unit goes (unitsync.py)."""
+        self.unit_sync.name_taken.setdefault(unit.key, set()).add(item)
+        holder = f"{unit.consumer_kind} {unit.namespace}/{unit.consumer_name}"
+        record = self.records.job_to_write(item)
+        if record.told_name_taken != holder:
+            record.told_name_taken = holder
+            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.QUEUE_UNIT_NAME_TAKEN,
+                        f"not queued: its QueueUnit {unit.name} is the unit of {holder}; this job waits, "
+                        "suspended, until that unit is gone (rename one of the two jobs)")
+        if not job.suspended and not job.state.ended:
+            await self.switch.suspend(job, adapter)
 
     async def _delete_unit_left(self, key: str, uid: str) -> None:
         """The unit of a deleted job: that one (its uid), not one a new job of the name has since."""
@@ -324,6 +369,11 @@ UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labe
 # reconcile takes it for missing and creates it again (a create refused as AlreadyExists is a
 # request for nothing: under load the watch lags the job's own updates).
 UNIT_UNSEEN_SECONDS = 30.0
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
 
 
 def _job_label(job: JobView, name: str) -> str | None:

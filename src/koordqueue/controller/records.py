@@ -41,6 +41,8 @@ class JobRecord:
     resumed_at: float | None = None  # when we resumed it, until its view shows it
     owed: int | None = None  # the token of a suspension owed (OwedSuspensions)
     warned_of_classes: tuple[str, ...] | None = None  # the missing PriorityClasses it was told of
+    told_name_taken: str | None = None  # the job whose unit has its unit's name, as it was told
+    resume_failing_since: float | None = None  # our resumes of it have failed since then
 
 
 def _rv(text: str) -> int:

@@ -32,6 +32,9 @@ class UnitSync(Part):
         self.node_usage = NodeUsage()  # what bound pods take on each node: the engine's, for node fit
         # job item -> (unit key, uid) of the unit a deleted job left, for its reconciler to delete
         self.units_left: dict[str, tuple[str, str]] = {}
+        # unit key -> the jobs that want a unit of that name another job's unit has
+        # (reconciler.py): reconciled again when it goes, one of them gets the name then
+        self.name_taken: dict[str, set[str]] = {}
 
     def wire(self) -> None:
         informers = self.informers
@@ -139,6 +142,8 @@ class UnitSync(Part):
         self.engine.remove_unit(unit.key)
         self.records.forget_unit(unit.key)
         self.jobs_queue.add(unit.job_key)
+        for item in self.name_taken.pop(unit.key, ()):
+            self.jobs_queue.add(item)
         self.wake.set()
 
     # --- pods: where they are bound, which jobs they belong to ------------------------

@@ -21,14 +21,17 @@ set them side by side:
   one ElasticQuota only.
 
 koord-manager refuses whichever object comes second; we see all of them at once, so the
-quotas are taken top-down from the root, each parent's children in name order, and one
-that breaks a rule against those taken before it is refused: the outcome depends on the
-objects alone, never on the order in which they arrived.
+quotas are taken top-down from the root, each parent's children oldest first (their
+creationTimestamp, then their name), and one that breaks a rule against those taken
+before it is refused: the outcome depends on the objects alone, never on the order in
+which they arrived, and a quota created later can never take an older one's place (a
+tenant's new quota named ``aaa`` listing another team's namespace, or asking for min its
+parent has given out, is the one refused), as koord-manager would have refused it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from koordqueue.api.constants import ANNOTATION_QUOTA_NAMESPACES, KOORDINATOR_QUOTAS, LABEL_QUOTA_TREE_ID
 from koordqueue.api.quantity import format_quantity
@@ -37,31 +40,45 @@ from koordqueue.engine.model import QuotaInfo
 
 def validate_quotas(quotas: Mapping[str, QuotaInfo]) -> dict[str, str]:
     """Quota name -> reason it is not used, for every quota that is not usable."""
-    reasons: dict[str, str] = {}
+    first: dict[str, str] = {}
     for quota in quotas.values():
         problem = own_problem(quota)
         if problem is not None:
-            reasons[quota.name] = problem
-    _mark_parent_problems(quotas, reasons)
+            first[quota.name] = problem
+    _mark_parent_problems(quotas, first)
     children: dict[str | None, list[QuotaInfo]] = {}
     for quota in quotas.values():
-        if quota.name not in reasons:
+        if quota.name not in first:
             children.setdefault(quota.parent, []).append(quota)
     for group in children.values():
-        group.sort(key=lambda q: q.name)
-    # Top-down from the root: a parent is settled before its children are looked at.
-    bound: dict[str, str] = {}  # namespace -> the quota it is bound to
-    level = _accept_children(None, children.get(None, []), reasons, bound)
-    while level:
-        following: list[QuotaInfo] = []
-        for parent in level:
-            following += _accept_children(parent, children.get(parent.name, []), reasons, bound)
-        level = following
-    # Whatever was not reached hangs below a quota that is not used.
-    for quota in quotas.values():
-        if quota.name not in reasons and not _reached(quota, quotas, reasons):
-            reasons[quota.name] = f"its parent quota {quota.parent} is not used"
-    return reasons
+        group.sort(key=age)
+    # A namespace is bound to the oldest quota listing it, wherever each stands in the tree;
+    # one that turns out refused for another reason binds none, and the walk is done again
+    # without it (each round sets aside one more quota: it ends).
+    set_aside: set[str] = set()
+    while True:
+        reasons = dict(first)
+        bound = _namespace_owners(quotas, first.keys() | set_aside)
+        # Top-down from the root: a parent is settled before its children are looked at.
+        level = _accept_children(None, children.get(None, []), reasons, bound)
+        while level:
+            following: list[QuotaInfo] = []
+            for parent in level:
+                following += _accept_children(parent, children.get(parent.name, []), reasons, bound)
+            level = following
+        # Whatever was not reached hangs below a quota that is not used.
+        for quota in quotas.values():
+            if quota.name not in reasons and not _reached(quota, quotas, reasons):
+                reasons[quota.name] = f"its parent quota {quota.parent} is not used"
+        refused_owners = {owner for owner in bound.values() if owner in reasons} - set_aside
+        if not refused_owners:
+            return reasons
+        set_aside |= refused_owners
+
+
+def age(quota: QuotaInfo) -> tuple[str, str]:
+    """Oldest first, then by name: the order in which conflicting quotas are taken."""
+    return quota.created, quota.name
 
 
 def own_problem(quota: QuotaInfo) -> str | None:
@@ -130,10 +147,10 @@ def _cycle_from(quota: QuotaInfo, quotas: Mapping[str, QuotaInfo]) -> list[str] 
 
 
 def _accept_children(
-    parent: QuotaInfo | None, children: list[QuotaInfo], reasons: dict[str, str], bound: dict[str, str]
+    parent: QuotaInfo | None, children: list[QuotaInfo], reasons: dict[str, str], bound: Mapping[str, str]
 ) -> list[QuotaInfo]:
     """The children (of the root when ``parent`` is None) that keep the rules against their
-    parent and the siblings taken before them, in name order; refuse the others."""
+    parent and the siblings taken before them, oldest first; refuse the others."""
     if parent is not None and parent.name in reasons:
         return []
     accepted: list[QuotaInfo] = []
@@ -146,8 +163,6 @@ def _accept_children(
             continue
         for name, amount in child.min.items():
             total[name] = total.get(name, 0) + amount
-        if child.namespace:  # an ElasticQuota: an ElasticQuotaTree's nodes share namespaces as Koord-Queue's do
-            bound.update((namespace, child.name) for namespace in child.namespaces)
         accepted.append(child)
     return accepted
 
@@ -170,12 +185,24 @@ def _against_parent(child: QuotaInfo, parent: QuotaInfo, total: Mapping[str, int
     return None
 
 
+def _namespace_owners(quotas: Mapping[str, QuotaInfo], refused: Collection[str]) -> dict[str, str]:
+    """Namespace -> the oldest quota listing it (annotation ``namespaces``) of those not refused
+    for their own lists or parents. ElasticQuotas only: an ElasticQuotaTree's nodes share
+    namespaces as Koord-Queue's do."""
+    owners: dict[str, str] = {}
+    for quota in sorted(quotas.values(), key=age):
+        if quota.namespace and quota.name not in refused:
+            for namespace in quota.namespaces:
+                owners.setdefault(namespace, quota.name)
+    return owners
+
+
 def _namespace_taken(child: QuotaInfo, bound: Mapping[str, str]) -> str | None:
-    """A namespace ``child`` lists that a quota taken before it lists already."""
+    """A namespace ``child`` lists that an older quota lists already."""
     if not child.namespace:
         return None
     for namespace in sorted(child.namespaces):
-        if namespace in bound:
+        if bound.get(namespace, child.name) != child.name:
             return (
                 f"namespace {namespace} is already bound to quota {bound[namespace]} "
                 f"(annotation {ANNOTATION_QUOTA_NAMESPACES}): a namespace is bound to one quota"

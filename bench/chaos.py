@@ -29,7 +29,12 @@ The checker asserts, after each write:
 - every status.used written lies between what the quota's units held all through, and
   what they held at any time, within USED_WINDOW seconds of that write;
 - no pod of a job that was never released; a job's pods are gone (deleted or ended)
-  POD_BOUND seconds after its unit stopped holding quota.
+  POD_BOUND seconds after its unit stopped holding quota;
+- no quota's bound pods (sampled every second, from the pods themselves, whoever owns
+  them; a job's pods still going after its unit stopped holding quota are the check
+  above's) ask more than its max for longer than the pod bound;
+- non-preemptible units (quota.scheduling.koordinator.sh/preemptible: "false") are
+  admitted only within min: they hold no more than a quota's min (issue 29, item 4).
 At the end: every job ended Succeed, every job has exactly its unit and every unit its
 job (none orphaned, none missing), and, with one long job running in every quota, the
 `status.used` the controller writes equals the sum of the units holding quota, parents
@@ -37,6 +42,16 @@ included.
 
     .venv/bin/python bench/chaos.py [--jobs 2000] [--quotas 20] [--kills 10] [--seed N]
     .venv/bin/python bench/chaos.py --control-plane kube [--apiserver-restarts 1] ...
+
+With `--tenant-attacks`, a tenant of quotas of its own (a parent `tenants` and five
+leaves, on nodes added for them) attacks during the storm, as issue 29 tells: it flips a
+queued job's spec.runPolicy.suspend to false and leaves the annotation; it scales an
+admitted job's Worker replicas past its quota's max; it creates a batch Job of 8 GPUs
+whose controller ownerReference names a PyTorchJob that does not exist; it borrows with
+non-preemptible jobs; it puts a job that can never fit at the head of a Block queue,
+whose jobs behind it must still be admitted within the pod bound. The checks above say
+whether any of it got past a max or a min; a tenant's own releases and suspensions are
+not the controller's, and are not judged as such.
 
 The seed (printed) makes the workload, the fault schedule and the injected errors
 reproducible; the timing of a multi-process run is not, so a replay with the same
@@ -61,6 +76,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,7 +96,7 @@ from koordqueue.api import constants as c
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
-from koordqueue.kube.errors import AlreadyExists, KubeError
+from koordqueue.kube.errors import AlreadyExists, KubeError, NotFound
 from koordqueue.localcluster import errors as api_errors
 from koordqueue.localcluster.server import APIServer
 from koordqueue.localcluster.simcluster import SimCluster
@@ -119,6 +135,7 @@ class _Quota:
     parent: str | None
     max: dict[str, int]
     used: dict[str, int] | None = None  # status.used as last written
+    min: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -145,6 +162,17 @@ class _Unit:
     held: list[_Held] = field(default_factory=list)  # its current admission, in each quota it is charged to
     unheld_at: float = 0.0  # when it last stopped holding quota (or was first seen)
     inherited: bool = False  # its admission was made before the checker looked (Koord-Queue's, say)
+    pinned: bool = False  # admitted as non-preemptible (its unit's label)
+
+
+@dataclass(frozen=True)
+class _BoundPod:
+    """A live pod bound to a node: the quota it counts in (its own quota label, else its
+    PyTorchJob's), what it asks for, and its PyTorchJob (None: owned by something else)."""
+
+    quota: str | None
+    request: dict[str, int]
+    job: str | None
 
 
 @dataclass(frozen=True)
@@ -163,9 +191,20 @@ class HistoryChecker:
     the writes that come after, or by `finish()`.
     """
 
-    def __init__(self, used_window: float = USED_WINDOW, pod_bound: float = POD_BOUND) -> None:
+    def __init__(self, used_window: float = USED_WINDOW, pod_bound: float = POD_BOUND,
+                 over_max_bound: float | None = None) -> None:
         self.used_window = used_window
         self.pod_bound = pod_bound
+        # How long a quota's bound pods may ask more than its max: a job that grew, or was
+        # released by its tenant, is suspended again and its pods go within the pod bound.
+        self.over_max_bound = pod_bound if over_max_bound is None else over_max_bound
+        self.tenant_jobs: set[str] = set()  # jobs a tenant tampers with: their releases are not the controller's
+        self.job_quota: dict[str, str] = {}  # PyTorchJob key -> the quota it names
+        self.bound: dict[str, _BoundPod] = {}  # pod key -> a live pod bound to a node
+        self.over_max_since: dict[str, float] = {}  # quota -> since when its bound pods ask more than its max
+        self.pods_over_max_peak: dict[str, int] = {}  # quota -> the most GPUs its bound pods asked past max
+        self.pinned: dict[str, dict[str, int]] = {}  # quota -> what non-preemptible units hold of it
+        self._next_sample = 0.0
         self.quotas: dict[str, _Quota] = {}
         self.units: dict[str, _Unit] = {}
         self.unit_of: dict[str, str] = {}  # job key -> its unit's key
@@ -229,6 +268,14 @@ class HistoryChecker:
         except Exception as e:  # a checker bug must not become a server bug
             self.violations.append(f"checker failed on {event.type} {event.key} rv {event.rv}: {e!r}")
 
+    def tick(self, now: float | None = None) -> None:
+        """Time passes with no write (the bound pods are sampled every second all the same)."""
+        try:
+            self.now = time.monotonic() if now is None else now
+            self._settle(self.now)
+        except Exception as e:  # as in feed
+            self.violations.append(f"checker failed on a tick: {e!r}")
+
     def finish(self, now: float | None = None) -> None:
         """Settle what waits for later writes: the run is over, nothing more comes."""
         self.now = time.monotonic() if now is None else now
@@ -258,11 +305,12 @@ class HistoryChecker:
             return
         try:
             maximum = parse_resource_list((event.obj.get("spec") or {}).get("max") or {})
+            minimum = parse_resource_list((event.obj.get("spec") or {}).get("min") or {})
         except QuantityError:
-            maximum = {}
+            maximum, minimum = {}, {}
         parent = (meta.get("labels") or {}).get(c.LABEL_QUOTA_PARENT) or None
         old = self.quotas.get(meta["name"])
-        quota = self.quotas[meta["name"]] = _Quota(parent, maximum, old.used if old else None)
+        quota = self.quotas[meta["name"]] = _Quota(parent, maximum, old.used if old else None, minimum)
         written = (event.obj.get("status") or {}).get("used")
         if written is None:
             return
@@ -300,6 +348,21 @@ class HistoryChecker:
                     self._violation(
                         unit.job, f"rv {rv}: quota {name} holds {used[resource] / 1000:g} {resource}, over its max "
                         f"{limit / 1000:g} (after the write of unit {key})")
+            if unit.pinned and node is not None:
+                self._pin(unit, key, rv, node, name)
+
+    def _pin(self, unit: _Unit, key: str, rv: int, node: _Quota, name: str) -> None:
+        """A non-preemptible unit is admitted: what such units hold of `name` stays within its min
+        (they are never preempted: what they held past min would never go back to its lender)."""
+        pinned = self.pinned.setdefault(name, {})
+        for resource, amount in unit.request.items():
+            pinned[resource] = pinned.get(resource, 0) + amount
+        for resource in node.max:
+            held, floor = pinned.get(resource, 0), node.min.get(resource, 0)
+            if held > floor:
+                self._violation(
+                    unit.job, f"rv {rv}: non-preemptible units hold {held / 1000:g} {resource} of quota {name}, past "
+                    f"its min {floor / 1000:g} (after the write of unit {key})")
 
     def _release_quota(self, unit: _Unit) -> None:
         for held in unit.held:
@@ -307,6 +370,10 @@ class HistoryChecker:
             used = self.used.setdefault(held.quota, {})
             for resource, amount in unit.request.items():
                 used[resource] = used.get(resource, 0) - amount
+            if unit.pinned:
+                pinned = self.pinned.setdefault(held.quota, {})
+                for resource, amount in unit.request.items():
+                    pinned[resource] = pinned.get(resource, 0) - amount
         unit.held = []
 
     def _settle(self, until: float) -> None:
@@ -317,6 +384,9 @@ class HistoryChecker:
         while self.pod_deadlines and self.pod_deadlines[0][0] <= until:
             _, key, epoch = heapq.heappop(self.pod_deadlines)
             self._check_pods_gone(key, epoch)
+        if self.now >= self._next_sample or until == math.inf:
+            self._next_sample = self.now + 1.0
+            self._sample_bound_pods()
         if self.writes % 1000 == 0:  # forget stretches no write left to check can see
             horizon = (self.used_writes[0].at if self.used_writes else self.now) - window
             for name, stretches in self.held.items():
@@ -376,6 +446,7 @@ class HistoryChecker:
                                 f"({unit.phase} to {phase}, allocated at {allocated}; no release between)")
         elif holding:
             unit.quota = (meta.get("labels") or {}).get(c.LABEL_QUOTA_NAME)
+            unit.pinned = (meta.get("labels") or {}).get(c.LABEL_PREEMPTIBLE, "").lower() == c.FALSE
             if unit.quota is None:
                 self._violation(unit.job, f"rv {event.rv}: unit {key} holds quota but names none")
             if not self.suspended.get(unit.job, True):
@@ -408,13 +479,21 @@ class HistoryChecker:
         key = _key(event.obj)
         if event.type == DELETED:
             self.suspended.pop(key, None)
+            self.job_quota.pop(key, None)
             return
+        quota = (event.obj["metadata"].get("labels") or {}).get(c.LABEL_QUOTA_NAME)
+        if quota:
+            self.job_quota[key] = quota
         suspended = _suspended(event.obj)
         was = self.suspended.get(key, True)
         self.suspended[key] = suspended
         if was == suspended:
             return
         self._trail(key, event.rv, "job suspended" if suspended else "job released")
+        if key in self.tenant_jobs:
+            if not suspended:
+                self.ever_released.add(key)
+            return  # a tenant's own writes: the bound pods and the quotas' max judge what came of them
         unit = self.units.get(self._unit_key(key))
         if not suspended:
             self.releases += 1
@@ -436,6 +515,7 @@ class HistoryChecker:
     def _pod(self, event: Event) -> None:
         meta = event.obj["metadata"]
         pod = f"{meta.get('namespace', '')}/{meta['name']}"
+        self._bind(pod, event)
         job = self.pod_owner.get(pod)
         if job is None:
             owner = next((ref for ref in meta.get("ownerReferences") or ()
@@ -458,7 +538,7 @@ class HistoryChecker:
         if pod not in pods:
             pods.add(pod)
             self._trail(job, event.rv, f"pod {meta['name']} {phase or 'created'}")
-            if job not in self.ever_released:
+            if job not in self.ever_released and job not in self.tenant_jobs:
                 self._violation(job, f"rv {event.rv}: pod {pod} exists, but its job {job} was never released",
                                 once=("never released", pod))
         unit = self.units.get(self._unit_key(job))
@@ -466,6 +546,65 @@ class HistoryChecker:
             self._violation(job, f"rv {event.rv}: pod {pod} lives {self.now - unit.unheld_at:.0f} s after its "
                             f"job's unit stopped holding quota (bound {self.pod_bound:g} s)",
                             once=("pod outlives", pod, str(unit.epoch)))
+
+    def _bind(self, pod: str, event: Event) -> None:
+        """Keep `bound`: the live pods on nodes, whoever made them."""
+        obj = event.obj
+        meta = obj["metadata"]
+        phase = (obj.get("status") or {}).get("phase")
+        node = (obj.get("spec") or {}).get("nodeName")
+        if event.type == DELETED or meta.get("deletionTimestamp") or phase in (c.POD_SUCCEEDED, c.POD_FAILED) \
+                or not node:
+            self.bound.pop(pod, None)
+            return
+        if pod in self.bound:
+            return
+        owner = next((ref for ref in meta.get("ownerReferences") or ()
+                      if ref.get("controller") and ref.get("kind") == c.PYTORCH_JOB_KIND), None)
+        job = f"{meta.get('namespace', '')}/{owner.get('name', '')}" if owner is not None else None
+        quota = (meta.get("labels") or {}).get(c.LABEL_QUOTA_NAME) or (self.job_quota.get(job) if job else None)
+        request: dict[str, int] = {}
+        for container in (obj.get("spec") or {}).get("containers") or ():
+            try:
+                asked = parse_resource_list(((container.get("resources") or {}).get("requests")) or {})
+            except QuantityError:
+                continue
+            for resource, amount in asked.items():
+                request[resource] = request.get(resource, 0) + amount
+        self.bound[pod] = _BoundPod(quota, request, job)
+
+    def _sample_bound_pods(self) -> None:
+        """What each quota's bound pods ask for now, against its max; said once a quota has
+        been over for longer than `over_max_bound`. A released job's pods that are still going
+        are left to the pod bound's own check."""
+        asked: dict[str, dict[str, int]] = {}
+        for pod in self.bound.values():
+            if pod.quota is None:
+                continue
+            if pod.job is not None and pod.job not in self.tenant_jobs:
+                unit = self.units.get(self._unit_key(pod.job))
+                if unit is not None and not unit.holding and pod.job in self.ever_released \
+                        and self.now - unit.unheld_at <= self.pod_bound:
+                    continue
+            for name in self._chain(pod.quota):
+                used = asked.setdefault(name, {})
+                for resource, amount in pod.request.items():
+                    used[resource] = used.get(resource, 0) + amount
+        for name, node in self.quotas.items():
+            used = asked.get(name, {})
+            over = {r: used.get(r, 0) for r, limit in node.max.items() if used.get(r, 0) > limit}
+            if not over:
+                self.over_max_since.pop(name, None)
+                continue
+            since = self.over_max_since.setdefault(name, self.now)
+            past = (over.get(c.GPU, 0) - node.max.get(c.GPU, 0)) // 1000
+            self.pods_over_max_peak[name] = max(self.pods_over_max_peak.get(name, 0), past)
+            if self.now - since > self.over_max_bound:
+                words = ", ".join(f"{amount / 1000:g} {r} (max {node.max[r] / 1000:g})" for r, amount in sorted(
+                    over.items()))
+                self._violation(None, f"quota {name}: its bound pods ask {words}, over its max for "
+                                f"{self.now - since:.0f} s (bound {self.over_max_bound:g} s)",
+                                once=("bound pods over max", name, f"{since:.3f}"))
 
     def _check_pods_gone(self, key: str, epoch: int) -> None:
         unit = self.units.get(key)
@@ -517,6 +656,11 @@ class ChaosConfig:
     lease: tuple[float, float, float] = (10.0, 7.0, 2.0)
     control_plane: str = "embedded"  # or "kube": kube-apiserver, etcd, kwok and the training operator
     apiserver_restarts: int = 1  # kube-apiserver SIGKILLed and started again (kube only)
+    tenant_attacks: bool = False  # a tenant of quotas of its own attacks them during the storm (the module doc)
+    attacks: tuple[str, ...] = ()  # which ones (empty: all of ATTACKS)
+    attack_every: tuple[float, float] = (1.0, 4.0)  # seconds between two attacks
+    # How long a quota's bound pods may ask more than its max; None: the checker's pod bound.
+    over_max_bound: float | None = None
     timeout: float = 1800.0  # seconds the storm and the checks after it may take
     state_dir: Path | None = None
     verbose: bool = True
@@ -540,6 +684,7 @@ class ChaosReport:
     suspensions: int
     peak_gpus: dict[str, int]
     violations: list[str] = field(default_factory=list)
+    over_max_peak: dict[str, int] = field(default_factory=dict)  # quota -> most GPUs its bound pods asked past max
 
     def figures(self) -> str:
         lines = [f"seed: {self.seed}",
@@ -561,6 +706,11 @@ class ChaosReport:
                 f"watch drops: {self.faults['watch drops']} ({self.faults['watches dropped']} streams), "
                 f"compactions (410): {self.faults['compactions']}",
             ]
+        attacks = {k.removeprefix("attack: "): n for k, n in sorted(self.faults.items()) if k.startswith("attack: ")}
+        if attacks:
+            past = {q: n for q, n in sorted(self.over_max_peak.items()) if n}
+            lines.append(f"tenant attacks: {', '.join(f'{k} x{n}' for k, n in attacks.items())}; bound pods past a "
+                         f"max at most (GPUs): {past or 'none'}")
         lines += [
             f"controller SIGKILLs: {self.faults['sigkill']}, restarts: {self.restarts}",
             f"writes checked: {self.writes_checked} (status.used writes: {self.used_checked}, pods: {self.pods}), "
@@ -576,19 +726,12 @@ class ChaosReport:
         return {"seed": self.seed, "control_plane": self.control_plane, "jobs": self.jobs, "quotas": self.quotas,
                 "seconds": round(self.seconds, 1), "requests": self.requests, "faults": dict(self.faults),
                 "restarts": self.restarts, "writes_checked": self.writes_checked, "used_checked": self.used_checked,
-                "pods": self.pods, "violations": self.violations}
+                "pods": self.pods, "over_max_peak": self.over_max_peak, "violations": self.violations}
 
 
 def quota_manifests(config: ChaosConfig, rng: random.Random) -> list[dict[str, Any]]:
     """`parents` parent quotas of `gpus_per_parent` GPUs, and `quotas` leaves spread under them."""
-    def eq(name: str, min_gpu: int, max_gpu: int, labels: dict[str, str]) -> dict[str, Any]:
-        def amounts(gpus: int) -> dict[str, str]:
-            return {c.GPU: str(gpus), "cpu": str(gpus * 4), "memory": f"{gpus * 8}Gi"}
-
-        return {"apiVersion": c.QUOTA_API_VERSION, "kind": c.ELASTIC_QUOTA_KIND,
-                "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
-                "spec": {"min": amounts(min_gpu), "max": amounts(max_gpu)}}
-
+    eq = _quota_manifest
     leaves: list[list[tuple[str, int, int]]] = [[] for _ in range(config.parents)]
     for i in range(config.quotas):
         leaves[i % config.parents].append((f"team-{i:02d}", rng.randint(1, 4), rng.choice([8, 12, 16])))
@@ -608,6 +751,11 @@ def quota_manifests(config: ChaosConfig, rng: random.Random) -> list[dict[str, A
             out.append(eq(name, min_gpu, max_gpu,
                           {c.LABEL_QUOTA_PARENT: parent, c.LABEL_QUEUE_POLICY: policy.value}))
     return out
+
+
+def node_count(config: ChaosConfig) -> int:
+    """Nodes of 8 GPUs: the workload's parents' GPUs, and the tenant's when it attacks."""
+    return config.parents * config.gpus_per_parent // 8 + (TENANT_NODES if config.tenant_attacks else 0)
 
 
 def job_manifest(name: str, quota: str, gpus_per_pod: int, workers: int, runtime: float,
@@ -641,6 +789,222 @@ def workload(config: ChaosConfig, rng: random.Random, quotas: list[str]) -> list
                                  workers=rng.randint(0, 3), runtime=rng.uniform(*config.runtime),
                                  priority=rng.randint(0, 9)))
     return jobs
+
+
+# --- the tenant attacks (issue 29) --------------------------------------------------------
+
+ATTACKS = ("flip-suspend", "scale-up", "forged-owner", "queued-owner", "non-preemptible", "never-fit")
+TENANTS = "tenants"  # the tenant's parent quota
+# Its leaves: (min GPUs, max GPUs, policy), one an attack, so that each is judged alone.
+TENANT_QUOTAS = {"tenant-flip": (1, 4, c.QueuePolicy.PRIORITY), "tenant-grow": (1, 4, c.QueuePolicy.PRIORITY),
+                 "tenant-forge": (1, 4, c.QueuePolicy.PRIORITY), "tenant-owner": (1, 4, c.QueuePolicy.PRIORITY),
+                 "tenant-np": (2, 8, c.QueuePolicy.PRIORITY),
+                 "tenant-block": (1, 4, c.QueuePolicy.BLOCK)}
+TENANT_NODES = 5  # of 8 GPUs, added for the tenant: what it gets past a max is bound, not Pending
+BATCH_JOBS = Resource("batch", "v1", c.BATCH_JOB_PLURAL)
+TENANT_PREFIX = "atk-"  # the names of what the tenant creates (its units' too)
+
+
+def _quota_manifest(name: str, min_gpu: int, max_gpu: int, labels: dict[str, str]) -> dict[str, Any]:
+    def amounts(gpus: int) -> dict[str, str]:
+        return {c.GPU: str(gpus), "cpu": str(gpus * 4), "memory": f"{gpus * 8}Gi"}
+
+    return {"apiVersion": c.QUOTA_API_VERSION, "kind": c.ELASTIC_QUOTA_KIND,
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+            "spec": {"min": amounts(min_gpu), "max": amounts(max_gpu)}}
+
+
+def tenant_quota_manifests() -> list[dict[str, Any]]:
+    mins = sum(m for m, _, _ in TENANT_QUOTAS.values())
+    out = [_quota_manifest(TENANTS, mins, sum(x for _, x, _ in TENANT_QUOTAS.values()),
+                           {c.LABEL_QUOTA_IS_PARENT: c.TRUE})]
+    for name, (min_gpu, max_gpu, policy) in TENANT_QUOTAS.items():
+        out.append(_quota_manifest(name, min_gpu, max_gpu,
+                                   {c.LABEL_QUOTA_PARENT: TENANTS, c.LABEL_QUEUE_POLICY: policy.value}))
+    return out
+
+
+def forged_batch_job(name: str, quota: str, pods: int, runtime: float, owner_uid: str,
+                     owner: str | None = None) -> dict[str, Any]:
+    """A batch Job whose controller ownerReference names a PyTorchJob (`owner`, by default one
+    that does not exist) so that it passes for a training job's child; not suspended (a
+    tenant does not ask to be)."""
+    duration = {c.ANNOTATION_SIM_DURATION: f"{runtime:.2f}"}
+    each = {"cpu": "1", "memory": "1Gi", c.GPU: "1"}
+    return {"apiVersion": c.BATCH_API_VERSION, "kind": c.BATCH_JOB_KIND,
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {c.LABEL_QUOTA_NAME: quota},
+                         "annotations": dict(duration),
+                         "ownerReferences": [{"apiVersion": c.KUBEFLOW_API_VERSION, "kind": c.PYTORCH_JOB_KIND,
+                                              "name": owner or f"{name}-ghost", "uid": owner_uid,
+                                              "controller": True}]},
+            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0,
+                     "template": {"metadata": {"labels": {c.LABEL_QUOTA_NAME: quota}, "annotations": dict(duration)},
+                                  "spec": {"restartPolicy": "Never", "containers": [
+                                      {"name": "main", "image": "busybox",
+                                       "resources": {"requests": dict(each), "limits": dict(each)}}]}}}}
+
+
+class TenantAttacks:
+    """A tenant with write access to jobs in its namespace tries to get past its quotas while
+    the storm goes on: each attack in a leaf of its own, one after another in a drawn order.
+    An attack acts, then waits as long as the checker gives a quota's bound pods to come back
+    within max, so that what got past is seen; the checker judges (the module doc). What
+    cannot be set up, and Block jobs not admitted behind a never-fit one, are problems."""
+
+    def __init__(self, run: ChaosRun, client: KubeClient) -> None:
+        self.run = run
+        self.client = client
+        self.grace = run.checker.over_max_bound
+        self.bound = 2 * run.checker.pod_bound  # to set an attack up: a kill, a lease, a sync
+        self.runtime = self.grace + 30.0  # the pods of what a tenant gets past a max outlast the grace
+        self.made: list[tuple[Resource, str]] = []  # what the tenant created, to delete at the end
+
+    async def run_all(self, kinds: tuple[str, ...], stop: asyncio.Event) -> None:
+        rng = self.run.rng
+        order = rng.sample(list(kinds), len(kinds))
+        tasks = []
+        for kind in order:
+            if await _wait(stop, rng.uniform(*self.run.config.attack_every)):
+                break
+            tasks.append(asyncio.create_task(self._one(kind), name=f"attack {kind}"))
+        await asyncio.gather(*tasks)
+
+    async def _one(self, kind: str) -> None:
+        try:
+            await {"flip-suspend": self._flip, "scale-up": self._grow, "forged-owner": self._forge,
+                   "queued-owner": self._queued_owner, "non-preemptible": self._non_preemptible,
+                   "never-fit": self._never_fit}[kind]()
+        except TimeoutError as e:
+            self.run.problems.append(f"tenant attack {kind}: {e}")
+
+    def _did(self, kind: str) -> None:
+        self.run.faults[f"attack: {kind}"] += 1
+        self.run._say(f"tenant attack: {kind}")
+
+    async def _create(self, resource: Resource, obj: dict[str, Any], tampered: bool = False) -> str:
+        name = obj["metadata"]["name"]
+        if tampered:
+            self.run.checker.tenant_jobs.add(f"{NAMESPACE}/{name}")
+        self.made.append((resource, name))
+        while True:
+            try:
+                await self.client.create(resource, obj, namespace=NAMESPACE)
+                return f"{NAMESPACE}/{name}-{c.UNIT_SUFFIX_PYTORCH}"
+            except AlreadyExists:
+                return f"{NAMESPACE}/{name}-{c.UNIT_SUFFIX_PYTORCH}"
+            except KubeError:
+                await asyncio.sleep(0.2)  # an injected error, or kube-apiserver restarting
+
+    async def _patch(self, resource: Resource, name: str, patch: dict[str, Any]) -> None:
+        while True:
+            try:
+                await self.client.patch(resource, name, patch, namespace=NAMESPACE)
+                return
+            except KubeError:
+                await asyncio.sleep(0.2)
+
+    async def _until(self, what: str, predicate: Callable[[], bool], seconds: float | None = None) -> None:
+        deadline = time.monotonic() + (self.bound if seconds is None else seconds)
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not within {self.bound if seconds is None else seconds:g} s")
+            await asyncio.sleep(0.2)
+
+    def _phase(self, unit: str) -> str:
+        return self.run.phases.get(unit, "")
+
+    async def _observe(self) -> None:
+        """Long enough for the checker to see a quota's bound pods past its max for too long."""
+        await asyncio.sleep(self.grace + 5.0)
+
+    async def _flip(self) -> None:
+        """A queued job's own spec.runPolicy.suspend set to false, the annotation left (issue 29, item 1)."""
+        quota = "tenant-flip"
+        filler = await self._create(JOBS, job_manifest("atk-flip-filler", quota, 4, 0, self.runtime, 5))
+        await self._until(f"{filler} admitted in an empty quota", lambda: self._phase(filler) in HOLDING)
+        queued = await self._create(JOBS, job_manifest("atk-flip-queued", quota, 4, 0, self.runtime, 5), tampered=True)
+        await self._until(f"{queued} queued behind {filler}", lambda: self._phase(queued) == c.Phase.ENQUEUED)
+        await self._patch(JOBS, "atk-flip-queued", {"spec": {"runPolicy": {"suspend": False}}})
+        self._did("flip-suspend")
+        await self._observe()
+
+    async def _grow(self) -> None:
+        """An admitted job's Worker replicas scaled from 1 to 7: 8 GPUs in a quota of max 4 (item 2)."""
+        unit = await self._create(JOBS, job_manifest("atk-grow", "tenant-grow", 1, 1, self.runtime, 5), tampered=True)
+        await self._until(f"{unit} running", lambda: self._phase(unit) == c.Phase.RUNNING)
+        await self._patch(JOBS, "atk-grow", {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 7}}}})
+        self._did("scale-up")
+        await self._observe()
+
+    async def _forge(self) -> None:
+        """A batch Job of 8 GPUs in a quota of max 4, 'owned' by a PyTorchJob that does not exist (item 3)."""
+        uid = str(uuid.UUID(int=self.run.rng.getrandbits(128)))
+        await self._create(BATCH_JOBS, forged_batch_job("atk-forge", "tenant-forge", 8, self.runtime, uid),
+                           tampered=True)
+        self._did("forged-owner")
+        await self._observe()
+
+    async def _queued_owner(self) -> None:
+        """The same Job 'owned' by the tenant's own PyTorchJob, which exists (so that no garbage
+        collector takes the Job away) but is queued for good: a child of a job that holds no
+        quota runs on none (item 3: Kueue suspends a child whose parent is not admitted)."""
+        quota = "tenant-owner"
+        parent = await self._create(JOBS, job_manifest("atk-owner", quota, 8, 0, 3600.0, 5))
+        await self._until(f"{parent} queued", lambda: self._phase(parent) == c.Phase.ENQUEUED)
+        while True:
+            try:
+                uid = (await self.client.get(JOBS, "atk-owner", namespace=NAMESPACE))["metadata"]["uid"]
+                break
+            except KubeError:
+                await asyncio.sleep(0.2)
+        await self._create(BATCH_JOBS, forged_batch_job("atk-owned", quota, 8, self.runtime, uid, "atk-owner"),
+                           tampered=True)
+        self._did("queued-owner")
+        await self._observe()
+
+    async def _non_preemptible(self) -> None:
+        """Two non-preemptible jobs of its quota's whole min each: the second would borrow what
+        is never given back (item 4). The checker says whether such units ever held past min."""
+        units = []
+        for i in (1, 2):
+            job = job_manifest(f"atk-np-{i}", "tenant-np", 2, 0, 5.0, 5)
+            job["metadata"]["labels"][c.LABEL_PREEMPTIBLE] = c.FALSE
+            units.append(await self._create(JOBS, job))
+        self._did("non-preemptible")
+        await self._until("both non-preemptible jobs run in turn", lambda: all(
+            self._phase(u) == c.Phase.SUCCEED for u in units), self.bound + 20.0)
+
+    async def _never_fit(self) -> None:
+        """A job of 8 GPUs at the head of a Block queue of max 4; jobs behind it must still go (item 9)."""
+        quota = "tenant-block"
+        huge = await self._create(JOBS, job_manifest("atk-huge", quota, 8, 0, 3600.0, 9))
+        await self._until(f"{huge} queued", lambda: self._phase(huge) == c.Phase.ENQUEUED)
+        self._did("never-fit")
+        behind = [await self._create(JOBS, job_manifest(f"atk-behind-{i}", quota, 1, 0, 1.0, 1)) for i in (1, 2)]
+        try:
+            await self._until(f"{', '.join(behind)} behind the never-fit {huge} admitted (Block queue {quota})",
+                              lambda: all(self._phase(u) in HOLDING or self._phase(u) == c.Phase.SUCCEED
+                                          for u in behind))
+        except TimeoutError as e:
+            raise TimeoutError(f"admission stalled: {e}") from None
+
+    async def end(self) -> None:
+        """Delete what the tenant made and wait until its units are gone (the end checks count units)."""
+        for resource, name in self.made:
+            while True:
+                try:
+                    await self.client.delete(resource, name, namespace=NAMESPACE, propagation_policy="Background")
+                    break
+                except NotFound:
+                    break
+                except KubeError:
+                    await asyncio.sleep(0.2)
+        prefix = f"{NAMESPACE}/{TENANT_PREFIX}"
+        try:
+            await self._until("the tenant's units gone with its jobs", lambda: not any(
+                key.startswith(prefix) for key in self.run.phases))
+        except TimeoutError as e:
+            self.run.problems.append(f"tenant attacks: {e}")
 
 
 # --- the controller as a process ---------------------------------------------------------
@@ -712,7 +1076,7 @@ class EmbeddedPlane:
 
     async def start_cluster(self, client: KubeClient) -> None:
         self.client = client
-        self.sim = SimCluster(client, nodes=self.config.parents * self.config.gpus_per_parent // 8, gpus_per_node=8)
+        self.sim = SimCluster(client, nodes=node_count(self.config), gpus_per_node=8)
         await self.sim.start()
 
     async def stop_cluster(self) -> None:
@@ -808,7 +1172,7 @@ class KubePlane:
         return now - self.down
 
     async def start(self, state: Path, listeners: list[Listener]) -> None:
-        nodes = NodeShape(count=self.config.parents * self.config.gpus_per_parent // 8, gpus=8)
+        nodes = NodeShape(count=node_count(self.config), gpus=8)
         self.cluster = RealCluster(state / "kube", nodes=nodes, audit=False, full_history=True)
         try:
             await asyncio.to_thread(self.cluster.start, self.run._say)
@@ -1003,7 +1367,8 @@ class ChaosRun:
         self.seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self.rng = random.Random(self.seed)
         self.checker = HistoryChecker(
-            pod_bound=max(POD_BOUND, 2 * config.lease[0] + 20))  # a killed leader's lease, then a sync
+            pod_bound=max(POD_BOUND, 2 * config.lease[0] + 20),  # a killed leader's lease, then a sync
+            over_max_bound=config.over_max_bound)
         self.faults: Counter[str] = Counter()
         self.requests = 0
         self.phases: dict[str, str] = {}  # unit key -> phase, for progress
@@ -1061,12 +1426,13 @@ class ChaosRun:
             restarts=controller.starts - 1 if controller else 0, writes_checked=self.checker.writes,
             used_checked=self.checker.used_checked, pods=self.checker.pods_seen, admissions=self.checker.admissions,
             releases=self.checker.releases, suspensions=self.checker.suspensions,
-            peak_gpus=dict(self.checker.peak_gpus), violations=self.checker.violations + self.problems)
+            peak_gpus=dict(self.checker.peak_gpus), violations=self.checker.violations + self.problems,
+            over_max_peak=dict(self.checker.pods_over_max_peak))
 
     async def _storm(self, client: KubeClient, controller: Controller, started: float) -> None:
         config, rng, plane = self.config, self.rng, self.plane
         quotas = quota_manifests(config, rng)
-        for obj in quotas:
+        for obj in quotas + (tenant_quota_manifests() if config.tenant_attacks else []):
             await client.create(QUOTAS, obj, namespace=NAMESPACE)
         leaves = [q["metadata"]["name"] for q in quotas if c.LABEL_QUOTA_PARENT in q["metadata"]["labels"]]
         jobs = workload(config, rng, leaves)
@@ -1083,6 +1449,9 @@ class ChaosRun:
                                              if isinstance(plane, KubePlane) else "") + " planned")
         stop = asyncio.Event()
         storms = plane.storms(stop)
+        storms.append(asyncio.create_task(self._tick(stop)))
+        attacks = TenantAttacks(self, client) if config.tenant_attacks else None
+        attacking = asyncio.create_task(attacks.run_all(config.attacks or ATTACKS, stop)) if attacks else None
         creating = asyncio.create_task(self._create(client, jobs))
         session = aiohttp.ClientSession()
         try:
@@ -1116,14 +1485,26 @@ class ChaosRun:
                     controller.start()
                 await asyncio.sleep(0.2)
             self._say(f"all {len(jobs)} jobs done in {time.monotonic() - started:.0f} s")
+            if attacking is not None:
+                await attacking  # each attack ends within its bounds
         finally:
             await session.close()
             stop.set()
             creating.cancel()
-            await asyncio.gather(creating, *storms, return_exceptions=True)
+            if attacking is not None and not attacking.done():
+                attacking.cancel()
+            await asyncio.gather(creating, *storms, *([attacking] if attacking else []), return_exceptions=True)
             plane.calm()
+        if attacks is not None:
+            await attacks.end()
         await self._check_objects(jobs)
         await self._check_used(client, leaves, deadline)
+
+    async def _tick(self, stop: asyncio.Event) -> None:
+        """The checker's clock goes on between writes (it samples the bound pods every second)."""
+        plane = self.plane
+        while not await _wait(stop, 1.0):
+            self.checker.tick(plane.clock() if isinstance(plane, KubePlane) else None)
 
     def _check_deadline(self, deadline: float, units: set[str], what: str) -> None:
         if time.monotonic() > deadline:
@@ -1246,6 +1627,9 @@ def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -
     parser.add_argument("--error-rate", type=float, default=0.05, help="embedded: the share of requests failed")
     parser.add_argument("--no-watch-drops", action="store_true", help="embedded: never drop the watches")
     parser.add_argument("--no-compactions", action="store_true", help="embedded: never forget the history")
+    parser.add_argument("--tenant-attacks", action="store_true", help="a tenant attacks quotas of its own meanwhile "
+                        f"({', '.join(ATTACKS)})")
+    parser.add_argument("--attacks", default="", help="with --tenant-attacks: only these (comma-separated)")
     parser.add_argument("--seed", type=int, default=None, help="replay a run (default: a random one, printed)")
     parser.add_argument("--submit-per-second", type=float, default=25.0)
     parser.add_argument("--runtime", type=float, nargs=2, default=(0.5, 4.0), metavar=("MIN", "MAX"))
@@ -1263,7 +1647,9 @@ def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -
                          runtime=tuple(args.runtime), timeout=args.timeout, state_dir=args.state_dir,
                          lease=tuple(args.lease), control_plane=args.control_plane,
                          apiserver_restarts=args.apiserver_restarts, watch_drops=not args.no_watch_drops,
-                         compactions=not args.no_compactions, verbose=not args.quiet)
+                         compactions=not args.no_compactions, verbose=not args.quiet,
+                         tenant_attacks=args.tenant_attacks,
+                         attacks=tuple(a for a in args.attacks.split(",") if a))
     result = run_chaos(config)
     report(result.figures())
     if args.json:

@@ -46,6 +46,7 @@ class Shape:
     compactions: bool
     runtime: tuple[float, float]
     submit_per_second: float
+    tenant_attacks: bool = False  # a tenant attacks quotas of its own meanwhile (chaos.py --tenant-attacks)
 
     def args(self) -> list[str]:
         """bench/chaos.py's options for this run."""
@@ -57,6 +58,8 @@ class Shape:
             out.append("--no-watch-drops")
         if not self.compactions:
             out.append("--no-compactions")
+        if self.tenant_attacks:
+            out.append("--tenant-attacks")
         return out
 
     def command(self) -> str:
@@ -65,7 +68,8 @@ class Shape:
     def said(self) -> str:
         """The shape in a few words, for tables."""
         lease = "short" if self.lease == SHORT_LEASE else "long"
-        faults = "+".join(f for f, on in (("drops", self.watch_drops), ("compactions", self.compactions)) if on)
+        faults = "+".join(f for f, on in (("drops", self.watch_drops), ("compactions", self.compactions),
+                                          ("tenant attacks", self.tenant_attacks)) if on)
         return (f"{self.jobs} jobs/{self.quotas} quotas, {self.error_rate:.0%} errors, {self.kills} kills, "
                 f"{lease} lease, {faults or 'no drops'}, jobs {self.runtime[0]:g}-{self.runtime[1]:g} s, "
                 f"{self.submit_per_second:g}/s")
@@ -84,6 +88,7 @@ def draw_shape(rng: random.Random) -> Shape:
         compactions=rng.random() < 0.75,
         runtime=rng.choice([(0.3, 2.0), (0.5, 4.0)]),
         submit_per_second=rng.choice([25.0, 50.0]),
+        tenant_attacks=rng.random() < 0.5,
     )
 
 

@@ -4,6 +4,8 @@ Each test is named after the Go test (and sub-case) it stands for:
 
 - ``pkg/queue/queuepolicies/schedulingqueuev2/schedulingqueuev2_test.go`` (the Priority and
   Block policies' queue): what is queued, in which order, and what leaves it;
+- ``pkg/queue/queuepolicies/intelligentqueue/intelligentqueue_test.go`` (the Intelligent
+  policy): its two bands by the threshold, the high one first-in-first-out and blocking;
 - ``pkg/framework/plugins/elasticquota/elastic_quota_tree_test.go`` (the ElasticQuotaTree
   plugin): what fits a leaf (min for jobs that may not be preempted, max for the others),
   what a reservation charges, and which quota a unit maps to.
@@ -295,3 +297,90 @@ def test_get_elastic_quota_info_without_lock_queue_unit_does_not_belong_to_any_e
     assert result.admitted == []
     message = result.messages["test-namespace/test-unit"]
     assert "test-namespace" in message, message
+
+
+# --- intelligentqueue_test.go ----------------------------------------------------------------
+
+
+def intelligent(threshold: int = 4) -> Engine:
+    """A team of 8 GPUs on the Intelligent policy (koord-queue/priority-threshold), 4 in use."""
+    engine = engine_with(quota("team", 0, 8, policy=QueuePolicy.INTELLIGENT, threshold=threshold))
+    engine.set_unit(unit("running", 4, "team"))
+    engine.schedule(0.0)
+    return engine
+
+
+def blocks(engine: Engine, priority: int, now: float = 1.0) -> bool:
+    """Whether a unit of ``priority`` that does not fit (6 GPUs) keeps a later one of
+    priority 0 that fits (2 GPUs) waiting: the high band is first-in-first-out and blocks,
+    the low band is passed over."""
+    engine.set_unit(unit("big", 6, "team", priority=priority, created=now))
+    engine.set_unit(unit("small", 2, "team", priority=0, created=now + 0.5))
+    admitted = keys(engine.schedule(now + 1).admitted)
+    assert "default/big" not in admitted
+    return "default/small" not in admitted
+
+
+@pytest.mark.parametrize(("a", "b"), [pytest.param(10, 5, id="higher priority should come first"),
+                                      pytest.param(5, 10, id="lower priority should come after")])
+def test_priority_less(a: int, b: int) -> None:
+    """TestPriorityLess: within a band, the higher priority first."""
+    engine = engine_with(quota("team", 0, 0, policy=QueuePolicy.INTELLIGENT, threshold=100))  # low band
+    engine.set_unit(unit("job1", 1, "team", priority=a))
+    engine.set_unit(unit("job2", 1, "team", priority=b))
+    assert [name for name, _ in order(engine)] == (["job1", "job2"] if a > b else ["job2", "job1"])
+
+
+@pytest.mark.parametrize(("priority", "high"), [pytest.param(5, True, id="high priority task (priority >= 4)"),
+                                                pytest.param(2, False, id="low priority task (priority < 4)"),
+                                                pytest.param(4, True, id="boundary case (priority == 4)")])
+def test_intelligent_queue_distribute_to_queue(priority: int, high: bool) -> None:
+    """TestIntelligentQueue_DistributeToQueue: with threshold 4, priorities of 4 and more are
+    the high band (which blocks), lower ones the low band (passed over)."""
+    assert blocks(intelligent(threshold=4), priority) is high
+
+
+def test_intelligent_queue_add_queue_unit_info() -> None:
+    """TestIntelligentQueue_AddQueueUnitInfo: a high and a low unit are queued, a duplicate is not."""
+    engine = engine_with(quota("team", 0, 0, policy=QueuePolicy.INTELLIGENT, threshold=4))
+    high, low = unit("high-job", 1, "team", priority=5), unit("low-job", 1, "team", priority=2)
+    for u in (high, low, high):
+        engine.set_unit(u)
+    assert [name for name, _ in order(engine)] == ["high-job", "low-job"]
+
+
+def test_intelligent_queue_top() -> None:
+    """TestIntelligentQueue_Top: an empty queue has no head; a low unit alone is the head;
+    a high unit added comes before it."""
+    engine = engine_with(quota("team", 0, 0, policy=QueuePolicy.INTELLIGENT, threshold=4))
+    assert order(engine) == []
+    engine.set_unit(unit("low-job", 1, "team", priority=2))
+    assert order(engine)[0][0] == "low-job"
+    engine.set_unit(unit("high-job", 1, "team", priority=5, created=1.0))
+    assert order(engine)[0][0] == "high-job"
+
+
+@pytest.mark.parametrize(("threshold", "job2_blocks"), [pytest.param(4, True, id="threshold 4"),
+                                                        pytest.param(6, False, id="updated to 6"),
+                                                        pytest.param(2, True, id="updated to 2")])
+def test_intelligent_queue_threshold_update(threshold: int, job2_blocks: bool) -> None:
+    """TestIntelligentQueue_ThresholdUpdate: the Queue's threshold, changed, moves units
+    between the bands: a unit of priority 5 is high (blocking) at 4 and at 2, low at 6."""
+    engine = intelligent(threshold=4)
+    engine.set_queue(queue_of(quota("team", 0, 8, policy=QueuePolicy.INTELLIGENT), priority_threshold=threshold))
+    assert blocks(engine, 5) is job2_blocks
+
+
+def test_intelligent_queue_high_priority_blocking_behavior() -> None:
+    """TestIntelligentQueue_HighPriorityBlockingBehavior: a high unit that does not fit stays
+    at the head and nothing passes it; once it is gone, the low units are looked at in order
+    of arrival and one that does not fit is passed over."""
+    engine = intelligent()
+    engine.set_unit(unit("high-job", 6, "team", priority=5, created=1.0))
+    engine.set_unit(unit("low-job-1", 6, "team", priority=2, created=2.0))
+    engine.set_unit(unit("low-job-2", 2, "team", priority=2, created=3.0))
+    engine.set_unit(unit("low-job-3", 2, "team", priority=2, created=4.0))
+    assert engine.schedule(5.0).admitted == []
+    assert [name for name, _ in order(engine)] == ["high-job", "low-job-1", "low-job-2", "low-job-3"]
+    engine.remove_unit("default/high-job")
+    assert keys(engine.schedule(6.0).admitted) == ["default/low-job-2", "default/low-job-3"]

@@ -134,6 +134,20 @@ def test_wait_for_pods_running_reserve() -> None:
     assert keys(engine.schedule(3.0).admitted) == ["default/job1"]
 
 
+
+def test_indexed_job_failure_does_not_block_queue_all_pods_running() -> None:
+    """job_failure_test.go TestIndexedJobFailureDoesNotBlockQueue/all_pods_running: in a Block
+    queue with wait-for-pods-running, a job admitted with all its pods running lets the next
+    one be admitted."""
+    engine = team(policy=QueuePolicy.BLOCK)
+    engine.set_queue(queue_of(quota("team", {"cpu": 0}, {"cpu": 100}, policy=QueuePolicy.BLOCK),
+                              wait_for_pods_running=True))
+    engine.set_unit(job("job", 10, cpu=2))
+    assert keys(engine.schedule(1.0).admitted) == ["default/job"]
+    engine.set_pods_running("default/job", True)
+    engine.set_unit(job("next", 5, created=2.0))
+    assert keys(engine.schedule(3.0).admitted) == ["default/next"]
+
 def test_fix() -> None:
     """TestFix: a unit whose mapping now says another queue leaves this one for it."""
     engine = engine_with(quota("team", {"cpu": 0}, {"cpu": 0}), quota("other", {"cpu": 0}, {"cpu": 0}))

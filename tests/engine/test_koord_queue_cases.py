@@ -9,6 +9,9 @@ Each test is named after the Go test (and sub-case) it stands for:
 - ``pkg/framework/plugins/elasticquota/elastic_quota_tree_test.go`` (the ElasticQuotaTree
   plugin): what fits a leaf (min for jobs that may not be preempted, max for the others),
   what a reservation charges, and which quota a unit maps to.
+- ``.../elasticquota/elasticquotatree/elasticquota_test.go`` (the tree): usage as units come
+  and go, lookups by namespace, name and full name, leaves and parents.
+- ``.../schedulingqueuev2/job_failure_test.go``: a running job does not block a Block queue.
 
 Koord-Queue's tests look at the queue's inner state (its slice, ``assumed``, ``nextIdx``);
 here the same facts are read where the engine shows them: the queue's positions, its
@@ -23,7 +26,14 @@ from dataclasses import replace
 
 import pytest
 
-from koordqueue.api.constants import SYSTEM_NAMESPACE, QueuePolicy
+from koordqueue.api.constants import (
+    ELASTIC_QUOTA_TREE_KIND,
+    QUOTA_TREE_API_VERSION,
+    QUOTA_TREE_NAMESPACE,
+    SYSTEM_NAMESPACE,
+    QueuePolicy,
+)
+from koordqueue.api.quotatree import ParsedTree, parse_quota_tree
 from koordqueue.engine import Engine
 
 from .builders import CPU, G, engine_with, keys, parent, queue_of, quota, settle, unit, used
@@ -398,3 +408,107 @@ def test_intelligent_queue_high_priority_blocking_behavior() -> None:
     assert [name for name, _ in order(engine)] == ["high-job", "low-job-1", "low-job-2", "low-job-3"]
     engine.remove_unit("default/high-job")
     assert keys(engine.schedule(6.0).admitted) == ["default/low-job-2", "default/low-job-3"]
+
+
+# --- elasticquotatree/elasticquota_test.go ----------------------------------------------------
+
+
+def koord_tree(*children: dict[str, object]) -> ParsedTree:
+    """An ElasticQuotaTree as the Go tests build it (cpu and memory), read as the controller does."""
+    return parse_quota_tree({"apiVersion": QUOTA_TREE_API_VERSION, "kind": ELASTIC_QUOTA_TREE_KIND,
+                             "metadata": {"name": "tree", "namespace": QUOTA_TREE_NAMESPACE},
+                             "spec": {"root": {"name": "root", "min": {"cpu": "10", "memory": "20Gi"},
+                                               "max": {"cpu": "10", "memory": "20Gi"},
+                                               "children": list(children)}}})
+
+
+TEST_QUOTA = {"name": "test-quota", "namespaces": ["test-namespace"], "min": {"cpu": "1", "memory": "1Gi"},
+              "max": {"cpu": "2", "memory": "2Gi"}}
+
+
+def loaded(parsed: ParsedTree) -> Engine:
+    return engine_with(*parsed.quotas.values())
+
+
+def cpu_mem(cpu_milli: int, mem_gi: float) -> dict[str, int]:
+    """Milli-units of cpu (milli-cores) and memory (bytes), as the engine keeps them."""
+    return {CPU: cpu_milli, "memory": int(mem_gi * 2**30) * 1000}
+
+
+@pytest.mark.parametrize(("preemptible", "remove", "expected"), [
+    pytest.param(False, False, (3, 3), id="Reserve non-preemptible resource"),
+    pytest.param(False, True, (1, 1), id="Unreserve non-preemptible resource"),
+    pytest.param(True, False, (3, 3), id="Reserve preemptible resource"),
+])
+def test_reserve_resource(preemptible: bool, remove: bool, expected: tuple[int, int]) -> None:
+    """TestReserveResource: a quota using 2 cpu and 2Gi reserves 1 and 1Gi more (3, 3Gi), or
+    releases 1 and 1Gi (1, 1Gi)."""
+    engine = loaded(koord_tree({**TEST_QUOTA, "min": {"cpu": "4", "memory": "4Gi"},
+                                "max": {"cpu": "4", "memory": "4Gi"}}))
+    for name in ("used-1", "used-2"):
+        engine.set_unit(replace(unit(name, {}, ns="test-namespace"), request=cpu_mem(1000, 1)))
+    settle(engine, 1.0)
+    if remove:
+        engine.remove_unit("test-namespace/used-2")
+    else:
+        engine.set_unit(replace(unit("job", {}, ns="test-namespace"), request=cpu_mem(1000, 1),
+                                preemptible=preemptible))
+    settle(engine, 2.0)
+    used_now = engine.quota_status()["test-quota"].used
+    assert (used_now[CPU] // G, used_now["memory"] // G // 2**30) == expected
+
+
+def test_elastic_quota_tree_get_elastic_quota_info_by_namespace() -> None:
+    """TestElasticQuotaTree_GetElasticQuotaInfoByNamespace: a namespace a leaf lists maps to
+    it; another maps to none (its units wait, saying so)."""
+    engine = loaded(koord_tree(TEST_QUOTA))
+    engine.set_unit(unit("a", {"cpu": 1}, ns="test-namespace"))
+    engine.set_unit(unit("b", {"cpu": 1}, ns="non-existent-namespace"))
+    result = engine.schedule(1.0)
+    standing = engine.standing("test-namespace/a")
+    assert keys(result.admitted) == ["test-namespace/a"] and standing is not None and standing.quota == "test-quota"
+    assert "non-existent-namespace" in result.messages["non-existent-namespace/b"]
+
+
+def test_elastic_quota_tree_get_elastic_quota_info_by_name() -> None:
+    """TestElasticQuotaTree_GetElasticQuotaInfoByName: a quota named by a unit's label is found
+    by its name; a name no quota has is not."""
+    engine = loaded(koord_tree(TEST_QUOTA))
+    engine.set_unit(unit("a", {"cpu": 1}, "test-quota", ns="test-namespace"))
+    engine.set_unit(unit("b", {"cpu": 1}, "non-existent-quota", ns="test-namespace"))
+    result = engine.schedule(1.0)
+    assert keys(result.admitted) == ["test-namespace/a"]
+    assert result.messages["test-namespace/b"] == "quota non-existent-quota not found"
+
+
+def test_elastic_quota_tree_get_elastic_quota_info_by_full_name() -> None:
+    """TestElasticQuotaTree_GetElasticQuotaInfoByFullName: root/test-quota is test-quota."""
+    parsed = koord_tree(TEST_QUOTA)
+    assert parsed.paths["test-quota"] == "root/test-quota"
+    assert "root/non-existent-quota" not in parsed.paths.values()
+
+
+def test_elastic_quota_info_used_over_max() -> None:
+    """TestElasticQuotaInfo_UsedOverMax: 1.5 cpu used of a max of 2: 1 more is over it,
+    0.1 is not."""
+    engine = loaded(koord_tree(TEST_QUOTA))
+    engine.set_unit(replace(unit("used", {}, ns="test-namespace"), request={CPU: 1500}))
+    settle(engine, 1.0)
+    engine.set_unit(replace(unit("over", {}, ns="test-namespace", created=2.0), request={CPU: 1000}))
+    engine.set_unit(replace(unit("within", {}, ns="test-namespace", created=3.0), request={CPU: 100}))
+    assert settle(engine, 4.0) == ["test-namespace/within"]
+
+
+def test_elastic_quota_info_is_leaf() -> None:
+    """TestElasticQuotaInfo_IsLeaf: a quota is a leaf until it has a child."""
+    parsed = koord_tree({"name": "test-quota", "min": {"cpu": "1"}, "max": {"cpu": "1"},
+                         "children": [{"name": "child-quota", "min": {"cpu": "1"}, "max": {"cpu": "1"}}]})
+    assert parsed.quotas["test-quota"].is_parent and not parsed.quotas["child-quota"].is_parent
+
+
+def test_elastic_quota_info_get_parent() -> None:
+    """TestElasticQuotaInfo_GetParent: a child's parent is the quota above it; the root has none."""
+    parsed = koord_tree({"name": "parent-quota", "min": {"cpu": "1"}, "max": {"cpu": "1"},
+                         "children": [{"name": "child-quota", "min": {"cpu": "1"}, "max": {"cpu": "1"}}]})
+    assert parsed.quotas["child-quota"].parent == "parent-quota"
+    assert parsed.quotas["root"].parent is None

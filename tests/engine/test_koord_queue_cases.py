@@ -12,6 +12,8 @@ Each test is named after the Go test (and sub-case) it stands for:
 - ``.../elasticquota/elasticquotatree/elasticquota_test.go`` (the tree): usage as units come
   and go, lookups by namespace, name and full name, leaves and parents.
 - ``.../schedulingqueuev2/job_failure_test.go``: a running job does not block a Block queue.
+- ``pkg/queue/multischedulingqueue/multi_scheduling_queue_test.go``: a unit deleted, or whose
+  queue is gone, leaves no trace in the queue it was in.
 
 Koord-Queue's tests look at the queue's inner state (its slice, ``assumed``, ``nextIdx``);
 here the same facts are read where the engine shows them: the queue's positions, its
@@ -512,3 +514,39 @@ def test_elastic_quota_info_get_parent() -> None:
                          "children": [{"name": "child-quota", "min": {"cpu": "1"}, "max": {"cpu": "1"}}]})
     assert parsed.quotas["child-quota"].parent == "parent-quota"
     assert parsed.quotas["root"].parent is None
+
+
+# --- multi_scheduling_queue_test.go ------------------------------------------------------------
+
+
+def test_delete_queue_unit_clears_mapping() -> None:
+    """TestDeleteQueueUnitClearsMapping: a deleted unit is gone from its queue, which stays."""
+    engine = team()
+    hold(engine)
+    engine.set_unit(job("job1", 0))
+    engine.remove_unit("default/job1")
+    assert TEAM in engine.queue_positions() and order(engine) == []
+    assert engine.standing("default/job1") is None
+
+
+def test_delete_queue_unit_without_mapping() -> None:
+    """TestDeleteQueueUnitWithoutMapping: deleting a unit that never matched a queue is harmless."""
+    engine = team()
+    engine.set_unit(job("job-unmapped", 0, quota_name="no-such-quota"))
+    engine.schedule(1.0)
+    engine.remove_unit("default/job-unmapped")
+    engine.remove_unit("default/job-unmapped")
+    assert TEAM in engine.queue_positions() and engine.standing("default/job-unmapped") is None
+
+
+def test_add_units_find_no_queue_clears_mapping() -> None:
+    """TestAddUnitsFindNoQueueClearsMapping: a unit whose queue is no longer found leaves the
+    queue it was in (no stale entry) and waits, saying why; the queue stays."""
+    engine = team()
+    hold(engine)
+    engine.set_unit(replace(job("job1", 0), queue_name="team"))
+    assert order(engine) == [("job1", 0)]
+    engine.set_unit(replace(job("job1", 0), queue_name="gone"))
+    result = engine.schedule(1.0)
+    assert TEAM in engine.queue_positions() and order(engine) == []
+    assert result.messages["default/job1"].startswith("queue gone not found"), result.messages

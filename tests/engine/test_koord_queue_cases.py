@@ -14,6 +14,8 @@ Each test is named after the Go test (and sub-case) it stands for:
 - ``.../schedulingqueuev2/job_failure_test.go``: a running job does not block a Block queue.
 - ``pkg/queue/multischedulingqueue/multi_scheduling_queue_test.go``: a unit deleted, or whose
   queue is gone, leaves no trace in the queue it was in.
+- ``pkg/controller/eventhandler_test.go`` and ``controller_test.go``: deletions, a Queue
+  updated before it was added, and a queue's or a quota's waiting units.
 
 Koord-Queue's tests look at the queue's inner state (its slice, ``assumed``, ``nextIdx``);
 here the same facts are read where the engine shows them: the queue's positions, its
@@ -550,3 +552,52 @@ def test_add_units_find_no_queue_clears_mapping() -> None:
     result = engine.schedule(1.0)
     assert TEAM in engine.queue_positions() and order(engine) == []
     assert result.messages["default/job1"].startswith("queue gone not found"), result.messages
+
+
+# --- pkg/controller/eventhandler_test.go, controller_test.go ----------------------------------
+
+
+def test_controller_delete_queue_unit_clears_mapping() -> None:
+    """TestControllerDeleteQueueUnitClearsMapping: a QueueUnit deleted leaves its queue (the
+    queue stays), and deleting it again is harmless."""
+    engine = engine_with(quota("q1", {"cpu": 0}, {"cpu": 0}, policy=QueuePolicy.BLOCK, ns="test"))
+    engine.set_unit(unit("job1", {"cpu": 1}, "q1", ns="test"))
+    assert [s.unit for s in engine.queue_positions()[f"{SYSTEM_NAMESPACE}/q1"]] == ["test/job1"]
+    engine.remove_unit("test/job1")
+    engine.remove_unit("test/job1")
+    assert engine.queue_positions()[f"{SYSTEM_NAMESPACE}/q1"] == []
+
+
+def test_update_unregistered_queue_does_not_deadlock() -> None:
+    """TestUpdateUnregisteredQueueDoesNotDeadlock: an update of a Queue never added registers
+    it (and returns)."""
+    engine = engine_with(quota("team", {"cpu": 0}, {"cpu": 4}))
+    q1 = replace(queue_of(quota("team", {"cpu": 0}, {"cpu": 4})), name="q1", policy=QueuePolicy.BLOCK)
+    engine.set_queue(q1)
+    engine.set_queue(q1)
+    assert f"{SYSTEM_NAMESPACE}/q1" in engine.queue_positions()
+
+
+def test_get_queue_units_by_queue() -> None:
+    """TestGetQueueUnitsByQueue: a queue's units are its waiting ones (a dequeued one is not
+    listed); a queue that does not exist has none to list."""
+    engine = engine_with(quota("test-queue", {"cpu": 0}, {"cpu": 1}, policy=QueuePolicy.BLOCK, ns="test"))
+    engine.set_unit(unit("job3", {"cpu": 1}, "test-queue", ns="test"))
+    assert keys(engine.schedule(1.0).admitted) == ["test/job3"]  # dequeued
+    engine.set_unit(unit("job1", {"cpu": 2}, "test-queue", ns="test", created=2.0))
+    engine.set_unit(unit("job2", {"cpu": 1}, "test-queue", ns="test", created=3.0))
+    engine.schedule(4.0)
+    listed = engine.queue_positions()
+    assert sorted(s.unit for s in listed[f"{SYSTEM_NAMESPACE}/test-queue"]) == ["test/job1", "test/job2"]
+    assert f"{SYSTEM_NAMESPACE}/non-existent" not in listed
+
+
+def test_get_queue_units_by_quota() -> None:
+    """TestGetQueueUnitsByQuota: the waiting units charged to quota1, by its name."""
+    engine = engine_with(quota("quota1", {"cpu": 0}, {"cpu": 0}, ns="test"), quota("quota2", {"cpu": 0}, {"cpu": 0}, ns="test"))
+    engine.set_unit(unit("job1", {"cpu": 2}, "quota1", ns="test"))
+    engine.set_unit(unit("job2", {"cpu": 1}, "quota1", ns="test", created=1.0))
+    engine.set_unit(unit("other", {"cpu": 1}, "quota2", ns="test"))
+    engine.schedule(2.0)
+    waiting = [s for rows in engine.queue_positions().values() for s in rows if s.quota == "quota1"]
+    assert sorted(s.unit for s in waiting) == ["test/job1", "test/job2"]

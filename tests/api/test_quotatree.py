@@ -10,7 +10,13 @@ import pytest
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import QuotaInfo, parse_elastic_quota
-from koordqueue.api.quotatree import TREE_QUOTA_NAMESPACE, choose_tree, parse_quota_tree, tree_status
+from koordqueue.api.quotatree import (
+    TREE_QUOTA_NAMESPACE,
+    choose_tree,
+    parse_quota_tree,
+    tree_queue_prefix,
+    tree_status,
+)
 from koordqueue.engine.validation import validate_quotas
 
 WHERE = "ElasticQuotaTree kube-system/tree"
@@ -137,11 +143,23 @@ def test_warnings_name_what_is_read_otherwise_and_the_rest_is_used() -> None:
         f"{WHERE}: quota root/Other_Team: attribute preempt-policy is not read (Koord-Queue lets a job that may "
         "not be preempted preempt lower priorities in its quota; here preemption is set on the Queue "
         "(koord-queue/enable-queueunit-preemption))",
-        f"{WHERE}: quota root/Other_Team: no Queue is made for it (its name is not a valid object name: "
-        "lowercase letters, digits, '-' and '.'); its jobs are queued all the same",
         f"{WHERE}: namespace shared is listed by several quotas (leaf, Other_Team): its jobs wait until they "
         f"name one (label {c.LABEL_QUOTA_NAME})",
     )
+
+
+def test_a_leafs_queue_is_named_from_its_path_as_koord_queue_names_it() -> None:
+    """elastic_quota_tree.go convertQuotaToQueueName: lowercased, '/' and '_' to '-', a
+    trailing '-', cut from the front to 58 characters; a name no Queue can take is said."""
+    assert tree_queue_prefix("root/team-a") == "root-team-a-"
+    assert tree_queue_prefix("root/Team_B/b_1") == "root-team-b-b-1-"
+    long = "root/" + "x" * 80
+    assert tree_queue_prefix(long) == ("root-" + "x" * 80 + "-")[-58:] and len(tree_queue_prefix(long)) == 58
+    parsed = parse_quota_tree(tree(node("root", 2, 2, children=[node("a b", 1, 1, namespaces=["n"])])))
+    assert parsed.warnings == (
+        f"{WHERE}: quota root/a b: no Queue is made for it (the name Koord-Queue gives its Queue, root-a b-..., "
+        "is not a valid object name: letters, digits, '-', '_' and '.' in the quotas' names); its jobs are "
+        "queued all the same",)
 
 
 def test_the_oldest_tree_in_kube_system_is_used_and_the_others_told_why() -> None:

@@ -60,9 +60,9 @@ async def test_a_job_in_a_leafs_namespace_is_admitted_against_the_leafs_max_and_
                               gpus("team-b", 4, 16, namespaces=["tree-b"])))
 
     async def queues_made() -> bool:
-        for leaf in ("team-a", "team-b"):
-            queue = await system.get_json("queue", leaf, "-n", c.SYSTEM_NAMESPACE)
-            assert queue["metadata"]["labels"][c.LABEL_QUOTA_NAME] == leaf
+        queues = (await system.get_json("queue", "-n", c.SYSTEM_NAMESPACE))["items"]
+        bound = sorted((q["metadata"]["labels"][c.LABEL_QUOTA_NAME], q["metadata"]["generateName"]) for q in queues)
+        assert bound == [("team-a", "root-team-a-"), ("team-b", "root-team-b-")], bound  # Koord-Queue's names
         return True
 
     await system.wait_for(queues_made, what="a Queue for each leaf")

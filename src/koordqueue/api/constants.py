@@ -25,6 +25,13 @@ ELASTIC_QUOTA_TREE_PLURAL = "elasticquotatrees"
 ELASTIC_QUOTA_TREE_SHORT_NAMES = ("eqtree",)
 QUOTA_TREE_NAMESPACE = "kube-system"
 QUOTA_TREE_ROOT = "root"
+# The Queue of a tree's leaf, as Koord-Queue's ElasticQuota plugin makes it: generateName
+# from the quota's path (tree_queue_prefix), this label, and the two annotations below (its
+# DecoupledQueue feature finds a unit's Queue by the full name).
+LABEL_CREATED_BY_KOORD_QUEUE = "create-by-koordqueue"
+ANNOTATION_QUOTA_FULL_NAME = "koord-queue/quota-fullname"  # "root/team-b/b-1"
+ANNOTATION_PARENT_QUOTA_NAME = "koord-queue/parent-quota-fullname"  # the parent's name ("team-b")
+TREE_QUEUE_PREFIX_MAX = 58  # a generateName's prefix is cut from the front to this many characters
 QUOTA_TREE_CONDITION_VALID = "Valid"
 # Node attributes Koord-Queue reads that we do not (said in a warning on the tree).
 TREE_ATTRIBUTE_PREEMPT_POLICY = "preempt-policy"

@@ -27,6 +27,7 @@ from koordqueue.api.constants import (
     ANNOTATION_PRIORITY_THRESHOLD,
     ANNOTATION_QUEUE_ARGS,
     ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
+    ANNOTATION_QUOTA_FULL_NAME,
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
     ANNOTATION_WAIT_FOR_PODS_RUNNING,
@@ -118,6 +119,10 @@ class QueueInfo:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+    # koord-queue/quota-fullname: the quota (by its path in the tree, "root/team-b/b-1") whose
+    # own Queue this is, as Koord-Queue's ElasticQuota plugin marks the Queues it makes: units
+    # of that quota that name no Queue are queued here (its DecoupledQueue feature).
+    quota_path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,15 +207,19 @@ def is_koordinators_own(obj: Mapping[str, Any]) -> bool:
 def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
     """The ``QueueInfo`` of a Queue object, bound to a quota, plus its other settings.
 
-    Binding: the label ``quota.scheduling.koordinator.sh/name``; else the quota named like
-    the Queue when ``quota_names`` holds it; else none (such a Queue admits nothing).
+    Binding: the label ``quota.scheduling.koordinator.sh/name``; else the quota the
+    annotation ``koord-queue/quota-fullname`` ends with (a Queue Koord-Queue made for a
+    tree's quota); else the quota named like the Queue when ``quota_names`` holds it; else
+    none (such a Queue admits nothing).
     """
     meta = read_meta(obj, QUEUE_KIND)
     where = meta.describe()
     assert isinstance(obj, Mapping)  # read_meta checked it
     spec = section(obj, "spec", where)
     warnings: list[str] = []
-    quota = meta.labels.get(LABEL_QUOTA_NAME) or (meta.name if meta.name in quota_names else None)
+    path = meta.annotations.get(ANNOTATION_QUOTA_FULL_NAME) or None
+    quota = meta.labels.get(LABEL_QUOTA_NAME) or (path.rsplit("/", 1)[-1] if path else None) or (
+        meta.name if meta.name in quota_names else None)
     priority = spec.get("priority")
     max_depth = _max_depth(meta, warnings)
     wait_for_pods_running = _flag(meta, ANNOTATION_WAIT_FOR_PODS_RUNNING, warnings)
@@ -230,6 +239,7 @@ def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
         wait_for_pods_running=wait_for_pods_running,
         backoff_base=backoff_base,
         backoff_cap=backoff_cap,
+        quota_path=path,
     )
     settings = QueueSettings(
         priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),

@@ -56,6 +56,14 @@ class ParsedTree:
     warnings: tuple[str, ...] = ()  # read all the same, with something ignored
 
 
+def tree_queue_prefix(path: str) -> str:
+    """The generateName of the Queue of the quota at ``path`` ("root/team-b/b_1"), as
+    Koord-Queue's ElasticQuota plugin makes it: lowercased, '/' and '_' turned into '-', a
+    trailing '-', cut from the front to 58 characters (the server adds 5)."""
+    prefix = path.replace("/", "-").replace("_", "-").lower() + "-"
+    return prefix[max(0, len(prefix) - c.TREE_QUEUE_PREFIX_MAX):]
+
+
 def choose_tree(trees: Iterable[T]) -> tuple[T | None, list[tuple[T, str]]]:
     """The tree that holds the quotas, and the others with why they are not used. Koord-Queue
     reads trees in kube-system only and keeps whichever it heard of last; here the oldest
@@ -197,9 +205,10 @@ class _Reader:
         if children and namespaces:
             self.warnings.append(f"{self.where}: {at}: namespaces {', '.join(namespaces)} not bound: a quota with "
                                  "children holds no jobs (list them on a quota below it)")
-        if not _OBJECT_NAME.fullmatch(name) or len(name) > 253:
-            self.warnings.append(f"{self.where}: {at}: no Queue is made for it (its name is not a valid object "
-                                 "name: lowercase letters, digits, '-' and '.'); its jobs are queued all the same")
+        if not children and not _OBJECT_NAME.fullmatch(tree_queue_prefix(path) + "x"):
+            self.warnings.append(f"{self.where}: {at}: no Queue is made for it (the name Koord-Queue gives its Queue, "
+                                 f"{tree_queue_prefix(path)}..., is not a valid object name: letters, digits, '-', "
+                                 "'_' and '.' in the quotas' names); its jobs are queued all the same")
         for i, child in enumerate(children or []):
             where = f"{field_path}.children[{i}]"
             if not isinstance(child, Mapping):

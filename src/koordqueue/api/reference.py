@@ -111,6 +111,18 @@ REFERENCE: tuple[Key, ...] = (
                 "base and cap of the jobs of this Queue sent back after admission (a timeout, a preemption, a "
                 "failed admission check), in place of the controller's; other keys are ignored.",
                 Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_QUOTA_FULL_NAME, Where.QUEUE, "a quota's path in the ElasticQuotaTree, e.g. "
+                "`root/team-b/b-1`",
+                "This Queue is the quota's own: its jobs that name no queue are queued here (Koord-Queue's "
+                "DecoupledQueue). Written on the Queue made for each leaf of the tree, named from the path "
+                "(`root-team-b-b-1-` and five characters); a Queue so marked is bound to the path's last quota.",
+                Origin.KOORD_QUEUE, "koord-queue"),
+    _annotation(c.ANNOTATION_PARENT_QUOTA_NAME, Where.QUEUE, "a quota's name, e.g. `team-b`",
+                "The parent of the Queue's quota in the ElasticQuotaTree, as Koord-Queue writes it; not read.",
+                Origin.KOORD_QUEUE, "koord-queue"),
+    _label(c.LABEL_CREATED_BY_KOORD_QUEUE, Where.QUEUE, "`true`",
+           "A Queue made for a quota of the ElasticQuotaTree (by koord-queue or Koord-Queue): removed when its "
+           "quota is no longer a leaf of the tree in use.", Origin.KOORD_QUEUE, "koord-queue"),
     _annotation(c.ANNOTATION_DISABLE_SHOW_QUEUE_ITEMS, Where.QUEUE, "any value (its presence counts)",
                 "`status.queueItemDetails` is no longer refreshed; what it said last stays. Remove it to refresh "
                 "again.", Origin.KOORD_QUEUE),

@@ -18,7 +18,7 @@ from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import QueueSettings, is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError
-from koordqueue.api.quotatree import ParsedTree, choose_tree, parse_quota_tree, tree_status
+from koordqueue.api.quotatree import ParsedTree, choose_tree, parse_quota_tree, tree_queue_prefix, tree_status
 from koordqueue.controller.loading import quota_age
 from koordqueue.controller.pods import PodView
 from koordqueue.controller.resources import CONFIG_MAPS, QUEUES, QUOTA_TREES
@@ -46,6 +46,8 @@ class QuotaSync(Part):
         self.tree_key: str | None = None  # its namespace/name
         self.told: dict[str, set[str]] = {}  # tree (or set-aside ElasticQuota) key -> what its events said
         self.tree_status: dict[str, object] = {}  # tree key -> the status last written
+        # Tree Queues we created (their names are the server's) that our watch may not show yet.
+        self.tree_queues_made: dict[str, Object] = {}  # queue name -> the object created
 
     def wire(self) -> None:
         informers = self.informers
@@ -140,7 +142,8 @@ class QuotaSync(Part):
         self._tell_tree()
         for quota in list(self.quotas.values()):
             if not quota.is_parent:
-                await self._ensure_auto_queue(auto_queue_for(quota))
+                await self._ensure_queue_of(quota)
+        await self._prune_tree_queues()
         if self.tree is not None:  # the Queues of ElasticQuotas set aside while we were away
             for _, obj in self.informers.quota.items():
                 name = str((obj.get("metadata") or {}).get("name", ""))
@@ -285,7 +288,8 @@ class QuotaSync(Part):
             await self._delete_auto_queue(name)
         for quota in parsed.quotas.values():
             if not quota.is_parent:
-                await self._ensure_auto_queue(auto_queue_for(quota))
+                await self._ensure_queue_of(quota)
+        await self._prune_tree_queues()
         self._refeed_queues()
         self._charging_changed()  # (the tree's quotas are ours: their pods are charged to them)
         self.wake.set()
@@ -321,6 +325,7 @@ class QuotaSync(Part):
             for name in names:
                 if name not in self.quotas:
                     await self._delete_auto_queue(name)
+            await self._prune_tree_queues()
             self._refeed_queues()
             self._charging_changed()
             self.wake.set()
@@ -377,6 +382,93 @@ class QuotaSync(Part):
             pass
         except KubeError as e:
             log.info("status of %s %s not written: %s", c.ELASTIC_QUOTA_TREE_KIND, key, e)
+
+    async def _ensure_queue_of(self, quota: QuotaInfo) -> None:
+        """The Queue of a leaf quota: Koord-Queue's for a tree's quota, else ours (named like it)."""
+        if self.tree is not None and quota.name in self.tree.paths:
+            await self._ensure_tree_queue(quota, self.tree.paths[quota.name])
+        else:
+            await self._ensure_auto_queue(auto_queue_for(quota))
+
+    def _tree_queues(self) -> dict[str, list[Object]]:
+        """The system namespace's Queues marked with a quota's full name (ours, Koord-Queue's
+        or anyone's), by that name, oldest first."""
+        namespace = self.config.system_namespace
+        seen: dict[str, Object] = {}
+        for _, obj in self.informers.queue.items():
+            meta = obj.get("metadata") or {}
+            if meta.get("namespace") == namespace:
+                seen[str(meta.get("name"))] = obj
+                self.tree_queues_made.pop(str(meta.get("name")), None)  # the watch has it now
+        out: dict[str, list[Object]] = {}
+        for obj in {**self.tree_queues_made, **seen}.values():
+            path = ((obj.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_QUOTA_FULL_NAME)
+            if path:
+                out.setdefault(str(path), []).append(obj)
+        for objs in out.values():
+            objs.sort(key=lambda o: (str((o.get("metadata") or {}).get("creationTimestamp") or ""),
+                                     str((o.get("metadata") or {}).get("name"))))
+        return out
+
+    async def _ensure_tree_queue(self, quota: QuotaInfo, path: str) -> None:
+        """The Queue of a tree's leaf, as Koord-Queue makes it (generateName from the path,
+        its label and annotations): made when there is none, one Koord-Queue made adopted
+        (marked as ours too, its name kept), and the one an earlier version of ours made
+        (named like the quota) removed. Never two: the one seen first is kept."""
+        namespace = self.config.system_namespace
+        prefix = tree_queue_prefix(path)
+        labels = {c.LABEL_CREATED_BY_KOORD_QUEUE: c.TRUE, c.LABEL_QUOTA_NAME: quota.name}
+        annotations = {c.ANNOTATION_QUOTA_FULL_NAME: path, c.ANNOTATION_PARENT_QUOTA_NAME: quota.parent or ""}
+        queue = auto_queue_for(quota)
+        existing = self._tree_queues().get(path, [])
+        try:
+            if not existing:
+                body = {
+                    "apiVersion": c.QUEUE_API_VERSION, "kind": c.QUEUE_KIND,
+                    "metadata": {"generateName": prefix, "namespace": namespace, "labels": labels,
+                                 "annotations": annotations},
+                    "spec": {"queuePolicy": queue.policy.value, "priority": queue.priority},
+                }
+                made = await self.client.create(QUEUES, body, namespace=namespace)
+                self.tree_queues_made[str(made["metadata"]["name"])] = made
+                self._feed_queue(made)  # now rather than at the watch: units may need it this cycle
+            else:
+                kept, *extra = existing
+                meta = kept.get("metadata") or {}
+                have_labels, have_annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+                if any(have_labels.get(k) != v for k, v in labels.items()) or \
+                        any(have_annotations.get(k) != v for k, v in annotations.items()):
+                    await self.client.patch(QUEUES, str(meta.get("name")),
+                                            {"metadata": {"labels": labels, "annotations": annotations}},
+                                            namespace=namespace)
+                for twin in extra:  # made twice (two leaders a moment apart): only ever one
+                    await self._delete_queue(twin, f"a second Queue for quota {path}")
+        except KubeError as e:
+            log.warning("could not write the Queue of quota %s: %s", path, e)
+        await self._delete_auto_queue(quota.name)  # ours before Koord-Queue's names: renamed
+
+    async def _prune_tree_queues(self) -> None:
+        """Queues made for a tree's quotas (by us or Koord-Queue: label create-by-koordqueue)
+        whose quota is no leaf of the tree in use (gone, a parent, or no tree): removed."""
+        leaves = {path for name, path in self.tree.paths.items()
+                  if name in self.tree.quotas and not self.tree.quotas[name].is_parent} if self.tree else set()
+        for path, objs in self._tree_queues().items():
+            if path in leaves:
+                continue
+            for obj in objs:
+                if ((obj.get("metadata") or {}).get("labels") or {}).get(c.LABEL_CREATED_BY_KOORD_QUEUE) == c.TRUE:
+                    await self._delete_queue(obj, f"quota {path} is no leaf of the tree in use")
+
+    async def _delete_queue(self, obj: Object, why: str) -> None:
+        name = str((obj.get("metadata") or {}).get("name"))
+        self.tree_queues_made.pop(name, None)
+        try:
+            await self.client.delete(QUEUES, name, namespace=self.config.system_namespace)
+            log.info("deleted Queue %s/%s: %s", self.config.system_namespace, name, why)
+        except NotFound:
+            pass
+        except KubeError as e:
+            log.warning("could not delete Queue %s: %s", name, e)
 
     async def _ensure_auto_queue(self, queue: QueueInfo) -> None:
         key = f"{self.config.system_namespace}/{queue.name}"

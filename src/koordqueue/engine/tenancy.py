@@ -9,7 +9,7 @@ namespace first, then in the job's own; a Queue is never a way around a quota.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from koordqueue.api.constants import ANNOTATION_QUEUE, LABEL_QUOTA_NAME, SYSTEM_NAMESPACE
 from koordqueue.engine.model import QueueInfo, QuotaInfo, UnitInfo, auto_queue_for
@@ -24,6 +24,9 @@ class Directory:
     invalid: Mapping[str, str]  # quota name -> why it is not used
     living_in: Mapping[str, tuple[str, ...]]  # namespace -> leaf quotas living there
     listing: Mapping[str, tuple[str, ...]]  # namespace -> leaf quotas whose annotation lists it
+    # quota -> its own Queue in the system namespace, marked as Koord-Queue marks the Queues it
+    # makes for a tree's quotas (annotation koord-queue/quota-fullname): where its units go
+    own_queues: Mapping[str, QueueInfo] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,14 @@ def build_directory(
         for namespace in quota.namespaces:
             if namespace != quota.namespace:
                 listing.setdefault(namespace, []).append(quota.name)
+    own: dict[str, QueueInfo] = {}
+    for key in sorted(queues):  # of two marked alike (for a moment), the same one each time
+        queue = queues[key]
+        if queue.namespace == SYSTEM_NAMESPACE and queue.quota_path and queue.quota is not None and \
+                queue.quota_path.rsplit("/", 1)[-1] == queue.quota:
+            own.setdefault(queue.quota, queue)
     return Directory(
+        own_queues=own,
         quotas=quotas,
         queues=queues,
         invalid=invalid,
@@ -94,7 +104,8 @@ def resolve(unit: UnitInfo, directory: Directory) -> Resolved | str:
     if not bound(quota, unit.namespace):
         return f"quota {name} is not bound to namespace {unit.namespace} (it belongs to namespace {quota.namespace})"
     if queue is None:
-        queue = directory.queues.get(f"{SYSTEM_NAMESPACE}/{name}") or auto_queue_for(quota)
+        queue = directory.own_queues.get(name) or directory.queues.get(f"{SYSTEM_NAMESPACE}/{name}") or \
+            auto_queue_for(quota)
         if queue.quota != name:
             return f"queue {queue.key}, the queue of quota {name}, is bound to quota {queue.quota} instead"
     return Resolved(queue, quota)

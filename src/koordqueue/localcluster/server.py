@@ -82,6 +82,7 @@ from koordqueue.localcluster.tokens import (
 )
 from koordqueue.localcluster.tokens import service_account_user as sa_user
 from koordqueue.localcluster.watch import Watcher, WatchHub, encode_event
+from koordqueue.localcluster.yamlbody import load_body
 from koordqueue.manifests import all_crds
 
 log = logging.getLogger(__name__)
@@ -377,7 +378,7 @@ class APIServer:
         except web.HTTPMethodNotAllowed:
             return _error(errors.method_not_allowed())
         except web.HTTPRequestEntityTooLarge:
-            return _error(errors.APIError(413, "RequestEntityTooLarge", "request entity too large"))
+            return _error(errors.request_entity_too_large(f"limit is {MAX_BODY}"))
         except web.HTTPException as e:
             return _error(errors.APIError(e.status, e.reason, e.text or e.reason))
         except (ConnectionResetError, asyncio.CancelledError):
@@ -611,7 +612,7 @@ class APIServer:
         raw = await request.read()
         if ctype in YAML_TYPES:
             try:
-                return _valid_text(yaml.safe_load(raw))
+                return _valid_text(load_body(raw))
             except yaml.YAMLError as e:
                 raise errors.bad_request(f"error converting YAML to JSON: {e}") from None
         if ctype == protobuf.CONTENT_TYPE:
@@ -655,7 +656,7 @@ class APIServer:
         if request.query.get("force", "false") not in ("true", "false"):
             raise errors.bad_request(f"invalid force: {request.query['force']!r}")
         try:
-            config = yaml.safe_load(await request.read())
+            config = load_body(await request.read())
         except yaml.YAMLError as e:
             raise errors.bad_request(f"error decoding YAML: {e}") from None
         warnings: list[str] = []

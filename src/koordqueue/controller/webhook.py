@@ -28,7 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from koordqueue.api import constants as c
-from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
+from koordqueue.controller.certs import CertificateFiles, ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.jobs import adapter_for, kind_named
 from koordqueue.jobs.base import enqueued_patch, merge_patches
@@ -130,6 +130,7 @@ class SuspendWebhook:
         self.port = 0
         self.ca_pem = b""
         self._cert: ServingCert | None = None
+        self._files: CertificateFiles | None = None  # given files, loaded again when renewed
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._runner: web.AppRunner | None = None
@@ -149,6 +150,8 @@ class SuspendWebhook:
             self.port = int(addresses[0][1])
         if self._cert is not None:
             self._keeper = asyncio.create_task(self._keep_ca_bundle(), name="webhook-ca-bundle")
+        elif self._files is not None:
+            self._keeper = asyncio.create_task(self._files.keep(), name="webhook-cert-files")
 
     @property
     def ssl_context(self) -> ssl.SSLContext:
@@ -166,7 +169,8 @@ class SuspendWebhook:
     def _load_certificate(self) -> None:
         given = Path(self.config.webhook_cert_dir) if self.config.webhook_cert_dir else None
         if given is not None and (given / "tls.crt").exists():
-            self._ssl.load_cert_chain(given / "tls.crt", given / "tls.key")  # cert-manager's or the user's
+            self._files = CertificateFiles(self._ssl, given / "tls.crt", given / "tls.key")  # cert-manager's or
+            self._files.load()  # the user's, renewed under us
             return
         self._cert = make_serving_cert(list(self.config.webhook_hosts))
         self._install(self._cert)

@@ -80,6 +80,11 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
 @click.option("--dashboard/--no-dashboard", default=False, show_default=True, help="Serve the web dashboard.")
 @click.option("--dashboard-port", type=int, default=8082, show_default=True)
+@click.option("--dashboard-host", default="127.0.0.1", show_default=True,
+              help="Address the dashboard binds. Loopback: no token asked; any other: each request needs a bearer "
+                   "token (TokenReview), and its user sees the units of the namespaces it may list QueueUnits in.")
+@click.option("--dashboard-max-streams", type=int, default=16, show_default=True,
+              help="Live event streams served at once; one more is answered 429.")
 @click.option("--webhook/--no-webhook", default=False, show_default=True,
               help="Serve the mutating admission webhook that suspends new jobs before their pods exist.")
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
@@ -124,6 +129,8 @@ def controller(**opts: Any) -> None:
         metrics_port=opts["metrics_port"],
         dashboard=opts["dashboard"],
         dashboard_port=opts["dashboard_port"],
+        dashboard_host=opts["dashboard_host"],
+        dashboard_max_streams=opts["dashboard_max_streams"],
         webhook=opts["webhook"],
         webhook_port=opts["webhook_port"],
         webhook_cert_dir=opts["webhook_cert_dir"],

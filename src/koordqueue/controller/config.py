@@ -54,8 +54,11 @@ class ControllerConfig:
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
     dashboard: bool = False
-    dashboard_host: str = "0.0.0.0"
+    # Loopback: no token asked (reach it by `kubectl port-forward`); any other address: every
+    # request needs a bearer token (TokenReview, SubjectAccessReview; controller/dashboard.py).
+    dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8082
+    dashboard_max_streams: int = 16  # event streams open at once; one more is answered 429
     webhook: bool = False  # off: jobs are suspended at reconcile time only
     webhook_port: int = 9443
     webhook_host: str = "0.0.0.0"

@@ -32,7 +32,7 @@ from koordqueue.localcluster import (
     protobuf,
     rbac,
 )
-from koordqueue.localcluster.access import review, token_request
+from koordqueue.localcluster.access import review, token_request, token_review
 from koordqueue.localcluster.admission import Admission
 from koordqueue.localcluster.auth import (
     KUBECONFIG_FILE,
@@ -52,6 +52,7 @@ from koordqueue.localcluster.builtin import (
     REVIEW_KEYS,
     SELF_REVIEW_KEYS,
     SERVICE_ACCOUNT_KEY,
+    TOKEN_REVIEW_KEY,
 )
 from koordqueue.localcluster.controls import PREFIX as CONTROLS_PREFIX
 from koordqueue.localcluster.controls import Access, Controls
@@ -495,6 +496,8 @@ class APIServer:
             code, doc = await aggregated(request.match_info["tail"], dict(request.query), user.username, user.groups)
             return _json(doc, code)
         self._controls.check(verb, rt, name)
+        if rt.storage_key == TOKEN_REVIEW_KEY:
+            return _json(token_review(await self._read_object(request), self._authenticate), 201)
         if rt.storage_key in REVIEW_KEYS:
             return _json(review(rt, await self._read_object(request), request[USER], self._authorizer), 201)
         if sub == "token":

@@ -23,6 +23,7 @@ from koordqueue.api import constants as c
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.dashboard import SESSION_COOKIE, Dashboard, only_namespaces, unit_namespaces
 from koordqueue.localcluster.testing import APIClient, running_apiserver
+from tests.chart.helmtool import container, flag, one, render
 from tests.controller.conftest import System, SystemFactory, pytorch_job, quick_config, quota
 
 pytestmark = pytest.mark.timeout(180)
@@ -197,3 +198,21 @@ async def test_the_embedded_api_server_answers_token_reviews_for_who_may_ask(tmp
         async with APIClient(server, token=token) as dave:  # a tenant may not ask about others' tokens
             code, answer, _ = await dave.post(TOKEN_REVIEWS, review)
             assert code == 403 and answer["reason"] == "Forbidden"
+
+
+def test_the_chart_keeps_the_dashboard_on_loopback_and_off_the_service_unless_exposed() -> None:
+    def cluster_rules(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        role = one(objects, "ClusterRole")
+        return {(g, r) for rule in role["rules"] for g in rule.get("apiGroups", ()) for r in rule.get("resources", ())}
+
+    kept = render({"controller": {"dashboard": {"port": 8090}}})
+    assert flag(kept, "dashboard-host") == ["127.0.0.1"]
+    assert "dashboard" not in {p["name"] for p in one(kept, "Service")["spec"]["ports"]}
+    assert "dashboard" not in {p["name"] for p in container(kept)["ports"]}
+    assert ("authentication.k8s.io", "tokenreviews") not in cluster_rules(kept)
+    exposed = render({"controller": {"dashboard": {"port": 8090, "expose": True}}})
+    assert flag(exposed, "dashboard-host") == ["0.0.0.0"]
+    assert {"name": "dashboard", "port": 8090, "targetPort": "dashboard", "protocol": "TCP"} in \
+        one(exposed, "Service")["spec"]["ports"]
+    assert {("authentication.k8s.io", "tokenreviews"), ("authorization.k8s.io", "subjectaccessreviews")} <= \
+        cluster_rules(exposed)

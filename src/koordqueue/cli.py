@@ -83,6 +83,11 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--metrics-port", type=int, default=8080, show_default=True, help="/metrics, /healthz, /readyz.")
 @click.option("--dashboard/--no-dashboard", default=False, show_default=True, help="Serve the web dashboard.")
 @click.option("--dashboard-port", type=int, default=8082, show_default=True)
+@click.option("--dashboard-host", default="127.0.0.1", show_default=True,
+              help="Address the dashboard binds. Loopback: no token asked; any other: each request needs a bearer "
+                   "token (TokenReview), and its user sees the units of the namespaces it may list QueueUnits in.")
+@click.option("--dashboard-max-streams", type=int, default=16, show_default=True,
+              help="Live event streams served at once; one more is answered 429.")
 @click.option("--api-handler/--no-api-handler", default=False, show_default=True,
               help="Serve Koord-Queue's HTTP API (/apis/v1/queue, /apis/v1/userquota, /apis/v1/elasticquotatree, "
                    "/apis/v1/elasticquota; read-only JSON) on the leader.")
@@ -134,6 +139,8 @@ def controller(**opts: Any) -> None:
         metrics_port=opts["metrics_port"],
         dashboard=opts["dashboard"],
         dashboard_port=opts["dashboard_port"],
+        dashboard_host=opts["dashboard_host"],
+        dashboard_max_streams=opts["dashboard_max_streams"],
         api_handler=opts["api_handler"],
         api_handler_port=opts["api_handler_port"],
         api_handler_host=opts["api_handler_host"],

@@ -321,7 +321,7 @@ def test_values_reach_the_flags() -> None:
         "controller": {
             "defaultQueuePolicy": "Block", "protectSeconds": 30, "waitForPodsRunningTimeoutSeconds": 120,
             "resumeRefusedTimeoutSeconds": 45, "backoff": {"baseSeconds": 5, "capSeconds": 60}, "metrics": {"port": 9090},
-            "dashboard": {"port": 8090}, "leaderElection": {"enable": True, "leaseName": "my-lease"},
+            "dashboard": {"port": 8090, "expose": True}, "leaderElection": {"enable": True, "leaseName": "my-lease"},
             "replicas": 3, "extraArgs": ["--webhook-host=extra.example"],
         },
         "webhook": {"port": 9444, "servicePort": 8443},
@@ -331,7 +331,8 @@ def test_values_reach_the_flags() -> None:
         "qps": ["33"], "burst": ["44"], "oversell-rate": ["1.5"], "default-queue-policy": ["Block"],
         "protect-seconds": ["30"], "wait-for-pods-running-timeout": ["120"], "resume-refused-timeout": ["45"],
         "backoff-base": ["5"],
-        "backoff-cap": ["60"], "metrics-port": ["9090"], "dashboard-port": ["8090"], "lease-name": ["my-lease"],
+        "backoff-cap": ["60"], "metrics-port": ["9090"], "dashboard-port": ["8090"], "dashboard-host": ["0.0.0.0"],
+        "lease-name": ["my-lease"],
         "webhook-port": ["9444"], "namespace": [NAMESPACE], "webhook-config-name": ["koord-queue"],
     }
     for name, value in expected.items():

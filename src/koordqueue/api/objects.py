@@ -10,7 +10,6 @@ Structural quota rules (min <= max, parents, cycles) are the engine's, not check
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Collection, Mapping
@@ -52,6 +51,7 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import InvalidObject, Meta, parse_int_text, read_int, read_meta, section
 from koordqueue.api.quantity import QuantityError, ResourceList, parse_resource_list
+from koordqueue.api.safeyaml import RefusedYAML, load_annotation, load_json_annotation
 
 __all__ = [
     "AdmissionCheckSpec",
@@ -277,7 +277,7 @@ def _shared_weight(text: str | None, where: str) -> ResourceList | None:
     if text is None:
         return None
     try:
-        return parse_resource_list(json.loads(text))
+        return parse_resource_list(load_json_annotation(text))
     except (ValueError, QuantityError) as err:  # json.JSONDecodeError is a ValueError
         raise InvalidObject(f"{where}: annotation {ANNOTATION_SHARED_WEIGHT}: {err}") from None
 
@@ -287,7 +287,7 @@ def _namespaces(text: str | None, where: str, warnings: list[str]) -> frozenset[
         return frozenset()
     key = f"{where}: annotation {ANNOTATION_QUOTA_NAMESPACES}"
     try:
-        value = json.loads(text)
+        value = load_json_annotation(text)
     except ValueError as err:
         warnings.append(f"{key}: not JSON ({err}); no namespace bound")
         return frozenset()
@@ -352,9 +352,10 @@ def _queue_args(meta: Meta, warnings: list[str]) -> tuple[float | None, float | 
         return None, None
     where = f"{meta.describe()}: annotation {ANNOTATION_QUEUE_ARGS}"
     try:
-        args = yaml.safe_load(text)
+        args = load_annotation(text)
     except yaml.YAMLError as err:
-        warnings.append(f"{where}: not YAML ({str(err).splitlines()[0]}); ignored")
+        what = "refused" if isinstance(err, RefusedYAML) else "not YAML"
+        warnings.append(f"{where}: {what} ({str(err).splitlines()[0]}); ignored")
         return None, None
     if args is None:
         return None, None

@@ -1,16 +1,25 @@
-"""A self-signed CA and serving certificate for the admission webhook.
+"""A self-signed CA and serving certificate for the admission webhook, or the files
+someone else keeps renewed.
 
 The controller makes its own TLS material so that the webhook works with no
 cert-manager: a CA (whose PEM goes into the webhook configuration's caBundle) and a
 serving certificate for the names the API server dials. Rotation is regeneration.
+With cert-manager (or any certificate directory given) the files are renewed under the
+running process: `CertificateFiles` loads them again when they change, or the pods would
+serve the old certificate after the caBundle moved on, and every create of a queued kind
+would fail under `failurePolicy: Fail`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import ipaddress
+import logging
 import os
 import secrets
+import ssl
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +28,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+log = logging.getLogger(__name__)
+
 VALIDITY = dt.timedelta(days=365)
+CERT_RELOAD_SECONDS = 10.0  # how often given certificate files are looked at for a renewal
 
 
 @dataclass(frozen=True)
@@ -105,3 +117,72 @@ def make_serving_cert(hosts: list[str], now: dt.datetime | None = None) -> Servi
 
 def needs_rotation(cert: ServingCert, now: dt.datetime, margin: dt.timedelta = dt.timedelta(days=30)) -> bool:
     return now >= cert.not_after - margin
+
+
+Stamp = tuple[tuple[int, int, int], tuple[int, int, int]]
+
+
+class CertificateFiles:
+    """A serving certificate and key in files another party renews (cert-manager's Secret as
+    the kubelet mounts it: a renewal swaps a symlink, so the files' inode, size and mtime
+    change). `reload_if_changed` puts a changed pair into the live SSLContext: new handshakes
+    get the new certificate, open connections keep theirs. A pair that does not load (caught
+    half-written: a new certificate with the old key) is tried again at the next look, and
+    the pair in use is kept meanwhile: loading it straight into the live context could leave
+    it holding a certificate whose key it does not have."""
+
+    def __init__(self, context: ssl.SSLContext, cert_path: Path, key_path: Path) -> None:
+        self.context = context
+        self.cert_path = cert_path
+        self.key_path = key_path
+        self.loaded: Stamp | None = None
+        self._refused: Stamp | None = None
+
+    def _stamp(self) -> Stamp | None:
+        try:
+            cert, key = os.stat(self.cert_path), os.stat(self.key_path)
+        except OSError:
+            return None  # in the middle of a swap: look again later
+        return (cert.st_ino, cert.st_size, cert.st_mtime_ns), (key.st_ino, key.st_size, key.st_mtime_ns)
+
+    def load(self) -> None:
+        """The first load, at start: a pair that does not load is an error, as it always was."""
+        stamp = self._stamp()
+        self._load_checked()
+        self.loaded = stamp
+
+    def reload_if_changed(self) -> bool:
+        """Load the pair again if the files changed since; True when a new pair is in use."""
+        stamp = self._stamp()
+        if stamp is None or stamp == self.loaded:
+            return False
+        try:
+            self._load_checked()
+        except (OSError, ssl.SSLError, ValueError) as e:
+            if stamp != self._refused:  # said once per version of the files
+                log.warning("webhook: the renewed certificate %s (key %s) does not load, the one loaded before "
+                            "is served until it does: %s", self.cert_path, self.key_path, e)
+                self._refused = stamp
+            return False
+        log.info("webhook: serving the renewed certificate %s", self.cert_path)
+        self.loaded = stamp
+        return True
+
+    def _load_checked(self) -> None:
+        """Read both files once, check the pair in a scratch context, then load the same bytes
+        into the live one (load_cert_chain only takes paths: a private copy of what was read)."""
+        cert, key = self.cert_path.read_bytes(), self.key_path.read_bytes()
+        with tempfile.TemporaryDirectory(prefix="koord-queue-cert-") as scratch:
+            cert_copy, key_copy = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
+            cert_copy.write_bytes(cert)
+            fd = os.open(key_copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_copy, key_copy)
+            self.context.load_cert_chain(cert_copy, key_copy)
+
+    async def keep(self) -> None:
+        """Look at the files every CERT_RELOAD_SECONDS, for as long as the server runs."""
+        while True:
+            await asyncio.sleep(CERT_RELOAD_SECONDS)
+            self.reload_if_changed()

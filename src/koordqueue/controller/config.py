@@ -58,8 +58,11 @@ class ControllerConfig:
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
     dashboard: bool = False
-    dashboard_host: str = "0.0.0.0"
+    # Loopback: no token asked (reach it by `kubectl port-forward`); any other address: every
+    # request needs a bearer token (TokenReview, SubjectAccessReview; controller/dashboard.py).
+    dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8082
+    dashboard_max_streams: int = 16  # event streams open at once; one more is answered 429
     # Koord-Queue's HTTP API (controller/koordapi.py): off unless asked, as in Koord-Queue;
     # on loopback unless told otherwise (it has no authentication of its own).
     api_handler: bool = False

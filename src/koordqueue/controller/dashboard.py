@@ -7,13 +7,25 @@ does. `/api/stream` sends the overview as server-sent events about once a second
 
 Only the leader holds the engine: a follower (or a leader still loading the cluster)
 answers 503 with a message in words, so nobody reads stale numbers as the truth.
+
+On loopback (the default; `koord-queue up`, `kubectl port-forward`) anyone who can reach
+it is the machine's user and no token is asked. Bound anywhere else (the chart's
+`controller.dashboard.expose`), every request brings a bearer token, in an Authorization
+header or in the session cookie the login form sets: a TokenReview says who it is, a
+SubjectAccessReview whether they may `get queues.visibility.koord-queue.x-k8s.io` (who may
+read the visibility API may open the dashboard), and the units shown are those of the
+namespaces where they may `list queueunits`, as the visibility API shows them. Event
+streams are capped (`max_streams`): one more is answered 429, and the page retries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
+import ipaddress
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +33,8 @@ import orjson
 from aiohttp import web
 
 from koordqueue import aio
+from koordqueue.api import constants as c
+from koordqueue.controller.access import AccessReviewer, Caller
 from koordqueue.controller.controller import Controller
 
 STATIC = Path(__file__).resolve().parent.parent / "dashboard" / "static"
@@ -28,6 +42,22 @@ STREAM_INTERVAL = 1.0  # seconds between two overviews on the stream
 OVERVIEW_MIN_AGE = 1.0  # an overview this fresh is served again instead of built anew...
 OVERVIEW_BUDGET = 0.1  # ...and, with a long queue, building it takes at most this share of the loop
 STATIC_TYPES = {".css": "text/css", ".js": "text/javascript", ".html": "text/html"}
+DEFAULT_MAX_STREAMS = 16  # event streams open at once; one more is answered 429
+STREAM_RETRY_SECONDS = 5
+SESSION_COOKIE = "koord-queue-dashboard"
+SESSION_SECONDS = 8 * 3600  # a login lasts this long (its token is reviewed again every few seconds)
+MAX_SESSIONS = 10_000
+CALLER = web.RequestKey("caller", Caller)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class NotServing(Exception):
@@ -38,19 +68,30 @@ class Dashboard:
     """Serves the dashboard of one replica; `controller_of()` is the controller while leading."""
 
     def __init__(self, controller_of: Callable[[], Controller | None], host: str, port: int,
-                 identity: str = "") -> None:
+                 identity: str = "", access: AccessReviewer | None = None,
+                 max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+        """``access``: how tokens and grants are reviewed; required unless ``host`` is loopback
+        (there, None: no token is asked)."""
+        if access is None and not is_loopback(host):
+            raise ValueError(f"the dashboard on {host} (not loopback) needs token review: pass access")
         self.controller_of = controller_of
         self.host = host
         self.requested_port = port
         self.identity = identity
+        self.access = access
+        self.max_streams = max_streams
         self.port = 0  # the port bound (port 0 asks for any free one)
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         self._cached: tuple[float, bytes] | None = None
         self._max_age = OVERVIEW_MIN_AGE
+        self._streams = 0
+        self._sessions: dict[str, tuple[float, str]] = {}  # session id -> (expiry, bearer token)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._authenticate] if self.access is not None else [])
+        app.router.add_get("/login", self._login_page)
+        app.router.add_post("/login", self._login)
         app.router.add_get("/", self._page)
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/api/overview", self._overview)
@@ -112,14 +153,20 @@ class Dashboard:
         return web.FileResponse(path, headers={"Content-Type": STATIC_TYPES[path.suffix],
                                                "Cache-Control": "no-cache"})
 
-    async def _overview(self, _: web.Request) -> web.Response:
+    async def _overview(self, request: web.Request) -> web.Response:
         try:
-            return _json_bytes(self.overview_bytes())
+            return _json_bytes(await self._visible_overview(request))
         except NotServing as e:
             return _unavailable(str(e))
 
     async def _explain(self, request: web.Request) -> web.Response:
-        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        key = f"{namespace}/{name}"
+        caller = request.get(CALLER)
+        if caller is not None and self.access is not None and not await self.access.allowed(
+                caller, "get", c.QUEUE_GROUP, c.QUEUE_UNIT_PLURAL, namespace=namespace, name=name):
+            return _json({"error": "forbidden", "message": f"{caller.user} may not read QueueUnit {key}."},
+                         status=403)
         try:
             why = self._leader().explain(key)
         except NotServing as e:
@@ -135,28 +182,150 @@ class Dashboard:
         Always 200 with an event stream, even when not leading: a browser's EventSource
         treats any other answer as a failed connection and stops listening.
         """
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        while not self._closing.is_set():
-            try:
-                event, data = b"overview", self.overview_bytes()
-            except NotServing as e:
-                event, data = b"unavailable", orjson.dumps({"error": "unavailable", "message": str(e)})
-            try:
-                await response.write(b"event: " + event + b"\ndata: " + data + b"\n\n")
-            except (ConnectionResetError, RuntimeError):
-                break  # the browser went away
-            await aio.wait_event(self._closing, STREAM_INTERVAL)
+        if self._streams >= self.max_streams:
+            return _json({"error": "too-many-streams", "message": f"{self._streams} event streams are open, the "
+                          f"most this dashboard serves; try again in {STREAM_RETRY_SECONDS} s."}, status=429,
+                         headers={"Retry-After": str(STREAM_RETRY_SECONDS)})
+        self._streams += 1
+        try:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await response.prepare(request)
+            while not self._closing.is_set():
+                try:
+                    event, data = b"overview", await self._visible_overview(request)
+                except NotServing as e:
+                    event, data = b"unavailable", orjson.dumps({"error": "unavailable", "message": str(e)})
+                try:
+                    await response.write(b"event: " + event + b"\ndata: " + data + b"\n\n")
+                except (ConnectionResetError, RuntimeError):
+                    break  # the browser went away
+                await aio.wait_event(self._closing, STREAM_INTERVAL)
+            return response
+        finally:
+            self._streams -= 1
+
+    async def _visible_overview(self, request: web.Request) -> bytes:
+        """The overview, with only the units of namespaces the caller may list QueueUnits in."""
+        body = self.overview_bytes()
+        caller = request.get(CALLER)
+        if caller is None or self.access is None:
+            return body
+        doc = orjson.loads(body)
+        allowed = await self.access.unit_namespaces(caller, unit_namespaces(doc))
+        return body if allowed is None else orjson.dumps(only_namespaces(doc, allowed))
+
+    # --- authentication (not on loopback) ------------------------------------------------
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request,
+                            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if request.path == "/login" or request.path.startswith("/static/"):
+            return await handler(request)  # the form, and the page's code (no data in either)
+        token = self._token(request)
+        if token is None:
+            return self._refused(request, 401, "A bearer token is needed: log in with one (kubectl create token ...).")
+        caller, why = await self._review(token)
+        if caller is None:
+            return self._refused(request, 401 if why == "unauthorized" else 403, why)
+        request[CALLER] = caller
+        return await handler(request)
+
+    def _token(self, request: web.Request) -> str | None:
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Bearer ") and header[7:].strip():
+            return header[7:].strip()
+        session = self._sessions.get(request.cookies.get(SESSION_COOKIE, ""))
+        if session is None or session[0] < time.monotonic():
+            return None
+        return session[1]
+
+    async def _review(self, token: str) -> tuple[Caller | None, str]:
+        """(who the token is, "") if they may open the dashboard; else (None, why not)."""
+        assert self.access is not None
+        caller = await self.access.authenticate(token)
+        if caller is None:
+            return None, "unauthorized"
+        if not await self.access.allowed(caller, "get", c.VISIBILITY_GROUP, "queues"):
+            return None, (f"{caller.user} may not open the dashboard: it needs get on "
+                          f"queues.{c.VISIBILITY_GROUP} (as the visibility API does).")
+        return caller, ""
+
+    def _refused(self, request: web.Request, status: int, message: str) -> web.Response:
+        if request.path.startswith("/api/"):
+            return _json({"error": "unauthorized" if status == 401 else "forbidden", "message": message}, status)
+        return _login_form(message if status == 403 else "", status)
+
+    async def _login_page(self, _: web.Request) -> web.Response:
+        return _login_form("", 200)
+
+    async def _login(self, request: web.Request) -> web.Response:
+        """The form's token, reviewed; a session cookie (HttpOnly, SameSite=Strict) when accepted."""
+        if self.access is None:
+            raise web.HTTPSeeOther("/")
+        token = str((await request.post()).get("token", "")).strip()
+        caller, why = await self._review(token) if token else (None, "unauthorized")
+        if caller is None:
+            return _login_form("That token was not accepted." if why == "unauthorized" else why,
+                               401 if why == "unauthorized" else 403)
+        now = time.monotonic()
+        self._sessions = {k: v for k, v in self._sessions.items() if v[0] > now}
+        if len(self._sessions) >= MAX_SESSIONS:
+            self._sessions.clear()
+        session = secrets.token_urlsafe(32)
+        self._sessions[session] = (now + SESSION_SECONDS, token)
+        response = web.Response(status=303, headers={"Location": "/", "Cache-Control": "no-store"})
+        response.set_cookie(SESSION_COOKIE, session, max_age=SESSION_SECONDS, httponly=True, samesite="Strict",
+                            path="/")
         return response
 
 
-def _json(body: Any, status: int = 200) -> web.Response:
-    return _json_bytes(orjson.dumps(body), status)
+def unit_namespaces(doc: dict[str, Any]) -> set[str]:
+    """The namespaces of the units an overview names."""
+    keys = [p["unit"] for q in doc.get("queues") or ()
+            for p in [*(q.get("pending") or ()), *(q.get("backing_off") or ())]]
+    keys += [r["unit"] for r in doc.get("recent") or () if r.get("unit")]
+    return {str(k).partition("/")[0] for k in keys}
 
 
-def _json_bytes(body: bytes, status: int = 200) -> web.Response:
-    return web.Response(body=body, status=status, content_type="application/json",
+def only_namespaces(doc: dict[str, Any], allowed: set[str]) -> dict[str, Any]:
+    """The overview with only the units of ``allowed`` namespaces (queues keep their counts)."""
+    def shown(unit: object) -> bool:
+        return str(unit).partition("/")[0] in allowed
+
+    for queue in doc.get("queues") or ():
+        queue["pending"] = [p for p in queue.get("pending") or () if shown(p["unit"])]
+        queue["backing_off"] = [b for b in queue.get("backing_off") or () if shown(b["unit"])]
+    doc["recent"] = [r for r in doc.get("recent") or () if r.get("unit") and shown(r["unit"])]
+    return doc
+
+
+LOGIN_FORM = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Koord-Queue dashboard: log in</title>
+<link rel="icon" href="data:,"><link rel="stylesheet" href="static/dashboard.css"></head>
+<body><main><h1>Koord-Queue</h1>
+<form method="post" action="login">
+<p><label for="token">Bearer token</label> <input id="token" name="token" type="password" autocomplete="off"
+ required> <button type="submit">Log in</button></p>
+<p class="muted">A token of yours, e.g. <code>kubectl create token NAME -n NAMESPACE</code>: you see the units of
+the namespaces where you may list QueueUnits.</p>
+{message}
+</form></main></body></html>
+"""
+
+
+def _login_form(message: str, status: int) -> web.Response:
+    shown = f'<p class="warning" role="alert">{html.escape(message)}</p>' if message else ""
+    return web.Response(text=LOGIN_FORM.format(message=shown), status=status, content_type="text/html",
                         headers={"Cache-Control": "no-store"})
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return _json_bytes(orjson.dumps(body), status, headers)
+
+
+def _json_bytes(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json",
+                        headers={"Cache-Control": "no-store", **(headers or {})})
 
 
 def _unavailable(message: str) -> web.Response:

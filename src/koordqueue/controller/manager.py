@@ -17,9 +17,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from koordqueue import aio
 from koordqueue.api import constants as c
+from koordqueue.controller.access import AccessReviewer
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
-from koordqueue.controller.dashboard import Dashboard
+from koordqueue.controller.dashboard import Dashboard, is_loopback
 from koordqueue.controller.koordapi import KoordAPI
 from koordqueue.controller.logs import setup_logging
 from koordqueue.controller.metrics import Metrics
@@ -53,8 +54,10 @@ class Manager:
                                        api_services=[c.VISIBILITY_APISERVICE])
                         if self.visibility is not None else SuspendWebhook(client, config) if config.webhook else None)
         self._request_header: asyncio.Task[None] | None = None
+        reviewer = None if is_loopback(config.dashboard_host) else AccessReviewer(client, "dashboard")
         self.dashboard = (Dashboard(lambda: self.controller, config.dashboard_host, config.dashboard_port,
-                                    self.identity) if config.dashboard else None)
+                                    self.identity, reviewer, config.dashboard_max_streams)
+                          if config.dashboard else None)
         self.koord_api = (KoordAPI(lambda: self.controller, config.api_handler_host, config.api_handler_port,
                                    self.identity) if config.api_handler else None)
         self.endpoints_ready = asyncio.Event()  # set once the ports are bound (tests, `up`)

@@ -16,12 +16,12 @@ there: their pods are charged to them, not to the default quota.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.api.quantity import QuantityError, ResourceList, parse_resource_list
+from koordqueue.api.safeyaml import load_json_annotation
 from koordqueue.controller.pods import PodView
 
 OUTSIDE = (c.KOORDINATOR_SYSTEM_QUOTA, c.KOORDINATOR_DEFAULT_QUOTA)
@@ -165,7 +165,7 @@ def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
 def _namespaces(meta: Mapping[str, Any]) -> list[str]:
     """The namespaces an ElasticQuota's annotation lists (none when it is not a JSON list)."""
     try:
-        value = json.loads(((meta.get("annotations") or {}).get(c.ANNOTATION_QUOTA_NAMESPACES)) or "[]")
+        value = load_json_annotation(((meta.get("annotations") or {}).get(c.ANNOTATION_QUOTA_NAMESPACES)) or "[]")
     except ValueError:
         return []
     return [n for n in value if isinstance(n, str)] if isinstance(value, list) else []

@@ -27,7 +27,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -36,6 +36,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from koordqueue.api import constants as c
+from koordqueue.controller.access import AccessReviewer, Caller
 from koordqueue.controller.views import UnitView, rfc3339
 from koordqueue.engine.model import Standing
 from koordqueue.kube.client import KubeClient, Resource
@@ -47,10 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX = f"/apis/{c.VISIBILITY_GROUP}/{c.VISIBILITY_VERSION}"
-SUBJECT_ACCESS_REVIEWS = Resource("authorization.k8s.io", "v1", "subjectaccessreviews", namespaced=False)
 CONFIG_MAPS = Resource("", "v1", "configmaps")
 DEFAULT_LIMIT = 1000  # Koord-Queue's and Kueue's
-REVIEW_TTL = 10.0  # seconds an access decision is reused for the same user
 REQUEST_HEADER_CHECK_SECONDS = 60.0
 POSITIONS_MIN_AGE = 1.0  # seconds the queues' order is reused between requests...
 POSITIONS_BUDGET = 0.1  # ...and longer with long queues: working it out takes at most this share of the loop
@@ -58,15 +57,6 @@ POSITIONS_BUDGET = 0.1  # ...and longer with long queues: working it out takes a
 # (or ElasticQuota) type, its QueueUnitsSummary inside; its queueunits subresource, the summary.
 RESOURCES = (("queues", "Queue", "queue"), ("elasticquotas", "ElasticQuota", "elasticquota"))
 ADMITTED_PHASES = frozenset(p.value for p in c.PHASES_HOLDING_QUOTA)
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who asks, as kube-apiserver authenticated them."""
-
-    user: str
-    groups: tuple[str, ...] = ()
-    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,7 +186,6 @@ Row = tuple[str, str | None, str | None, int | None, int | None]  # unit, queue,
 
 @dataclass
 class _Cache:
-    decisions: dict[tuple[Any, ...], tuple[float, bool]] = field(default_factory=dict)
     positions: tuple[float, dict[str, list[Standing]]] | None = None
     positions_max_age: float = POSITIONS_MIN_AGE
 
@@ -210,6 +199,7 @@ class VisibilityAPI:
         self.controller_of = controller_of
         self.system_namespace = system_namespace
         self.request_header: RequestHeader | None = None
+        self.access = AccessReviewer(client, "visibility")
         self._cache = _Cache()
 
     # -- wiring -------------------------------------------------------------------------------
@@ -348,35 +338,9 @@ class VisibilityAPI:
 
     async def _visible(self, caller: Caller, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The items of the namespaces where the caller may list QueueUnits."""
-        if await self._allowed(caller, "list", c.QUEUE_GROUP, c.QUEUE_UNIT_PLURAL, "", "", ""):
-            return items
-        namespaces = {i["metadata"]["namespace"] for i in items}
-        allowed = {ns for ns in sorted(namespaces)
-                   if await self._allowed(caller, "list", c.QUEUE_GROUP, c.QUEUE_UNIT_PLURAL, "", ns, "")}
-        return [i for i in items if i["metadata"]["namespace"] in allowed]
+        allowed = await self.access.unit_namespaces(caller, {i["metadata"]["namespace"] for i in items})
+        return items if allowed is None else [i for i in items if i["metadata"]["namespace"] in allowed]
 
     async def _allowed(self, caller: Caller, verb: str, group: str, resource: str, subresource: str,
                        namespace: str, name: str) -> bool:
-        """A SubjectAccessReview (its answer kept REVIEW_TTL seconds); refused when it cannot be asked."""
-        key = (caller, verb, group, resource, subresource, namespace, name)
-        now = time.monotonic()
-        known = self._cache.decisions.get(key)
-        if known is not None and now < known[0]:
-            return known[1]
-        attributes = {"verb": verb, "group": group, "resource": resource, "subresource": subresource,
-                      "namespace": namespace, "name": name}
-        spec: dict[str, Any] = {"user": caller.user, "groups": list(caller.groups),
-                                "resourceAttributes": {k: v for k, v in attributes.items() if v}}
-        if caller.extra:
-            spec["extra"] = {k: list(v) for k, v in caller.extra}
-        try:
-            answer = await self.client.create(SUBJECT_ACCESS_REVIEWS, {
-                "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
-        except KubeError as e:
-            log.warning("visibility: SubjectAccessReview for %s failed: %s", caller.user, e)
-            return False
-        allowed = bool((answer.get("status") or {}).get("allowed"))
-        if len(self._cache.decisions) > 10_000:
-            self._cache.decisions.clear()
-        self._cache.decisions[key] = (now + REVIEW_TTL, allowed)
-        return allowed
+        return await self.access.allowed(caller, verb, group, resource, subresource, namespace, name)

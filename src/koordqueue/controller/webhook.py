@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
-from koordqueue.controller.certs import ServingCert, make_serving_cert, needs_rotation
+from koordqueue.controller.certs import CertificateFiles, ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.resources import UNITS
 from koordqueue.jobs import adapter_for, kind_named
@@ -180,6 +180,7 @@ class SuspendWebhook:
         self.port = 0
         self.ca_pem = b""
         self._cert: ServingCert | None = None
+        self._files: CertificateFiles | None = None  # given files, loaded again when renewed
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._runner: web.AppRunner | None = None
@@ -200,6 +201,8 @@ class SuspendWebhook:
             self.port = int(addresses[0][1])
         if self._cert is not None:
             self._keeper = asyncio.create_task(self._keep_ca_bundle(), name="webhook-ca-bundle")
+        elif self._files is not None:
+            self._keeper = asyncio.create_task(self._files.keep(), name="webhook-cert-files")
 
     @property
     def ssl_context(self) -> ssl.SSLContext:
@@ -217,7 +220,8 @@ class SuspendWebhook:
     def _load_certificate(self) -> None:
         given = Path(self.config.webhook_cert_dir) if self.config.webhook_cert_dir else None
         if given is not None and (given / "tls.crt").exists():
-            self._ssl.load_cert_chain(given / "tls.crt", given / "tls.key")  # cert-manager's or the user's
+            self._files = CertificateFiles(self._ssl, given / "tls.crt", given / "tls.key")  # cert-manager's or
+            self._files.load()  # the user's, renewed under us
             return
         self._cert = make_serving_cert(list(self.config.webhook_hosts))
         self._install(self._cert)

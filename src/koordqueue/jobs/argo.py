@@ -27,6 +27,7 @@ from koordqueue.api.constants import (
     UNIT_SUFFIX_ARGO,
 )
 from koordqueue.api.meta import InvalidObject, Meta, read_int, section
+from koordqueue.api.safeyaml import load_annotation
 from koordqueue.jobs.base import Job, JobState, PodLabels, Role, SpecSuspendAdapter
 from koordqueue.jobs.kind import JobKind, Manifest
 
@@ -40,7 +41,7 @@ def min_resources(meta: Meta) -> dict[str, Any]:
         return {}
     where = f"{meta.describe()}: annotation {ANNOTATION_ARGO_MIN_RESOURCES}"
     try:
-        value = yaml.safe_load(text)  # JSON is YAML
+        value = load_annotation(text)  # JSON is YAML; no aliases, bounded
     except yaml.YAMLError as e:
         raise InvalidObject(f"{where} is neither JSON nor YAML: {e}") from None
     if not isinstance(value, Mapping):

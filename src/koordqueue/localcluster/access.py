@@ -4,12 +4,14 @@
   a token for the ServiceAccount, 1 hour by default, at least 10 minutes;
 - SelfSubjectAccessReview (`kubectl auth can-i`), SubjectAccessReview (the same for
   someone else), SelfSubjectRulesReview (`kubectl auth can-i --list`), and
-  SelfSubjectReview (`kubectl auth whoami`).
+  SelfSubjectReview (`kubectl auth whoami`);
+- TokenReview: who a bearer token is (a server that takes tokens, as the dashboard, asks).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -161,3 +163,26 @@ def _rules_review(authorizer: Authorizer, user: UserInfo, namespace: str) -> Obj
                     {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]}]
     return {"resourceRules": self_reviews + resource_rules, "nonResourceRules": non_resource_rules,
             "incomplete": False}
+
+
+def token_review(body: Any, authenticate: Callable[[str], UserInfo | None]) -> Object:
+    """Answer a TokenReview: the user its token authenticates as (by ``authenticate``, given an
+    Authorization header), or not authenticated. A token for another audience than the ones
+    asked is not accepted, as kube-apiserver's authenticators check audiences."""
+    if not isinstance(body, dict):
+        raise errors.bad_request("the body must be a TokenReview object")
+    spec = body.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise errors.bad_request("spec must be an object")
+    token = spec.get("token")
+    if not isinstance(token, str) or not token:
+        raise errors.bad_request("token is required for TokenReview in authentication")
+    out: Object = {"kind": "TokenReview", "apiVersion": AUTHN_V1, "metadata": {"creationTimestamp": None},
+                   "spec": {k: v for k, v in spec.items() if k != "token"}}
+    audiences = spec.get("audiences") or [API_AUDIENCE]
+    user = authenticate(f"Bearer {token}") if API_AUDIENCE in audiences else None
+    if user is None:
+        out["status"] = {"user": {}, "error": "invalid bearer token"}
+    else:
+        out["status"] = {"authenticated": True, "user": user.as_dict(), "audiences": [API_AUDIENCE]}
+    return out

@@ -80,10 +80,14 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", False, verbs=_CREATE),
     _rt("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", False, verbs=_CREATE),
     _rt("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", False, verbs=_CREATE),
+    _rt("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", False, verbs=_CREATE),
 )
+TOKEN_REVIEW_KEY = "authentication.k8s.io/tokenreviews"
 REVIEW_KEYS = frozenset({"authorization.k8s.io/selfsubjectaccessreviews", "authorization.k8s.io/selfsubjectrulesreviews",
-                         "authorization.k8s.io/subjectaccessreviews", "authentication.k8s.io/selfsubjectreviews"})
-SELF_REVIEW_KEYS = REVIEW_KEYS - {"authorization.k8s.io/subjectaccessreviews"}  # open to every user
+                         "authorization.k8s.io/subjectaccessreviews", "authentication.k8s.io/selfsubjectreviews",
+                         TOKEN_REVIEW_KEY})
+# Open to every user; a SubjectAccessReview or TokenReview needs a grant (system:auth-delegator's, in kube).
+SELF_REVIEW_KEYS = REVIEW_KEYS - {"authorization.k8s.io/subjectaccessreviews", TOKEN_REVIEW_KEY}
 
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", SYSTEM_NAMESPACE)
 

@@ -48,6 +48,8 @@ def status_object(
         "reason": reason,
         "code": code,
     }
+    if not reason:  # (omitempty in metav1.Status)
+        del out["reason"]
     if details is not None:
         out["details"] = details
     return out
@@ -186,3 +188,14 @@ def internal(message: str) -> APIError:
     return APIError(
         500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}
     )
+
+
+def request_entity_too_large(message: str) -> APIError:
+    """413, as kube-apiserver words it (a body over 3 MiB, a JSON patch of too many operations)."""
+    return APIError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")
+
+
+def etcd_request_too_large() -> APIError:
+    """An object etcd would refuse to store (over its 1.5 MiB request limit): kube-apiserver passes
+    etcd's error on as a 500 with etcd's words and no reason (kubernetes#112152, still open)."""
+    return APIError(500, "", "etcdserver: request is too large")

@@ -28,6 +28,7 @@ from koordqueue.localcluster.builtin import CRD_KEY, NAMESPACE_KEY, POD_KEY
 from koordqueue.localcluster.patch import (
     PatchError,
     PatchFormatError,
+    PatchTooLarge,
     apply_json_patch,
     apply_merge_patch,
     deep_copy,
@@ -44,6 +45,7 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 PATCH_TYPES = [JSON_PATCH, MERGE_PATCH, APPLY_PATCH, STRATEGIC_PATCH]
+MAX_STORED_OBJECT_BYTES = 3 * 512 * 1024  # etcd's default --max-request-bytes, 1.5 MiB
 
 FOREGROUND = "Foreground"
 BACKGROUND = "Background"
@@ -76,6 +78,14 @@ def _spec_of(obj: dict[str, Any], rt: ResourceType) -> dict[str, Any]:
     """What counts as "spec" for metadata.generation: all but metadata (and status, with /status)."""
     skip = ("metadata", "apiVersion", "kind", "status") if rt.has_status else ("metadata", "apiVersion", "kind")
     return {k: v for k, v in obj.items() if k not in skip}
+
+
+def _check_stored_size(obj: dict[str, Any]) -> None:
+    """Refuse an object etcd would not store: over its default request limit of 1.5 MiB
+    (custom resources are stored as JSON; built-in kinds as protobuf, a little smaller). A
+    body is at most 3 MiB, but a JSON patch's copies or a merge can make more of less."""
+    if len(orjson.dumps(obj)) > MAX_STORED_OBJECT_BYTES:
+        raise errors.etcd_request_too_large()
 
 
 def _same_ignoring_rv(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -256,6 +266,7 @@ class Operations:
         self._check_namespace_writable(rt, namespace, name)
         if dry_run:
             return obj
+        _check_stored_size(obj)
         return self.store.put(key, obj, None)
 
     def _check_body(self, rt: ResourceType, body: Any) -> dict[str, Any]:
@@ -399,6 +410,8 @@ class Operations:
                 new = merge(base, patch)
         except PatchFormatError as e:
             raise errors.bad_request(str(e)) from None
+        except PatchTooLarge as e:
+            raise errors.request_entity_too_large(str(e)) from None
         except PatchError as e:
             raise errors.unprocessable(str(e)) from None
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
@@ -553,6 +566,7 @@ class Operations:
             return result
         if result["metadata"].get("deletionTimestamp") and not self._finalizers(result):
             return self.store.remove(rt.storage_key, result)
+        _check_stored_size(result)
         return self.store.put(rt.storage_key, result, old)
 
     def _finalizers(self, obj: dict[str, Any]) -> list[str]:

@@ -19,6 +19,18 @@ class PatchFormatError(ValueError):
     """The patch document itself is malformed (400)."""
 
 
+class PatchTooLarge(ValueError):
+    """More operations than kube-apiserver takes in one JSON patch (413)."""
+
+
+# kube-apiserver's bounds on a JSON patch: at most this many operations (handlers/patch.go),
+# and `copy` operations adding at most this many bytes together (JSONPatchMaxCopyBytes,
+# 3 MiB: twice etcd's 1.5 MiB request limit). Without the second, 30 copies of a path into
+# itself double an object 30 times.
+MAX_JSON_PATCH_OPERATIONS = 10_000
+MAX_JSON_PATCH_COPY_BYTES = 3 * 1024 * 1024
+
+
 def deep_copy(doc: Any) -> Any:
     return orjson.loads(orjson.dumps(doc))
 
@@ -100,11 +112,15 @@ def _remove(doc: Any, path: str) -> tuple[Any, Any]:
     raise PatchError(f"remove operation does not apply: doc is missing path: {path!r}")
 
 
-def apply_json_patch(doc: Any, patch: Any) -> Any:
-    """Apply an RFC 6902 operation list to a copy of `doc`."""
+def apply_json_patch(doc: Any, patch: Any, copy_limit: int = MAX_JSON_PATCH_COPY_BYTES) -> Any:
+    """Apply an RFC 6902 operation list to a copy of `doc`, within kube-apiserver's bounds."""
     if not isinstance(patch, list):
         raise PatchFormatError("json patch must be a list of operations")
+    if len(patch) > MAX_JSON_PATCH_OPERATIONS:
+        raise PatchTooLarge(f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, "
+                            f"got {len(patch)}")
     doc = deep_copy(doc)
+    copied = 0
     for op in patch:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchFormatError(f"invalid operation: {op!r}")
@@ -130,7 +146,12 @@ def apply_json_patch(doc: Any, patch: Any) -> Any:
             doc, value = _remove(doc, op["from"])
             doc = _add(doc, path, value)
         elif kind == "copy":
-            doc = _add(doc, path, deep_copy(_get(doc, op["from"])))
+            raw = orjson.dumps(_get(doc, op["from"]))
+            copied += len(raw)
+            if copied > copy_limit:  # evanphx/json-patch's words, as kube-apiserver answers them
+                raise PatchError(f"Unable to complete the copy, the accumulated size increase of copy is {copied}, "
+                                 f"exceeding the limit {copy_limit}")
+            doc = _add(doc, path, orjson.loads(raw))
         elif kind == "test":
             if _get(doc, path) != op["value"]:
                 raise PatchError(f"testing value {path!r} failed: test failed")

@@ -32,7 +32,7 @@ from koordqueue.localcluster import (
     protobuf,
     rbac,
 )
-from koordqueue.localcluster.access import review, token_request
+from koordqueue.localcluster.access import review, token_request, token_review
 from koordqueue.localcluster.admission import Admission
 from koordqueue.localcluster.auth import (
     KUBECONFIG_FILE,
@@ -52,6 +52,7 @@ from koordqueue.localcluster.builtin import (
     REVIEW_KEYS,
     SELF_REVIEW_KEYS,
     SERVICE_ACCOUNT_KEY,
+    TOKEN_REVIEW_KEY,
 )
 from koordqueue.localcluster.controls import PREFIX as CONTROLS_PREFIX
 from koordqueue.localcluster.controls import Access, Controls
@@ -82,6 +83,7 @@ from koordqueue.localcluster.tokens import (
 )
 from koordqueue.localcluster.tokens import service_account_user as sa_user
 from koordqueue.localcluster.watch import Watcher, WatchHub, encode_event
+from koordqueue.localcluster.yamlbody import load_body
 from koordqueue.manifests import all_crds
 
 log = logging.getLogger(__name__)
@@ -377,7 +379,7 @@ class APIServer:
         except web.HTTPMethodNotAllowed:
             return _error(errors.method_not_allowed())
         except web.HTTPRequestEntityTooLarge:
-            return _error(errors.APIError(413, "RequestEntityTooLarge", "request entity too large"))
+            return _error(errors.request_entity_too_large(f"limit is {MAX_BODY}"))
         except web.HTTPException as e:
             return _error(errors.APIError(e.status, e.reason, e.text or e.reason))
         except (ConnectionResetError, asyncio.CancelledError):
@@ -494,6 +496,8 @@ class APIServer:
             code, doc = await aggregated(request.match_info["tail"], dict(request.query), user.username, user.groups)
             return _json(doc, code)
         self._controls.check(verb, rt, name)
+        if rt.storage_key == TOKEN_REVIEW_KEY:
+            return _json(token_review(await self._read_object(request), self._authenticate), 201)
         if rt.storage_key in REVIEW_KEYS:
             return _json(review(rt, await self._read_object(request), request[USER], self._authorizer), 201)
         if sub == "token":
@@ -611,7 +615,7 @@ class APIServer:
         raw = await request.read()
         if ctype in YAML_TYPES:
             try:
-                return _valid_text(yaml.safe_load(raw))
+                return _valid_text(load_body(raw))
             except yaml.YAMLError as e:
                 raise errors.bad_request(f"error converting YAML to JSON: {e}") from None
         if ctype == protobuf.CONTENT_TYPE:
@@ -655,7 +659,7 @@ class APIServer:
         if request.query.get("force", "false") not in ("true", "false"):
             raise errors.bad_request(f"invalid force: {request.query['force']!r}")
         try:
-            config = yaml.safe_load(await request.read())
+            config = load_body(await request.read())
         except yaml.YAMLError as e:
             raise errors.bad_request(f"error decoding YAML: {e}") from None
         warnings: list[str] = []

@@ -264,6 +264,8 @@
     source.addEventListener("error", () => {
       lastSummary = "";
       setConnection("Connection to the controller lost; retrying…");
+      // An answer other than a stream (429: too many open) closes it for good: open another later.
+      if (source.readyState === EventSource.CLOSED) setTimeout(connect, 5000);
     });
   }
 

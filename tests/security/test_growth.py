@@ -102,3 +102,32 @@ async def test_a_batch_job_whose_parallelism_a_tenant_raises_is_sent_back_and_on
         await sampler.sample()
     sampler.assert_within_max()
     assert await system.phase("shrinks", "t2") == c.Phase.RUNNING
+
+
+async def test_an_elastic_pytorchjob_admitted_in_part_whose_workers_a_tenant_raises_is_sent_back(
+        system: System) -> None:
+    """Master + 3 Workers of 1 GPU, at least 1 Worker, in q-t2 of max 3: admitted with 2 Workers
+    (its Worker replicas set to 2 by the admission, 3 kept in koord-queue/placed). Its tenant
+    sets them back to 3: 4 GPUs would be bound, charged 3. It is sent back (its unit's
+    podSet still asks 3 Workers: nothing of what it asks grew but its pods), and admitted again
+    in part."""
+    team = await tenant(system, "t2")
+    await system.apply(quota("q-t2", 3, 3, namespace="t2"))
+    flex = in_quota(pytorch_job("flex", gpus_per_pod=1, workers=3, namespace="t2"), "t2", "q-t2")
+    flex["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3}
+    await team.apply(flex)
+    await system.wait_phase("flex-py-qu", c.Phase.RUNNING, namespace="t2", timeout=60)
+    status = (await system.unit("flex-py-qu", "t2"))["status"]
+    assert status["admissionSummary"] == "master=1,worker=2"
+    async with GpuSampler(system, [("t2", "q-t2")]) as sampler:
+        await team.patch("pytorchjob", "flex", {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 3}}}})
+
+        async def told() -> bool:
+            return any(e["reason"] == c.EventReason.SUSPENDED and "worker 3 pods (admitted with 2)" in e["message"]
+                       for e in await system.events("flex-py-qu", "t2"))
+
+        await system.wait_for(told, 60, "flex sent back for its raised Workers")
+        await system.wait_phase("flex-py-qu", c.Phase.RUNNING, namespace="t2", timeout=60)
+        assert (await system.unit("flex-py-qu", "t2"))["status"]["admissionSummary"] == "master=1,worker=2"
+        await sampler.sample()
+    sampler.assert_within_max()

@@ -145,11 +145,18 @@ class JobReconciler(Part):
         if known is None or known.admitted_quota is None or job.unit_spec is None or unit.phase in FINISHED:
             return False
         asks = self.informers.unit_info(unit)
-        more = grown(known.request, asks.request)
-        if not more or asks.invalid is not None:
+        if asks.invalid is not None:
             return False
         said = ", ".join(f"{name} {format_quantity(asks.request[name])} (admitted with "
-                         f"{format_quantity(known.request.get(name, 0))})" for name in more)
+                         f"{format_quantity(known.request.get(name, 0))})"
+                         for name in grown(known.request, asks.request))
+        if not said and known.placement is not None:  # admitted in part: its replicas raised within what it asks
+            counts = {ps.name: ps.count for ps in known.pod_sets}
+            said = ", ".join(f"{name} {n} pods (admitted with {known.placement.count_of(name, counts[name])})"
+                             for name, n in job.live_counts
+                             if name in counts and n > known.placement.count_of(name, counts[name]))
+        if not said:
+            return False
         await self.scheduler.send_back(unit, job, c.Phase.ENQUEUED,
                                        f"it asks for more than it was admitted with: {said}; suspended, quota "
                                        "released, queued again at its new size", event=c.EventReason.SUSPENDED)

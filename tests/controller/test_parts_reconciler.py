@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.controller import status as st
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.jobswitch import JobSwitch
-from koordqueue.controller.loading import count_as_admitted
+from koordqueue.controller.loading import count_as_admitted, load_unit
 from koordqueue.controller.quotasync import QuotaSync
 from koordqueue.controller.reconciler import UNIT_UNSEEN_SECONDS, JobReconciler
 from koordqueue.controller.resources import UNITS
@@ -246,3 +247,44 @@ async def test_an_admitted_job_that_grew_is_sent_back_and_queued_at_its_new_size
     await setting.reconciler.reconcile(ITEM)  # (owed: its job is suspended now)
     assert setting.writes()[-1] == f"suspend {JOBS.plural} j"
     assert setting.job()["spec"]["runPolicy"]["suspend"] is True
+
+
+@pytest.mark.parametrize("grown", ["replicas", "per pod"])
+async def test_a_job_that_grew_while_no_controller_ran_is_sent_back_once_one_does(setting: Setting,
+                                                                                    grown: str) -> None:
+    """After a restart the engine takes a running unit's size from its job as it is now (and
+    its pods from its status's admissions). A job grown meanwhile, by its Worker replicas or
+    by its pods' GPUs, is found by what its unit's status says was admitted, and sent back."""
+    engine = setting.shared.engine
+    engine.set_quota(quota("team-a", 4, 4))
+    job = held(pytorch_job("j", gpus_per_pod=2, quota_name="team-a"))
+    setting.fake.seed(JOBS, job)
+    await setting.start()
+    await setting.reconciler.reconcile(ITEM)  # its unit, as we made it
+    spec = setting.fake.get(UNITS, "j-py-qu", namespace="default")["spec"]
+    status = st.admitted(spec, "team-a", "koord-queue/team-a", [], 1, 0.0)
+    await setting.fake.patch_status(UNITS, "j-py-qu", {"status": {**status, "phase": c.Phase.RUNNING.value}},
+                                    namespace="default")
+    change: dict[str, Any] = {"Worker": {"replicas": 3}} if grown == "replicas" else {
+        "Worker": {"template": {"spec": {"containers": [
+            {**job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0],
+             "resources": {"requests": {c.GPU: "4"}, "limits": {c.GPU: "4"}}}]}}}}
+    await setting.fake.patch(JOBS, "j", merge_patch(ADAPTER.resume_patch({}), {"spec": {"pytorchReplicaSpecs": change}}),
+                             namespace="default")
+    await setting.caught_up()
+
+    def shown() -> bool:
+        view = setting.shared.informers.job_view(ITEM)
+        return view is not None and view.unit_spec is not None and view.unit_spec["resource"][c.GPU] != "4"
+
+    await until(shown)
+    unit = setting.shared.informers.unit.get(UNIT_KEY)
+    assert unit is not None
+    load_unit(engine, unit, setting.shared.informers.unit_info(unit), 0.0)  # as a controller starting does
+    await setting.reconciler.reconcile(ITEM)
+    stored = setting.fake.get(UNITS, "j-py-qu", namespace="default")["status"]
+    assert stored["phase"] == c.Phase.ENQUEUED.value
+    said = "worker 3 pods (admitted with 1)" if grown == "replicas" else "worker nvidia.com/gpu 4 a pod (admitted with 2)"
+    assert said in stored["message"], stored["message"]
+    info = engine.unit(UNIT_KEY)
+    assert info is not None and info.admitted_quota is None

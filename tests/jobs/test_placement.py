@@ -170,3 +170,29 @@ def test_a_placed_annotation_we_did_not_write_is_refused() -> None:
     manifest["metadata"].setdefault("annotations", {})[ANNOTATION_PLACED] = "[1, 2]"
     with pytest.raises(InvalidObject, match="koord-queue/placed is not what koord-queue writes"):
         unit_info(manifest, adapter_for(manifest["apiVersion"], manifest["kind"]), {}, 0.0)
+
+
+def test_a_job_is_never_asked_for_fewer_replicas_than_it_has_whatever_its_placed_annotation_says() -> None:
+    """Issue 29: koord-queue/placed is on the job, which its tenant may edit. A job of 7 Workers
+    saying it was written with 1 asks for 7; an elastic job admitted with 3 of 4 Workers whose
+    tenant raises them to 6 asks for 6, and its suspension leaves it 6, as its tenant wants."""
+    adapter = adapter_for("kubeflow.org/v1", "PyTorchJob")
+    assert adapter is not None
+    forged = job()
+    forged["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 7
+    forged["metadata"].setdefault("annotations", {})[ANNOTATION_PLACED] = '{"Worker": {"replicas": 1}}'
+    assert worker(forged).count == 7
+
+    manifest = job()
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 4
+    manifest["spec"]["elasticPolicy"] = {"minReplicas": 2, "maxReplicas": 8}
+    patch = admission_patch(adapter.role_patch, written(manifest), {}, Placement(counts=(("worker", 3),)))
+    assert patch is not None
+    placed = merge_patch(manifest, patch)
+    assert placed["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert worker(placed).count == 4  # as written
+    raised = merge_patch(placed, {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 6}}}})
+    assert worker(raised).count == 6
+    restore = admission_patch(adapter.role_patch, written(raised), originals(adapter.meta(raised)), None)
+    assert restore is not None
+    assert merge_patch(raised, restore)["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 6

@@ -163,7 +163,10 @@ REFERENCE: tuple[Key, ...] = (
                 "templates cannot say): absent, nothing.", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_SUSPEND, Where.JOB, f'`"{c.TRUE}"` while queued',
                 "Set when the job is created (by the admission webhook) and removed when it is admitted; "
-                "kinds with a native suspend field get that set too.", Origin.KOORD_QUEUE, "koord-queue"),
+                "kinds with a native suspend field (`spec.suspend`, `spec.runPolicy.suspend`) get that set too, "
+                "and for them the field alone says whether the job is suspended (their operators read only it): "
+                "a job not admitted whose field is set to false is suspended again, with a `Suspended` event.",
+                Origin.KOORD_QUEUE, "koord-queue"),
     _annotation(c.ANNOTATION_ACTIVE, Where.JOB, f'`"{c.FALSE}"` or `"{c.TRUE}"` (also Go\'s `0`/`1`/`f`/`t`...)',
                 "False: the job is not admitted (it stays queued, its message saying it is inactive); if it runs, "
                 "it is suspended and its quota released. Copied to its QueueUnit's `spec.active`; absent, the "
@@ -309,6 +312,11 @@ def markdown() -> str:
         "A Job that ended while suspended (preempted after its pods had finished) is resumed by the controller, "
         f"with a `{c.EventReason.RESUMED.value}` event saying so: kube-controller-manager marks a suspended Job "
         f"`{c.BATCH_CONDITION_COMPLETE}` only once it is resumed, and makes no pod for a Job that has ended.",
+        "An admitted job edited to ask for more (more replicas, a batch Job's parallelism, a Ray worker group) is "
+        "charged no more than it was admitted with: it is suspended, its quota released, and its unit queued again "
+        f"at its new size (`{c.Phase.ENQUEUED.value}`, after a back-off), with a `{c.EventReason.SUSPENDED.value}` "
+        "event saying what grew, as Kueue stops a job that no longer matches its Workload. One edited to ask for "
+        "less runs on, charged its smaller size.",
         "Queue policies: " + ", ".join(f"`{p.value}`" for p in c.QueuePolicy) + ".",
         "Admission check states: " + ", ".join(f"`{s.value}`" for s in c.AdmissionCheckState) + ".",
         "Event reasons: " + ", ".join(f"`{r.value}`" for r in c.EventReason) + ".",

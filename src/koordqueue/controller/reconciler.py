@@ -28,11 +28,13 @@ from koordqueue.controller.views import (
     Object,
     UnitView,
     adapter_of_kind,
+    admitted_placement,
     missing_class_reason,
     queue_unit_manifest,
     unit_info,
     unit_view,
 )
+from koordqueue.engine.model import UnitInfo
 from koordqueue.jobs.base import JobAdapter, JobState, quota_of_labels
 from koordqueue.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from koordqueue.kube.events import ObjectRef
@@ -137,20 +139,20 @@ class JobReconciler(Part):
                         f"labels set from the job: {said} (edit the job instead)")
 
     async def _send_back_grown(self, unit: UnitView, job: JobView) -> bool:
-        """An admitted job that asks for more than it was admitted with (its replicas or
-        parallelism raised since) is suspended and queued again at its new size, as Kueue stops
-        a job that no longer matches its Workload: admitted, it was charged only what it had
-        (unitsync.py), and its pods past that would run past its quota's max. One that shrank
+        """An admitted job that asks for more than it was admitted with (its replicas, parallelism
+        or pods' requests raised since) is suspended and queued again at its new size, as Kueue
+        stops a job that no longer matches its Workload: admitted, it was charged only what it
+        had (unitsync.py), and its pods past that would run past its quota's max. One that shrank
         stays, charged its smaller size. Whether it was sent back."""
         known = self.engine.unit(unit.key)
         if known is None or known.admitted_quota is None or job.unit_spec is None or unit.phase in FINISHED:
             return False
         asks = self.informers.unit_info(unit)
-        more = grown(known.request, asks.request)
-        if not more or asks.invalid is not None:
+        if asks.invalid is not None:
             return False
-        said = ", ".join(f"{name} {format_quantity(asks.request[name])} (admitted with "
-                         f"{format_quantity(known.request.get(name, 0))})" for name in more)
+        said = _growth(known, unit, job, asks)
+        if not said:
+            return False
         await self.scheduler.send_back(unit, job, c.Phase.ENQUEUED,
                                        f"it asks for more than it was admitted with: {said}; suspended, quota "
                                        "released, queued again at its new size", event=c.EventReason.SUSPENDED)
@@ -345,6 +347,30 @@ class JobReconciler(Part):
             self.jobs_queue.add_rate_limited(item)
 
         self.status.inform(key, status, still=still, failed=failed)
+
+
+def _growth(known: UnitInfo, unit: UnitView, job: JobView, asks: UnitInfo) -> str:
+    """What the admitted unit's job asks for beyond its admission ("": nothing): more of a
+    resource in all than the engine charges it, more pods of a role than were admitted (an
+    elastic role admitted in part, raised within what it asks; or after a restart, where the
+    engine took its size from the job as it is now, the admission its unit's status says), or
+    more per pod than its status says were admitted."""
+    grew = [f"{name} {format_quantity(asks.request[name])} (admitted with "
+            f"{format_quantity(known.request.get(name, 0))})" for name in grown(known.request, asks.request)]
+    if grew or job.suspended:  # (suspended: not resumed yet, its admission's replicas not set on it yet)
+        return ", ".join(grew)
+    placement = known.placement or admitted_placement(unit)
+    live = dict(job.live_counts)
+    admitted = {str(a.get("name")): a for a in unit.admissions}
+    for ps in job.pod_sets:
+        count = live.get(ps.name, ps.count)
+        allowed = placement.count_of(ps.name, count) if placement is not None else count
+        if count > allowed:
+            grew.append(f"{ps.name} {count} pods (admitted with {allowed})")
+        was = _amounts(admitted.get(ps.name, {}).get("resources")) if ps.name in admitted else None
+        grew += [f"{ps.name} {name} {format_quantity(ps.request[name])} a pod (admitted with "
+                 f"{format_quantity(was.get(name, 0))})" for name in grown(was, ps.request)] if was else []
+    return ", ".join(grew)
 
 
 def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:

@@ -82,6 +82,9 @@ class JobView:
     enqueued: bool = False  # annotation koord-queue/job-has-enqueued is there
     native_suspend: bool = True  # it has its kind's own suspend field (JobAdapter.has_native_suspend)
     finishes_once_resumed: bool = False  # ended, but told Complete only once resumed (JobAdapter's)
+    # Placed (an admission changed its replicas): each pod set's replicas on the job now, which
+    # may be more than the admission gave (raised since); () when not placed.
+    live_counts: tuple[tuple[str, int], ...] = ()
 
     @property
     def key(self) -> str:
@@ -116,6 +119,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
     placed = annotations.get(c.ANNOTATION_PLACED)
     active: bool | None = None
     max_seconds: int | None = None
+    live: tuple[tuple[str, int], ...] = ()
     try:
         unit_name = adapter.unit_name(obj)
         job_meta = adapter.meta(obj)
@@ -126,6 +130,8 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         annotated = adapter.annotated_priority(obj) is not None
         pod_sets = adapter.pod_set_infos(sets, job_meta)
         roles = tuple(written_role(ps.role, ps.count, ps.template) for ps in sets)
+        if isinstance(placed, str) and placed:
+            live = tuple((role.name.lower(), role.replicas) for role in adapter.roles(obj))
         active, max_seconds = adapter.active(obj, job_meta), adapter.max_execution_seconds(obj, job_meta)
     except (InvalidObject, QuantityError) as e:
         invalid = str(e)
@@ -170,6 +176,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         enqueued=bool(annotations.get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
         native_suspend=adapter.has_native_suspend(obj),
         finishes_once_resumed=finishes_once_resumed,
+        live_counts=live,
     )
 
 

@@ -200,12 +200,14 @@ def read_originals(text: str | None, where: str) -> Originals:
 
 def as_written(name: str, replicas: int, template: Mapping[str, Any], original: Mapping[str, Any] | None,
                where: str) -> tuple[int, Mapping[str, Any]]:
-    """A role's replicas and pod template with what an admission changed put back."""
+    """A role's replicas and pod template with what an admission changed put back. Never fewer
+    replicas than the job has now: an admission only ever lowers them, and the annotation is
+    on the job, which its tenant may edit (one saying 1 on a job of 7 would have it charged 1)."""
     if not original:
         return replicas, template
     if "replicas" in original:
-        replicas = read_int(original["replicas"], f"{where}: annotation {ANNOTATION_PLACED}: {name}.replicas",
-                            minimum=0)
+        replicas = max(replicas, read_int(original["replicas"],
+                                          f"{where}: annotation {ANNOTATION_PLACED}: {name}.replicas", minimum=0))
     selector = original.get("nodeSelector")
     if isinstance(selector, Mapping):
         spec = dict(section(template, "spec", f"{where}: template"))
@@ -285,8 +287,11 @@ def admission_patch(role_patch: RolePatch, roles: Sequence[Written], before: Ori
     nothing to write (or the kind cannot be changed)."""
     changes, replaced = _changes(roles, placement, marks or PodMarks()) if placement is not None else ({}, {})
     fields: dict[str, dict[str, Any]] = {}
+    counts = {name: replicas for name, replicas, *_ in roles}
     for name, old in before.items():  # an earlier admission's changes first put back...
         fields[name] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in old.items()}
+        if "replicas" in old and name in counts:  # (as written: more, if raised since; see as_written)
+            fields[name]["replicas"] = counts[name]
     for name, change in changes.items():  # ...then this one's made
         into = fields.setdefault(name, {})
         if "replicas" in change:

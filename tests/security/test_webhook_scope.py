@@ -138,3 +138,28 @@ async def test_jobs_running_at_start_are_charged_and_what_does_not_fit_is_requeu
         assert (await system.get_json("pytorchjob", queued))["spec"]["runPolicy"]["suspend"] is True
         used = (await system.get_json("elasticquota", QUOTA)).get("status", {}).get("used", {})
         assert int(used.get(c.GPU, "0")) <= 4
+
+
+@pytest.mark.both_control_planes
+async def test_namespaces_opt_in_by_label_when_the_selector_says_so(start_system: SystemFactory) -> None:
+    """An opt-in selector: a job in a namespace without the label is left alone by the webhooks
+    and the controller alike; one in a labelled namespace is queued."""
+    from tests.controller.conftest import quick_config
+
+    config = quick_config(managed_jobs_namespace_selector={"matchLabels": {"queue-jobs": "true"}})
+    async with start_system(config=config) as system:
+        await system.akubectl("create", "namespace", "t-out")
+        await system.akubectl("create", "namespace", "t-in")
+        await system.akubectl("label", "namespace", "t-in", "queue-jobs=true")
+
+        async def label_seen() -> bool:  # (a label put on later counts for a job at its next change)
+            return bool(system.controller.shared.informers.namespace_queued("t-in"))
+
+        await system.wait_for(label_seen, what="the controller to see t-in's label")
+        await system.apply(quota(QUOTA, 4, 4, namespace="t-in"))
+        left = await stored(system, job_of("left", namespace="t-out"))
+        assert left["spec"].get("runPolicy", {}).get("suspend") is not True
+        queued = await stored(system, job_of("queued", namespace="t-in"))
+        assert queued["spec"]["runPolicy"]["suspend"] is True
+        await system.wait_phase("queued-py-qu", c.Phase.RUNNING, namespace="t-in")
+        assert await units_in(system, "t-out") == []

@@ -354,7 +354,10 @@ class SuspendWebhook:
 
     async def _owners(self, request: Mapping[str, Any]) -> ParentUid:
         """The owner the request's job claims, read from the API server (a replica that does
-        not lead has no informers): jobs/parents.py trusts it only as it is there."""
+        not lead has no informers): jobs/parents.py trusts it only as it is there. Here, as
+        Kueue does, only while it runs too: KubeRay makes a RayJob's cluster and submitter once
+        it is let run, so a job claiming a suspended (queued) owner is the tenant's own, made
+        to run beside it: it is suspended and queued, and may not be let run before admitted."""
         adapter = _adapter(request, self.config.job_kinds)
         obj = request.get("object")
         owner = claimed_owner(adapter, obj) if adapter is not None and isinstance(obj, dict) else None
@@ -364,6 +367,11 @@ class SuspendWebhook:
         found = await self._read(Resource.of(registered.api_versions[0], registered.plural), owner.name,
                                  owner.namespace)
         if found is None:
+            return no_parents
+        try:
+            if registered.adapter.is_suspended(found):
+                return no_parents
+        except InvalidObject:
             return no_parents
         uid = str((found.get("metadata") or {}).get("uid") or "")
 

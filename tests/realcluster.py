@@ -45,9 +45,10 @@ def reset(cluster: RealCluster) -> None:
     """Delete what tests make, and wait until it is gone (pods included); our CRDs are there."""
     config = cluster.kubeconfig_path
     install_crds(cluster)
-    kubectl(config, "delete", "mutatingwebhookconfigurations", "-l", "app.kubernetes.io/name=koord-queue",
-            "--ignore-not-found", "--wait=false")
-    kubectl(config, "delete", "mutatingwebhookconfigurations", "koord-queue", "--ignore-not-found", "--wait=false")
+    for webhooks in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        kubectl(config, "delete", webhooks, "-l", "app.kubernetes.io/name=koord-queue", "--ignore-not-found",
+                "--wait=false")
+        kubectl(config, "delete", webhooks, "koord-queue", "--ignore-not-found", "--wait=false")
     for kind in LEFTOVERS:
         which = ["--all", "--all-namespaces"]
         if kind.startswith("leases"):

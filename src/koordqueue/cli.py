@@ -8,6 +8,7 @@ import click
 
 from koordqueue.api import constants as c
 from koordqueue.controller.config import ALL_JOB_KINDS, ControllerConfig
+from koordqueue.controller.scope import parse_selector
 
 
 @click.group()
@@ -102,9 +103,12 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
                    "on the webhook's port, for kube-apiserver's aggregation layer.")
 @click.option("--webhook-cert-dir", default="", help="tls.crt and tls.key to serve with (empty: make our own).")
 @click.option("--webhook-config-name", default="koord-queue", show_default=True,
-              help="MutatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
+              help="Mutating and ValidatingWebhookConfiguration whose caBundle we keep when we make our own certificate.")
 @click.option("--webhook-host", "webhook_hosts", multiple=True,
               help="DNS name or IP for our own certificate (repeatable; e.g. the Service's name).")
+@click.option("--managed-jobs-namespace-selector", default="",
+              help="Whose namespaces' jobs are queued: a label selector in JSON, as the webhook's namespaceSelector "
+                   "(empty: all but kube-system, kube-public, kube-node-lease and --namespace).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
@@ -117,8 +121,13 @@ def controller(**opts: Any) -> None:
     if unknown:
         raise click.BadParameter(f"unknown job kinds {unknown}; known: {sorted(ALL_JOB_KINDS)}",
                                  param_hint="--job-kinds")
+    try:
+        selector = parse_selector(opts["managed_jobs_namespace_selector"])
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--managed-jobs-namespace-selector") from None
     config = ControllerConfig(
         job_kinds=kinds,
+        managed_jobs_namespace_selector=selector,
         system_namespace=opts["namespace"],
         default_queue_policy=c.QueuePolicy(opts["default_queue_policy"]),
         protect_seconds=opts["protect_seconds"],

@@ -19,7 +19,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,8 +34,17 @@ from koordqueue.controller.logs import TEXT_FORMAT
 from koordqueue.controller.manager import Manager
 from koordqueue.controller.overview import overview
 from koordqueue.controller.resources import UNITS
+from koordqueue.controller.scope import default_selector
 from koordqueue.controller.visibility import api_resource_list
-from koordqueue.controller.webhook import API_SERVICES, MUTATE_PATH, MUTATING_WEBHOOKS, webhook_configuration
+from koordqueue.controller.webhook import (
+    API_SERVICES,
+    MUTATE_PATH,
+    MUTATING_WEBHOOKS,
+    VALIDATE_PATH,
+    VALIDATING_WEBHOOKS,
+    validating_webhook_configuration,
+    webhook_configuration,
+)
 from koordqueue.jobs import PLURALS
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
@@ -87,20 +96,28 @@ async def apply_example(client: KubeClient) -> list[str]:
 
 
 async def register_webhook(client: KubeClient, port: int, ca_pem: bytes, job_kinds: frozenset[str],
-                           host: str = "127.0.0.1") -> None:
-    """Point the API server at our webhook on ``host`` (its port changes at every start)."""
-    body = webhook_configuration(
-        WEBHOOK_CONFIG,
-        {"url": f"https://{host}:{port}{MUTATE_PATH}", "caBundle": base64.b64encode(ca_pem).decode()},
-        job_kinds,
-    )
-    try:
-        current = await client.get(MUTATING_WEBHOOKS, WEBHOOK_CONFIG)
-    except NotFound:
-        await client.create(MUTATING_WEBHOOKS, body)
-        return
-    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-    await client.replace(MUTATING_WEBHOOKS, body)
+                           host: str = "127.0.0.1", namespace_selector: Mapping[str, Any] | None = None) -> None:
+    """Point the API server at our webhooks on ``host`` (its port changes at every start): the
+    mutating one that suspends new jobs, the validating one that keeps queued jobs suspended,
+    both in the namespaces whose jobs are queued (``namespace_selector``; None: the default
+    of a controller in the system namespace, controller/scope.py)."""
+    selector = namespace_selector if namespace_selector is not None else default_selector(c.SYSTEM_NAMESPACE)
+    ca_bundle = base64.b64encode(ca_pem).decode()
+    for resource, body in (
+        (MUTATING_WEBHOOKS, webhook_configuration(
+            WEBHOOK_CONFIG, {"url": f"https://{host}:{port}{MUTATE_PATH}", "caBundle": ca_bundle}, job_kinds,
+            namespace_selector=selector)),
+        (VALIDATING_WEBHOOKS, validating_webhook_configuration(
+            WEBHOOK_CONFIG, {"url": f"https://{host}:{port}{VALIDATE_PATH}", "caBundle": ca_bundle}, job_kinds,
+            namespace_selector=selector)),
+    ):
+        try:
+            current = await client.get(resource, WEBHOOK_CONFIG)
+        except NotFound:
+            await client.create(resource, body)
+            continue
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        await client.replace(resource, body)
 
 
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False)
@@ -277,7 +294,8 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
     """Register the webhook, apply the example, and tell the user where everything is."""
     assert manager.webhook is not None
     host = "127.0.0.1" if isinstance(server, APIServer) else config.webhook_host
-    await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds, host)
+    await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds, host,
+                           config.namespace_selector)
     if isinstance(server, APIServer):
         await serve_visibility(server, client, manager)
     elif host != "127.0.0.1":

@@ -3,6 +3,7 @@ Kubernetes 1.32 schemas, against the controller's real command line, and for lea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,8 @@ def test_the_validator_catches_a_typo() -> None:
 
 
 def test_every_object_is_namespaced_in_the_release_namespace_or_cluster_wide() -> None:
-    cluster_wide = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "CustomResourceDefinition"}
+    cluster_wide = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                    "ValidatingWebhookConfiguration", "CustomResourceDefinition"}
     for obj in render(EVERYTHING_ON, include_crds=True):
         if obj["kind"] in cluster_wide:
             assert "namespace" not in obj["metadata"], obj["kind"]
@@ -133,12 +135,12 @@ def test_every_object_is_namespaced_in_the_release_namespace_or_cluster_wide() -
 def test_what_is_rendered() -> None:
     assert kinds(case("defaults")) == sorted([
         "ClusterRole", "ClusterRoleBinding", "Deployment", "MutatingWebhookConfiguration",
-        "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
+        "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
     ])
     assert kinds(case("cert-manager")) == sorted(kinds(case("defaults")) + ["Certificate", "Issuer"])
     assert "ServiceMonitor" in kinds(case("every-extension"))
     bare = case("no-webhook-no-leader-election")
-    assert "MutatingWebhookConfiguration" not in kinds(bare)
+    assert "MutatingWebhookConfiguration" not in kinds(bare) and "ValidatingWebhookConfiguration" not in kinds(bare)
     assert grants(one(bare, "Role")["rules"]) == SETTINGS  # no Lease to keep
     assert "PodDisruptionBudget" not in kinds(bare)  # one replica: a PDB would block every drain
 
@@ -196,8 +198,10 @@ BASE = (
     | expand("", ["events"], "create patch")
     | expand("scheduling.k8s.io", ["priorityclasses"], "list watch")
     | expand("", ["nodes", "pods"], "list watch")
+    | expand("", ["namespaces"], "list watch")
 )
-WEBHOOK_CA = expand("admissionregistration.k8s.io", ["mutatingwebhookconfigurations"], "get patch", "koord-queue")
+WEBHOOK_CA = expand("admissionregistration.k8s.io", ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+                    "get patch", "koord-queue")
 
 
 def job_grants(job_kinds: set[str]) -> set[Grant]:
@@ -553,3 +557,22 @@ def test_koord_queues_own_values_file_still_renders() -> None:
                             "jobextensions": {"tag": "x"}, "pytorch": {"enable": True}},
               "installation": {"namespace": "koord-queue"}, "global": {"imagePrefix": "r.example"}}
     assert flag(render(values), "job-kinds") == ["PyTorchJob"]
+
+
+def test_jobs_of_system_namespaces_are_left_alone_by_default_and_both_webhooks_say_so() -> None:
+    """Issue 29 item 10: the webhooks covered kube-system and the release's namespace. By
+    default they (and the controller, by the same selector in its flag) leave Kubernetes' own
+    namespaces and the release's alone; a selector given is used by all three."""
+    for values, expected in (
+        ({}, {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                    "values": ["kube-system", "kube-public", "kube-node-lease", NAMESPACE]}]}),
+        ({"webhook": {"namespaceSelector": {"matchLabels": {"team": "yes"}}}}, {"matchLabels": {"team": "yes"}}),
+    ):
+        objects = render(values)
+        mutating = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
+        validating = one(objects, "ValidatingWebhookConfiguration")["webhooks"][0]
+        assert mutating["namespaceSelector"] == validating["namespaceSelector"] == expected
+        assert json.loads(flag(objects, "managed-jobs-namespace-selector")[0]) == expected
+        assert validating["clientConfig"]["service"]["path"] == "/validate"
+        assert {op for rule in validating["rules"] for op in rule["operations"]} == {"UPDATE"}
+        assert validating["rules"] == [{**rule, "operations": ["UPDATE"]} for rule in mutating["rules"]]

@@ -180,7 +180,8 @@ async def _controller(server: APIServer | RealCluster, client: KubeClient, sim: 
     try:
         await asyncio.wait_for(manager.endpoints_ready.wait(), 10)
         if manager.webhook is not None:
-            await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds)
+            await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds,
+                                   namespace_selector=config.namespace_selector)
         system = System(server, client, manager, sim)
 
         async def leading() -> bool:

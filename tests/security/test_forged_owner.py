@@ -18,6 +18,7 @@ from koordqueue.api import constants as c
 from tests.controller.conftest import System, pytorch_job, quota
 from tests.controller.test_app_kinds import ray_cluster
 from tests.simcluster.conftest import batch_job
+from tests.simcluster.test_rayjob import rayjob
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,3 +77,22 @@ async def test_a_job_claiming_a_real_owner_of_a_kind_that_makes_no_jobs_is_queue
     job = await system.get_json("job", "borrowed")
     assert job["spec"]["suspend"] is True
     assert await pods_of_job(system, "borrowed") == []
+
+
+@pytest.mark.both_control_planes
+async def test_a_job_claiming_its_tenants_own_queued_rayjob_is_queued_and_kept_suspended(system: System) -> None:
+    """A RayJob is there, with its uid, and does make Jobs: but KubeRay makes them only once
+    it runs. One claiming a RayJob still queued (suspended) is the tenant's own, to run beside
+    it: suspended as it is created, and not let run by the tenant (as Kueue keeps a child
+    suspended while its parent is not admitted)."""
+    owner = rayjob("rj")
+    owner["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: "no-such-quota"}  # it waits for ever
+    await system.apply(owner)
+    await system.wait_phase("rj-ray-qu", c.Phase.ENQUEUED)
+    uid = (await system.get_json("rayjob", "rj"))["metadata"]["uid"]
+    stored = await create(system, gpu_job("rj", {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND,
+                                                 "name": "rj", "uid": uid}))
+    assert stored["spec"]["suspend"] is True
+    said = await system.akubectl("patch", "job", "rj", "--type=merge", "-p", '{"spec":{"suspend":false}}', check=False)
+    assert "denied the request" in said and "Job default/rj has no QueueUnit yet" in said, said
+    assert await pods_of_job(system, "rj") == []

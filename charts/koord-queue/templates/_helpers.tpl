@@ -137,3 +137,17 @@ app.kubernetes.io/component: controller
 {{- define "koord-queue.certSecretName" -}}
 {{- printf "%s-webhook-tls" (include "koord-queue.fullname" .) -}}
 {{- end -}}
+
+{{/* Whose namespaces' jobs are queued (Kueue's managedJobsNamespaceSelector): the webhooks'
+     namespaceSelector and the controller's --managed-jobs-namespace-selector, one value.
+     Empty: every namespace but Kubernetes' own and the release's. */}}
+{{- define "koord-queue.namespaceSelector" -}}
+{{- if .Values.webhook.namespaceSelector -}}
+{{- toYaml .Values.webhook.namespaceSelector -}}
+{{- else -}}
+matchExpressions:
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values: {{ toJson (concat (list "kube-system" "kube-public" "kube-node-lease") (list .Release.Namespace) | uniq) }}
+{{- end -}}
+{{- end -}}

@@ -560,3 +560,7 @@ RAY_DEPLOYMENT_RUNNING = "Running"
 RAY_DEPLOYMENT_COMPLETE = "Complete"
 RAY_DEPLOYMENT_FAILED = "Failed"
 RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
+# Which namespaces' jobs are queued (Kueue's managedJobsNamespaceSelector): by default all but
+# Kubernetes' own and the controller's, by the name label every namespace carries.
+LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
+KUBE_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")

@@ -258,6 +258,8 @@ REFERENCE: tuple[Key, ...] = (
 NOT_DOCUMENTED: dict[str, str] = {
     "ANNOTATION_API_APPROVED": "kube-apiserver's, on our ElasticQuota CRD (its group is protected); users never set it",
     "LABEL_HOSTNAME": "Kubernetes' well-known node label; the simulated nodes carry it",
+    "LABEL_NAMESPACE_NAME": "Kubernetes' well-known namespace label (its name); the default managed-jobs "
+                            "namespace selector reads it",
     "LABEL_OS": "Kubernetes' well-known node label; the simulated nodes carry it",
     "LABEL_ARCH": "Kubernetes' well-known node label; the simulated nodes carry it",
     "LABEL_RAY_NODE_TYPE": "KubeRay's pod label; the simulated KubeRay operator writes it",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.controller.scope import default_selector
 from koordqueue.loader import ALL_JOB_KINDS, Settings
 
 __all__ = ["ALL_JOB_KINDS", "ControllerConfig"]
@@ -15,6 +17,9 @@ class ControllerConfig:
     # Which job kinds are watched (the chart's extension.<kind>.enable values).
     job_kinds: frozenset[str] = ALL_JOB_KINDS
     system_namespace: str = c.SYSTEM_NAMESPACE
+    # Whose namespaces' jobs are queued (controller/scope.py); None: all but Kubernetes' own
+    # and system_namespace. The webhook configuration's namespaceSelector must say the same.
+    managed_jobs_namespace_selector: dict[str, Any] | None = field(default=None, hash=False)
     default_queue_policy: c.QueuePolicy = c.DEFAULT_QUEUE_POLICY
     protect_seconds: float = c.DEFAULT_PROTECT_SECONDS
     backoff_base: float = c.BACKOFF_BASE_SECONDS
@@ -81,6 +86,11 @@ class ControllerConfig:
     # This replica's pod (downward API): labelled koord-queue-leader=true while it leads, with visibility on.
     pod_name: str = ""
     pod_namespace: str = ""
+
+    @property
+    def namespace_selector(self) -> dict[str, Any]:
+        """The managed-jobs namespace selector in use (the default spelled out)."""
+        return self.managed_jobs_namespace_selector or default_selector(self.system_namespace)
 
     @property
     def settings(self) -> Settings:

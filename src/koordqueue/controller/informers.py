@@ -18,6 +18,7 @@ from koordqueue.controller.loading import orphan_reason
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.records import Records
 from koordqueue.controller.resources import (
+    NAMESPACES,
     NODES,
     ORPHAN,
     PODS,
@@ -27,6 +28,7 @@ from koordqueue.controller.resources import (
     QUOTAS,
     UNITS,
 )
+from koordqueue.controller.scope import namespace_selected
 from koordqueue.controller.views import (
     JOB_PLURALS,
     JobView,
@@ -64,6 +66,9 @@ class Informers:
         self.pc_version = 0  # moves when PriorityClasses change: jobs' next views are made afresh
         self.pc = Informer(client, PRIORITY_CLASSES, project=_priority_value)
         self.node = Informer(client, NODES, project=node_info)
+        # Namespaces' labels: whose jobs are queued (controller/scope.py).
+        self.namespace = Informer(client, NAMESPACES, project=_labels)
+        self.namespace_selector = config.namespace_selector
         self.quota = Informer(client, QUOTAS, project=_without_status)
         self.tree = Informer(client, QUOTA_TREES, project=_without_status)
         self.trees_served = True  # whether the API server serves ElasticQuotaTrees (start() finds out)
@@ -86,18 +91,21 @@ class Informers:
 
     def all(self) -> list[Informer[Any]]:
         trees = [self.tree] if self.trees_served else []
-        return [self.pc, self.node, self.quota, *trees, self.queue, self.unit, self.pod, *self.jobs.values()]
+        return [self.pc, self.namespace, self.node, self.quota, *trees, self.queue, self.unit, self.pod,
+                *self.jobs.values()]
 
     async def start(self) -> None:
-        # Priority classes first: job projections read them.
-        self.pc.start()
-        await self.pc.wait_synced()
+        # Priority classes and namespaces first: job projections read them.
+        for first in (self.pc, self.namespace):
+            first.start()
+        for first in (self.pc, self.namespace):
+            await first.wait_synced()
         await self._find_trees_served()
         await self._find_job_versions()
         # Then all but the kinds a job we queue makes for itself (jobs/parents.py): their
         # jobs are projected once their owners are known, else each would look forged.
         children = [inf for kind, inf in self.jobs.items() if adapter_of_kind(kind).parent_kinds]
-        rest = [inf for inf in self.all()[1:] if inf not in children]
+        rest = [inf for inf in self.all()[2:] if inf not in children]
         for group in (rest, children):
             for inf in group:
                 inf.start()
@@ -146,9 +154,10 @@ class Informers:
         view with those refreshed: reading pod templates again costs 50 times more."""
         kind = str(obj.get("kind") or "")
         adapter = adapter_of_kind(kind)
-        if not queued(adapter, obj, self.parent_uid):
-            return None
         meta = obj.get("metadata") or {}
+        if not self.namespace_queued(str(meta.get("namespace") or "default")) \
+                or not queued(adapter, obj, self.parent_uid):
+            return None
         item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         fingerprint = _job_fingerprint(obj, self.pc_version)
         old = self.job_view(item)
@@ -165,6 +174,12 @@ class Informers:
                 pass
         self.records.job_to_write(item).fingerprint = fingerprint
         return job_view(obj, adapter, self.priority_classes)
+
+    def namespace_queued(self, namespace: str) -> bool:
+        """Whether jobs of ``namespace`` are queued (a namespace not seen yet: by its name alone).
+        A namespace's labels are read as its jobs change: a label put on later takes effect
+        for each of its jobs at the job's next change."""
+        return namespace_selected(self.namespace_selector, namespace, self.namespace.get(namespace))
 
     def parent_uid(self, kind: str, namespace: str, name: str) -> str | None:
         """The uid of the job we queue there (jobs/parents.py), as our informer has it."""
@@ -272,6 +287,11 @@ def _without_status(obj: Object) -> Object:
     obj = trim(obj)
     obj.pop("status", None)
     return obj
+
+
+def _labels(obj: Object) -> dict[str, str]:
+    labels = (obj.get("metadata") or {}).get("labels")
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
 
 def _priority_value(obj: Object) -> int | None:

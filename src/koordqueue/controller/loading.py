@@ -71,6 +71,24 @@ def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: P
     engine.set_unit(info)
 
 
+def adopt_if_it_fits(engine: Engine, info: UnitInfo, since: float) -> str | None:
+    """Account a job found running when the controller started (made while no webhook
+    answered, say) as admitted, as count_as_admitted, if that takes no quota past its limit
+    (max x oversellrate) nor further past it: None. Else leave it out of the engine and say
+    which quota it does not fit: it is queued as any, and its job suspended."""
+    before = engine.quota_status()
+    count_as_admitted(engine, info, since)
+    for name, status in engine.quota_status().items():
+        was = before[name].used if name in before else {}
+        for resource, used in status.used.items():
+            cap = status.limit.get(resource)
+            if cap is not None and used > cap and used > was.get(resource, 0):
+                engine.remove_unit(info.key)
+                info.admitted_quota = info.admitted_queue = info.admitted_at = None
+                return f"it does not fit quota {name} ({resource}: {used} used with it, of at most {cap})"
+    return None
+
+
 def load_unit(engine: Engine, unit: UnitView, info: UnitInfo, now: float) -> float | None:
     """Put a unit into the engine (``info``: what its job asks for) where its object says it
     is: holding quota, backing off or waiting; return when it leaves back-off."""

@@ -17,7 +17,7 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.lifetime import Lifetime
-from koordqueue.controller.loading import count_as_admitted
+from koordqueue.controller.loading import adopt_if_it_fits
 from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
@@ -247,8 +247,10 @@ class JobReconciler(Part):
         # A job that already ran before we started is accounted, not disturbed; a later one is suspended.
         adopt = not job.suspended and item in self.shared.initial_jobs and (
             job.state is JobState.RUNNING or self.informers.pod_count(job).running > 0)
-        if adopt:
-            count_as_admitted(self.engine, unit_info(unit_view(body), job), job.created)
+        unfit = None
+        if adopt:  # (unless it would take its quota past max: queued, and suspended, as any)
+            unfit = adopt_if_it_fits(self.engine, unit_info(unit_view(body), job), job.created)
+            adopt = unfit is None
         try:
             created = await self.client.create(UNITS, body, namespace=job.namespace)
         except AlreadyExists:
@@ -262,7 +264,8 @@ class JobReconciler(Part):
         # No status yet: the engine says where the unit stands in the message it sends for
         # every new unit, and that message brings the phase Enqueued with it (one write, at
         # the next flush of messages); a unit admitted before then gets its phase from that.
-        self._event(ref, c.EventType.NORMAL, c.EventReason.ENQUEUED, "queued")
+        self._event(ref, c.EventType.NORMAL, c.EventReason.ENQUEUED,
+                    "queued" if unfit is None else f"queued, though it was running when the controller started: {unfit}")
         if not job.suspended:
             await self.switch.suspend(job, adapter)
 

@@ -11,6 +11,7 @@ QUOTA_TREES = Resource(c.QUOTA_GROUP, c.QUOTA_TREE_VERSION, c.ELASTIC_QUOTA_TREE
 QUEUES = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_PLURAL)
 UNITS = Resource(c.QUEUE_GROUP, c.QUEUE_VERSION, c.QUEUE_UNIT_PLURAL)
 NODES = Resource("", "v1", "nodes", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
 PODS = Resource("", "v1", "pods")
 CONFIG_MAPS = Resource("", "v1", "configmaps")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", namespaced=False)

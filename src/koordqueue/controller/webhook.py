@@ -252,6 +252,14 @@ class SuspendWebhook:
             await asyncio.sleep(CA_CHECK_SECONDS)
 
     async def ensure_ca_bundle(self) -> bool:
+        """Add our CA to every webhook's caBundle of both configurations (mutating and
+        validating, one name); True if either changed."""
+        changed = False
+        for resource in (MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS):
+            changed |= await self._ensure_ca_bundle_of(resource)
+        return changed
+
+    async def _ensure_ca_bundle_of(self, resource: Resource) -> bool:
         """Add our CA to every webhook's caBundle of the configuration; True if it changed.
 
         Each replica makes its own CA, and the API server may call any replica, so the
@@ -259,7 +267,7 @@ class SuspendWebhook:
         Replicas write it concurrently: each write is conditional on the version read."""
         for _ in range(5):
             try:
-                current = await self.client.get(MUTATING_WEBHOOKS, self.config.webhook_config_name)
+                current = await self.client.get(resource, self.config.webhook_config_name)
             except NotFound:
                 return False  # nothing registered (yet): the chart or `up` creates it
             now = dt.datetime.now(dt.UTC)
@@ -274,7 +282,7 @@ class SuspendWebhook:
                 return False
             patch = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "webhooks": hooks}
             try:
-                await self.client.patch(MUTATING_WEBHOOKS, self.config.webhook_config_name, patch)
+                await self.client.patch(resource, self.config.webhook_config_name, patch)
                 return True
             except Conflict:
                 continue  # another replica wrote it meanwhile: merge into its version
@@ -333,28 +341,41 @@ class SuspendWebhook:
         except InvalidObject as e:
             response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": e.reason})
             return _answer(response)
-        try:
-            unit: dict[str, Any] | None = await self.client.get(UNITS, unit_name, namespace=namespace)
-        except NotFound:
-            unit = None
+        unit = await self._read(UNITS, unit_name, namespace)
         if not unit_holds_quota(unit):
             response.update(allowed=False, status={"code": 403, "reason": "Forbidden",
                                                    "message": refusal(adapter, new, unit_name, unit)})
         return _answer(response)
 
+    async def _read(self, resource: Resource, name: str, namespace: str) -> dict[str, Any] | None:
+        """One object as the API server has it now, or None: listed by name, as the controller
+        may list what it reads but not get it (the chart's ClusterRole)."""
+        try:
+            listed = await self.client.list(resource, namespace=namespace, field_selector=f"metadata.name={name}")
+        except NotFound:
+            return None  # (the kind is not served)
+        return next(iter(listed.items), None)
+
     async def _owners(self, request: Mapping[str, Any]) -> ParentUid:
         """The owner the request's job claims, read from the API server (a replica that does
-        not lead has no informers): jobs/parents.py trusts it only as it is there."""
+        not lead has no informers): jobs/parents.py trusts it only as it is there. Here, as
+        Kueue does, only while it runs too: KubeRay makes a RayJob's cluster and submitter once
+        it is let run, so a job claiming a suspended (queued) owner is the tenant's own, made
+        to run beside it: it is suspended and queued, and may not be let run before admitted."""
         adapter = _adapter(request, self.config.job_kinds)
         obj = request.get("object")
         owner = claimed_owner(adapter, obj) if adapter is not None and isinstance(obj, dict) else None
         if owner is None or owner.kind not in self.config.job_kinds:
             return no_parents
         registered = kind_named(owner.kind)
+        found = await self._read(Resource.of(registered.api_versions[0], registered.plural), owner.name,
+                                 owner.namespace)
+        if found is None:
+            return no_parents
         try:
-            found = await self.client.get(Resource.of(registered.api_versions[0], registered.plural), owner.name,
-                                          namespace=owner.namespace)
-        except NotFound:
+            if registered.adapter.is_suspended(found):
+                return no_parents
+        except InvalidObject:
             return no_parents
         uid = str((found.get("metadata") or {}).get("uid") or "")
 
@@ -365,17 +386,25 @@ class SuspendWebhook:
 
 
 WEBHOOK_NAME = "jobs.koord-queue.koordinator.sh"
+VALIDATING_WEBHOOK_NAME = "validate-jobs.koord-queue.koordinator.sh"
 
 
-def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: frozenset[str],
-                          failure_policy: str = "Ignore") -> dict[str, Any]:
-    """A MutatingWebhookConfiguration that sends new jobs of ``job_kinds`` to us
-    (what `koord-queue up` registers; the Helm chart renders the same shape)."""
+def _rules(job_kinds: frozenset[str], operation: str) -> list[dict[str, Any]]:
     rules: dict[tuple[str, str], list[str]] = {}
     for kind in sorted(job_kinds):  # each version the kind is read in (MPIJob's v1alpha1 too)
         registered = kind_named(kind)
         for version in registered.versions:
             rules.setdefault((registered.group, version), []).append(registered.plural)
+    return [{"operations": [operation], "apiGroups": [group], "apiVersions": [version],
+             "resources": plurals, "scope": "Namespaced"} for (group, version), plurals in sorted(rules.items())]
+
+
+def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: frozenset[str],
+                          failure_policy: str = "Ignore",
+                          namespace_selector: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A MutatingWebhookConfiguration that sends new jobs of ``job_kinds`` to us
+    (what `koord-queue up` registers; the Helm chart renders the same shape), in the
+    namespaces ``namespace_selector`` selects (controller/scope.py; None: all)."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -383,9 +412,30 @@ def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: f
         "webhooks": [{
             "name": WEBHOOK_NAME,
             "clientConfig": client_config,
-            "rules": [{"operations": ["CREATE"], "apiGroups": [group], "apiVersions": [version],
-                       "resources": plurals, "scope": "Namespaced"}
-                      for (group, version), plurals in sorted(rules.items())],
+            "rules": _rules(job_kinds, "CREATE"),
+            "namespaceSelector": dict(namespace_selector or {}),
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": failure_policy,
+            "timeoutSeconds": 5,
+        }],
+    }
+
+
+def validating_webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: frozenset[str],
+                                     failure_policy: str = "Ignore",
+                                     namespace_selector: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration that sends updates of jobs of ``job_kinds`` to us
+    (``client_config``: the mutating one's, its path VALIDATE_PATH)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": VALIDATING_WEBHOOK_NAME,
+            "clientConfig": client_config,
+            "rules": _rules(job_kinds, "UPDATE"),
+            "namespaceSelector": dict(namespace_selector or {}),
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
             "failurePolicy": failure_policy,

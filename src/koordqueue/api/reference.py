@@ -96,7 +96,8 @@ REFERENCE: tuple[Key, ...] = (
                 "within the controller's timeout (chart: `controller.waitForPodsRunningTimeoutSeconds`) is "
                 "suspended, its quota released, and it is queued again after a backoff.", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_ENABLE_PREEMPTION, Where.QUEUE, f'`"{c.TRUE}"`',
-                "Lets a pending job preempt lower-priority admitted jobs of the same quota.", Origin.KOORD_QUEUE),
+                "Lets a pending job preempt lower-priority admitted jobs of the same quota. Honoured only on "
+                f"Queues in namespace `{c.SYSTEM_NAMESPACE}` (see security.md).", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL, Where.QUEUE,
                 f"Go duration, e.g. `30s`; default `{c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS:g}s`",
                 "How often `status.queueItemDetails` (pending jobs and their positions) is rewritten.",
@@ -129,11 +130,13 @@ REFERENCE: tuple[Key, ...] = (
                 f"Go duration, e.g. `5m`; `0s`: at once; default `{c.DEFAULT_HOLD_ROOM_AFTER_SECONDS / 60:g}m`",
                 "How long a job of this Queue waits before free room under a shared parent quota is held for "
                 "it against borrowing jobs of its own priority (jobs of lower priority are kept out at once). "
-                "See policies.md, held room.", Origin.OURS),
+                f"See policies.md, held room. Honoured only on Queues in namespace `{c.SYSTEM_NAMESPACE}`.",
+                Origin.OURS),
     _annotation(c.ANNOTATION_NODE_FIT, Where.QUOTA_OR_QUEUE, f'`"{c.FALSE}"` to admit on quota alone; default on',
                 "When nodes are known, a job is admitted only when all its pods fit on the nodes now (their "
                 "requests, nodeSelector, required node affinity and tolerations; cordoned nodes skipped), and its "
-                "message says what the nodes lack. The Queue's value wins over the quota's.", Origin.OURS),
+                "message says what the nodes lack. The Queue's value wins over the quota's; on a Queue it is "
+                f"honoured only in namespace `{c.SYSTEM_NAMESPACE}`.", Origin.OURS),
     # --- on a job ---
     _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
            "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),

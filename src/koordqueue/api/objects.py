@@ -23,6 +23,7 @@ from koordqueue.api.constants import (
     ANNOTATION_ENABLE_PREEMPTION,
     ANNOTATION_HOLD_ROOM_AFTER,
     ANNOTATION_MAX_DEPTH,
+    ANNOTATION_MAX_PRIORITY,
     ANNOTATION_NODE_FIT,
     ANNOTATION_PRIORITY_THRESHOLD,
     ANNOTATION_QUEUE_ARGS,
@@ -85,6 +86,9 @@ class QuotaInfo:
     priority_threshold: int | None = None
     node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
     tree_id: str = ""  # Koordinator's tree-id label; "": its parent's
+    # koord-queue/max-priority: the highest priority its jobs are queued with (a job asking
+    # more gets this one); None: no bound.
+    max_priority: int | None = None
     # metadata.creationTimestamp (RFC 3339 in UTC: text order is time order); "": none known
     # (a snapshot's YAML). Of quotas whose rules conflict, the older is used (validation.py).
     created: str = ""
@@ -180,6 +184,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
         tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
+        max_priority=_optional_int(meta, ANNOTATION_MAX_PRIORITY, warnings),
         created=_created(obj),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)

@@ -89,6 +89,11 @@ REFERENCE: tuple[Key, ...] = (
                 f"integer; default `{c.DEFAULT_PRIORITY_THRESHOLD}`",
                 "For the Intelligent policy: jobs with priority at or above it form the high band. "
                 "The Queue's value wins over the quota's.", Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_MAX_PRIORITY, Where.QUOTA, "integer; default: no bound",
+                "The highest priority the quota's jobs are queued with: a job asking more (its priority "
+                "annotation or its PriorityClass) is queued at this one, and a Warning event "
+                f"`{c.EventReason.PRIORITY_CAPPED.value}` on the job says so. Priority never takes another "
+                "quota's min: reclaim ignores the victims' priority (security.md).", Origin.OURS),
     # --- on a Queue ---
     _annotation(c.ANNOTATION_WAIT_FOR_PODS_RUNNING, Where.QUEUE, f'`"{c.TRUE}"`',
                 "While a job admitted through this Queue has pods not all running, the Queue admits nothing "

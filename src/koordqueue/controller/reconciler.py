@@ -143,21 +143,23 @@ class JobReconciler(Part):
         except KubeError as e:
             record = self.records.job_to_write(item)
             now = self.clock()
-            if record.resume_failing_since is None:
-                record.resume_failing_since = now
+            known = self.engine.unit(unit.key)
+            admission = known.admitted_at if known is not None else None
+            if record.resume_failing is None or record.resume_failing[0] != admission:
+                record.resume_failing = (admission, now)  # (failures of an earlier admission do not count)
             bound = self.config.resume_refused_seconds
-            left = record.resume_failing_since + bound - now
+            left = record.resume_failing[1] + bound - now
             if left > 0:
                 self.jobs_queue.add_after(item, left + 0.05)  # looked at by the bound at the latest
                 raise
-            record.resume_failing_since = None
+            record.resume_failing = None
             await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
                                            f"its job could not be resumed for {bound:g} s ({_first_line(e)}); "
                                            "quota released")
             return
         done = self.records.job(item)
         if done is not None:
-            done.resume_failing_since = None
+            done.resume_failing = None
 
     def _tell_priority_cap(self, item: str, job: JobView, known: UnitInfo | None) -> None:
         """A Warning on the job, once for each bound, when it asks for more priority than its

@@ -239,7 +239,7 @@ def test_queue_settings() -> None:
     ],
 )
 def test_queue_warnings(annotations: dict[str, str], spec: dict[str, Any], warning: str) -> None:
-    obj = {"metadata": {"name": "q", "namespace": "ns", "annotations": annotations}, "spec": spec}
+    obj = {"metadata": {"name": "q", "namespace": "koord-queue", "annotations": annotations}, "spec": spec}
     parsed = parse_queue(obj, ())
     assert len(parsed.warnings) == 1 and warning in parsed.warnings[0], parsed.warnings
     assert parsed.queue.policy is QueuePolicy.PRIORITY
@@ -249,7 +249,7 @@ def test_queue_warnings(annotations: dict[str, str], spec: dict[str, Any], warni
 
 
 def test_room_may_be_held_at_once() -> None:
-    obj = {"metadata": {"name": "q", "annotations": {"koord-queue/hold-room-after": "0s"}}}
+    obj = {"metadata": {"name": "q", "namespace": "koord-queue", "annotations": {"koord-queue/hold-room-after": "0s"}}}
     parsed = parse_queue(obj, ())
     assert parsed.warnings == () and parsed.queue.hold_room_after == 0.0
 
@@ -306,7 +306,7 @@ def test_go_duration_rejects(text: str) -> None:
 def test_node_fit_on_quota_and_queue(text: str | None, node_fit: bool | None, warned: bool) -> None:
     annotations = {} if text is None else {ANNOTATION_NODE_FIT: text}
     parsed_quota = parse_elastic_quota(quota(annotations=annotations))
-    parsed_queue = parse_queue({"metadata": {"name": "q", "annotations": annotations}}, ())
+    parsed_queue = parse_queue({"metadata": {"name": "q", "namespace": "koord-queue", "annotations": annotations}}, ())
     assert parsed_quota.quota.node_fit is node_fit and parsed_queue.queue.node_fit is node_fit
     for warnings in (parsed_quota.warnings, parsed_queue.warnings):
         assert [w for w in warnings if ANNOTATION_NODE_FIT in w] == (

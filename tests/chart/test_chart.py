@@ -135,6 +135,7 @@ def test_every_object_is_namespaced_in_the_release_namespace_or_cluster_wide() -
 def test_what_is_rendered() -> None:
     assert kinds(case("defaults")) == sorted([
         "ClusterRole", "ClusterRoleBinding", "Deployment", "MutatingWebhookConfiguration",
+        "ClusterRole", "ClusterRole", "ClusterRole",  # the roles for people (test_user_roles.py)
         "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
     ])
     assert kinds(case("cert-manager")) == sorted(kinds(case("defaults")) + ["Certificate", "Issuer"])
@@ -216,7 +217,7 @@ def test_cluster_role_grants_exactly_what_the_controller_uses(name: str) -> None
     webhook = values.get("webhook", {})
     if webhook.get("enable", True) and not webhook.get("certManager", {}).get("enable", False):
         expected |= WEBHOOK_CA  # only when the controller keeps the caBundle itself
-    assert grants(one(objects, "ClusterRole")["rules"]) == expected
+    assert grants(one(objects, "ClusterRole", "koord-queue")["rules"]) == expected
     binding = one(objects, "ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "koord-queue"}
@@ -243,9 +244,9 @@ def test_the_lease_and_the_settings_are_granted_in_the_release_namespace_only() 
 def test_owner_references_permission_enforcement_adds_finalizers_of_enabled_kinds_only() -> None:
     objects = render({"rbac": {"ownerReferencesPermissionEnforcement": True},
                       "extension": {"pytorch": {"enable": True}, "batchjob": {"enable": True}}})
-    extra = grants(one(objects, "ClusterRole")["rules"]) - BASE - WEBHOOK_CA - job_grants({"PyTorchJob", "Job"})
+    extra = grants(one(objects, "ClusterRole", "koord-queue")["rules"]) - BASE - WEBHOOK_CA - job_grants({"PyTorchJob", "Job"})
     assert extra == {("kubeflow.org", "pytorchjobs/finalizers", "update", ""), ("batch", "jobs/finalizers", "update", "")}
-    kubernetes_validate.validate(one(objects, "ClusterRole"), KUBE_VERSION, strict=True)
+    kubernetes_validate.validate(one(objects, "ClusterRole", "koord-queue"), KUBE_VERSION, strict=True)
 
 
 def test_grants_sees_a_wildcard() -> None:
@@ -283,7 +284,7 @@ def test_one_extension_alone(extension: str) -> None:
     rules = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]["rules"]
     assert rules == [{"apiGroups": [KIND_GROUP[kind]], "apiVersions": [version], "operations": ["CREATE"],
                       "resources": [JOB_PLURALS[kind]], "scope": "Namespaced"} for version in KIND_VERSIONS[kind]]
-    job_rules = {g for g in grants(one(objects, "ClusterRole")["rules"]) if g[0] in set(KIND_GROUP.values())}
+    job_rules = {g for g in grants(one(objects, "ClusterRole", "koord-queue")["rules"]) if g[0] in set(KIND_GROUP.values())}
     assert job_rules == job_grants({kind})
 
 

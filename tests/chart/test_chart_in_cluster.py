@@ -58,7 +58,7 @@ def test_kubectl_applies_the_rendered_crds_service_account_and_rbac(bare_cluster
     objects = [o for o in render(include_crds=True)
                if o["kind"] in {"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                                 "Role", "RoleBinding"}]
-    assert len(objects) == 4 + 5
+    assert len(objects) == 4 + 5 + 3  # (+ the roles for people, userroles.yaml)
     bare_cluster.kubectl("create", "namespace", NAMESPACE, check=False)  # may exist already
     out = bare_cluster.kubectl("apply", "--validate=strict", "-f", "-", stdin=yaml.safe_dump_all(objects)).stdout
     for obj in objects:
@@ -67,7 +67,7 @@ def test_kubectl_applies_the_rendered_crds_service_account_and_rbac(bare_cluster
     assert sorted(crds) == sorted(f"customresourcedefinition.apiextensions.k8s.io/{o['metadata']['name']}"
                                   for o in objects if o["kind"] == "CustomResourceDefinition")
     role = bare_cluster.get_json("clusterrole", "koord-queue")
-    assert role["rules"] == one(objects, "ClusterRole")["rules"]  # stored as sent, nothing dropped
+    assert role["rules"] == one(objects, "ClusterRole", "koord-queue")["rules"]  # stored as sent, nothing dropped
     binding = bare_cluster.get_json("rolebinding", "-n", NAMESPACE, "koord-queue")
     assert binding["subjects"][0] == {"kind": "ServiceAccount", "name": "koord-queue", "namespace": NAMESPACE}
     # The chart's CRDs serve the seed's objects: kubectl validates them against the
@@ -204,9 +204,10 @@ async def test_the_controller_runs_the_seed_flow_with_the_charts_rbac_and_uses_e
                       "webhook": {"port": webhook_port, "servicePort": webhook_port}}, include_crds=True)
     installed = [o for o in objects if o["kind"] in INSTALLED]
     assert sorted(o["kind"] for o in installed) == sorted(
-        ["CustomResourceDefinition"] * 4 + sorted(INSTALLED - {"CustomResourceDefinition"}))
+        ["CustomResourceDefinition"] * 4 + ["ClusterRole"] * 3  # (+ the roles for people, userroles.yaml)
+        + sorted(INSTALLED - {"CustomResourceDefinition"}))
     controller_args = args(objects)
-    granted = granted_by(one(objects, "ClusterRole")["rules"]) | granted_by(one(objects, "Role")["rules"])
+    granted = granted_by(one(objects, "ClusterRole", "koord-queue")["rules"]) | granted_by(one(objects, "Role")["rules"])
 
     with embedded_cluster(tmp_path, crds=operator_crds()) as cluster:
         def kubectl(*argv: str, stdin: str | None = None) -> Awaitable[subprocess.CompletedProcess[str]]:

@@ -127,6 +127,9 @@ ELASTIC_QUOTA_API_APPROVAL = "https://github.com/kubernetes-sigs/scheduler-plugi
 ANNOTATION_SHARED_WEIGHT = "quota.scheduling.koordinator.sh/shared-weight"
 ANNOTATION_QUOTA_NAMESPACES = "quota.scheduling.koordinator.sh/namespaces"
 ANNOTATION_PRIORITY_THRESHOLD = "koord-queue/priority-threshold"
+# The highest priority a job charged to the quota is queued with (ours): a job asking more
+# (annotation or PriorityClass) is queued at this one, and told so (PriorityCapped).
+ANNOTATION_MAX_PRIORITY = "koord-queue/max-priority"
 DEFAULT_PRIORITY_THRESHOLD = 4
 
 # --- Labels and annotations on jobs (and Queues) ------------------------------------
@@ -433,6 +436,7 @@ class EventReason(StrEnum):
     MAX_EXEC_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"  # (Koord-Queue's) ran past its maximum
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
     QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
+    PRIORITY_CAPPED = "PriorityCapped"  # a job asking more than its quota's max-priority is queued at that
 
 
 class EventType(StrEnum):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -22,6 +22,7 @@ from koordqueue.api.constants import (
     ANNOTATION_ENABLE_PREEMPTION,
     ANNOTATION_HOLD_ROOM_AFTER,
     ANNOTATION_MAX_DEPTH,
+    ANNOTATION_MAX_PRIORITY,
     ANNOTATION_NODE_FIT,
     ANNOTATION_PRIORITY_THRESHOLD,
     ANNOTATION_QUEUE_ARGS,
@@ -46,6 +47,7 @@ from koordqueue.api.constants import (
     QUEUE_ARG_INITIAL_BACKOFF,
     QUEUE_ARG_MAX_BACKOFF,
     QUEUE_KIND,
+    SYSTEM_NAMESPACE,
     TRUE,
     QueuePolicy,
 )
@@ -85,6 +87,9 @@ class QuotaInfo:
     priority_threshold: int | None = None
     node_fit: bool | None = None  # koord-queue/node-fit; None: the engine's default
     tree_id: str = ""  # Koordinator's tree-id label; "": its parent's
+    # koord-queue/max-priority: the highest priority its jobs are queued with (a job asking
+    # more gets this one); None: no bound.
+    max_priority: int | None = None
     # metadata.creationTimestamp (RFC 3339 in UTC: text order is time order); "": none known
     # (a snapshot's YAML). Of quotas whose rules conflict, the older is used (validation.py).
     created: str = ""
@@ -184,6 +189,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         priority_threshold=_optional_int(meta, ANNOTATION_PRIORITY_THRESHOLD, warnings),
         node_fit=_optional_flag(meta, ANNOTATION_NODE_FIT, warnings),
         tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
+        max_priority=_optional_int(meta, ANNOTATION_MAX_PRIORITY, warnings),
         created=_created(obj),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
@@ -204,13 +210,15 @@ def is_koordinators_own(obj: Mapping[str, Any]) -> bool:
     return str((obj.get("metadata") or {}).get("name", "")) in KOORDINATOR_QUOTAS
 
 
-def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
+def parse_queue(obj: object, quota_names: Collection[str], system_namespace: str = SYSTEM_NAMESPACE) -> ParsedQueue:
     """The ``QueueInfo`` of a Queue object, bound to a quota, plus its other settings.
 
     Binding: the label ``quota.scheduling.koordinator.sh/name``; else the quota the
     annotation ``koord-queue/quota-fullname`` ends with (a Queue Koord-Queue made for a
     tree's quota); else the quota named like the Queue when ``quota_names`` holds it; else
     none (such a Queue admits nothing).
+    The knobs that act on other teams (``TENANT_QUEUE_IGNORES``) are honoured only on a
+    Queue in ``system_namespace``, which only cluster admins may write (docs/security.md).
     """
     meta = read_meta(obj, QUEUE_KIND)
     where = meta.describe()
@@ -241,6 +249,8 @@ def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
         backoff_cap=backoff_cap,
         quota_path=path,
     )
+    if meta.namespace != system_namespace:
+        queue = _tenants_queue(queue, meta, spec, system_namespace, warnings)
     settings = QueueSettings(
         priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
         admission_checks=_admission_checks(spec.get("admissionChecks"), where),
@@ -250,6 +260,28 @@ def parse_queue(obj: object, quota_names: Collection[str]) -> ParsedQueue:
                                   DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS, warnings),
     )
     return ParsedQueue(queue, settings, tuple(warnings))
+
+
+# What a tenant's Queue (one outside the system namespace) may not set: the order among all
+# queues (spec.priority), preemption of the units of a quota other namespaces may share,
+# room held against other teams' borrowers, admission past the nodes' room.
+TENANT_QUEUE_IGNORES = ("spec.priority", ANNOTATION_ENABLE_PREEMPTION, ANNOTATION_HOLD_ROOM_AFTER,
+                        ANNOTATION_NODE_FIT)
+
+
+def _tenants_queue(queue: QueueInfo, meta: Meta, spec: Mapping[str, Any], system_namespace: str,
+                   warnings: list[str]) -> QueueInfo:
+    """A Queue outside the system namespace, its tenant-set knobs at their defaults (said in
+    a warning): who may write a Queue in their own namespace must not order, preempt or hold
+    room against other teams through it."""
+    set_here = [name for name in TENANT_QUEUE_IGNORES
+                if (spec.get("priority") not in (None, 0) if name == "spec.priority" else name in meta.annotations)]
+    if set_here:
+        warnings.append(f"{meta.describe()}: {', '.join(set_here)} ignored: honoured only on Queues in namespace "
+                        f"{system_namespace}, which cluster admins write (a tenant's Queue must not order, preempt "
+                        "or hold room against other teams)")
+    return replace(queue, priority=0, preemption=False, hold_room_after=DEFAULT_HOLD_ROOM_AFTER_SECONDS,
+                   node_fit=None)
 
 
 def _resources(value: object, where: str) -> ResourceList:

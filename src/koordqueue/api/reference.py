@@ -89,6 +89,11 @@ REFERENCE: tuple[Key, ...] = (
                 f"integer; default `{c.DEFAULT_PRIORITY_THRESHOLD}`",
                 "For the Intelligent policy: jobs with priority at or above it form the high band. "
                 "The Queue's value wins over the quota's.", Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_MAX_PRIORITY, Where.QUOTA, "integer; default: no bound",
+                "The highest priority the quota's jobs are queued with: a job asking more (its priority "
+                "annotation or its PriorityClass) is queued at this one, and a Warning event "
+                f"`{c.EventReason.PRIORITY_CAPPED.value}` on the job says so. Priority never takes another "
+                "quota's min: reclaim ignores the victims' priority (security.md).", Origin.OURS),
     # --- on a Queue ---
     _annotation(c.ANNOTATION_WAIT_FOR_PODS_RUNNING, Where.QUEUE, f'`"{c.TRUE}"`',
                 "While a job admitted through this Queue has pods not all running, the Queue admits nothing "
@@ -96,7 +101,8 @@ REFERENCE: tuple[Key, ...] = (
                 "within the controller's timeout (chart: `controller.waitForPodsRunningTimeoutSeconds`) is "
                 "suspended, its quota released, and it is queued again after a backoff.", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_ENABLE_PREEMPTION, Where.QUEUE, f'`"{c.TRUE}"`',
-                "Lets a pending job preempt lower-priority admitted jobs of the same quota.", Origin.KOORD_QUEUE),
+                "Lets a pending job preempt lower-priority admitted jobs of the same quota. Honoured only on "
+                f"Queues in namespace `{c.SYSTEM_NAMESPACE}` (see security.md).", Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL, Where.QUEUE,
                 f"Go duration, e.g. `30s`; default `{c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS:g}s`",
                 "How often `status.queueItemDetails` (pending jobs and their positions) is rewritten.",
@@ -141,11 +147,13 @@ REFERENCE: tuple[Key, ...] = (
                 f"Go duration, e.g. `5m`; `0s`: at once; default `{c.DEFAULT_HOLD_ROOM_AFTER_SECONDS / 60:g}m`",
                 "How long a job of this Queue waits before free room under a shared parent quota is held for "
                 "it against borrowing jobs of its own priority (jobs of lower priority are kept out at once). "
-                "See policies.md, held room.", Origin.OURS),
+                f"See policies.md, held room. Honoured only on Queues in namespace `{c.SYSTEM_NAMESPACE}`.",
+                Origin.OURS),
     _annotation(c.ANNOTATION_NODE_FIT, Where.QUOTA_OR_QUEUE, f'`"{c.FALSE}"` to admit on quota alone; default on',
                 "When nodes are known, a job is admitted only when all its pods fit on the nodes now (their "
                 "requests, nodeSelector, required node affinity and tolerations; cordoned nodes skipped), and its "
-                "message says what the nodes lack. The Queue's value wins over the quota's.", Origin.OURS),
+                "message says what the nodes lack. The Queue's value wins over the quota's; on a Queue it is "
+                f"honoured only in namespace `{c.SYSTEM_NAMESPACE}`.", Origin.OURS),
     # --- on a job ---
     _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
            "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),

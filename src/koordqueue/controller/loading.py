@@ -54,6 +54,16 @@ from koordqueue.loader import Settings
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"  # pods taking room on a node
 
 
+def capped(engine: Engine, info: UnitInfo) -> UnitInfo:
+    """``info`` with its priority at most its quota's max-priority (annotation
+    koord-queue/max-priority): what every unit is given to the engine with, so that no tenant
+    ranks its jobs past other teams' by writing a large priority or naming a high PriorityClass."""
+    cap = engine.priority_cap(info)
+    if cap is not None and info.priority > cap[1]:
+        info.priority = cap[1]
+    return info
+
+
 def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
     """Account a unit as holding quota, as its object says it does (not a hold: room the
     engine keeps for a waiting unit): in the quota it resolves to, else the one it names
@@ -62,7 +72,7 @@ def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: P
     in part)."""
     info.requeue_at = None
     info.placement = placement
-    engine.set_unit(info)
+    engine.set_unit(capped(engine, info))
     standing = engine.standing(info.key)
     info.admitted_quota = (standing.quota if standing and standing.quota else None) or engine.named_quota(info) \
         or UNRESOLVED
@@ -101,7 +111,7 @@ def load_unit(engine: Engine, unit: UnitView, info: UnitInfo, now: float) -> flo
     if unit.phase in SENT_BACK:
         requeue_at = unit.requeue_at if unit.requeue_at is not None else now
         info.requeue_at = requeue_at
-    engine.set_unit(info)
+    engine.set_unit(capped(engine, info))
     return requeue_at
 
 
@@ -198,7 +208,7 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
         snap.engine.set_cluster_capacity(snap.capacity)
     for obj in (await client.list_all(QUEUES)).items:
         try:
-            queue = parse_queue(obj, list(snap.quotas)).queue
+            queue = parse_queue(obj, list(snap.quotas), namespace).queue
             snap.engine.set_queue(queue)
             snap.queue_quotas[queue.key] = queue.quota
         except InvalidObject as e:

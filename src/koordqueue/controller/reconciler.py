@@ -79,6 +79,7 @@ class JobReconciler(Part):
             await self._name_taken(item, job, adapter, unit)
             return  # a unit of that name belongs to another job: not ours to drive
         known = self.engine.unit(unit.key)
+        self._tell_priority_cap(item, job, known)
         if known is not None and known.invalid is not None and known.invalid.startswith(ORPHAN):
             await self.unit_sync.unit_changed(unit)  # made before its job: it stands for one now
         if job.state.ended and (known is not None or self.records.newer(unit.key, unit.resource_version)):
@@ -171,21 +172,40 @@ class JobReconciler(Part):
         except KubeError as e:
             record = self.records.job_to_write(item)
             now = self.clock()
-            if record.resume_failing_since is None:
-                record.resume_failing_since = now
+            known = self.engine.unit(unit.key)
+            admission = known.admitted_at if known is not None else None
+            if record.resume_failing is None or record.resume_failing[0] != admission:
+                record.resume_failing = (admission, now)  # (failures of an earlier admission do not count)
             bound = self.config.resume_refused_seconds
-            left = record.resume_failing_since + bound - now
+            left = record.resume_failing[1] + bound - now
             if left > 0:
                 self.jobs_queue.add_after(item, left + 0.05)  # looked at by the bound at the latest
                 raise
-            record.resume_failing_since = None
+            record.resume_failing = None
             await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
                                            f"its job could not be resumed for {bound:g} s ({_first_line(e)}); "
                                            "quota released")
             return
         done = self.records.job(item)
         if done is not None:
-            done.resume_failing_since = None
+            done.resume_failing = None
+
+    def _tell_priority_cap(self, item: str, job: JobView, known: UnitInfo | None) -> None:
+        """A Warning on the job, once for each bound, when it asks for more priority than its
+        quota's max-priority: it is queued at the bound (loading.capped)."""
+        asked = (job.unit_spec or {}).get("priority")
+        cap = self.engine.priority_cap(known) if known is not None and not job.state.ended else None
+        record = self.records.job(item)
+        if cap is None or not isinstance(asked, int) or asked <= cap[1]:
+            if record is not None:
+                record.told_priority_cap = None
+            return
+        if record is not None and record.told_priority_cap == cap[1]:
+            return
+        self.records.job_to_write(item).told_priority_cap = cap[1]
+        self._event(job_ref(job), c.EventType.WARNING, c.EventReason.PRIORITY_CAPPED,
+                    f"priority {asked} capped at {cap[1]}, the most quota {cap[0]} allows "
+                    f"(annotation {c.ANNOTATION_MAX_PRIORITY})")
 
     async def _name_taken(self, item: str, job: JobView, adapter: JobAdapter, unit: UnitView) -> None:
         """Units are named job name + the kind's suffix (Koord-Queue's names), so a batch Job

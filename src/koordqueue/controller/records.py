@@ -42,7 +42,9 @@ class JobRecord:
     owed: int | None = None  # the token of a suspension owed (OwedSuspensions)
     warned_of_classes: tuple[str, ...] | None = None  # the missing PriorityClasses it was told of
     told_name_taken: str | None = None  # the job whose unit has its unit's name, as it was told
-    resume_failing_since: float | None = None  # our resumes of it have failed since then
+    # (the admission, its admitted_at; since when) our resumes of it have failed
+    resume_failing: tuple[float | None, float] | None = None
+    told_priority_cap: int | None = None  # the quota's max-priority its priority was told capped at
 
 
 def _rv(text: str) -> int:

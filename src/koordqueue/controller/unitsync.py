@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from koordqueue.controller.loading import count_as_admitted, load_unit
+from koordqueue.api import constants as c
+from koordqueue.controller.loading import capped, count_as_admitted, load_unit
 from koordqueue.controller.pods import NodeUsage, PodView
 from koordqueue.controller.resources import FINISHED, HOLDING, SENT_BACK
 from koordqueue.controller.shared import Part, Shared
@@ -48,6 +49,7 @@ class UnitSync(Part):
         informers.pc.on_add(pcs_changed)
         informers.pc.on_update(pcs_changed)
         informers.pc.on_delete(pcs_changed)
+        informers.quota.on_update(self._max_priority_changed)  # (after quotasync's: the engine has it)
         informers.unit.on_add(self.unit_changed)
         informers.unit.on_update(lambda _old, new: self.unit_changed(new))
         informers.unit.on_delete(self._unit_deleted)
@@ -101,7 +103,7 @@ class UnitSync(Part):
                 count_as_admitted(self.engine, self.informers.unit_info(unit), unit.allocated_at or unit.created,
                                   admitted_placement(unit))
             else:
-                self.engine.set_unit(self.informers.unit_info(unit))
+                self.engine.set_unit(capped(self.engine, self.informers.unit_info(unit)))
             job = self.informers.job_of(unit)
             if job is not None:
                 self._tell_unit_pods(job)
@@ -113,7 +115,7 @@ class UnitSync(Part):
     def _refresh_asks(self, unit: UnitView, current: UnitInfo) -> None:
         """Give the engine what the unit's job asks for now, its admission state kept (the
         engine owns that while we run)."""
-        info = self.informers.unit_info(unit)
+        info = capped(self.engine, self.informers.unit_info(unit))
         if not _spec_changed(current, info):
             return
         info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
@@ -136,6 +138,20 @@ class UnitSync(Part):
         current = self.engine.unit(unit.key)
         if current is not None and unit.phase not in FINISHED:
             self._refresh_asks(unit, current)
+
+    def _max_priority_changed(self, old: Any, new: Any) -> None:
+        """A quota's max-priority changed: every waiting unit is given its priority anew
+        (capped by the new bound, or not), and its job told."""
+        key = c.ANNOTATION_MAX_PRIORITY
+        if not self.shared.sync_done or \
+                ((old.get("metadata") or {}).get("annotations") or {}).get(key) == \
+                ((new.get("metadata") or {}).get("annotations") or {}).get(key):
+            return
+        for _, unit in self.informers.unit.items():
+            current = self.engine.unit(unit.key)
+            if current is not None and unit.phase not in FINISHED:
+                self._refresh_asks(unit, current)
+                self.jobs_queue.add(unit.job_key)
 
     async def _unit_deleted(self, unit: UnitView) -> None:
         self._remember_deletion(unit.key, f"QueueUnit {unit.key} was deleted")

@@ -1430,6 +1430,15 @@ class Engine:
         self._sync()
         return named_quota(info, self._directory)
 
+    def priority_cap(self, info: UnitInfo) -> tuple[str, int] | None:
+        """The quota ``info`` asks for and its max-priority, when it has one: the shell queues
+        the unit at no more than that (a tenant's priority must not rank it past other teams)."""
+        name = self.named_quota(info)
+        quota = self._quotas.get(name) if name is not None else None
+        if name is None or quota is None or quota.max_priority is None:
+            return None
+        return name, quota.max_priority
+
     def validation_errors(self) -> dict[str, str]:
         self._sync()
         return dict(self._reasons)

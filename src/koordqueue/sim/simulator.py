@@ -208,6 +208,7 @@ class Simulator:
         # (kind, manifest less its name, placed) -> the first such job's metadata, and its unit
         self.units: dict[tuple[str, bytes | str, bool], tuple[Meta, UnitInfo]] = {}
         self.quotas: dict[str, QuotaInfo] = {}
+        self.priority_bounded = False  # some quota has a max-priority (koord-queue/max-priority)
         self.chains: dict[str, list[str]] = {}  # a quota and its ancestors, until the quotas change
         self.priority_classes: dict[str, int] = {}
         self.usage = UsageBook()
@@ -387,6 +388,10 @@ class Simulator:
         if key in self.by_unit:
             record.message = f"rejected: QueueUnit {key} already belongs to another live job"
             return
+        if self.priority_bounded:  # queued at no more than its quota's bound, as the controller does
+            cap = self.engine.priority_cap(unit)
+            if cap is not None and unit.priority > cap[1]:
+                unit.priority = cap[1]
         record.unit_key, record.submitted, record.priority = key, self.now, unit.priority
         record.request, record.pod_sets, record.phase = self._shared(unit.request), unit.pod_sets, Phase.ENQUEUED
         record.message = unit.invalid
@@ -598,6 +603,7 @@ class Simulator:
         parsed = self.settings.quota(obj)
         self.warnings.extend(f"{where}: {text}" for text in parsed.warnings)
         self.quotas[parsed.quota.name] = parsed.quota
+        self.priority_bounded = any(q.max_priority is not None for q in self.quotas.values())
         self.chains.clear()
         self.calls.set_quota(parsed.quota)
         self.calls.set_queue(auto_queue_for(parsed.quota))
@@ -617,6 +623,7 @@ class Simulator:
         namespace = _text(ref.get("namespace")) or "default"
         if kind == ELASTIC_QUOTA_KIND and name in self.quotas:
             quota = self.quotas.pop(name)
+            self.priority_bounded = any(q.max_priority is not None for q in self.quotas.values())
             self.chains.clear()
             self.calls.remove_quota(name)
             self.calls.remove_queue(auto_queue_for(quota).key)

@@ -16,6 +16,8 @@ Each test is named after the Go test (and sub-case) it stands for:
   queue is gone, leaves no trace in the queue it was in.
 - ``pkg/controller/eventhandler_test.go`` and ``controller_test.go``: deletions, a Queue
   updated before it was added, and a queue's or a quota's waiting units.
+- ``pkg/framework/plugins/elasticquotav1alpha1/elasticquota_test.go`` (the ElasticQuotaV2
+  plugin): reservations charge the quota and its parent, and are given back.
 
 Koord-Queue's tests look at the queue's inner state (its slice, ``assumed``, ``nextIdx``);
 here the same facts are read where the engine shows them: the queue's positions, its
@@ -601,3 +603,27 @@ def test_get_queue_units_by_quota() -> None:
     engine.schedule(2.0)
     waiting = [s for rows in engine.queue_positions().values() for s in rows if s.quota == "quota1"]
     assert sorted(s.unit for s in waiting) == ["test/job1", "test/job2"]
+
+
+# --- elasticquotav1alpha1/elasticquota_test.go ---------------------------------------------------
+
+
+def test_plugin_filter_reserve_unreseve() -> None:
+    """TestPlugin_Filter_Reserve_Unreseve (its reservations, the over-max filter and the
+    unreserves): test1 (11 cpu) below test3 (20 cpu); job1 (5) and job2 (3) reserved charge
+    both 8; a job of 300000 cpu does not fit; unreserving job2, then job1, gives 5, then 0."""
+    engine = engine_with(parent("test3", {"cpu": 20}, {"cpu": 20}),
+                         quota("test1", {"cpu": 11}, {"cpu": 11}, parent="test3"))
+    engine.set_unit(unit("job1", {"cpu": 5}, "test1"))
+    engine.set_unit(unit("job2", {"cpu": 3}, "test1", created=1.0))
+    assert settle(engine, 1.0) == ["default/job1", "default/job2"]
+    assert (used(engine, CPU)["test1"], used(engine, CPU)["test3"]) == (8, 8)
+    engine.set_unit(unit("job4", {"cpu": 300000}, "test1", created=2.0))
+    assert settle(engine, 2.0) == []
+    engine.remove_unit("default/job4")
+    engine.remove_unit("default/job2")
+    settle(engine, 3.0)
+    assert (used(engine, CPU)["test1"], used(engine, CPU)["test3"]) == (5, 5)
+    engine.remove_unit("default/job1")
+    settle(engine, 4.0)
+    assert (used(engine, CPU)["test1"], used(engine, CPU)["test3"]) == (0, 0)

@@ -108,7 +108,7 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
               help="DNS name or IP for our own certificate (repeatable; e.g. the Service's name).")
 @click.option("--managed-jobs-namespace-selector", default="",
               help="Whose namespaces' jobs are queued: a label selector in JSON, as the webhook's namespaceSelector "
-                   "(empty: all but kube-system, kube-public, kube-node-lease and --namespace).")
+                   "(empty or {}: all but kube-system, kube-public, kube-node-lease and --namespace).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)

@@ -1,7 +1,7 @@
 """The chart's objects, sent to the embedded API server by real kubectl and real helm.
 
 And the controller under the chart's RBAC: the rendered CRDs, ServiceAccount, roles,
-Service and MutatingWebhookConfiguration are applied with kubectl; the Deployment's
+Service and both webhook configurations are applied with kubectl; the Deployment's
 container args run as a `koord-queue controller` process whose kubeconfig holds a token
 of the chart's ServiceAccount (the embedded server enforces RBAC for such tokens and
 logs every request by user). The seed flow and the rest of what the controller does go
@@ -128,7 +128,7 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
     for kind in ("deployment", "poddisruptionbudget", "service", "serviceaccount", "role", "rolebinding", "secret"):
         left = bare_cluster.kubectl("get", kind, "-n", NAMESPACE, "-o", "name").stdout.split()
         assert [n for n in left if "koord-queue" in n] == [], (kind, left)
-    for kind in ("clusterrole", "clusterrolebinding", "mutatingwebhookconfiguration"):
+    for kind in ("clusterrole", "clusterrolebinding", "mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
         assert bare_cluster.kubectl("get", kind, "koord-queue", check=False).returncode == 1, kind
     assert len(bare_cluster.get_json("crd")["items"]) == 4
 
@@ -138,7 +138,7 @@ def test_helm_installs_the_chart(bare_cluster: Cluster) -> None:
 SERVICE_ACCOUNT = "koord-queue"  # the chart's, with the release named koord-queue
 CONTROLLER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 INSTALLED = {"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-             "RoleBinding", "Service", "MutatingWebhookConfiguration"}
+             "RoleBinding", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
 SEED_JOB, SEED_QUOTA, SEED_UNIT = "pytorch-training-job", "pytorch-team-a", "pytorch-training-job-py-qu"
 PYTORCHJOBS = Resource(c.KUBEFLOW_GROUP, "v1", "pytorchjobs")
 

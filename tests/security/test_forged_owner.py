@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from tests.controller.conftest import System, pytorch_job, quota
+from tests.controller.conftest import System, SystemFactory, pytorch_job, quota
 from tests.controller.test_app_kinds import ray_cluster
 from tests.simcluster.conftest import batch_job
 from tests.simcluster.test_rayjob import rayjob
@@ -37,6 +37,10 @@ def gpu_job(name: str, owner: dict[str, Any]) -> dict[str, Any]:
 async def create(system: System, obj: dict[str, Any]) -> dict[str, Any]:
     """Create as the tenant does; the object as the create request stored it."""
     return dict(json.loads(await system.akubectl("create", "-o", "json", "-f", "-", stdin=json.dumps(obj))))
+
+
+async def units(system: System) -> list[str]:
+    return sorted(u["metadata"]["name"] for u in (await system.get_json("queueunits"))["items"])
 
 
 async def pods_of_job(system: System, name: str) -> list[dict[str, Any]]:
@@ -96,3 +100,20 @@ async def test_a_job_claiming_its_tenants_own_queued_rayjob_is_queued_and_kept_s
     said = await system.akubectl("patch", "job", "rj", "--type=merge", "-p", '{"spec":{"suspend":false}}', check=False)
     assert "denied the request" in said and "Job default/rj has no QueueUnit yet" in said, said
     assert await pods_of_job(system, "rj") == []
+
+
+@pytest.mark.both_control_planes
+async def test_kuberays_own_cluster_found_at_start_is_not_queued(start_system: SystemFactory) -> None:
+    """At a start, a RayJob's own RayCluster is judged once the RayJobs are known (their
+    informer synced first): else its owner would look missing and the cluster be queued."""
+    async def prepare(system: System) -> None:
+        await system.apply(rayjob("rj"))
+        uid = (await system.get_json("rayjob", "rj"))["metadata"]["uid"]
+        made = ray_cluster("rj-raycluster-abcde")
+        made["metadata"]["ownerReferences"] = [{"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND,
+                                                "name": "rj", "uid": uid, "controller": True}]
+        await system.apply(made)
+
+    async with start_system(prepare=prepare) as system:
+        await system.wait_for(lambda: system.unit("rj-ray-qu"), what="the RayJob's unit")
+        assert await units(system) == ["rj-ray-qu"]

@@ -6,8 +6,8 @@ appears, so suspending the job at reconcile time comes too late; answering the A
 server's AdmissionReview closes that race (Kueue does the same). An update that turns a
 queued job's suspension off (its kind's own field, say) is refused unless its unit holds
 quota, as Kueue's ValidateUpdate refuses it: the operator would start its pods at once.
-Every replica serves both, leader or not. Without a certificate directory the webhook makes its own
-CA and serving certificate and keeps the CA in the MutatingWebhookConfiguration's
+Every replica serves both, leader or not. Without a certificate directory the webhook
+makes its own CA and serving certificate and keeps the CA in both configurations'
 caBundle, renewing both before they expire.
 """
 

@@ -235,5 +235,16 @@ async def test_bombs_in_tenant_annotations_are_warned_about_and_admission_goes_o
         await system.wait_for(lambda name=name: warned(name), 30, f"a Warning on Queue {name}")  # type: ignore[misc]
     for event in await system.events("bombed", c.SYSTEM_NAMESPACE):
         assert len(event.get("message", "")) < 1024  # the bomb is not printed into the event
+    workflow = {"apiVersion": c.ARGO_API_VERSION, "kind": c.ARGO_WORKFLOW_KIND,
+                "metadata": {"name": "bombed", "namespace": "default", "labels": {c.LABEL_QUOTA_NAME: "team"},
+                             "annotations": {c.ANNOTATION_ARGO_MIN_RESOURCES: alias_bomb(6, key="cpu")}},
+                "spec": {"entrypoint": "main", "templates": [{"name": "main", "container": {"image": "busybox"}}]}}
+    await system.apply(workflow)
+
+    async def workflow_told() -> bool:
+        return any("anchors and aliases" in e.get("message", "") and len(e["message"]) < 1024
+                   for e in await system.events("bombed") if e.get("type") == "Warning")
+
+    await system.wait_for(workflow_told, 30, "a short Warning on the Workflow")
     await system.apply(pytorch_job("after", queue="bombed", quota_name="team"))
     await system.wait_phase("after-py-qu", c.Phase.RUNNING, timeout=60)

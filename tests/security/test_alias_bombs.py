@@ -28,7 +28,7 @@ from koordqueue.api.objects import parse_elastic_quota, parse_queue
 from koordqueue.api.safeyaml import MAX_ANNOTATION_BYTES, RefusedYAML, load_annotation, load_json_annotation
 from koordqueue.jobs.argo import min_resources
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.patch import PatchError, PatchTooLarge, apply_json_patch
+from koordqueue.localcluster.patch import PatchCopyTooLarge, PatchTooLarge, apply_json_patch
 from koordqueue.localcluster.testing import running_apiserver
 from koordqueue.localcluster.yamlbody import AliasingError, load_body
 from koordqueue.manifests import all_crds
@@ -114,7 +114,8 @@ def test_a_yaml_body_whose_aliases_expand_too_far_is_refused_as_go_yaml_refuses_
 def test_json_patch_copies_are_bounded_and_so_is_the_number_of_operations() -> None:
     doc = {"data": {"a": "x" * 100_000}}
     doubling = [{"op": "copy", "from": "/data/a", "path": f"/data/c{i}"} for i in range(40)]
-    with pytest.raises(PatchError, match="accumulated size increase of copy is 3200064, exceeding the limit 3145728"):
+    with pytest.raises(PatchCopyTooLarge, match="accumulated size increase of copy is 3200064, exceeding the limit "
+                                                "3145728"):
         apply_json_patch(doc, doubling)
     with pytest.raises(PatchTooLarge, match="maximum operations in a JSON patch is 10000, got 10001"):
         apply_json_patch(doc, [{"op": "test", "path": "/data", "value": doc["data"]}] * 10_001)
@@ -168,16 +169,16 @@ async def test_the_api_server_refuses_an_alias_bomb_body_in_kube_apiservers_word
 
 @pytest.mark.both_control_planes
 async def test_the_api_server_bounds_json_patch_copies_operations_bodies_and_objects(raw: Raw) -> None:
+    """In kube-apiserver's words and shapes (read off kube-apiserver 1.37 and its etcd)."""
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "grow"}, "data": {"a": "x" * 100_000}}
     code, status = await raw.send("POST", CONFIGMAPS, orjson.dumps(cm), "application/json")
     assert code == 201, status
     path = f"{CONFIGMAPS}/grow"
 
-    doubling = [{"op": "copy", "from": "/data/a", "path": f"/data/c{i}"} for i in range(40)]
+    doubling = [{"op": "copy", "from": "/data/a", "path": f"/data/c{i}"} for i in range(40)]  # 4 MB of copies
     code, status = await raw.send("PATCH", path, orjson.dumps(doubling), "application/json-patch+json")
-    assert code == 422, status
-    assert "accumulated size increase of copy" in status["message"] and "exceeding the limit 3145728" in \
-        status["message"]
+    assert (code, status.get("reason"), status.get("message"), status.get("details")) == (
+        422, "Invalid", "the server rejected our request due to an error in our request", {}), status
 
     many = [{"op": "test", "path": "/metadata/name", "value": "grow"}] * 10_001
     code, status = await raw.send("PATCH", path, orjson.dumps(many), "application/json-patch+json")
@@ -190,10 +191,23 @@ async def test_the_api_server_bounds_json_patch_copies_operations_bodies_and_obj
     assert (code, status.get("reason"), status.get("message")) == (
         413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728"), status
 
-    # 16 copies (1.6 MB of copying, under the copy bound) make an object etcd will not store.
-    sixteen = [{"op": "copy", "from": "/data/a", "path": f"/data/c{i}"} for i in range(16)]
-    code, status = await raw.send("PATCH", path, orjson.dumps(sixteen), "application/json-patch+json")
-    assert code == 500 and "request is too large" in status["message"], status
+    # A custom resource (stored as JSON) grown by 15 copies, under the copy bound, past etcd's 1.5 MiB.
+    group, version = c.ARGO_API_VERSION.split("/")
+    workflows = f"/apis/{group}/{version}/namespaces/default/workflows"
+    wf = {"apiVersion": c.ARGO_API_VERSION, "kind": c.ARGO_WORKFLOW_KIND, "metadata": {"name": "grow"},
+          "spec": {"entrypoint": "main", "templates": [{"name": "main", "container": {"image": "busybox",
+                                                                                     "args": ["y" * 100_000]}}]}}
+    code, status = await raw.send("POST", workflows, orjson.dumps(wf), "application/json")
+    assert code == 201, status
+    args = "/spec/templates/0/container/args"
+    grow = [{"op": "copy", "from": f"{args}/0", "path": f"{args}/-"}] * 15
+    code, status = await raw.send("PATCH", f"{workflows}/grow", orjson.dumps(grow), "application/json-patch+json")
+    assert (code, status) == (500, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                    "message": "etcdserver: request is too large", "code": 500})
+    code, status = await raw.send("POST", workflows, orjson.dumps({**wf, "metadata": {"name": "big"}, "spec": {
+        **wf["spec"], "templates": [{"name": "main", "container": {"image": "busybox", "args": ["y" * 100_000] * 16}}]}}),
+        "application/json")
+    assert code == 500 and status["message"] == "etcdserver: request is too large"
 
 
 # --- on both control planes: the controller ---------------------------------------------------------
@@ -221,5 +235,16 @@ async def test_bombs_in_tenant_annotations_are_warned_about_and_admission_goes_o
         await system.wait_for(lambda name=name: warned(name), 30, f"a Warning on Queue {name}")  # type: ignore[misc]
     for event in await system.events("bombed", c.SYSTEM_NAMESPACE):
         assert len(event.get("message", "")) < 1024  # the bomb is not printed into the event
+    workflow = {"apiVersion": c.ARGO_API_VERSION, "kind": c.ARGO_WORKFLOW_KIND,
+                "metadata": {"name": "bombed", "namespace": "default", "labels": {c.LABEL_QUOTA_NAME: "team"},
+                             "annotations": {c.ANNOTATION_ARGO_MIN_RESOURCES: alias_bomb(6, key="cpu")}},
+                "spec": {"entrypoint": "main", "templates": [{"name": "main", "container": {"image": "busybox"}}]}}
+    await system.apply(workflow)
+
+    async def workflow_told() -> bool:
+        return any("anchors and aliases" in e.get("message", "") and len(e["message"]) < 1024
+                   for e in await system.events("bombed") if e.get("type") == "Warning")
+
+    await system.wait_for(workflow_told, 30, "a short Warning on the Workflow")
     await system.apply(pytorch_job("after", queue="bombed", quota_name="team"))
     await system.wait_phase("after-py-qu", c.Phase.RUNNING, timeout=60)

@@ -126,7 +126,7 @@ async def test_an_exposed_dashboard_needs_a_token_and_shows_each_tenant_its_own_
 @pytest.mark.both_control_planes
 async def test_the_login_form_sets_a_session_for_the_page_and_its_stream_and_streams_are_capped(
         exposed: tuple[System, Browser, dict[str, str]]) -> None:
-    _, browser, tokens = exposed
+    system, browser, tokens = exposed
     async with browser.session.post(browser.base + "/login", data={"token": "wrong"}, allow_redirects=False) as resp:
         assert resp.status == 401
     async with browser.session.post(browser.base + "/login", data={"token": tokens["bob"]},
@@ -138,21 +138,38 @@ async def test_the_login_form_sets_a_session_for_the_page_and_its_stream_and_str
     assert code == 200 and "Koord-Queue dashboard" in page
 
     streams: list[aiohttp.ClientResponse] = []
-    try:
-        for _ in range(2):  # dashboard_max_streams
-            resp = await browser.session.get(browser.base + "/api/stream")
-            streams.append(resp)
-            assert resp.status == 200
-            first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 30)
-            assert first.startswith(b"event: ")
-            if first.startswith(b"event: overview"):
-                data = yaml.safe_load(first.split(b"data: ", 1)[1])  # (JSON is YAML)
-                assert all(u.startswith("t2/") for u in units_in(data))
-        code, refused = await browser.get("/api/stream")
-        assert code == 429 and refused["error"] == "too-many-streams"
+
+    async def stream(token: str | None = None) -> tuple[int, Any]:
+        """A stream opened (by the session cookie, or a token): its first event's data, or the refusal."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        resp = await browser.session.get(browser.base + "/api/stream", headers=headers)
+        if resp.status != 200:
+            async with resp:
+                return resp.status, await resp.json()
+        streams.append(resp)
+        first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 30)
+        assert first.startswith(b"event: ")
+        return 200, yaml.safe_load(first.split(b"data: ", 1)[1]) if first.startswith(b"event: overview") else None
+
+    try:  # dashboard_max_streams is 2: one for each user, at most
+        code, data = await stream()
+        assert code == 200 and (data is None or all(u.startswith("t2/") for u in units_in(data)))
+        code, refused = await stream()  # bob's second
+        assert code == 429 and refused["error"] == "too-many-streams" and "bob's" in refused["message"]
+        assert (await stream(tokens["alice"]))[0] == 200
+        code, refused = await stream(tokens["alice"])  # all taken
+        assert code == 429 and "2 event streams are open" in refused["message"]
     finally:
         for resp in streams:
             resp.close()
+
+    async def given_back() -> bool:  # a closed stream is let go at its next write (each second)
+        code, _ = await stream()
+        for resp in streams:
+            resp.close()
+        return code == 200
+
+    await system.wait_for(given_back, 10, "the closed streams to be given back")
 
 
 async def test_on_loopback_the_dashboard_asks_for_no_token() -> None:

@@ -15,7 +15,8 @@ header or in the session cookie the login form sets: a TokenReview says who it i
 SubjectAccessReview whether they may `get queues.visibility.koord-queue.x-k8s.io` (who may
 read the visibility API may open the dashboard), and the units shown are those of the
 namespaces where they may `list queueunits`, as the visibility API shows them. Event
-streams are capped (`max_streams`): one more is answered 429, and the page retries.
+streams are capped (`max_streams`, and a quarter of them for one user, so that one tenant
+cannot take them all): one more is answered 429, and the page retries.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class Dashboard:
         self._cached: tuple[float, bytes] | None = None
         self._max_age = OVERVIEW_MIN_AGE
         self._streams = 0
+        self._streams_of: dict[str, int] = {}  # open streams per user (when tokens are asked)
         self._sessions: dict[str, tuple[float, str]] = {}  # session id -> (expiry, bearer token)
 
     def app(self) -> web.Application:
@@ -182,11 +184,15 @@ class Dashboard:
         Always 200 with an event stream, even when not leading: a browser's EventSource
         treats any other answer as a failed connection and stops listening.
         """
-        if self._streams >= self.max_streams:
-            return _json({"error": "too-many-streams", "message": f"{self._streams} event streams are open, the "
-                          f"most this dashboard serves; try again in {STREAM_RETRY_SECONDS} s."}, status=429,
-                         headers={"Retry-After": str(STREAM_RETRY_SECONDS)})
+        user = caller.user if (caller := request.get(CALLER)) is not None else ""
+        mine = self._streams_of.get(user, 0)
+        if self._streams >= self.max_streams or (user and mine >= max(1, self.max_streams // 4)):
+            whose = "" if self._streams >= self.max_streams else f" of {user}'s"
+            return _json({"error": "too-many-streams", "message": f"{mine if whose else self._streams} event "
+                          f"streams{whose} are open, the most this dashboard serves; try again in "
+                          f"{STREAM_RETRY_SECONDS} s."}, status=429, headers={"Retry-After": str(STREAM_RETRY_SECONDS)})
         self._streams += 1
+        self._streams_of[user] = mine + 1
         try:
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await response.prepare(request)
@@ -203,6 +209,9 @@ class Dashboard:
             return response
         finally:
             self._streams -= 1
+            self._streams_of[user] -= 1
+            if not self._streams_of[user]:
+                del self._streams_of[user]
 
     async def _visible_overview(self, request: web.Request) -> bytes:
         """The overview, with only the units of namespaces the caller may list QueueUnits in."""

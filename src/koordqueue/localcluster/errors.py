@@ -190,6 +190,11 @@ def internal(message: str) -> APIError:
     )
 
 
+# kube-apiserver's words for a 422 from a JSON patch it could not apply (NewGenericServerResponse):
+# the patch library's own message is not passed on.
+GENERIC_UNPROCESSABLE = "the server rejected our request due to an error in our request"
+
+
 def request_entity_too_large(message: str) -> APIError:
     """413, as kube-apiserver words it (a body over 3 MiB, a JSON patch of too many operations)."""
     return APIError(413, "RequestEntityTooLarge", f"Request entity too large: {message}")

@@ -26,6 +26,7 @@ from koordqueue.localcluster import builtin, crd, crvalidation, errors, priority
 from koordqueue.localcluster import managedfields as mf
 from koordqueue.localcluster.builtin import CRD_KEY, NAMESPACE_KEY, POD_KEY
 from koordqueue.localcluster.patch import (
+    PatchCopyTooLarge,
     PatchError,
     PatchFormatError,
     PatchTooLarge,
@@ -412,6 +413,8 @@ class Operations:
             raise errors.bad_request(str(e)) from None
         except PatchTooLarge as e:
             raise errors.request_entity_too_large(str(e)) from None
+        except PatchCopyTooLarge:
+            raise errors.APIError(422, "Invalid", errors.GENERIC_UNPROCESSABLE, {}) from None
         except PatchError as e:
             raise errors.unprocessable(str(e)) from None
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):

@@ -23,6 +23,11 @@ class PatchTooLarge(ValueError):
     """More operations than kube-apiserver takes in one JSON patch (413)."""
 
 
+class PatchCopyTooLarge(PatchError):
+    """Copies adding more than kube-apiserver allows (422, answered in its generic words: it
+    drops evanphx/json-patch's message, which this one repeats for callers in Python)."""
+
+
 # kube-apiserver's bounds on a JSON patch: at most this many operations (handlers/patch.go),
 # and `copy` operations adding at most this many bytes together (JSONPatchMaxCopyBytes,
 # 3 MiB: twice etcd's 1.5 MiB request limit). Without the second, 30 copies of a path into
@@ -148,8 +153,8 @@ def apply_json_patch(doc: Any, patch: Any, copy_limit: int = MAX_JSON_PATCH_COPY
         elif kind == "copy":
             raw = orjson.dumps(_get(doc, op["from"]))
             copied += len(raw)
-            if copied > copy_limit:  # evanphx/json-patch's words, as kube-apiserver answers them
-                raise PatchError(f"Unable to complete the copy, the accumulated size increase of copy is {copied}, "
+            if copied > copy_limit:  # evanphx/json-patch's words
+                raise PatchCopyTooLarge(f"Unable to complete the copy, the accumulated size increase of copy is {copied}, "
                                  f"exceeding the limit {copy_limit}")
             doc = _add(doc, path, orjson.loads(raw))
         elif kind == "test":

@@ -205,13 +205,15 @@ def is_koordinators_own(obj: Mapping[str, Any]) -> bool:
     return str((obj.get("metadata") or {}).get("name", "")) in KOORDINATOR_QUOTAS
 
 
-def parse_queue(obj: object, quota_names: Collection[str], system_namespace: str = SYSTEM_NAMESPACE) -> ParsedQueue:
+def parse_queue(obj: object, quota_names: Collection[str],
+                system_namespaces: Collection[str] = (SYSTEM_NAMESPACE,)) -> ParsedQueue:
     """The ``QueueInfo`` of a Queue object, bound to a quota, plus its other settings.
 
     Binding: the label ``quota.scheduling.koordinator.sh/name``; else the quota named like
     the Queue when ``quota_names`` holds it; else none (such a Queue admits nothing).
     The knobs that act on other teams (``TENANT_QUEUE_IGNORES``) are honoured only on a
-    Queue in ``system_namespace``, which only cluster admins may write (docs/security.md).
+    Queue in one of ``system_namespaces`` (``koord-queue``, and the controller's own when it
+    runs in another), which only cluster admins may write (docs/security.md).
     """
     meta = read_meta(obj, QUEUE_KIND)
     where = meta.describe()
@@ -239,8 +241,8 @@ def parse_queue(obj: object, quota_names: Collection[str], system_namespace: str
         backoff_base=backoff_base,
         backoff_cap=backoff_cap,
     )
-    if meta.namespace != system_namespace:
-        queue = _tenants_queue(queue, meta, spec, system_namespace, warnings)
+    if meta.namespace not in system_namespaces:
+        queue = _tenants_queue(queue, meta, spec, " or ".join(sorted(system_namespaces)), warnings)
     settings = QueueSettings(
         priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
         admission_checks=_admission_checks(spec.get("admissionChecks"), where),

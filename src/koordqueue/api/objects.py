@@ -261,7 +261,7 @@ TENANT_QUEUE_IGNORES = ("spec.priority", ANNOTATION_ENABLE_PREEMPTION, ANNOTATIO
                         ANNOTATION_NODE_FIT)
 
 
-def _tenants_queue(queue: QueueInfo, meta: Meta, spec: Mapping[str, Any], system_namespace: str,
+def _tenants_queue(queue: QueueInfo, meta: Meta, spec: Mapping[str, Any], honoured_in: str,
                    warnings: list[str]) -> QueueInfo:
     """A Queue outside the system namespace, its tenant-set knobs at their defaults (said in
     a warning): who may write a Queue in their own namespace must not order, preempt or hold
@@ -270,7 +270,7 @@ def _tenants_queue(queue: QueueInfo, meta: Meta, spec: Mapping[str, Any], system
                 if (spec.get("priority") not in (None, 0) if name == "spec.priority" else name in meta.annotations)]
     if set_here:
         warnings.append(f"{meta.describe()}: {', '.join(set_here)} ignored: honoured only on Queues in namespace "
-                        f"{system_namespace}, which cluster admins write (a tenant's Queue must not order, preempt "
+                        f"{honoured_in}, which cluster admins write (a tenant's Queue must not order, preempt "
                         "or hold room against other teams)")
     return replace(queue, priority=0, preemption=False, hold_room_after=DEFAULT_HOLD_ROOM_AFTER_SECONDS,
                    node_fit=None)

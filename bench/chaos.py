@@ -626,9 +626,10 @@ def _key(obj: dict[str, Any]) -> str:
 
 
 def _suspended(job: dict[str, Any]) -> bool:
-    annotations = job["metadata"].get("annotations") or {}
+    """As the training operator reads it: runPolicy.suspend alone (the annotation left on a
+    job whose field is false holds none of its pods)."""
     run_policy = (job.get("spec") or {}).get("runPolicy") or {}
-    return annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE or run_policy.get("suspend") is True
+    return run_policy.get("suspend") is True
 
 
 

@@ -6,6 +6,7 @@ deleted job leave the engine."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,11 +15,12 @@ import pytest
 from koordqueue.api import constants as c
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.resources import PODS, UNITS
-from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.unitsync import UnitSync, grown
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
 
 from ..engine.builders import quota
 from ..jobs.helpers import load
+from ..jobs.test_app_kinds import RAY_CLUSTER
 from .conftest import pytorch_job
 from .fakeapi import Clock, FakeKube, merge_patch, shared_on, until
 
@@ -186,3 +188,27 @@ async def test_an_admitted_job_is_never_charged_more_than_it_was_admitted_with(s
     info = engine.unit(KEY)
     assert info is not None and info.admitted_quota == "team-a" and info.request[c.GPU] == 2000
     assert engine.quota_status()["team-a"].used[c.GPU] == 2000
+
+
+def _raised(job: dict[str, Any], *path: Any) -> dict[str, Any]:
+    """`job` with the count at `path` raised by 3."""
+    out = copy.deepcopy(job)
+    at = out
+    for key in path[:-1]:
+        at = at[key]
+    at[path[-1]] = at.get(path[-1], 1) + 3
+    return out
+
+
+@pytest.mark.parametrize(("job", "path"), [
+    (pytorch_job("p", gpus_per_pod=1), ("spec", "pytorchReplicaSpecs", "Worker", "replicas")),
+    (merge_patch(load("batchjob.yaml"), {"spec": {"completions": 10}}), ("spec", "parallelism")),
+    (RAY_CLUSTER, ("spec", "workerGroupSpecs", 0, "replicas")),
+], ids=["PyTorchJob Worker replicas", "Job parallelism", "RayCluster worker group"])
+def test_the_growths_the_issue_names_are_growths(job: dict[str, Any], path: tuple[Any, ...]) -> None:
+    """Issue 29, item 2: each is seen as asking for more than before (and so never charged
+    without a fit check once admitted)."""
+    adapter = adapter_of_kind(job["kind"])
+    before, after = adapter.demand(job), adapter.demand(_raised(job, *path))
+    assert grown(before, after), (before, after)
+    assert not grown(after, before)  # (shrinking is no growth)

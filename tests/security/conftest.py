@@ -75,12 +75,14 @@ class Tenant:
     namespace: str
     user: str
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        return self.system.kubectl(f"--as={self.user}", f"--as-group={TENANT_GROUP}", "-n", self.namespace, *args,
-                                   stdin=stdin, check=check)
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, namespace: str | None = None) -> str:
+        """kubectl as the tenant, in its namespace (or `namespace`)."""
+        return self.system.kubectl(f"--as={self.user}", f"--as-group={TENANT_GROUP}", "-n",
+                                   namespace or self.namespace, *args, stdin=stdin, check=check)
 
-    async def akubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        return await asyncio.to_thread(self.kubectl, *args, stdin=stdin, check=check)
+    async def akubectl(self, *args: str, stdin: str | None = None, check: bool = True,
+                       namespace: str | None = None) -> str:
+        return await asyncio.to_thread(self.kubectl, *args, stdin=stdin, check=check, namespace=namespace)
 
     async def apply(self, *objs: dict[str, Any]) -> str:
         return await self.akubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(list(objs)))
@@ -89,9 +91,10 @@ class Tenant:
         """`kubectl patch <kind> <name> --type=merge -p <patch>`, as the tenant."""
         return await self.akubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
 
-    async def may(self, verb: str, what: str) -> bool:
-        """`kubectl auth can-i` as the tenant, in its namespace."""
-        return (await self.akubectl("auth", "can-i", verb, what, check=False)).strip().startswith("yes")
+    async def may(self, verb: str, what: str, *flags: str, namespace: str | None = None) -> bool:
+        """`kubectl auth can-i verb what [flags]` as the tenant, in its namespace (or `namespace`)."""
+        answer = await self.akubectl("auth", "can-i", verb, what, *flags, check=False, namespace=namespace)
+        return answer.strip().startswith("yes")
 
 
 async def tenant(system: System, namespace: str, user: str | None = None) -> Tenant:

@@ -210,7 +210,8 @@ def is_koordinators_own(obj: Mapping[str, Any]) -> bool:
     return str((obj.get("metadata") or {}).get("name", "")) in KOORDINATOR_QUOTAS
 
 
-def parse_queue(obj: object, quota_names: Collection[str], system_namespace: str = SYSTEM_NAMESPACE) -> ParsedQueue:
+def parse_queue(obj: object, quota_names: Collection[str],
+                system_namespaces: Collection[str] = (SYSTEM_NAMESPACE,)) -> ParsedQueue:
     """The ``QueueInfo`` of a Queue object, bound to a quota, plus its other settings.
 
     Binding: the label ``quota.scheduling.koordinator.sh/name``; else the quota the
@@ -218,7 +219,8 @@ def parse_queue(obj: object, quota_names: Collection[str], system_namespace: str
     tree's quota); else the quota named like the Queue when ``quota_names`` holds it; else
     none (such a Queue admits nothing).
     The knobs that act on other teams (``TENANT_QUEUE_IGNORES``) are honoured only on a
-    Queue in ``system_namespace``, which only cluster admins may write (docs/security.md).
+    Queue in one of ``system_namespaces`` (``koord-queue``, and the controller's own when it
+    runs in another), which only cluster admins may write (docs/security.md).
     """
     meta = read_meta(obj, QUEUE_KIND)
     where = meta.describe()
@@ -249,8 +251,8 @@ def parse_queue(obj: object, quota_names: Collection[str], system_namespace: str
         backoff_cap=backoff_cap,
         quota_path=path,
     )
-    if meta.namespace != system_namespace:
-        queue = _tenants_queue(queue, meta, spec, system_namespace, warnings)
+    if meta.namespace not in system_namespaces:
+        queue = _tenants_queue(queue, meta, spec, " or ".join(sorted(system_namespaces)), warnings)
     settings = QueueSettings(
         priority_class_name=_optional_str(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
         admission_checks=_admission_checks(spec.get("admissionChecks"), where),
@@ -269,7 +271,7 @@ TENANT_QUEUE_IGNORES = ("spec.priority", ANNOTATION_ENABLE_PREEMPTION, ANNOTATIO
                         ANNOTATION_NODE_FIT)
 
 
-def _tenants_queue(queue: QueueInfo, meta: Meta, spec: Mapping[str, Any], system_namespace: str,
+def _tenants_queue(queue: QueueInfo, meta: Meta, spec: Mapping[str, Any], honoured_in: str,
                    warnings: list[str]) -> QueueInfo:
     """A Queue outside the system namespace, its tenant-set knobs at their defaults (said in
     a warning): who may write a Queue in their own namespace must not order, preempt or hold
@@ -278,7 +280,7 @@ def _tenants_queue(queue: QueueInfo, meta: Meta, spec: Mapping[str, Any], system
                 if (spec.get("priority") not in (None, 0) if name == "spec.priority" else name in meta.annotations)]
     if set_here:
         warnings.append(f"{meta.describe()}: {', '.join(set_here)} ignored: honoured only on Queues in namespace "
-                        f"{system_namespace}, which cluster admins write (a tenant's Queue must not order, preempt "
+                        f"{honoured_in}, which cluster admins write (a tenant's Queue must not order, preempt "
                         "or hold room against other teams)")
     return replace(queue, priority=0, preemption=False, hold_room_after=DEFAULT_HOLD_ROOM_AFTER_SECONDS,
                    node_fit=None)

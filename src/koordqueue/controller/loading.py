@@ -208,7 +208,7 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
         snap.engine.set_cluster_capacity(snap.capacity)
     for obj in (await client.list_all(QUEUES)).items:
         try:
-            queue = parse_queue(obj, list(snap.quotas), namespace).queue
+            queue = parse_queue(obj, list(snap.quotas), {c.SYSTEM_NAMESPACE, namespace}).queue
             snap.engine.set_queue(queue)
             snap.queue_quotas[queue.key] = queue.quota
         except InvalidObject as e:

@@ -502,7 +502,7 @@ class QuotaSync(Part):
         """Parse a Queue into the engine; ``warn``: say which of its settings were not usable
         (unknown policy, bad annotations: the Queue works with the fallback each names)."""
         try:
-            parsed = parse_queue(obj, list(self.quotas), self.config.system_namespace)
+            parsed = parse_queue(obj, list(self.quotas), {c.SYSTEM_NAMESPACE, self.config.system_namespace})
         except InvalidObject as e:
             meta = obj.get("metadata") or {}
             self.engine.remove_queue(f"{meta.get('namespace')}/{meta.get('name')}")

@@ -140,8 +140,8 @@ class UnitSync(Part):
             self._refresh_asks(unit, current)
 
     def _max_priority_changed(self, old: Any, new: Any) -> None:
-        """A quota's max-priority changed: every waiting unit is given its priority anew
-        (capped by the new bound, or not), and its job told."""
+        """A quota's max-priority changed: every unit not finished is given its priority anew
+        (capped by the new bound, or not), and its job reconciled (and told)."""
         key = c.ANNOTATION_MAX_PRIORITY
         if not self.shared.sync_done or \
                 ((old.get("metadata") or {}).get("annotations") or {}).get(key) == \

@@ -1433,6 +1433,8 @@ class Engine:
     def priority_cap(self, info: UnitInfo) -> tuple[str, int] | None:
         """The quota ``info`` asks for and its max-priority, when it has one: the shell queues
         the unit at no more than that (a tenant's priority must not rank it past other teams)."""
+        if all(quota.max_priority is None for quota in self._quotas.values()):
+            return None  # (no bound anywhere: not worth resolving the unit)
         name = self.named_quota(info)
         quota = self._quotas.get(name) if name is not None else None
         if name is None or quota is None or quota.max_priority is None:

@@ -114,11 +114,12 @@ class JobReconciler(Part):
             # preempted or sent back: its job is suspended once that status is written, never
             # before, or a write that fails would leave a job stopped and resumed again for nothing.)
             # Running with no admission: its suspend field set to false by hand (the annotation
-            # left), or made while no webhook answered. Suspended again: its pods go.
+            # left: told so), or made while no webhook answered. Suspended again: its pods go.
             await self.switch.suspend(job, adapter)
-            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.SUSPENDED,
-                        f"not admitted (its QueueUnit {unit.name} is {unit.phase or 'new'}), yet not suspended: "
-                        "suspended again; it runs once its QueueUnit is admitted")
+            if job.suspend_annotated:
+                self._event(job_ref(job), c.EventType.WARNING, c.EventReason.SUSPENDED,
+                            f"not admitted (its QueueUnit {unit.name} is {unit.phase or 'new'}), yet its suspend "
+                            "field was set to false: suspended again; it runs once its QueueUnit is admitted")
         elif not may_run and job.suspended and job.placed and unit.phase not in FINISHED:
             await self.switch.put_back(job)
         if may_run:

@@ -2,8 +2,10 @@
 and is suspended until admitted; an admitted unit's job is resumed (jobswitch.py), one sent
 back is suspended; Reserved units pass or fail their admission checks; a running job's
 unit follows it (Running, podState, the wait-for-pods-running timeout) and is finished
-when it ends; a unit's spec and labels are its job's (a hand edit is undone). Runs in
-the job workers, one job at a time each (kube/workqueue.py)."""
+when it ends; a unit's spec and labels are its job's (a hand edit is undone). A job running
+with no admission (its suspend field set to false by its tenant) is suspended again; an
+admitted job that asks for more than it was admitted with is sent back, to be queued at its
+new size. Runs in the job workers, one job at a time each (kube/workqueue.py)."""
 
 from __future__ import annotations
 

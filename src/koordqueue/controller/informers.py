@@ -168,6 +168,7 @@ class Informers:
                                finishes_once_resumed=adapter.finishes_once_resumed(obj),
                                deleting=bool(meta.get("deletionTimestamp")),
                                enqueued=bool((meta.get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
+                               suspend_annotated=(meta.get("annotations") or {}).get(c.ANNOTATION_SUSPEND) == c.TRUE,
                                # a RayJob's pods are found by its status (its Ray cluster's name)
                                pods=next(iter(adapter.pod_selector(obj).items()), None))
             except InvalidObject:

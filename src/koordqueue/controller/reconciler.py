@@ -2,8 +2,10 @@
 and is suspended until admitted; an admitted unit's job is resumed (jobswitch.py), one sent
 back is suspended; Reserved units pass or fail their admission checks; a running job's
 unit follows it (Running, podState, the wait-for-pods-running timeout) and is finished
-when it ends; a unit's spec and labels are its job's (a hand edit is undone). Runs in
-the job workers, one job at a time each (kube/workqueue.py)."""
+when it ends; a unit's spec and labels are its job's (a hand edit is undone). A job running
+with no admission (its suspend field set to false by its tenant) is suspended again; an
+admitted job that asks for more than it was admitted with is sent back, to be queued at its
+new size. Runs in the job workers, one job at a time each (kube/workqueue.py)."""
 
 from __future__ import annotations
 
@@ -116,11 +118,12 @@ class JobReconciler(Part):
             # preempted or sent back: its job is suspended once that status is written, never
             # before, or a write that fails would leave a job stopped and resumed again for nothing.)
             # Running with no admission: its suspend field set to false by hand (the annotation
-            # left), or made while no webhook answered. Suspended again: its pods go.
+            # left: told so), or made while no webhook answered. Suspended again: its pods go.
             await self.switch.suspend(job, adapter)
-            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.SUSPENDED,
-                        f"not admitted (its QueueUnit {unit.name} is {unit.phase or 'new'}), yet not suspended: "
-                        "suspended again; it runs once its QueueUnit is admitted")
+            if job.suspend_annotated:
+                self._event(job_ref(job), c.EventType.WARNING, c.EventReason.SUSPENDED,
+                            f"not admitted (its QueueUnit {unit.name} is {unit.phase or 'new'}), yet its suspend "
+                            "field was set to false: suspended again; it runs once its QueueUnit is admitted")
         elif not may_run and job.suspended and job.placed and unit.phase not in FINISHED:
             await self.switch.put_back(job)
         if may_run:

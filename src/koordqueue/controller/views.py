@@ -85,6 +85,7 @@ class JobView:
     # Placed (an admission changed its replicas): each pod set's replicas on the job now, which
     # may be more than the admission gave (raised since); () when not placed.
     live_counts: tuple[tuple[str, int], ...] = ()
+    suspend_annotated: bool = False  # annotation scheduling.x-k8s.io/suspend "true" (see JobAdapter.is_suspended)
 
     @property
     def key(self) -> str:
@@ -177,6 +178,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         native_suspend=adapter.has_native_suspend(obj),
         finishes_once_resumed=finishes_once_resumed,
         live_counts=live,
+        suspend_annotated=annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE,
     )
 
 

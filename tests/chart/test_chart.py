@@ -369,6 +369,19 @@ def test_koord_queues_http_api_is_set_by_its_values() -> None:
     assert {p["name"]: p["containerPort"] for p in container(objects)["ports"]}["api-handler"] == 20000
 
 
+def test_bare_queue_units_are_on_unless_the_value_turns_them_off() -> None:
+    """controller.bareQueueUnits (issue 30): units no job of ours stands behind are queued
+    unless it is false; the user role never grants creating units, whichever it is."""
+    assert "--bare-queue-units" in args(case("defaults"))
+    objects = render({"controller": {"bareQueueUnits": False}})
+    assert "--no-bare-queue-units" in args(objects) and "--bare-queue-units" not in args(objects)
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    for name in ("koord-queue-user", "koord-queue-viewer"):
+        for rule in roles[name]["rules"]:
+            if "queueunits" in rule["resources"]:
+                assert not {"create", "update", "patch"} & set(rule["verbs"]), (name, rule)
+
+
 def test_defaults_match_the_command_lines_defaults() -> None:
     """With no values, the flags say what the controller would do with none: nothing surprises."""
     defaults = {p.name: p.default for p in controller_command.params if isinstance(p, click.Option)}

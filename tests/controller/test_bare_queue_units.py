@@ -117,3 +117,27 @@ async def test_bare_units_off_wait_and_say_so(start_system: SystemFactory) -> No
         message = await system.wait_for(told, what="the unit told bare units are off")
         assert "stands for no job" in message
         assert (await system.phase("handmade", "bare-a")) == c.Phase.ENQUEUED
+
+
+async def test_a_bare_unit_grown_after_its_admission_is_sent_back_and_queued_at_its_new_size(
+        system: System) -> None:
+    """As a Koord-Queue extension raises its unit's request when its job's replicas grow: charged
+    only what it was admitted with, it would run past its quota's max; it is Preempted instead."""
+    await two_teams(system)
+    await system.apply(bare_unit("growing", "bare-a", 2))
+    await system.wait_phase("growing", c.Phase.DEQUEUED, namespace="bare-a", timeout=15)
+    await system.akubectl("patch", "queueunit", "growing", "-n", "bare-a", "--type", "merge", "-p",
+                          json.dumps({"spec": {"resource": {"cpu": "1", "memory": "100Mi", c.GPU: "6"}}}))
+
+    async def sent_back() -> str:
+        status = (await system.unit("growing", "bare-a")).get("status") or {}
+        return str(status.get("message")) if status.get("phase") == c.Phase.PREEMPTED else ""
+
+    message = await system.wait_for(sent_back, what="the grown unit sent back")
+    assert "it asks for more than it was admitted with: nvidia.com/gpu 6 (admitted with 2)" in message
+
+    async def never_fits() -> str:
+        status = (await system.unit("growing", "bare-a")).get("status") or {}
+        return str(status.get("message")) if "can never fit" in str(status.get("message")) else ""
+
+    assert "more than its max 4" in await system.wait_for(never_fits, what="the grown unit told it never fits")

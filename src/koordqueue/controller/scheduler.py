@@ -274,7 +274,8 @@ class Scheduler(Part):
         except KubeError:
             count_as_admitted(self.engine, known, unit.allocated_at or unit.created, admitted_placement(unit))
             raise
-        self.shared.owed.owe(unit.job_key)
+        if job is not None:  # (a bare unit's owner stops its own workload)
+            self.shared.owed.owe(unit.job_key)
         self.shared.backoffs.push(requeue_at, unit.key)
         self._remember("sent back", unit.key, info.admitted_quota if info else None, reason)
         self.metrics.requeues.labels(phase.value).inc()

@@ -141,3 +141,20 @@ async def test_a_bare_unit_grown_after_its_admission_is_sent_back_and_queued_at_
         return str(status.get("message")) if "can never fit" in str(status.get("message")) else ""
 
     assert "more than its max 4" in await system.wait_for(never_fits, what="the grown unit told it never fits")
+
+
+async def test_a_bare_unit_made_inactive_gives_its_quota_back_and_comes_back_once_active(system: System) -> None:
+    await two_teams(system)
+    await system.apply(bare_unit("paused", "bare-a", 2))
+    await system.wait_phase("paused", c.Phase.DEQUEUED, namespace="bare-a", timeout=15)
+    await system.akubectl("patch", "queueunit", "paused", "-n", "bare-a", "--type", "merge", "-p",
+                          json.dumps({"spec": {"active": False}}))
+
+    async def sent_back() -> str:
+        status = (await system.unit("paused", "bare-a")).get("status") or {}
+        return str(status.get("message")) if status.get("phase") == c.Phase.PREEMPTED else ""
+
+    assert "it is inactive" in await system.wait_for(sent_back, what="the inactive unit sent back")
+    await system.akubectl("patch", "queueunit", "paused", "-n", "bare-a", "--type", "merge", "-p",
+                          json.dumps({"spec": {"active": True}}))
+    await system.wait_phase("paused", c.Phase.DEQUEUED, namespace="bare-a", timeout=20)

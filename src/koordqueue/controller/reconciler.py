@@ -24,6 +24,7 @@ from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync, grown
 from koordqueue.controller.views import (
+    INACTIVE,
     JobView,
     Object,
     UnitView,
@@ -158,7 +159,10 @@ class JobReconciler(Part):
             return
         asks = self.informers.unit_info(unit)
         grew = grown(known.request, asks.request) if asks.invalid is None else []
-        if grew:
+        if asks.invalid is not None and asks.invalid.startswith(INACTIVE):  # its spec.active set false
+            await self.scheduler.send_back(unit, None, c.Phase.PREEMPTED, f"{asks.invalid}; quota released",
+                                           event=c.EventReason.DEACTIVATED)
+        elif grew:
             said = ", ".join(f"{name} {format_quantity(asks.request[name])} (admitted with "
                              f"{format_quantity(known.request.get(name, 0))})" for name in grew)
             await self.scheduler.send_back(unit, None, c.Phase.PREEMPTED,

@@ -95,6 +95,9 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--api-handler-port", type=int, default=c.KOORD_API_PORT, show_default=True)
 @click.option("--api-handler-host", default="127.0.0.1", show_default=True,
               help="Address to bind it to: loopback (kubectl port-forward reaches it); it has no authentication.")
+@click.option("--bare-queue-units/--no-bare-queue-units", default=True, show_default=True,
+              help="Queue QueueUnits no job of ours stands behind (a Koord-Queue job extension's, a platform's) "
+                   "as Koord-Queue does; off, they wait and say why.")
 @click.option("--webhook/--no-webhook", default=False, show_default=True,
               help="Serve the mutating admission webhook that suspends new jobs before their pods exist.")
 @click.option("--webhook-port", type=int, default=9443, show_default=True)
@@ -150,6 +153,7 @@ def controller(**opts: Any) -> None:
         dashboard_port=opts["dashboard_port"],
         dashboard_host=opts["dashboard_host"],
         dashboard_max_streams=opts["dashboard_max_streams"],
+        bare_queue_units=opts["bare_queue_units"],
         api_handler=opts["api_handler"],
         api_handler_port=opts["api_handler_port"],
         api_handler_host=opts["api_handler_host"],

@@ -364,9 +364,27 @@ def test_koord_queues_http_api_is_set_by_its_values() -> None:
     assert flag(objects, "api-handler-port") == [str(KOORD_API_PORT)]
     assert flag(objects, "api-handler-host") == ["127.0.0.1"]
     assert "api-handler" not in {p["name"] for p in container(objects)["ports"]}
+    reviews = {"tokenreviews", "subjectaccessreviews"}
+    assert not reviews & {r for rule in one(objects, "ClusterRole", "koord-queue")["rules"]
+                          for r in rule["resources"]}  # on loopback: no token asked
     objects = render({"controller": {"apiHandler": {"enable": True, "port": 20000, "host": "0.0.0.0"}}})
     assert flag(objects, "api-handler-port") == ["20000"] and flag(objects, "api-handler-host") == ["0.0.0.0"]
     assert {p["name"]: p["containerPort"] for p in container(objects)["ports"]}["api-handler"] == 20000
+    # Beyond loopback it asks who a bearer token is and whether they may read every unit.
+    assert reviews <= {r for rule in one(objects, "ClusterRole", "koord-queue")["rules"] for r in rule["resources"]}
+
+
+def test_bare_queue_units_are_on_unless_the_value_turns_them_off() -> None:
+    """controller.bareQueueUnits (issue 30): units no job of ours stands behind are queued
+    unless it is false; the user role never grants creating units, whichever it is."""
+    assert "--bare-queue-units" in args(case("defaults"))
+    objects = render({"controller": {"bareQueueUnits": False}})
+    assert "--no-bare-queue-units" in args(objects) and "--bare-queue-units" not in args(objects)
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    for name in ("koord-queue-user", "koord-queue-viewer"):
+        for rule in roles[name]["rules"]:
+            if "queueunits" in rule["resources"]:
+                assert not {"create", "update", "patch"} & set(rule["verbs"]), (name, rule)
 
 
 def test_defaults_match_the_command_lines_defaults() -> None:

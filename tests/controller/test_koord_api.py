@@ -16,7 +16,7 @@ from aiohttp import web
 from koordqueue.api import constants as c
 from koordqueue.controller.koordapi import KoordAPI
 
-from .conftest import System, pytorch_job, quota
+from .conftest import System, SystemFactory, pytorch_job, quick_config, quota
 from .test_quota_tree import create, gpus, namespace, tree
 
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -141,3 +141,45 @@ async def test_a_replica_not_leading_says_so_and_the_hook_decides_who_reads() ->
                                                                            "message": "no bearer token"}
     finally:
         await api.stop()
+
+
+READER = "koord-queue-test-api-reader"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.both_control_planes
+async def test_bound_beyond_loopback_it_needs_a_token_that_may_list_every_unit(start_system: SystemFactory) -> None:
+    """As the exposed dashboard (controller/access.py): no token 401, a token not accepted 401,
+    a token whose user may not list QueueUnits in all namespaces 403, one who may 200."""
+    config = quick_config(api_handler=True, api_handler_host="0.0.0.0", api_handler_port=0)
+    async with start_system(config=config) as system:
+        assert system.manager.koord_api is not None and system.manager.koord_api.authorize is not None
+        port = system.manager.koord_api.port
+        rbac: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": "default"}}
+            for name in ("reader", "tenant")]
+        rbac += [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": READER},
+                  "rules": [{"apiGroups": [c.QUEUE_GROUP], "resources": [c.QUEUE_UNIT_PLURAL],
+                             "verbs": ["get", "list", "watch"]}]},
+                 {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                  "metadata": {"name": READER},
+                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": READER},
+                  "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}]}]
+        await system.apply(*rbac)
+        try:
+            tokens = {name: (await system.akubectl("create", "token", name)).strip() for name in ("reader", "tenant")}
+
+            async def answer(token: str | None) -> tuple[int, Any]:
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                async with aiohttp.ClientSession() as session, \
+                        session.get(f"http://127.0.0.1:{port}{c.KOORD_API_QUEUE}", headers=headers) as response:
+                    return response.status, await response.json(content_type=None)
+
+            assert (await answer(None))[0] == 401
+            assert (await answer("not-a-token"))[0] == 401
+            code, refused = await answer(tokens["tenant"])
+            assert code == 403 and f"{c.QUEUE_UNIT_PLURAL}.{c.QUEUE_GROUP}" in refused["message"], refused
+            code, queues = await answer(tokens["reader"])
+            assert code == 200 and isinstance(queues, dict), queues
+        finally:  # (cluster-scoped: the real control plane's reset leaves them)
+            await system.akubectl("delete", "clusterrolebinding,clusterrole", READER, "--ignore-not-found")

@@ -98,7 +98,7 @@ async def test_the_whole_corpus_alongside_valid_jobs(start_system: SystemFactory
             meta = doc["metadata"]
             found = await system.client.get(RESOURCES[doc["kind"]], meta["name"], namespace=meta.get("namespace"))
             assert found["metadata"]["uid"]
-        # The hand-made unit holds nothing, and the quota named twice kept its own max.
+        # The hand-made unit holds no more than its quota's max, and the quota named twice kept its own max.
         used = (await system.get_json("elasticquota", "bad-a-gpus", "-n", "bad-a"))["status"]["used"]
         assert int(used.get(c.GPU, "0")) <= 8
         # The controller is alive: its loops run, it answers a new job, nothing crashed in it.

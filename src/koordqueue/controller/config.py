@@ -20,6 +20,9 @@ class ControllerConfig:
     # Whose namespaces' jobs are queued (controller/scope.py); None: all but Kubernetes' own
     # and system_namespace. The webhook configuration's namespaceSelector must say the same.
     managed_jobs_namespace_selector: dict[str, Any] | None = field(default=None, hash=False)
+    # QueueUnits no job of ours stands behind (a Koord-Queue job extension's, a platform's) are
+    # queued and dequeued as Koord-Queue does (chart controller.bareQueueUnits); off: they wait.
+    bare_queue_units: bool = True
     default_queue_policy: c.QueuePolicy = c.DEFAULT_QUEUE_POLICY
     protect_seconds: float = c.DEFAULT_PROTECT_SECONDS
     backoff_base: float = c.BACKOFF_BASE_SECONDS

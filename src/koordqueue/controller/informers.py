@@ -14,7 +14,7 @@ import orjson
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.config import ControllerConfig
-from koordqueue.controller.loading import orphan_reason
+from koordqueue.controller.loading import BARE_OFF, is_bare, orphan_reason
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.records import Records
 from koordqueue.controller.resources import (
@@ -35,6 +35,7 @@ from koordqueue.controller.views import (
     Object,
     UnitView,
     adapter_of_kind,
+    bare_unit_info,
     job_view,
     orphan_info,
     priority_classes_changed,
@@ -69,6 +70,8 @@ class Informers:
         # Namespaces' labels: whose jobs are queued (controller/scope.py).
         self.namespace = Informer(client, NAMESPACES, project=_labels)
         self.namespace_selector = config.namespace_selector
+        self.system_namespace = config.system_namespace
+        self.bare_units = config.bare_queue_units  # units no job of ours stands behind are queued
         self.quota = Informer(client, QUOTAS, project=_without_status)
         self.tree = Informer(client, QUOTA_TREES, project=_without_status)
         self.trees_served = True  # whether the API server serves ElasticQuotaTrees (start() finds out)
@@ -199,7 +202,18 @@ class Informers:
         return job
 
     def job_of(self, unit: UnitView) -> JobView | None:
-        return self.job_view(unit.job_key)
+        """The job that stands behind the unit (None for a bare unit, even one whose consumerRef
+        names a job of ours: that job has a unit of its own)."""
+        return None if is_bare(unit, self.jobs) else self.job_view(unit.job_key)
+
+    def bare(self, unit: UnitView) -> bool:
+        """Whether the unit is queued on its own, as its object says (loading.is_bare), bare
+        units being on (--bare-queue-units)."""
+        return self.bare_units and is_bare(unit, self.jobs)
+
+    def queue_exists(self, name: str, namespace: str) -> bool:
+        return self.queue.get(f"{self.system_namespace}/{name}") is not None or \
+            self.queue.get(f"{namespace}/{name}") is not None
 
     def job_ended(self, item: str) -> bool:
         """Whether our latest view of the job says it succeeded or failed."""
@@ -207,11 +221,17 @@ class Informers:
         return job is not None and job.state.ended
 
     def orphan_reason(self, unit: UnitView) -> str | None:
-        return orphan_reason(unit, self.jobs)
+        """Why the unit stands for no job and waits (None: a job's unit, or a bare one queued on its own)."""
+        if self.bare(unit):
+            return None
+        reason = orphan_reason(unit, self.jobs)
+        return f"{reason}; {BARE_OFF}" if reason is not None and is_bare(unit, self.jobs) else reason
 
     def unit_info(self, unit: UnitView) -> UnitInfo:
         """The engine's view of a unit: what its job asks for (see views.unit_info), or why it
         stands for no job."""
+        if self.bare(unit):
+            return bare_unit_info(unit, self.queue_exists)
         orphan = self.orphan_reason(unit)
         job = self.job_of(unit)
         if orphan is not None or job is None:

@@ -13,7 +13,8 @@ ElasticQuotas) answers with them and the other with ``{}``.
 
 Only the leader holds the engine: a follower, or a leader still loading, answers 503 in
 words. Bound to loopback unless told otherwise (``kubectl port-forward`` reaches it); bound
-elsewhere, ``authorize`` (a hook the dashboard's authentication can fill) says who may read.
+elsewhere, ``authorize`` says who may read: the manager fills it with the dashboard's
+authentication (``bearer_authorize``: TokenReview, SubjectAccessReview).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from koordqueue.api import constants as c
+from koordqueue.controller.access import AccessReviewer
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.quotastatus import queue_usage
 from koordqueue.controller.views import UnitView
@@ -34,8 +36,9 @@ from koordqueue.engine.model import QuotaInfo
 
 log = logging.getLogger(__name__)
 
-# Says whether a request may read: None to let it through, else why not (answered 401).
-Authorize = Callable[[web.Request], Awaitable[str | None]]
+# Says whether a request may read: None to let it through, else why not: (HTTP status, why),
+# or just why (answered 401).
+Authorize = Callable[[web.Request], Awaitable[tuple[int, str] | str | None]]
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
@@ -83,9 +86,11 @@ class KoordAPI:
     async def _guard(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                      ) -> web.StreamResponse:
         if self.authorize is not None:
-            why = await self.authorize(request)
-            if why is not None:
-                return _json({"error": "unauthorized", "message": why}, status=401)
+            refused = await self.authorize(request)
+            if refused is not None:
+                status, why = refused if isinstance(refused, tuple) else (401, refused)
+                return _json({"error": "unauthorized" if status == 401 else "forbidden", "message": why},
+                             status=status)
         return await handler(request)
 
     def _leader(self) -> Controller:
@@ -262,6 +267,29 @@ def _time(seconds: float) -> str | None:
     if not seconds:
         return None
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def bearer_authorize(access: AccessReviewer) -> Authorize:
+    """The dashboard's authentication, for the API bound beyond loopback: a bearer token (a
+    TokenReview says whose), and a grant to `list queueunits` in every namespace (a
+    SubjectAccessReview): its answers show every quota and every tenant's units, with no
+    namespace to filter them by, so only who may read all units anyway reads them."""
+
+    async def authorize(request: web.Request) -> tuple[int, str] | None:
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.startswith("Bearer ") else ""
+        if not token:
+            return 401, "A bearer token is needed (Authorization: Bearer <token>; kubectl create token ...)."
+        caller = await access.authenticate(token)
+        if caller is None:
+            return 401, "That token was not accepted."
+        if not await access.allowed(caller, "list", c.QUEUE_GROUP, c.QUEUE_UNIT_PLURAL):
+            return 403, (f"{caller.user} may not read Koord-Queue's HTTP API: it shows every quota and every "
+                         f"tenant's units, so it needs list on {c.QUEUE_UNIT_PLURAL}.{c.QUEUE_GROUP} in all "
+                         "namespaces.")
+        return None
+
+    return authorize
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

@@ -37,6 +37,7 @@ from koordqueue.controller.views import (
     UnitView,
     adapter_of_kind,
     admitted_placement,
+    bare_unit_info,
     job_view,
     orphan_info,
     unit_info,
@@ -140,6 +141,20 @@ def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | N
     return None
 
 
+def is_bare(unit: UnitView, jobs: Mapping[str, Container[str]]) -> bool:
+    """Whether no job of ours stands behind the unit, nor may: its consumer is of a kind this
+    controller does not queue, or the unit is not named as that job's own unit would be (a
+    Koord-Queue job extension's, a platform's, one made by hand). Such a unit is queued on its
+    own (views.bare_unit_info). A unit named as a job of ours would name its unit, whose job
+    does not exist (yet, or any more), is not bare: it waits for that job."""
+    if jobs.get(unit.consumer_kind) is None:
+        return True
+    return unit.name != adapter_of_kind(unit.consumer_kind).unit_name_for(unit.consumer_name)
+
+
+BARE_OFF = "bare QueueUnits are not queued here (--no-bare-queue-units)"
+
+
 @dataclass
 class Snapshot:
     engine: Engine
@@ -237,6 +252,10 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
     for obj in (await client.list_all(UNITS)).items:
         unit = unit_view(obj)
         snap.units[unit.key] = unit
+        if is_bare(unit, jobs):  # queued on its own, as the controller does by default (--bare-queue-units)
+            load_unit(snap.engine, unit, bare_unit_info(unit, lambda name, ns: bool(
+                {f"{namespace}/{name}", f"{ns}/{name}"} & snap.queue_quotas.keys())), now)
+            continue
         orphan = orphan_reason(unit, jobs)
         if orphan is not None:  # as the controller does: it waits, holding nothing
             snap.engine.set_unit(orphan_info(unit, orphan))

@@ -21,7 +21,7 @@ from koordqueue.controller.access import AccessReviewer
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard, is_loopback
-from koordqueue.controller.koordapi import KoordAPI
+from koordqueue.controller.koordapi import KoordAPI, bearer_authorize
 from koordqueue.controller.logs import setup_logging
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.resources import PODS
@@ -58,8 +58,11 @@ class Manager:
         self.dashboard = (Dashboard(lambda: self.controller, config.dashboard_host, config.dashboard_port,
                                     self.identity, reviewer, config.dashboard_max_streams)
                           if config.dashboard else None)
+        # Bound beyond loopback, it asks for a bearer token and a grant, as the exposed dashboard does.
+        authorize = None if is_loopback(config.api_handler_host) else \
+            bearer_authorize(AccessReviewer(client, "Koord-Queue's HTTP API"))
         self.koord_api = (KoordAPI(lambda: self.controller, config.api_handler_host, config.api_handler_port,
-                                   self.identity) if config.api_handler else None)
+                                   self.identity, authorize) if config.api_handler else None)
         self.endpoints_ready = asyncio.Event()  # set once the ports are bound (tests, `up`)
 
     async def start_endpoints(self) -> None:

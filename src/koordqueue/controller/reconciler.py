@@ -26,6 +26,7 @@ from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync, grown
 from koordqueue.controller.views import (
+    INACTIVE,
     JobView,
     Object,
     UnitView,
@@ -63,6 +64,9 @@ class JobReconciler(Part):
 
     async def reconcile(self, item: str) -> None:
         kind = item.partition("/")[0]
+        if kind == c.QUEUE_UNIT_KIND:
+            await self._reconcile_bare(item.partition("/")[2])
+            return
         job = self.informers.job_view(item)
         if item in self.unit_sync.units_left:
             if job is None:
@@ -141,6 +145,35 @@ class JobReconciler(Part):
             said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         f"labels set from the job: {said} (edit the job instead)")
+
+    async def _reconcile_bare(self, key: str) -> None:
+        """A bare unit (no job of ours behind it; views.bare_unit_info) holding quota: Reserved, its
+        admission checks decide (as a job's unit's); grown since its admission (its owner raised
+        spec.resource or a podSet's count, as Koord-Queue's extensions do when a job's replicas
+        change), it is sent back as Preempted, its quota released, and queued again at its new
+        size: charged only what it was admitted with meanwhile, it would run past its quota's max.
+        Its owner, not we, starts and stops its workload."""
+        unit = self.informers.unit.get(key)
+        if unit is None or not self.informers.bare(unit) or unit.phase in FINISHED or \
+                not self.records.newer(unit.key, unit.resource_version):
+            return
+        known = self.engine.unit(unit.key)
+        if known is None or known.admitted_quota is None:
+            return
+        asks = self.informers.unit_info(unit)
+        grew = grown(known.request, asks.request) if asks.invalid is None else []
+        if asks.invalid is not None and asks.invalid.startswith(INACTIVE):  # its spec.active set false
+            await self.scheduler.send_back(unit, None, c.Phase.PREEMPTED, f"{asks.invalid}; quota released",
+                                           event=c.EventReason.DEACTIVATED)
+        elif grew:
+            said = ", ".join(f"{name} {format_quantity(asks.request[name])} (admitted with "
+                             f"{format_quantity(known.request.get(name, 0))})" for name in grew)
+            await self.scheduler.send_back(unit, None, c.Phase.PREEMPTED,
+                                           f"it asks for more than it was admitted with: {said}; quota released, "
+                                           "queued again at its new size", event=c.EventReason.PREEMPTED)
+            self.unit_sync.refresh_asks(unit)
+        elif unit.phase == c.Phase.RESERVED.value:
+            await self._check_admission(unit, None)
 
     async def _send_back_grown(self, unit: UnitView, job: JobView) -> bool:
         """An admitted job that asks for more than it was admitted with (its replicas, parallelism
@@ -309,7 +342,7 @@ class JobReconciler(Part):
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.FAILED,
                         f"the job {job.state.value}; its quota is released")
 
-    async def _check_admission(self, unit: UnitView, job: JobView) -> None:
+    async def _check_admission(self, unit: UnitView, job: JobView | None) -> None:
         """Reserved: all checks Ready → Dequeued; any Retry or Rejected → back to the queue."""
         states = dict(unit.checks)
         failed = sorted(name for name, state in states.items()

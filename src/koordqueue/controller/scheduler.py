@@ -151,17 +151,21 @@ class Scheduler(Part):
             self.engine.revert_admission(key)
             self._look_again(key, unit)
             return
-        job = self.informers.job_of(unit)
-        if job is None or job.unit_spec is None:  # gone or unusable since the cycle: its unit waits
+        bare = self.informers.bare(unit)
+        job = None if bare else self.informers.job_of(unit)
+        if not bare and (job is None or job.unit_spec is None):  # gone or unusable since the cycle: its unit waits
             self.engine.revert_admission(key)
             self.wake.set()
             return
         now = self.clock()
         settings = self.queue_settings.get(queue)
-        labels = dict(job.unit_labels)  # the job's: a unit's labels edited by hand would skip its checks
+        # The job's labels and spec (a unit's labels edited by hand would skip its checks); a
+        # bare unit's own: nothing else stands behind it.
+        labels = dict(job.unit_labels) if job is not None else dict(unit.labels)
+        spec = job.unit_spec if job is not None and job.unit_spec is not None else unit.spec
         checks = [check.name for check in (settings.admission_checks if settings else ())
                   if selector_matches(check.label_selector, labels)]
-        status = st.admitted(job.unit_spec, quota, queue, checks, info.attempts + 1, now, placement)
+        status = st.admitted(spec, quota, queue, checks, info.attempts + 1, now, placement)
         status["message"] = self.switch.admission_message(key, status["message"])
         try:
             # Only while the engine still holds this admission when its turn comes: its unit may
@@ -189,8 +193,8 @@ class Scheduler(Part):
         self.metrics.admission_wait.labels(queue).observe(max(0.0, now - unit.created))
         reason = c.EventReason.RESERVED if checks else c.EventReason.DEQUEUED
         self._event(unit_ref(unit), c.EventType.NORMAL, reason, status["message"])
-        if not checks:
-            await self.switch.resume_admitted(unit, placement)
+        if not checks and job is not None:
+            await self.switch.resume_admitted(unit, placement)  # (a bare unit's owner starts its own workload)
         self.jobs_queue.add(unit.job_key)
 
     async def _preempt(self, key: str, reason: str, requeue_at: float, quota: str) -> bool:
@@ -208,7 +212,10 @@ class Scheduler(Part):
             if info is not None:  # its object still says it holds quota: so does the engine
                 count_as_admitted(self.engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
             return False
-        self.shared.owed.owe(unit.job_key)
+        if not self.informers.bare(unit):
+            # (A bare unit's owner stops its workload when it reads Preempted, as Koord-Queue's
+            # job extensions do, and may write Enqueued itself; we owe no suspension.)
+            self.shared.owed.owe(unit.job_key)
         self.shared.backoffs.push(requeue_at, key)
         self._remember("preempted", key, quota, reason)
         self.metrics.preemptions.labels(quota).inc()
@@ -267,7 +274,8 @@ class Scheduler(Part):
         except KubeError:
             count_as_admitted(self.engine, known, unit.allocated_at or unit.created, admitted_placement(unit))
             raise
-        self.shared.owed.owe(unit.job_key)
+        if job is not None:  # (a bare unit's owner stops its own workload)
+            self.shared.owed.owe(unit.job_key)
         self.shared.backoffs.push(requeue_at, unit.key)
         self._remember("sent back", unit.key, info.admitted_quota if info else None, reason)
         self.metrics.requeues.labels(phase.value).inc()

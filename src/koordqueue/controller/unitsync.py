@@ -110,7 +110,10 @@ class UnitSync(Part):
             self.wake.set()
         else:
             self._refresh_asks(unit, current)
-        self._enqueue_job(unit.job_key, self.informers.job_of(unit))
+        if self.informers.bare(unit):
+            self.jobs_queue.add(f"{c.QUEUE_UNIT_KIND}/{unit.key}")  # (reconciler.py: its checks, its growth)
+        else:
+            self._enqueue_job(unit.job_key, self.informers.job_of(unit))
 
     def _refresh_asks(self, unit: UnitView, current: UnitInfo) -> None:
         """Give the engine what the unit's job asks for now, its admission state kept (the

@@ -9,12 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.api.meta import InvalidObject
+from koordqueue.api.meta import INT32_MAX, InvalidObject
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
 from koordqueue.engine.model import Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import PLURALS, kind_named
@@ -416,6 +416,67 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         None if unit_active(unit, job) else inactive_reason(job),
         pod_sets=job.pod_sets,
     )
+
+
+BARE = "a QueueUnit no job of ours stands behind"  # how its messages name such a unit
+
+
+def bare_unit_info(unit: UnitView, queue_exists: Callable[[str, str], bool]) -> UnitInfo:
+    """The engine's view of a bare unit (made by a Koord-Queue job extension, a platform or a
+    person; no job of ours stands behind it): what its own object says, as Koord-Queue reads
+    it. Its demand is spec.resource, else its podSet (count x each pod's requests); its
+    priority spec.priority (Koord-Queue's queue sorts on that alone: a priorityClassName,
+    existing or not, changes nothing); its quota its labels' or its namespace's, through
+    the same tenancy rules as a job's (engine/tenancy.py), so it cannot borrow another
+    team's; its queue spec.queue when a Queue of that name exists (in the system namespace
+    or its own), else its quota's, as Koord-Queue's ElasticQuota plugins map a unit."""
+    labels = dict(unit.labels)
+    priority = unit.spec.get("priority")
+    if not isinstance(priority, int) or isinstance(priority, bool) or not -INT32_MAX - 1 <= priority <= INT32_MAX:
+        priority = 0
+    invalid = None
+    request = unit.request if unit.spec.get("resource") else _pod_set_demand(unit.spec.get("podSet"))
+    if request is None:
+        invalid = f"{BARE}: its spec.resource and spec.podSet give no readable request"
+    elif unit.spec.get("active") is False:
+        invalid = f"{INACTIVE} (its spec.active is false); it is admitted once active again"
+    queue = unit.spec.get("queue")
+    queue = queue if isinstance(queue, str) and queue and queue_exists(queue, unit.namespace) else None
+    return UnitInfo(
+        namespace=unit.namespace,
+        name=unit.name,
+        priority=priority,
+        created=unit.created,
+        request=request or {},
+        queue_name=queue,
+        quota_name=quota_of_labels(labels),
+        preemptible=(labels.get(c.LABEL_PREEMPTIBLE) or "").lower() != c.FALSE,
+        attempts=unit.attempts,
+        requeue_at=unit.requeue_at,
+        invalid=invalid,
+    )
+
+
+def _pod_set_demand(pod_sets: object) -> ResourceList | None:
+    """count x each pod's requests (its containers' summed, requests defaulting to limits),
+    summed over a unit's podSet; None when unreadable."""
+    if not isinstance(pod_sets, list):
+        return None
+    total: dict[str, int] = {}
+    try:
+        for ps in pod_sets:
+            count = ps.get("count", 1) if isinstance(ps, Mapping) else None
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                return None
+            spec = ((ps.get("template") or {}).get("spec") or {})
+            for container in spec.get("containers") or ():
+                resources = container.get("resources") or {}
+                amounts = parse_resource_list({**(resources.get("limits") or {}), **(resources.get("requests") or {})})
+                for name, amount in amounts.items():
+                    total[name] = total.get(name, 0) + amount * count
+    except (QuantityError, AttributeError, TypeError):
+        return None
+    return total
 
 
 def admitted_placement(unit: UnitView) -> Placement | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -199,7 +198,3 @@ def test_state_carries_over_between_blocks_and_expect_is_checked(tmp_path: Path)
     )
     with pytest.raises(AssertionError, match="does not match 'nope'"):
         run_document(doc, tmp_path / "run")
-
-
-def test_kubectl_is_there() -> None:
-    assert shutil.which("kubectl") == KUBECTL

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +21,8 @@ from koordqueue.api import constants as c
 from koordqueue.api.objects import InvalidObject, parse_elastic_quota
 from koordqueue.engine.model import QuotaInfo
 from koordqueue.engine.validation import validate_quotas
+from koordqueue.realcluster import build
+from koordqueue.realcluster.cluster import KOORDINATOR_MODULE
 
 ROOT = c.KOORDINATOR_ROOT_QUOTA
 
@@ -266,11 +267,13 @@ def test_the_verdict_does_not_depend_on_arrival() -> None:
     assert ours(list(reversed(objects))) == expected  # and c keeps namespace x: b, refused, binds none
 
 
+@pytest.mark.kube  # needs Go, as `make test-kube` does (`make test` is Go-free): never skipped there
 def test_every_row_names_a_koordinator_test_that_exists() -> None:
-    """The rows cite Koordinator's tests and functions; when its source is here, they are there."""
-    source = Path.home() / "go/pkg/mod/github.com/koordinator-sh/koordinator@v1.8.0/pkg/webhook/elasticquota"
-    if not source.is_dir():
-        pytest.skip("Koordinator's source is not in the Go module cache")
+    """The rows cite Koordinator's tests and functions, and they are in its source: the
+    version e2e/koordinator/go.mod pins, from Go's module cache (downloaded if missing)."""
+    build.go_version()  # Go missing: a BuildError that says so, not a skip
+    source = build.module_source("koordinator", KOORDINATOR_MODULE) / "pkg/webhook/elasticquota"
+    assert source.is_dir(), f"{source} is not in Koordinator's source any more"
     text = "\n".join(p.read_text() for p in source.glob("*.go"))
     for rule in RULES:
         function, _, case = rule.koordinator.partition("/")

@@ -227,7 +227,9 @@ class Admission:
             message = f"{denied_by}: {status['reason']}"
         else:
             message = f"{denied_by} without explanation"
-        code = status.get("code") if isinstance(status.get("code"), int) and status["code"] >= 400 else 400
+        code = status.get("code")
+        if not isinstance(code, int) or code < 400:
+            code = 400
         return errors.APIError(code, str(status.get("reason") or ""), message, status.get("details"))
 
     def _target(self, hook: dict[str, Any]) -> tuple[str, str | None]:

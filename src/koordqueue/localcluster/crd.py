@@ -23,7 +23,9 @@ def validate_crd(crd: dict[str, Any]) -> list[Cause]:
         return [("spec", "Required value")]
     causes: list[Cause] = []
     group = spec.get("group") or ""
-    names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+    names = spec.get("names")
+    if not isinstance(names, dict):
+        names = {}
     plural, kind = names.get("plural") or "", names.get("kind") or ""
     approval = (crd.get("metadata", {}).get("annotations") or {}).get(c.ANNOTATION_API_APPROVED)
     if group and protected_group(group) and not approval:

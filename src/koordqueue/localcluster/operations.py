@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import builtins  # `list` in the class below is Operations.list
 import heapq
 import random
 import uuid
@@ -69,6 +70,8 @@ class _ChangedMeanwhile(Exception):
 
 # (operation, resource type, subresource, object, old object) -> object after mutating admission
 Admit = Callable[[str, ResourceType, str, dict[str, Any], dict[str, Any] | None], Awaitable[dict[str, Any]]]
+# A validating webhook call: it may only refuse (raise), never change the object.
+Validate = Callable[[str, ResourceType, str, dict[str, Any], dict[str, Any] | None], Awaitable[None]]
 
 
 def now_rfc3339() -> str:
@@ -115,7 +118,7 @@ class DeleteOptions:
 
 class Operations:
     def __init__(self, store: Store, registry: Registry, admit: Admit | None = None,
-                 admit_validating: Admit | None = None) -> None:
+                 admit_validating: Validate | None = None) -> None:
         self.store = store
         self.registry = registry
         self.admit = admit
@@ -572,7 +575,7 @@ class Operations:
         _check_stored_size(result)
         return self.store.put(rt.storage_key, result, old)
 
-    def _finalizers(self, obj: dict[str, Any]) -> list[str]:
+    def _finalizers(self, obj: dict[str, Any]) -> builtins.list[str]:
         out = list(obj["metadata"].get("finalizers") or ())
         if obj["kind"] == "Namespace":
             out += (obj.get("spec") or {}).get("finalizers") or ()
@@ -631,7 +634,7 @@ class Operations:
     def delete_collection(
         self, rt: ResourceType, namespace: str | None, accept: Callable[[dict[str, Any]], bool] | None,
         opts: DeleteOptions,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         out = []
         for obj in self.store.items(rt.storage_key, namespace):
             if accept is None or accept(obj):

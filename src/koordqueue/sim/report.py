@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Sequence
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any
 
 from koordqueue.api.constants import Phase
@@ -106,7 +106,7 @@ def json_chunks(result: SimResult) -> Iterator[str]:
         return written
 
     def number(value: object, known: dict[object, str], kind: type) -> str:
-        written = _json_scalar(_seconds(value) if type(value) is float else value)  # type: ignore[arg-type]
+        written = _json_scalar(_seconds(value) if type(value) is float else value)
         if type(value) is kind and len(known) < SHARED_TEXTS:
             known[value] = written
         return written
@@ -139,7 +139,7 @@ def json_chunks(result: SimResult) -> Iterator[str]:
 def _json_scalar(value: object) -> str:
     """One value as json.dumps writes it: the C string escape, repr for numbers."""
     if type(value) is str:
-        return encode_basestring(value)  # type: ignore[no-any-return]
+        return encode_basestring(value)
     if value is None:
         return "null"
     if isinstance(value, str):

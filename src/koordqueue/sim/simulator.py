@@ -38,7 +38,8 @@ from koordqueue.engine.model import (
     UnitInfo,
     auto_queue_for,
 )
-from koordqueue.jobs import JobAdapter, adapter_for
+from koordqueue.jobs import adapter_for
+from koordqueue.jobs.base import JobAdapter
 from koordqueue.jobs.unit import unit_info
 from koordqueue.loader import Settings
 
@@ -589,7 +590,7 @@ class Simulator:
             elif kind == NAMESPACE_KIND:
                 read_meta(obj, NAMESPACE_KIND)
             else:
-                adapter = adapter_for(_text(obj.get("apiVersion")), _text(kind)) if isinstance(obj, dict) else None
+                adapter = adapter_for(_text(obj.get("apiVersion")) or "", _text(kind) or "") if isinstance(obj, dict) else None
                 if adapter is None:
                     raise InvalidObject(f"unknown kind {kind!r}: not an object or a job kind the simulator knows")
                 self._submit(obj, adapter, runtime, where)

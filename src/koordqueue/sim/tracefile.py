@@ -343,11 +343,13 @@ class _YamlStream:
             pass
         tag = event.tag
         if tag is None or tag == "!":
-            tag = self.loader.resolve(ScalarNode, event.value, event.implicit)
+            tag = self.loader.resolve(ScalarNode, event.value, event.implicit)  # type: ignore[no-untyped-call]  # untyped in types-PyYAML
         constructor = self.loader.yaml_constructors.get(tag)
         if constructor is None:
             raise ReadWhole()  # an unknown tag: the whole read refuses it in its words
-        value = constructor(self.loader, ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style))
+        # types-PyYAML types a node's marks as yaml.error.Mark; the C parser's are yaml._yaml.Mark, alike.
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)  # type: ignore[arg-type]
+        value = constructor(self.loader, node)
         if len(self.scalars) >= SCALAR_CACHE:
             self.scalars.clear()
         self.scalars[key] = value

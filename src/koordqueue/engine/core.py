@@ -184,7 +184,7 @@ class Engine:
             return
         pod_sets = unit.pod_sets
         record = UnitRecord(unit if owned else copy_unit(unit), key,
-                            (-unit.priority, unit.created, unit.namespace, unit.name, key),
+                            Entry(-unit.priority, unit.created, unit.namespace, unit.name, key),
                             shape_of(unit.request, pod_sets, unit.preemptible), unit.request,
                             bool(pod_sets) and any(ps.elastic for ps in pod_sets))
         record.pinned = not unit.preemptible
@@ -449,7 +449,7 @@ class Engine:
             rows = []
             reasons: dict[tuple[Shape, int, bool], str] = {}
             for position, entry in enumerate(state.pending.ordered(), start=1):
-                record = ledger.units[entry[4]]
+                record = ledger.units[entry.key]
                 rows.append(
                     Standing(
                         record.key,

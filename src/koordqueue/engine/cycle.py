@@ -24,7 +24,9 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from itertools import islice
+from typing import NamedTuple
 
 from koordqueue.engine import messages
 from koordqueue.engine.fit import Misfit, borrowing, first_misfit, headroom
@@ -38,7 +40,7 @@ from koordqueue.engine.ledger import (
     has_room,
 )
 from koordqueue.engine.model import Admission, CycleResult, Placement, Preemption, ResourceList
-from koordqueue.engine.pending import Heads
+from koordqueue.engine.pending import Head, Heads
 from koordqueue.engine.placement import CheckKey, Unplaced, check_key
 from koordqueue.engine.preemption import Candidate, binding, choose_victims
 from koordqueue.engine.tree import Hold, QuotaNode
@@ -67,6 +69,34 @@ class Scan:
     # Per resource: the least amount that did not fit its quota's own max (nor could by
     # preemption), and the text it was told; units whose least asks as much wait as it does.
     bar: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+
+class Outcome(Enum):
+    """How one head of a scan ended (``Cycle.process``)."""
+
+    QUEUE_WAITS_FOR_PODS = "queue waits for pods"  # wait-for-pods-running: the scan stops
+    BEYOND_DEPTH = "beyond depth"  # max-depth: the scan stops
+    BELOW_BAR = "below bar"  # passed over with its group, told the bar's reason: the scan goes on
+    BORROWS_LATER = "borrows later"  # it would borrow: the queue's turn ends, the next comes after non-borrowers'
+    ADMITTED = "admitted"  # the queue's turn ends; it gets another
+    BLOCKS = "blocks"  # it waits, and its Queue's policy stops at it: the scan stops
+    WAITS = "waits"  # it waits; units behind it may fit: the scan goes on
+
+
+_TURN_ENDS = frozenset((Outcome.ADMITTED, Outcome.BORROWS_LATER))
+
+
+class Attempt(NamedTuple):
+    """What trying to admit a unit found (``Cycle.attempt``)."""
+
+    admit: bool
+    placement: Placement | None  # where its pods go, when they are placed (or fewer of them: in part)
+    misfit: Misfit | None  # why its request (or, elastic, its least) does not fit its quota
+    unplaced: Unplaced | None  # why its pods (or its least) have no nodes
+    waits: CheckKey | None  # the failed placement check whose room it waits for
+    waits_counts: dict[str, int] | None  # its pod counts in that check, when not all of them
+    least: Misfit | Unplaced | None  # an elastic unit: why not even its least
+    by_quota: bool  # it fits neither its quota nor by preemption, whatever its pods
 
 
 def share(leaf: QuotaNode) -> float:
@@ -150,112 +180,150 @@ class Cycle:
             self.ledger.stale.add(state.key)
 
     def step(self, state: QueueState) -> bool:
-        """Go on scanning ``state`` until one unit is admitted (True) or none can be."""
-        ledger = self.ledger
-        scan = self.scans.get(state.key)
-        if scan is None or scan.restart:
-            if not state.rescan and not self.room_left(state) and not self.nodes_left(state):
-                # Woken by room at a quota node it waits on or on the nodes its pods wait
-                # for, which others took before its turn: its scan would end where the last
-                # one did.
-                if scan is not None:
-                    scan.restart = False
-                    scan.done = True
-                return False
-            scan = self.start_scan(state, 1 if scan is None else scan.rounds + 1)
+        """Go on scanning ``state`` until one unit is admitted (True: the queue takes
+        another turn), its next unit would borrow (True: its turn comes after those that
+        do not) or none can be (False)."""
+        scan = self.scan_of(state)
+        if scan is None:
+            return False
         heads = scan.heads
-        leaf = state.leaf
-        depth = state.info.max_depth
-        wait_for_pods = state.info.wait_for_pods_running
-        places = state.node_fit and bool(self.room)  # (``places`` less the unit's pod sets)
         while (head := heads.peek()) is not None:
-            entry, shape, least_asked = head
-            if wait_for_pods and ledger.pods_blocker(state) is not None:
-                # koord-queue/wait-for-pods-running: nothing more until those pods run.
-                heads.clear()
-                self.tell_blocked(state, 0)
-                break
-            if depth is not None and state.pending.position(entry) > depth:
-                # koord-queue/max-depth: the rest of the queue is not looked at.
-                heads.clear()
-                self.tell_blocked(state, depth)
-                break
-            record = self.units[entry[4]]
-            if scan.bar and self.below_bar(scan, record, least_asked):
-                continue
-            info = record.info
-            misfit = first_misfit(leaf, info.request, info.priority, preemptible=info.preemptible)
-            if misfit is None and not scan.borrows and borrowing(leaf, info.request):
-                # As in Kueue: admissions within runtime shares come first in a cycle, so
-                # that a borrower does not take what another quota is about to claim.
-                scan.borrows = True
+            if self.process(state, scan, head) in _TURN_ENDS:
                 return True
-            heads.pop()
-            record.protected = False
-            placement: Placement | None = None
-            unplaced: Unplaced | None = None
-            waits: CheckKey | None = None  # the failed check whose room it waits for
-            waits_counts: dict[str, int] | None = None  # its pod counts, when not all of them
-            if misfit is None and places and info.pod_sets:
-                if record.check is None:
-                    record.check = check_key(info.pod_sets)
-                found = self.room.place(info.pod_sets, key=record.check)
-                if isinstance(found, Unplaced):
-                    unplaced = found
-                    waits = record.check
-                else:
-                    placement = found
-            admit = misfit is None and unplaced is None
-            least: Misfit | Unplaced | None = None  # an elastic unit: why not even its least
-            if not admit and record.elastic:
-                placement, least = self.in_part(record, state)
-                admit = placement is not None
-                if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
-                    elastic = next(ps for ps in info.pod_sets if ps.elastic)
-                    waits_counts = {elastic.name: elastic.min_count or 0}
-                    waits = check_key(info.pod_sets, waits_counts)
-            by_quota = False  # it fits neither its quota nor by preemption, whatever its pods
-            if not admit and misfit is not None:
-                admit, placement, by_quota = self.preempt_for(record, state, misfit)
-                if not admit and least is not None:  # it waits for room for its least, not its most
-                    misfit, unplaced = (least, None) if isinstance(least, Misfit) else (None, least)
-            if admit:
-                self.admit(record, state, placement)
-                following = state.pending.next_of(shape)
-                if following is not None:
-                    heads.push(following, shape)
-                scan.admitted = True
-                return True
-            # Same request, same or lower priority: the rest of this stream waits too.
-            if unplaced is not None:
-                assert waits is not None
-                told = self.note_unplaced(record, state, unplaced, waits, waits_counts)
-            else:
-                assert misfit is not None
-                told = self.note_misfit(record, state, misfit)
-                if by_quota and not isinstance(least, Unplaced):
-                    # The heads of its group (the same request after it) wait as it does.
-                    units, text = self.units, record.message
-                    for dropped in heads.drop_group():
-                        other = units[dropped[4]]
-                        if other.message != text:  # say, inline: a group can have many heads
-                            ledger.say(other, text)
-                    if misfit.node is leaf:  # (``raise_bar`` looks no further else)
-                        self.raise_bar(scan, state, misfit, text)
-            if state.stops_at(info.priority) and not _never(misfit, unplaced):
-                # (a unit that can never fit is passed over: nothing that ends makes room for it)
-                told = told or state.told_blocker != record.key
-                state.blocker = state.told_blocker = record.key
-                heads.clear()
-                if told:
-                    for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
-                        other = self.units[follower[4]]
-                        ledger.say(other, ledger.live_message(other))
-            elif told:
-                for follower in state.pending.followers(shape, BLOCKED_WINDOW):
-                    ledger.say(self.units[follower[4]], record.message)
         self.finish_scan(state, scan)
         return False
+
+    def scan_of(self, state: QueueState) -> Scan | None:
+        """The queue's scan to go on with: its own, a new one (first turn, or something
+        changed since: ``Scan.restart``), or None when only room woke it and that room is
+        gone (its scan would end where the last one did)."""
+        scan = self.scans.get(state.key)
+        if scan is not None and not scan.restart:
+            return scan
+        if not state.rescan and not self.room_left(state) and not self.nodes_left(state):
+            # Woken by room at a quota node it waits on or on the nodes its pods wait
+            # for, which others took before its turn.
+            if scan is not None:
+                scan.restart = False
+                scan.done = True
+            return None
+        return self.start_scan(state, 1 if scan is None else scan.rounds + 1)
+
+    def process(self, state: QueueState, scan: Scan, head: Head) -> Outcome:
+        """One head of the scan, as Kueue's ``processEntry``: each guard ends in an outcome."""
+        entry, shape, least_asked = head
+        heads = scan.heads
+        ledger = self.ledger
+        # 1. koord-queue/wait-for-pods-running: nothing more until the pods of a unit it admitted run.
+        if state.info.wait_for_pods_running and ledger.pods_blocker(state) is not None:
+            heads.clear()
+            self.tell_blocked(state, 0)
+            return Outcome.QUEUE_WAITS_FOR_PODS
+        # 2. koord-queue/max-depth: the rest of the queue is not looked at.
+        depth = state.info.max_depth
+        if depth is not None and state.pending.position(entry) > depth:
+            heads.clear()
+            self.tell_blocked(state, depth)
+            return Outcome.BEYOND_DEPTH
+        # 3. It asks at least what a unit before it could not get of its own quota's max.
+        record = self.units[entry.key]
+        if scan.bar and self.below_bar(scan, record, least_asked):
+            return Outcome.BELOW_BAR
+        # 4. It fits but would borrow: as in Kueue, admissions within runtime shares come
+        # first in a cycle, so that a borrower does not take what another quota is about to claim.
+        info = record.info
+        leaf = state.leaf
+        misfit = first_misfit(leaf, info.request, info.priority, preemptible=info.preemptible)
+        if misfit is None and not scan.borrows and borrowing(leaf, info.request):
+            scan.borrows = True
+            return Outcome.BORROWS_LATER
+        # 5. Whole, in part, or by preemption: admitted.
+        heads.pop()
+        record.protected = False
+        tried = self.attempt(record, state, misfit)
+        if tried.admit:
+            self.admit(record, state, tried.placement)
+            following = state.pending.next_of(shape)
+            if following is not None:
+                heads.push(following, shape)
+            scan.admitted = True
+            return Outcome.ADMITTED
+        # 6. It waits, told why; with it the rest of its stream (same request, same or
+        # lower priority), and when neither its quota nor preemption could fit it, its group.
+        told = self.note_wait(record, state, scan, tried)
+        # 7. Its Queue's policy stops at it (a unit that can never fit is passed over:
+        # nothing that ends makes room for it). The units behind it are told who blocks them.
+        if state.stops_at(info.priority) and not _never(tried.misfit, tried.unplaced):
+            told = told or state.told_blocker != record.key
+            state.blocker = state.told_blocker = record.key
+            heads.clear()
+            if told:
+                units = self.units
+                for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
+                    other = units[follower.key]
+                    ledger.say(other, ledger.live_message(other))
+            return Outcome.BLOCKS
+        # 8. Units behind it may fit: the scan goes on. Those of its stream are told its reason.
+        if told:
+            units = self.units
+            for follower in state.pending.followers(shape, BLOCKED_WINDOW):
+                ledger.say(units[follower.key], record.message)
+        return Outcome.WAITS
+
+    def attempt(self, record: UnitRecord, state: QueueState, misfit: Misfit | None) -> Attempt:
+        """Try to admit the unit (``misfit``: why its whole request does not fit its quota,
+        if it does not): its pods placed on the nodes, else fewer of them (elastic), else
+        room made by preemption."""
+        info = record.info
+        placement: Placement | None = None
+        unplaced: Unplaced | None = None
+        waits: CheckKey | None = None
+        waits_counts: dict[str, int] | None = None
+        if misfit is None and state.node_fit and info.pod_sets and self.room:  # (``Ledger.places``)
+            if record.check is None:
+                record.check = check_key(info.pod_sets)
+            found = self.room.place(info.pod_sets, key=record.check)
+            if isinstance(found, Unplaced):
+                unplaced = found
+                waits = record.check
+            else:
+                placement = found
+        admit = misfit is None and unplaced is None
+        least: Misfit | Unplaced | None = None
+        if not admit and record.elastic:
+            placement, least = self.in_part(record, state)
+            admit = placement is not None
+            if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
+                elastic = next(ps for ps in info.pod_sets if ps.elastic)
+                waits_counts = {elastic.name: elastic.min_count or 0}
+                waits = check_key(info.pod_sets, waits_counts)
+        by_quota = False
+        if not admit and misfit is not None:
+            admit, placement, by_quota = self.preempt_for(record, state, misfit)
+            if not admit and least is not None:  # it waits for room for its least, not its most
+                misfit, unplaced = (least, None) if isinstance(least, Misfit) else (None, least)
+        return Attempt(admit, placement, misfit, unplaced, waits, waits_counts, least, by_quota)
+
+    def note_wait(self, record: UnitRecord, state: QueueState, scan: Scan, tried: Attempt) -> bool:
+        """Tell a unit that was not admitted why it waits, and what it waits for; those of
+        its group wait as it does when only its request and priority kept it out. Return
+        whether the units behind it must be told (see ``note_misfit``)."""
+        if tried.unplaced is not None:
+            assert tried.waits is not None
+            return self.note_unplaced(record, state, tried.unplaced, tried.waits, tried.waits_counts)
+        misfit = tried.misfit
+        assert misfit is not None
+        told = self.note_misfit(record, state, misfit)
+        if tried.by_quota and not isinstance(tried.least, Unplaced):
+            # The heads of its group (the same request after it) wait as it does.
+            units, text, say = self.units, record.message, self.ledger.say
+            for dropped in scan.heads.drop_group():
+                other = units[dropped.key]
+                if other.message != text:  # (``say``, inline: a group can have many heads)
+                    say(other, text)
+            if misfit.node is state.leaf:  # (``raise_bar`` looks no further else)
+                self.raise_bar(scan, state, misfit, text)
+        return told
 
     # --- a scan: its start, its end, the units it passes over ------------------------
     def start_scan(self, state: QueueState, rounds: int) -> Scan:
@@ -333,7 +401,7 @@ class Cycle:
         say(record, text)
         units = self.units
         for dropped in heads.drop_group():
-            other = units[dropped[4]]
+            other = units[dropped.key]
             if other.message != text:
                 say(other, text)
         return True
@@ -344,7 +412,7 @@ class Cycle:
         ledger = self.ledger
         units = islice(state.pending.ordered(), start, start + BLOCKED_WINDOW + 1)
         for position, entry in enumerate(units, start=start + 1):
-            other = self.units[entry[4]]
+            other = self.units[entry.key]
             ledger.say(other, ledger.live_message(other, position=position))
 
     # --- why a unit waits -----------------------------------------------------------

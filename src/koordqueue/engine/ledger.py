@@ -290,7 +290,7 @@ class Ledger:
         changes, not when they come."""
         first = state.pending.first_before(record.entry, record.shape, BLOCKED_WINDOW)
         if first is not None:
-            told = self.units[first[4]]
+            told = self.units[first.key]
             if told.reason is not None and told.message == told.reason[1]:
                 self.say(record, told.message)
 
@@ -535,7 +535,7 @@ class Ledger:
 
     def protected(self, record: UnitRecord, state: QueueState) -> bool:
         first = state.pending.next_of(record.shape)  # what holds for the first of its request holds for it
-        return self.units[first[4]].protected if first is not None else record.protected
+        return self.units[first.key].protected if first is not None else record.protected
 
     def live_message(self, record: UnitRecord, reasons: dict[tuple[Shape, int, bool], str] | None = None,
                      position: int | None = None) -> str:

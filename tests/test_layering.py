@@ -95,3 +95,50 @@ def test_the_walker_sees_every_kind_of_import(source: str, module: str, expected
 def test_a_forbidden_import_would_be_caught() -> None:
     found = {part_of(name) for name in imports("from ..localcluster.server import APIServer", "koordqueue.engine.x")}
     assert found == {"localcluster"} and not found <= ENGINE_MAY_IMPORT
+
+
+# Inside the engine: the front door (core) runs cycles (cycle) over the accounting
+# (ledger). Each may import only what is below it, so that moving a method cannot close
+# a circle: the ledger knows neither the cycle nor the Engine, the cycle not the Engine.
+ENGINE_ABOVE = {
+    "koordqueue.engine.ledger": {"koordqueue.engine.core", "koordqueue.engine.cycle", "koordqueue.engine"},
+    "koordqueue.engine.cycle": {"koordqueue.engine.core", "koordqueue.engine"},
+}
+
+
+def engine_modules_imported(source: str, module: str) -> set[str]:
+    """The engine modules ``module`` imports, ``from koordqueue.engine import core`` as
+    ``koordqueue.engine.core`` (and the package itself only by ``import koordqueue.engine``
+    or an imported name that is not a module: its __init__ imports core)."""
+    package = module.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            name = ".".join([*base, *([node.module] if node.module else [])])
+            for alias in node.names:
+                full = f"{name}.{alias.name}"
+                is_module = (SRC.parent / Path(*full.split("."))).with_suffix(".py").exists()
+                out.add(full if is_module else name)
+    return {name for name in out if name.startswith("koordqueue.engine")}
+
+
+def test_the_ledger_and_the_cycle_import_nothing_above_them() -> None:
+    wrong = []
+    for module, above in ENGINE_ABOVE.items():
+        path = SRC.parent / Path(*module.split("."))
+        imported = engine_modules_imported(path.with_suffix(".py").read_text(), module)
+        wrong += [(module, name) for name in sorted(imported & above)]
+    assert wrong == []
+    core = engine_modules_imported((SRC / "engine" / "core.py").read_text(), "koordqueue.engine.core")
+    assert {"koordqueue.engine.ledger", "koordqueue.engine.cycle"} <= core  # the allowed direction is seen
+
+
+def test_an_import_of_the_engine_from_below_would_be_caught() -> None:
+    assert engine_modules_imported("from koordqueue.engine import core", "koordqueue.engine.ledger") \
+        == {"koordqueue.engine.core"}
+    assert engine_modules_imported("from . import cycle", "koordqueue.engine.ledger") == {"koordqueue.engine.cycle"}
+    assert engine_modules_imported("from koordqueue.engine import Engine", "koordqueue.engine.cycle") \
+        == {"koordqueue.engine"}

@@ -48,7 +48,7 @@ def test_heads_are_the_first_of_every_stream_in_order(seed: int) -> None:
             entry = rng.choice(sorted(present))
             queue.remove(entry, present.pop(entry))
         else:
-            entry = (-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"u{step}", f"ns/u{step}")
+            entry = Entry(-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"u{step}", f"ns/u{step}")
             present[entry] = rng.choice(shapes)
             queue.add(entry, present[entry])
         firsts: dict[Shape, Entry] = {}
@@ -67,7 +67,7 @@ def test_a_dropped_group_takes_the_heads_of_its_streams_alone() -> None:
     shapes = _shapes(rng)
     queue = PendingQueue()
     for i, shape in enumerate(shapes):
-        queue.add((0, float(i), "ns", f"u{i}", f"ns/u{i}"), shape)
+        queue.add(Entry(0, float(i), "ns", f"u{i}", f"ns/u{i}"), shape)
     heads = queue.heads()
     head = heads.peek()
     assert head is not None
@@ -101,7 +101,7 @@ def test_a_scans_heads_are_the_queue_as_it_was_whatever_the_queue_does_meanwhile
     queue, twin = PendingQueue(), PendingQueue()
     present: dict[Entry, Shape] = {}
     for step in range(300):
-        entry = (-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"u{step}", f"ns/u{step}")
+        entry = Entry(-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"u{step}", f"ns/u{step}")
         present[entry] = rng.choice(shapes)
         queue.add(entry, present[entry])
         twin.add(entry, present[entry])
@@ -119,7 +119,7 @@ def test_a_scans_heads_are_the_queue_as_it_was_whatever_the_queue_does_meanwhile
             shared.pop()
             private.pop()
             if rng.random() < 0.5:  # the queue changes under the scan (the twin does not)
-                entry = (-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"x{step}-{len(seen)}",
+                entry = Entry(-rng.choice((0, 10)), float(rng.randint(0, 50)), "ns", f"x{step}-{len(seen)}",
                          f"ns/x{step}-{len(seen)}")
                 present[entry] = rng.choice(shapes)
                 queue.add(entry, present[entry])
@@ -127,7 +127,7 @@ def test_a_scans_heads_are_the_queue_as_it_was_whatever_the_queue_does_meanwhile
                 gone = rng.choice(sorted(present))
                 queue.remove(gone, present.pop(gone))
             if rng.random() < 0.3:
-                later = (head[0][0], head[0][1] + 100, "ns", f"p{step}-{len(seen)}", f"ns/p{step}-{len(seen)}")
+                later = Entry(head[0][0], head[0][1] + 100, "ns", f"p{step}-{len(seen)}", f"ns/p{step}-{len(seen)}")
                 shared.push(later, head[1])
                 private.push(later, head[1])
         assert private.peek() is None

@@ -132,16 +132,16 @@ def check(engine: Engine, cluster: Cluster) -> None:
     for key, info in cluster.units.items():
         if key in cluster.placed:
             continue
-        leaf = engine._tree.nodes[info.quota_name or ""]
+        leaf = engine._ledger.tree.nodes[info.quota_name or ""]
         if first_misfit(leaf, info.request, info.priority) is None:
-            assert isinstance(engine._room.place(info.pod_sets), Unplaced), key
+            assert isinstance(engine._ledger.room.place(info.pod_sets), Unplaced), key
         for ps in info.pod_sets:
             if ps.elastic and ps.min_count is not None:
                 request = dict(info.request)
                 for r, a in ps.request.items():
                     request[r] -= (ps.count - ps.min_count) * a
                 if first_misfit(leaf, request, info.priority) is None:
-                    assert isinstance(engine._room.place(info.pod_sets, {ps.name: ps.min_count}), Unplaced), key
+                    assert isinstance(engine._ledger.room.place(info.pod_sets, {ps.name: ps.min_count}), Unplaced), key
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,6 +12,7 @@ import pytest
 
 from koordqueue.api.constants import LABEL_TOPOLOGY_RACK
 from koordqueue.engine import Engine
+from koordqueue.engine.cycle import Cycle
 from koordqueue.engine.model import TopologyRequest
 
 from .builders import CPU, GPU, G, engine_with, gang, node, pod_set, quota, unit, with_nodes
@@ -20,7 +21,7 @@ from .builders import CPU, GPU, G, engine_with, gang, node, pod_set, quota, unit
 def checks(engine: Engine) -> list[int]:
     """Count the placement checks the engine makes from now on."""
     counted = [0]
-    room = engine._room
+    room = engine._ledger.room
     place = room._place
 
     def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -31,16 +32,16 @@ def checks(engine: Engine) -> list[int]:
     return counted
 
 
-def scans(engine: Engine) -> list[int]:
+def scans(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the queue scans the engine starts from now on."""
     counted = [0]
-    start = engine._start_scan
+    start = Cycle.start_scan
 
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        counted[0] += 1
-        return start(*args, **kwargs)
+    def counting(cycle: Cycle, *args, **kwargs):  # type: ignore[no-untyped-def]
+        counted[0] += cycle.ledger is engine._ledger
+        return start(cycle, *args, **kwargs)
 
-    engine._start_scan = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(Cycle, "start_scan", counting)
     return counted
 
 
@@ -59,9 +60,9 @@ def waiting_engine(*units_gpus: tuple[str, int, int]) -> Engine:
     return engine
 
 
-def test_room_too_small_for_one_pod_wakes_no_queue() -> None:
+def test_room_too_small_for_one_pod_wakes_no_queue(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = waiting_engine(("big", 1, 8))
-    counted, scanned = checks(engine), scans(engine)
+    counted, scanned = checks(engine), scans(engine, monkeypatch)
     engine.set_node_usage("gpu-0", full(6))  # 2 GPUs free: not one of its pods
     result = engine.schedule(1.0)
     assert result.admitted == [] and counted[0] == 0 and scanned[0] == 0
@@ -70,9 +71,9 @@ def test_room_too_small_for_one_pod_wakes_no_queue() -> None:
     assert counted[0] == 1
 
 
-def test_a_gang_waits_until_room_for_as_many_pods_as_it_lacked_grows() -> None:
+def test_a_gang_waits_until_room_for_as_many_pods_as_it_lacked_grows(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = waiting_engine(("pair", 2, 8))
-    counted, scanned = checks(engine), scans(engine)
+    counted, scanned = checks(engine), scans(engine, monkeypatch)
     engine.set_node_usage("gpu-0", {})  # room for one of its two pods
     assert engine.schedule(1.0).admitted == [] and counted[0] == 0 and scanned[0] == 0
     engine.set_node_usage("gpu-1", {})  # and the other

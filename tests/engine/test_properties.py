@@ -232,7 +232,7 @@ class Run:
             return
         quotas[index] = edited
         self.engine.set_quota(edited)
-        event("an edit taken in place" if not self.engine._rebuild_needed else "an edit that rebuilds")
+        event("an edit taken in place" if not self.engine._ledger.rebuild_needed else "an edit that rebuilds")
 
     def cycle(self, checks: list) -> CycleResult:  # type: ignore[type-arg]
         before = {key: self.engine.standing(key) for key in self.units if key not in self.admitted}
@@ -357,7 +357,7 @@ def check_runtime(run: Run, result: CycleResult, before: dict) -> None:  # type:
     loaded.refresh()
     for name, node in fresh.nodes.items():
         assert (status[name].demand, status[name].runtime) == (node.demand, node.runtime), name
-        assert _nonzero(run.engine._tree.nodes[name].pinned) == _nonzero(node.pinned), name
+        assert _nonzero(run.engine._ledger.tree.nodes[name].pinned) == _nonzero(node.pinned), name
         assert node.demand == demand_by_definition(node), name
     for node, other in zip([fresh.root, *fresh.nodes.values()], [loaded.root, *loaded.nodes.values()], strict=True):
         figures = ("used", "pending", "want", "demand", "runtime", "lent_reserve", "pinned")
@@ -424,7 +424,7 @@ def check_policies(run: Run, result: CycleResult, before: dict) -> None:  # type
 def never_fits(run: Run, info: UnitInfo) -> bool:
     """Whether ``info`` asks more than a limit on its quota's path (a max, the cluster, or
     for a non-preemptible unit a min) by itself, as the engine's figures stand."""
-    leaf = run.engine._tree.nodes[run.leaf_of[info.key]]
+    leaf = run.engine._ledger.tree.nodes[run.leaf_of[info.key]]
     for node in leaf.path:
         for r, asked in info.request.items():
             if r in node.limit and asked > node.limit[r]:
@@ -455,7 +455,7 @@ def check_messages(run: Run, result: CycleResult, before: dict) -> None:  # type
                 # Not held back by its queue's policy: it must not fit (else the engine
                 # left capacity idle, e.g. by not waking its queue when room appeared).
                 info = run.units[key]
-                leaf = run.engine._tree.nodes[run.leaf_of[key]]
+                leaf = run.engine._ledger.tree.nodes[run.leaf_of[key]]
                 misfit = first_misfit(leaf, info.request, info.priority, preemptible=info.preemptible)
                 assert misfit is not None, f"{key} fits but waits"
                 if misfit.hold is not None:

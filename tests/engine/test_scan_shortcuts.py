@@ -2,9 +2,9 @@
 
 - within a scan, a unit whose least did not fit its own quota's max (and no preemption
   could help) stops the scan from checking later units that ask at least as much of that
-  resource: they are told its reason and dropped with their groups (``Engine._raise_bar``);
+  resource: they are told its reason and dropped with their groups (``Cycle.raise_bar``);
 - a queue woken by room on the nodes is scanned only if one of the placement checks it
-  waits on passes at its turn (``Engine._nodes_left``).
+  waits on passes at its turn (``Cycle.nodes_left``).
 
 Every cycle admits and preempts exactly what an engine that checks each unit, and scans
 every queue the nodes wake, admits and preempts."""
@@ -17,9 +17,12 @@ import pytest
 
 from koordqueue.api.constants import LABEL_TOPOLOGY_RACK, QueuePolicy
 from koordqueue.engine import Engine
+from koordqueue.engine.cycle import Cycle
 from koordqueue.engine.model import TopologyRequest, UnitInfo
 
 from .builders import CPU, GPU, G, engine_with, gang, node, parent, pod_set, queue_of, quota, unit, with_nodes
+
+_CYCLE_METHODS = (Cycle.raise_bar, Cycle.below_bar, Cycle.nodes_left)
 
 
 def _engines(rng: random.Random, flat: bool) -> tuple[Engine, Engine, list[str]]:
@@ -59,47 +62,54 @@ def _unit(rng: random.Random, serial: int, names: list[str], now: float) -> Unit
     return gang(f"u{serial}", *sets, quota_name=quota_name, priority=priority, created=now)
 
 
-def _compare(seed: int, other_pods: bool) -> tuple[int, int]:
+def _compare(seed: int, other_pods: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
     """Run both engines on the same random inputs, comparing every cycle's decisions;
     return how many units the bar skipped and how many node wakes scanned nothing.
     ``other_pods``: pods that are not units' come and go on the nodes, and the quotas are
     side by side (``_engines``)."""
     rng = random.Random(seed)
     fast, slow, names = _engines(random.Random(seed), flat=other_pods)
-    slow._raise_bar = lambda *args: None  # type: ignore[method-assign]  # checks every unit
+    ledger = slow._ledger
+    raise_bar, below, nodes_left = _CYCLE_METHODS  # (not those a previous seed patched in)
+
+    def no_bar(cycle: Cycle, *args):  # type: ignore[no-untyped-def]
+        """The slow engine checks every unit."""
+        return None if cycle.ledger is ledger else raise_bar(cycle, *args)
 
     def wake_and_scan(everyone: bool = False) -> None:
         """Every queue with a failed check that room grown may let pass is scanned."""
-        slow._room_grew = False
+        ledger.room_grew = False
         still = {}
-        for key in sorted(slow._node_waiters):
-            checks = slow._node_waiters[key]
-            if key not in slow._qs:
+        for key in sorted(ledger.node_waiters):
+            checks = ledger.node_waiters[key]
+            if key not in ledger.qs:
                 continue
-            if everyone or any(slow._room.failing(check) is None for check in checks):
-                slow._touch(slow._qs[key])
+            if everyone or any(ledger.room.failing(check) is None for check in checks):
+                ledger.touch(ledger.qs[key])
             else:
                 still[key] = checks
-        slow._node_waiters = still
+        ledger.node_waiters = still
 
-    slow._wake_nodes = wake_and_scan  # type: ignore[method-assign]
+    monkeypatch.setattr(ledger, "wake_nodes", wake_and_scan)
     skipped, asleep = [0], [0]
-    below, nodes_left = fast._below_bar, fast._nodes_left
 
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        dropped = below(*args, **kwargs)
-        skipped[0] += dropped
+    def counting(cycle: Cycle, *args, **kwargs):  # type: ignore[no-untyped-def]
+        dropped = below(cycle, *args, **kwargs)
+        if cycle.ledger is fast._ledger:
+            skipped[0] += dropped
         return dropped
 
-    def counting_left(state):  # type: ignore[no-untyped-def]
+    def counting_left(cycle: Cycle, state):  # type: ignore[no-untyped-def]
         woken = bool(state.node_woken)
-        left = nodes_left(state)
-        asleep[0] += woken and not left
+        left = nodes_left(cycle, state)
+        if cycle.ledger is fast._ledger:
+            asleep[0] += woken and not left
         return left
 
-    fast._below_bar = counting  # type: ignore[method-assign]
-    fast._nodes_left = counting_left  # type: ignore[method-assign]
-    nodes = sorted(fast._room.names) if fast._room.names else []
+    monkeypatch.setattr(Cycle, "raise_bar", no_bar)
+    monkeypatch.setattr(Cycle, "below_bar", counting)
+    monkeypatch.setattr(Cycle, "nodes_left", counting_left)
+    nodes = sorted(fast._ledger.room.names) if fast._ledger.room.names else []
     running: list[str] = []
     serial = 0
     for step in range(30):
@@ -113,7 +123,7 @@ def _compare(seed: int, other_pods: bool) -> tuple[int, int]:
         decided = [([(a.unit, a.placement) for a in r.admitted], [(p.unit, p.by) for p in r.preempted])
                    for r in results]
         assert decided[0] == decided[1], f"seed {seed} step {step}"
-        nodes = nodes or sorted(fast._room.names)
+        nodes = nodes or sorted(fast._ledger.room.names)
         gone = {p.unit for p in results[0].preempted}
         running = [key for key in running if key not in gone]
         for key in gone:
@@ -140,11 +150,12 @@ def _compare(seed: int, other_pods: bool) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_a_scan_that_skips_units_asking_more_decides_as_one_that_checks_them(seed: int) -> None:
-    skipped, _ = _compare(seed, other_pods=False)
+def test_a_scan_that_skips_units_asking_more_decides_as_one_that_checks_them(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    skipped, _ = _compare(seed, other_pods=False, monkeypatch=monkeypatch)
     assert skipped > 0  # the bar was raised and units were skipped by it
 
 
-def test_queues_the_nodes_wake_for_nothing_sleep_on_and_decide_the_same() -> None:
-    asleep = [_compare(seed, other_pods=True)[1] for seed in range(100, 124)]
+def test_queues_the_nodes_wake_for_nothing_sleep_on_and_decide_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    asleep = [_compare(seed, other_pods=True, monkeypatch=monkeypatch)[1] for seed in range(100, 124)]
     assert sum(asleep) > 0  # some woken queues were not scanned

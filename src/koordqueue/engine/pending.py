@@ -19,11 +19,20 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 from koordqueue.engine.model import PodSetInfo
 
-Entry = tuple[int, float, str, str, str]
-"""Sort key of a pending unit: (-priority, created, namespace, name, key)."""
+
+class Entry(NamedTuple):
+    """Sort key of a pending unit (a tuple: compared field by field)."""
+
+    neg_priority: int  # -priority: the highest first
+    created: float
+    namespace: str
+    name: str
+    key: str  # the unit's
+
 Shape = tuple[tuple[str, object], ...]
 """A request as a hashable value: for a non-preemptible unit ``PINNED``, then sorted
 (resource, amount) pairs, then, for a unit whose pods are placed on nodes, what its pod
@@ -232,7 +241,7 @@ class PendingQueue:
         stream = self._streams[shape]
         index = 0 if stream[0] is entry else bisect_left(stream, entry)  # (an admission takes the first)
         if index == len(stream) or stream[index] != entry:
-            raise KeyError(entry[4])
+            raise KeyError(entry.key)
         del stream[index]
         if index == 0:
             self._unhead(entry, shape)

@@ -15,13 +15,20 @@ What the suite adds:
   annotation lists), and the GPUs its status.used says are charged; `assert_within_max()`
   says when any sample was past the quota's max. A pod counts from the moment it is bound
   to a node (spec.nodeName) until it has ended or is gone: a pod being deleted still holds
-  its devices. `assert_within_max(bound_after=t)` holds bound pods to the max only from `t`
-  (seconds since sampling began; `now()`): when a tenant's write (an unsuspended or grown
-  job) reaches the job's operator as it reaches the controller, the operator makes pods
-  before the controller's suspension lands, as it does beside Kueue (which stops a job that
-  no longer matches its Workload). Only a webhook refusing such UPDATEs closes that window
-  (issue 29, item 10); the tests that pass `bound_after` say so. What is charged is held to
-  the max over the whole run, always.
+  its devices. On the real control plane it also reads kube-apiserver's audit log: every
+  pod bound (pods/binding created) in a quota's namespaces while it sampled, from its
+  binding until its last delete, summed at each instant, is held to the max too (a pod
+  that lived between two samples is seen there).
+- `validating_webhook_off(system)`: the validating webhook unregistered, as when it is off or
+  fails open (`failurePolicy: Ignore` and no replica up). With it registered (the systems
+  register both webhooks on both planes), a tenant's UPDATE that unsuspends a queued job or
+  grows a running one is refused, and bound pods are held to the max from the first sample.
+  Without it the controller is the fallback: the tenant's write reaches the job's operator
+  as it reaches the controller, and the operator makes pods before the controller's
+  suspension lands (as beside Kueue with its webhook down). `assert_within_max(bound_after=t)`
+  holds bound pods to the max only from `t` (seconds since sampling began; `now()`): only the
+  fallback tests pass it, and say so. What is charged is held to the max over the whole run,
+  always.
 """
 
 from __future__ import annotations
@@ -39,12 +46,15 @@ from koordqueue.api import constants as c
 from koordqueue.api.objects import parse_elastic_quota
 from koordqueue.api.quantity import parse_resource_list
 from koordqueue.controller.resources import PODS, QUOTAS
+from koordqueue.controller.webhook import VALIDATING_WEBHOOKS
 from koordqueue.jobs import KINDS
 from koordqueue.jobs.podrequest import pod_request
+from koordqueue.kube.errors import NotFound
+from koordqueue.up import WEBHOOK_CONFIG
 from tests.controller.conftest import System, start_system, system
 
-__all__ = ["TENANT_GROUP", "TENANT_ROLE", "GpuSampler", "Tenant", "sampling", "start_system", "system", "tenant",
-           "tenant_role"]
+__all__ = ["TENANT_GROUP", "TENANT_ROLE", "GpuSampler", "Tenant", "refused", "sampling", "start_system", "system",
+           "tenant", "tenant_role", "validating_webhook_off"]
 
 TENANT_ROLE = "koord-queue-test-tenant"  # the ClusterRole every tenant is bound to in its namespace
 TENANT_GROUP = "tenants"  # the group every tenant acts in (besides system:authenticated)
@@ -91,6 +101,10 @@ class Tenant:
         """`kubectl patch <kind> <name> --type=merge -p <patch>`, as the tenant."""
         return await self.akubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
 
+    async def try_patch(self, kind: str, name: str, patch: dict[str, Any]) -> str:
+        """`patch`, its refusal returned rather than raised (see ``refused``)."""
+        return await self.akubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch), check=False)
+
     async def may(self, verb: str, what: str, *flags: str, namespace: str | None = None) -> bool:
         """`kubectl auth can-i verb what [flags]` as the tenant, in its namespace (or `namespace`)."""
         answer = await self.akubectl("auth", "can-i", verb, what, *flags, check=False, namespace=namespace)
@@ -113,6 +127,29 @@ async def tenant(system: System, namespace: str, user: str | None = None) -> Ten
 
     await system.wait_for(bound, 10, f"{user}'s RoleBinding in {namespace} to take effect")
     return made
+
+
+def refused(said: str) -> bool:
+    """Whether kubectl's output says a webhook refused the request."""
+    return "denied the request" in said
+
+
+async def validating_webhook_off(system: System) -> None:
+    """The validating webhook unregistered (the mutating one stays: new jobs are still made
+    suspended). The next system started registers it again."""
+    with contextlib.suppress(NotFound):
+        await system.client.delete(VALIDATING_WEBHOOKS, WEBHOOK_CONFIG)
+
+
+async def patch_through(system: System, team: Tenant, kind: str, name: str, patch: dict[str, Any]) -> None:
+    """The tenant's patch, retried until it passes: kube-apiserver drops an unregistered
+    webhook when its watch brings the deletion (validating_webhook_off)."""
+    async def passed() -> bool:
+        said = await team.try_patch(kind, name, patch)
+        assert refused(said) or "patched" in said, said
+        return not refused(said)
+
+    await system.wait_for(passed, 15, f"{team.user}'s patch of {name} let through, the webhook gone")
 
 
 def pod_gpus(pod: dict[str, Any]) -> int:

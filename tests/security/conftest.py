@@ -36,8 +36,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -50,8 +52,11 @@ from koordqueue.controller.webhook import VALIDATING_WEBHOOKS
 from koordqueue.jobs import KINDS
 from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.errors import NotFound
+from koordqueue.realcluster.cluster import RealCluster
 from koordqueue.up import WEBHOOK_CONFIG
 from tests.controller.conftest import System, start_system, system
+
+from . import audit
 
 __all__ = ["TENANT_GROUP", "TENANT_ROLE", "GpuSampler", "Tenant", "refused", "sampling", "start_system", "system",
            "tenant", "tenant_role", "validating_webhook_off"]
@@ -185,14 +190,20 @@ class GpuSampler:
     spaces: dict[str, frozenset[str]] = field(default_factory=dict)  # quota -> the namespaces it binds
     _task: asyncio.Task[None] | None = None
     _start: float = 0.0
+    _epoch: tuple[float, float] = (0.0, 0.0)  # wall clock at its start and its end
+    _log_from: int = 0  # where the audit log ended at its start
+    _pods_at_start: dict[audit.Name, tuple[int, bool]] = field(default_factory=dict)  # GPUs, holds devices
 
     async def __aenter__(self) -> GpuSampler:
         self._start = asyncio.get_running_loop().time()
+        if self.audit_log is not None:
+            self._log_from = audit.log_size(self.audit_log)
+        self._epoch = (time.time(), 0.0)
         for namespace, name in self.quotas:
             parsed = parse_elastic_quota(await self.system.client.get(QUOTAS, name, namespace=namespace)).quota
             self.limits[name] = parsed.max.get(c.GPU, 0) // 1000
             self.spaces[name] = parsed.namespaces | {parsed.namespace}
-        await self.sample()
+        await self.sample(first=True)
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -202,6 +213,13 @@ class GpuSampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.sample()
+        self._epoch = (self._epoch[0], time.time())
+
+    @property
+    def audit_log(self) -> Path | None:
+        """kube-apiserver's audit log, on the real control plane when it keeps pods' creates."""
+        server = self.system.server
+        return server.audit_log if isinstance(server, RealCluster) and server.audit_pods else None
 
     async def _run(self) -> None:
         while True:
@@ -212,8 +230,9 @@ class GpuSampler:
         """Seconds since sampling began (for `bound_after`)."""
         return asyncio.get_running_loop().time() - self._start
 
-    async def sample(self) -> Sample:
-        """One sample now (also taken at the start and at the end)."""
+    async def sample(self, first: bool = False) -> Sample:
+        """One sample now (also taken at the start and at the end; the first one keeps every
+        pod it lists, for the audit log's sums)."""
         at = self.now()
         gpus: dict[str, int] = {}
         charged: dict[str, int] = {}
@@ -222,6 +241,9 @@ class GpuSampler:
             for space in spaces:
                 pods = (await self.system.client.list(PODS, namespace=space)).items
                 total += sum(pod_gpus(pod) for pod in pods if holds_devices(pod))
+                if first:
+                    self._pods_at_start.update({(space, pod["metadata"]["name"]): (pod_gpus(pod), holds_devices(pod))
+                                                for pod in pods})
             gpus[name] = total
             quota = await self.system.client.get(QUOTAS, name, namespace=namespace)
             used = ((quota.get("status") or {}).get("used") or {}).get(c.GPU, "0")
@@ -231,17 +253,49 @@ class GpuSampler:
         return taken
 
     def over_max(self, bound_after: float = 0.0) -> list[str]:
-        """Every sample past a quota's max: bound pods (from `bound_after` on), or charged."""
-        return [f"{what} {name} {n} GPUs at {s.at:.1f} s" for s in self.samples
-                for what, amounts in (("bound", s.gpus if s.at >= bound_after else {}), ("charged", s.charged))
-                for name, n in amounts.items() if n > self.limits[name]]
+        """Every sample past a quota's max: bound pods (from `bound_after` on), or charged; and
+        on the real control plane every binding in the audit log after which the quota's
+        bound pods asked more than its max (from `bound_after` on too)."""
+        sampled = [f"{what} {name} {n} GPUs at {s.at:.1f} s" for s in self.samples
+                   for what, amounts in (("bound", s.gpus if s.at >= bound_after else {}), ("charged", s.charged))
+                   for name, n in amounts.items() if n > self.limits[name]]
+        return sampled + [f"bound {name} {n} GPUs at {at:.1f} s (audit log)"
+                          for name, held in self.audit_peaks().items() for at, n in held
+                          if at >= bound_after and n > self.limits[name]]
+
+    def audit_peaks(self) -> dict[str, list[tuple[float, int]]]:
+        """Per quota, (seconds since sampling began, GPUs its bound pods asked) at each binding
+        in its namespaces the audit log has from the start to the end of sampling ({}: not on
+        the real control plane)."""
+        if self.audit_log is None:
+            return {}
+        start, end = self._epoch
+        entries = [e for e in audit.read_entries(self.audit_log, self._log_from) if audit.when(e) <= (end or time.time())]
+        out = {}
+        for name, spaces in self.spaces.items():
+            pods = audit.histories(entries, spaces)
+            known = {pod: gpus for pod, (gpus, _) in self._pods_at_start.items() if pod[0] in spaces}
+            alive = {pod: gpus for pod, (gpus, holds) in self._pods_at_start.items() if holds and pod[0] in spaces}
+            spans = audit.intervals(pods, known, alive, start)
+            out[name] = [(at - start, held) for at, held in audit.peaks(spans)]
+        return out
+
+    def audit_peak(self, quota: str) -> int | None:
+        """The most GPUs the quota's bound pods asked at once, as the audit log has it (None: no log)."""
+        peaks = self.audit_peaks()
+        return max((n for _, n in peaks.get(quota, [])), default=0) if peaks else None
 
     def peak(self, quota: str) -> int:
         return max((s.gpus.get(quota, 0) for s in self.samples), default=0)
 
     def assert_within_max(self, bound_after: float = 0.0) -> None:
+        """No sample (nor, on the real control plane, any instant of the audit log) past a
+        quota's max; and the audit log saw at least what the samples saw (it is read at all)."""
         over = self.over_max(bound_after)
         assert not over, f"past their quota's max ({self.limits}): " + ", ".join(over)
+        for name, held in self.audit_peaks().items():
+            seen = max((n for _, n in held), default=0)
+            assert seen >= self.peak(name), f"the audit log saw {seen} GPUs bound in {name}, samples {self.peak(name)}"
 
 
 @contextlib.asynccontextmanager

@@ -85,7 +85,7 @@ def reset(cluster: RealCluster) -> None:
 @pytest.fixture(scope="session")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     state = Path(os.environ.get("KOORD_QUEUE_KUBE_STATE") or tmp_path_factory.mktemp("kube"))
-    cluster = RealCluster(state)
+    cluster = RealCluster(state, audit_pods=True)  # (tests/security sums bound pods from the audit log)
     cluster.start()
     try:
         install_crds(cluster)

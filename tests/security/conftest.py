@@ -15,13 +15,20 @@ What the suite adds:
   annotation lists), and the GPUs its status.used says are charged; `assert_within_max()`
   says when any sample was past the quota's max. A pod counts from the moment it is bound
   to a node (spec.nodeName) until it has ended or is gone: a pod being deleted still holds
-  its devices. `assert_within_max(bound_after=t)` holds bound pods to the max only from `t`
-  (seconds since sampling began; `now()`): when a tenant's write (an unsuspended or grown
-  job) reaches the job's operator as it reaches the controller, the operator makes pods
-  before the controller's suspension lands, as it does beside Kueue (which stops a job that
-  no longer matches its Workload). Only a webhook refusing such UPDATEs closes that window
-  (issue 29, item 10); the tests that pass `bound_after` say so. What is charged is held to
-  the max over the whole run, always.
+  its devices. On the real control plane it also reads kube-apiserver's audit log: every
+  pod bound (pods/binding created) in a quota's namespaces while it sampled, from its
+  binding until its last delete, summed at each instant, is held to the max too (a pod
+  that lived between two samples is seen there).
+- `validating_webhook_off(system)`: the validating webhook unregistered, as when it is off or
+  fails open (`failurePolicy: Ignore` and no replica up). With it registered (the systems
+  register both webhooks on both planes), a tenant's UPDATE that unsuspends a queued job or
+  grows a running one is refused, and bound pods are held to the max from the first sample.
+  Without it the controller is the fallback: the tenant's write reaches the job's operator
+  as it reaches the controller, and the operator makes pods before the controller's
+  suspension lands (as beside Kueue with its webhook down). `assert_within_max(bound_after=t)`
+  holds bound pods to the max only from `t` (seconds since sampling began; `now()`): only the
+  fallback tests pass it, and say so. What is charged is held to the max over the whole run,
+  always.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -39,12 +48,18 @@ from koordqueue.api import constants as c
 from koordqueue.api.objects import parse_elastic_quota
 from koordqueue.api.quantity import parse_resource_list
 from koordqueue.controller.resources import PODS, QUOTAS
+from koordqueue.controller.webhook import VALIDATING_WEBHOOKS
 from koordqueue.jobs import KINDS
 from koordqueue.jobs.podrequest import pod_request
+from koordqueue.kube.errors import NotFound
+from koordqueue.realcluster.cluster import RealCluster
+from koordqueue.up import WEBHOOK_CONFIG
 from tests.controller.conftest import System, start_system, system
 
-__all__ = ["TENANT_GROUP", "TENANT_ROLE", "GpuSampler", "Tenant", "sampling", "start_system", "system", "tenant",
-           "tenant_role"]
+from . import audit
+
+__all__ = ["TENANT_GROUP", "TENANT_ROLE", "GpuSampler", "Tenant", "refused", "sampling", "start_system", "system",
+           "tenant", "tenant_role", "validating_webhook_off"]
 
 TENANT_ROLE = "koord-queue-test-tenant"  # the ClusterRole every tenant is bound to in its namespace
 TENANT_GROUP = "tenants"  # the group every tenant acts in (besides system:authenticated)
@@ -91,6 +106,10 @@ class Tenant:
         """`kubectl patch <kind> <name> --type=merge -p <patch>`, as the tenant."""
         return await self.akubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
 
+    async def try_patch(self, kind: str, name: str, patch: dict[str, Any]) -> str:
+        """`patch`, its refusal returned rather than raised (see ``refused``)."""
+        return await self.akubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch), check=False)
+
     async def may(self, verb: str, what: str, *flags: str, namespace: str | None = None) -> bool:
         """`kubectl auth can-i verb what [flags]` as the tenant, in its namespace (or `namespace`)."""
         answer = await self.akubectl("auth", "can-i", verb, what, *flags, check=False, namespace=namespace)
@@ -113,6 +132,29 @@ async def tenant(system: System, namespace: str, user: str | None = None) -> Ten
 
     await system.wait_for(bound, 10, f"{user}'s RoleBinding in {namespace} to take effect")
     return made
+
+
+def refused(said: str) -> bool:
+    """Whether kubectl's output says a webhook refused the request."""
+    return "denied the request" in said
+
+
+async def validating_webhook_off(system: System) -> None:
+    """The validating webhook unregistered (the mutating one stays: new jobs are still made
+    suspended). The next system started registers it again."""
+    with contextlib.suppress(NotFound):
+        await system.client.delete(VALIDATING_WEBHOOKS, WEBHOOK_CONFIG)
+
+
+async def patch_through(system: System, team: Tenant, kind: str, name: str, patch: dict[str, Any]) -> None:
+    """The tenant's patch, retried until it passes: kube-apiserver drops an unregistered
+    webhook when its watch brings the deletion (validating_webhook_off)."""
+    async def passed() -> bool:
+        said = await team.try_patch(kind, name, patch)
+        assert refused(said) or "patched" in said, said
+        return not refused(said)
+
+    await system.wait_for(passed, 15, f"{team.user}'s patch of {name} let through, the webhook gone")
 
 
 def pod_gpus(pod: dict[str, Any]) -> int:
@@ -148,14 +190,20 @@ class GpuSampler:
     spaces: dict[str, frozenset[str]] = field(default_factory=dict)  # quota -> the namespaces it binds
     _task: asyncio.Task[None] | None = None
     _start: float = 0.0
+    _epoch: tuple[float, float] = (0.0, 0.0)  # wall clock at its start and its end
+    _log_from: int = 0  # where the audit log ended at its start
+    _pods_at_start: dict[audit.Name, tuple[int, bool]] = field(default_factory=dict)  # GPUs, holds devices
 
     async def __aenter__(self) -> GpuSampler:
         self._start = asyncio.get_running_loop().time()
+        if self.audit_log is not None:
+            self._log_from = audit.log_size(self.audit_log)
+        self._epoch = (time.time(), 0.0)
         for namespace, name in self.quotas:
             parsed = parse_elastic_quota(await self.system.client.get(QUOTAS, name, namespace=namespace)).quota
             self.limits[name] = parsed.max.get(c.GPU, 0) // 1000
             self.spaces[name] = parsed.namespaces | {parsed.namespace}
-        await self.sample()
+        await self.sample(first=True)
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -165,6 +213,13 @@ class GpuSampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.sample()
+        self._epoch = (self._epoch[0], time.time())
+
+    @property
+    def audit_log(self) -> Path | None:
+        """kube-apiserver's audit log, on the real control plane when it keeps pods' creates."""
+        server = self.system.server
+        return server.audit_log if isinstance(server, RealCluster) and server.audit_pods else None
 
     async def _run(self) -> None:
         while True:
@@ -175,8 +230,9 @@ class GpuSampler:
         """Seconds since sampling began (for `bound_after`)."""
         return asyncio.get_running_loop().time() - self._start
 
-    async def sample(self) -> Sample:
-        """One sample now (also taken at the start and at the end)."""
+    async def sample(self, first: bool = False) -> Sample:
+        """One sample now (also taken at the start and at the end; the first one keeps every
+        pod it lists, for the audit log's sums)."""
         at = self.now()
         gpus: dict[str, int] = {}
         charged: dict[str, int] = {}
@@ -185,6 +241,9 @@ class GpuSampler:
             for space in spaces:
                 pods = (await self.system.client.list(PODS, namespace=space)).items
                 total += sum(pod_gpus(pod) for pod in pods if holds_devices(pod))
+                if first:
+                    self._pods_at_start.update({(space, pod["metadata"]["name"]): (pod_gpus(pod), holds_devices(pod))
+                                                for pod in pods})
             gpus[name] = total
             quota = await self.system.client.get(QUOTAS, name, namespace=namespace)
             used = ((quota.get("status") or {}).get("used") or {}).get(c.GPU, "0")
@@ -194,17 +253,49 @@ class GpuSampler:
         return taken
 
     def over_max(self, bound_after: float = 0.0) -> list[str]:
-        """Every sample past a quota's max: bound pods (from `bound_after` on), or charged."""
-        return [f"{what} {name} {n} GPUs at {s.at:.1f} s" for s in self.samples
-                for what, amounts in (("bound", s.gpus if s.at >= bound_after else {}), ("charged", s.charged))
-                for name, n in amounts.items() if n > self.limits[name]]
+        """Every sample past a quota's max: bound pods (from `bound_after` on), or charged; and
+        on the real control plane every binding in the audit log after which the quota's
+        bound pods asked more than its max (from `bound_after` on too)."""
+        sampled = [f"{what} {name} {n} GPUs at {s.at:.1f} s" for s in self.samples
+                   for what, amounts in (("bound", s.gpus if s.at >= bound_after else {}), ("charged", s.charged))
+                   for name, n in amounts.items() if n > self.limits[name]]
+        return sampled + [f"bound {name} {n} GPUs at {at:.1f} s (audit log)"
+                          for name, held in self.audit_peaks().items() for at, n in held
+                          if at >= bound_after and n > self.limits[name]]
+
+    def audit_peaks(self) -> dict[str, list[tuple[float, int]]]:
+        """Per quota, (seconds since sampling began, GPUs its bound pods asked) at each binding
+        in its namespaces the audit log has from the start to the end of sampling ({}: not on
+        the real control plane)."""
+        if self.audit_log is None:
+            return {}
+        start, end = self._epoch
+        entries = [e for e in audit.read_entries(self.audit_log, self._log_from) if audit.when(e) <= (end or time.time())]
+        out = {}
+        for name, spaces in self.spaces.items():
+            pods = audit.histories(entries, spaces)
+            known = {pod: gpus for pod, (gpus, _) in self._pods_at_start.items() if pod[0] in spaces}
+            alive = {pod: gpus for pod, (gpus, holds) in self._pods_at_start.items() if holds and pod[0] in spaces}
+            spans = audit.intervals(pods, known, alive, start)
+            out[name] = [(at - start, held) for at, held in audit.peaks(spans)]
+        return out
+
+    def audit_peak(self, quota: str) -> int | None:
+        """The most GPUs the quota's bound pods asked at once, as the audit log has it (None: no log)."""
+        peaks = self.audit_peaks()
+        return max((n for _, n in peaks.get(quota, [])), default=0) if peaks else None
 
     def peak(self, quota: str) -> int:
         return max((s.gpus.get(quota, 0) for s in self.samples), default=0)
 
     def assert_within_max(self, bound_after: float = 0.0) -> None:
+        """No sample (nor, on the real control plane, any instant of the audit log) past a
+        quota's max; and the audit log saw at least what the samples saw (it is read at all)."""
         over = self.over_max(bound_after)
         assert not over, f"past their quota's max ({self.limits}): " + ", ".join(over)
+        for name, held in self.audit_peaks().items():
+            seen = max((n for _, n in held), default=0)
+            assert seen >= self.peak(name), f"the audit log saw {seen} GPUs bound in {name}, samples {self.peak(name)}"
 
 
 @contextlib.asynccontextmanager

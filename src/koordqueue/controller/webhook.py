@@ -5,7 +5,11 @@ On a real cluster the training operator starts creating pods the moment a job
 appears, so suspending the job at reconcile time comes too late; answering the API
 server's AdmissionReview closes that race (Kueue does the same). An update that turns a
 queued job's suspension off (its kind's own field, say) is refused unless its unit holds
-quota, as Kueue's ValidateUpdate refuses it: the operator would start its pods at once.
+quota, as Kueue's ValidateUpdate refuses it: the operator would start its pods at once. So
+is one that makes a running job ask for more (replicas, parallelism, a pod's requests, a
+Ray worker group), as Kueue keeps a running job's pod sets as admitted: its operator would
+make the new pods before the controller could suspend it (the controller still sends such
+a job back when the webhook is off or failed open, reconciler.py).
 Every replica serves both, leader or not. Without a certificate directory the webhook
 makes its own CA and serving certificate and keeps the CA in both configurations'
 caBundle, renewing both before they expire.
@@ -32,12 +36,15 @@ from cryptography.hazmat.primitives import serialization
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
+from koordqueue.api.quantity import ResourceList, format_quantity
 from koordqueue.controller.certs import CertificateFiles, ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.resources import UNITS
+from koordqueue.controller.unitsync import grown
 from koordqueue.jobs import adapter_for, kind_named
 from koordqueue.jobs.base import JobAdapter, enqueued_patch, merge_patches
 from koordqueue.jobs.parents import ParentUid, claimed_owner, no_parents, queued
+from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
 
@@ -157,6 +164,11 @@ def unit_holds_quota(unit: Mapping[str, Any] | None) -> bool:
     return phase in {p.value for p in c.PHASES_HOLDING_QUOTA | c.PHASES_FINISHED}
 
 
+def unit_finished(unit: Mapping[str, Any] | None) -> bool:
+    """Whether the unit's job has ended (its quota released: growing it makes no pods)."""
+    return ((unit or {}).get("status") or {}).get("phase") in {p.value for p in c.PHASES_FINISHED}
+
+
 def refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, unit: Mapping[str, Any] | None) -> str:
     """What a refused un-suspension is told."""
     meta = job.get("metadata") or {}
@@ -164,6 +176,53 @@ def refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, unit: M
     where = "has no QueueUnit yet" if unit is None else f"is queued (QueueUnit {unit_name} is {phase})"
     return (f"{adapter.kind} {meta.get('namespace')}/{meta.get('name')} {where}: Koord-Queue lets it run once "
             "its quota admits it; do not set its suspension off yourself")
+
+
+def _live(adapter: JobAdapter, job: Mapping[str, Any]) -> dict[str, tuple[int, ResourceList]]:
+    """Per role (as the job names it): the pods its operator keeps now and what each asks for."""
+    where = adapter.meta(job).describe()
+    return {role.name: (role.replicas, pod_request(role.template, f"{where}: {role.name}"))
+            for role in adapter.roles(job)}
+
+
+def growth(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What an update of a running job (suspended neither before nor after) makes it ask for
+    beyond what it had: more pods of a role, more of a resource a pod, a new role ([]: nothing,
+    or it shrank). Compared with the job as it was, not with its unit's admission: a job that
+    shrank was charged less at once, and the room it gave back may be another's now. Never
+    raises: a job we cannot read is the controller's to tell about."""
+    try:
+        if adapter.is_suspended(old) or adapter.is_suspended(new):
+            return []
+        was, now = _live(adapter, old), _live(adapter, new)
+    except InvalidObject:
+        return []
+    said = []
+    for name, (count, request) in now.items():
+        if name not in was:
+            if count > 0:
+                said.append(f"a new role {name} of {count} pods")
+            continue
+        had, asked = was[name]
+        if count > had:
+            said.append(f"{name} {count} pods (had {had})")
+        said += [f"{name} {resource} {format_quantity(request[resource])} a pod (had "
+                 f"{format_quantity(asked.get(resource, 0))})" for resource in grown(asked, request)] if count else []
+    return said
+
+
+def growth_refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, unit: Mapping[str, Any] | None,
+                   said: list[str]) -> str:
+    """What a refused growth of a running job is told: what grew, and the two ways to grow it."""
+    meta = job.get("metadata") or {}
+    status = (unit or {}).get("status") or {}
+    admitted = f" (admitted with {status['admissionSummary']})" if status.get("admissionSummary") else ""
+    suspend = orjson.dumps(adapter.native_suspend_patch(True) if adapter.has_native_suspend(job)
+                           else {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: c.TRUE}}}).decode()
+    return (f"{adapter.kind} {meta.get('namespace')}/{meta.get('name')} is running, its QueueUnit {unit_name} "
+            f"admitted{admitted}: a running job may shrink but not grow, and this update asks for more "
+            f"({', '.join(said)}). Suspend it in the same update ({suspend}) to have it queued again at its "
+            "new size, or delete it and submit it anew")
 
 
 class SuspendWebhook:
@@ -326,14 +385,20 @@ class SuspendWebhook:
 
     async def validate(self, body: Any) -> dict[str, Any]:
         """Answer a ValidatingWebhook's AdmissionReview: refuse an update that lets a queued
-        job run while its unit holds no quota (the controller admits first, then resumes)."""
+        job run while its unit holds no quota (the controller admits first, then resumes),
+        and one that makes a running job ask for more (``growth``) while its unit has not
+        finished. The controller's own writes pass: it resumes a suspended job, and suspends
+        a running one (putting back the replicas an admission lowered in the same write)."""
         request = _request(body)
         response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
         old, new = request.get("oldObject"), request.get("object")
         adapter = _adapter(request, self.config.job_kinds)
         if request.get("operation") != "UPDATE" or adapter is None or not isinstance(old, dict) \
-                or not isinstance(new, dict) or not unsuspends(adapter, old, new) \
-                or not queued(adapter, new, await self._owners(request)):
+                or not isinstance(new, dict):
+            return _answer(response)
+        lets_run = unsuspends(adapter, old, new)
+        grew = [] if lets_run else growth(adapter, old, new)
+        if not (lets_run or grew) or not queued(adapter, new, await self._owners(request)):
             return _answer(response)
         namespace = str((new.get("metadata") or {}).get("namespace") or request.get("namespace") or "default")
         try:
@@ -342,9 +407,13 @@ class SuspendWebhook:
             response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": e.reason})
             return _answer(response)
         unit = await self._read(UNITS, unit_name, namespace)
-        if not unit_holds_quota(unit):
-            response.update(allowed=False, status={"code": 403, "reason": "Forbidden",
-                                                   "message": refusal(adapter, new, unit_name, unit)})
+        if lets_run and not unit_holds_quota(unit):
+            message = refusal(adapter, new, unit_name, unit)
+        elif grew and not unit_finished(unit):
+            message = growth_refusal(adapter, new, unit_name, unit, grew)
+        else:
+            return _answer(response)
+        response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": message})
         return _answer(response)
 
     async def _read(self, resource: Resource, name: str, namespace: str) -> dict[str, Any] | None:

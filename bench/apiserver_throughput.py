@@ -1,6 +1,6 @@
 """Write throughput of the embedded API server: 8 concurrent writers, 3 open watches.
 
-The server runs in its own process (`python -m koordqueue.localcluster`), as in
+The server runs in its own process (`python -m koordqueue.apiserver`), as in
 `koord-queue up`; writers and watchers talk HTTPS to it like any client. Each writer
 creates ConfigMaps and updates each one once (half PUT, half merge patch). Prints
 writes/s and p50/p99 write latency, and checks every watch saw every write.
@@ -31,7 +31,7 @@ CMS = f"/api/v1/namespaces/{NS}/configmaps"
 
 
 def _start_server(state: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "koordqueue.localcluster", "--state-dir", str(state)],
+    proc = subprocess.Popen([sys.executable, "-m", "koordqueue.apiserver", "--state-dir", str(state)],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -94,15 +94,15 @@ import koordqueue  # noqa: E402
 from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.quantity import QuantityError, parse_resource_list
+from koordqueue.apiserver import errors as api_errors
+from koordqueue.apiserver.server import APIServer
+from koordqueue.apiserver.store import ADDED, DELETED, MODIFIED, Event
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import AlreadyExists, KubeError, NotFound
-from koordqueue.localcluster import errors as api_errors
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
-from koordqueue.localcluster.store import ADDED, DELETED, MODIFIED, Event
 from koordqueue.manifests import all_crds
 from koordqueue.realcluster.cluster import NodeShape, RealCluster, install_crds
+from koordqueue.simcluster.cluster import SimCluster
 
 UNITS_KEY = f"{c.QUEUE_GROUP}/{c.QUEUE_UNIT_PLURAL}"
 JOBS_KEY = f"{c.KUBEFLOW_GROUP}/{c.PYTORCH_JOB_PLURAL}"

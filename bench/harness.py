@@ -122,13 +122,13 @@ class Process:
 
 
 class ServerProcess(Process):
-    """`python -m koordqueue.localcluster --state-dir DIR --test-controls`: it prints its kubeconfig's
+    """`python -m koordqueue.apiserver --state-dir DIR --test-controls`: it prints its kubeconfig's
     path; the benchmarks read the server's request log (`request_counts`) under `/_test/`."""
 
     def __init__(self, state_dir: Path, port: int | None = None) -> None:
         # A fixed port: a restarted server is found where the kubeconfigs say.
         self.port = port or free_port()
-        super().__init__([sys.executable, "-m", "koordqueue.localcluster", "--state-dir", str(state_dir),
+        super().__init__([sys.executable, "-m", "koordqueue.apiserver", "--state-dir", str(state_dir),
                           "--port", str(self.port), "--test-controls"], state_dir.parent / "apiserver.log")
         self.state_dir = state_dir
         self.kubeconfig = state_dir / "kubeconfig"

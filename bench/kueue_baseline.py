@@ -378,7 +378,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for obj in trace.objects:
                     await client.create(QUOTAS, obj, namespace=NS)
                 if args.pods:
-                    from koordqueue.localcluster.simcluster import SimCluster
+                    from koordqueue.simcluster.cluster import SimCluster
 
                     sim = SimCluster(client, nodes=NODES, gpus_per_node=0, cpu_per_node=CPU_PER_NODE,
                                      memory_per_node="1Ti", pods_per_node=1000, record_events=False)

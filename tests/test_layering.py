@@ -17,9 +17,11 @@ SRC = Path(__file__).parents[1] / "src" / "koordqueue"
 
 ENGINE_MAY_IMPORT = {"engine", "api"}  # the functional core: the API's strings and types, nothing of a shell
 API_MAY_IMPORT = {"api"}  # the bottom layer: strings, quantities, typed views of our objects, CRD schemas
-# The embedded control plane is started by `koord-queue up` only (cli.py starts `up`, it
-# does not import localcluster itself); the product never reaches for it otherwise.
-LOCALCLUSTER_IMPORTED_BY = {"localcluster", "up"}
+# The embedded control plane (the API server and the simulated cluster) is started by
+# `koord-queue up` only (cli.py starts `up`, it does not import either itself); the product
+# never reaches for it otherwise.
+EMBEDDED = {"apiserver", "simcluster"}
+EMBEDDED_IMPORTED_BY = {*EMBEDDED, "up"}
 
 
 def part_of(module: str) -> str | None:
@@ -61,7 +63,7 @@ EDGES = edges()
 
 def test_the_engine_imports_nothing_of_a_shell() -> None:
     wrong = sorted((f, t) for s, t, f in EDGES if s == "engine" and t not in ENGINE_MAY_IMPORT)
-    assert wrong == [], "the engine is pure: no kube, controller, localcluster, sim, jobs..."
+    assert wrong == [], "the engine is pure: no kube, controller, apiserver, simcluster, sim, jobs..."
 
 
 def test_api_imports_nothing_above_it() -> None:
@@ -72,9 +74,9 @@ def test_api_imports_nothing_above_it() -> None:
 
 
 def test_only_up_starts_the_embedded_control_plane() -> None:
-    wrong = sorted((s, f) for s, t, f in EDGES if t == "localcluster" and s not in LOCALCLUSTER_IMPORTED_BY)
+    wrong = sorted((s, f) for s, t, f in EDGES if t in EMBEDDED and s not in EMBEDDED_IMPORTED_BY)
     assert wrong == []
-    assert ("up", "localcluster") in {(s, t) for s, t, _ in EDGES}
+    assert {("up", "apiserver"), ("up", "simcluster")} <= {(s, t) for s, t, _ in EDGES}
 
 
 @pytest.mark.parametrize(
@@ -93,8 +95,8 @@ def test_the_walker_sees_every_kind_of_import(source: str, module: str, expected
 
 
 def test_a_forbidden_import_would_be_caught() -> None:
-    found = {part_of(name) for name in imports("from ..localcluster.server import APIServer", "koordqueue.engine.x")}
-    assert found == {"localcluster"} and not found <= ENGINE_MAY_IMPORT
+    found = {part_of(name) for name in imports("from ..apiserver.server import APIServer", "koordqueue.engine.x")}
+    assert found == {"apiserver"} and not found <= ENGINE_MAY_IMPORT
 
 
 # Inside the engine: the front door (core) runs cycles (cycle) over the accounting

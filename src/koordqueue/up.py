@@ -28,6 +28,8 @@ import yaml
 
 from koordqueue import __version__, aio
 from koordqueue.api import constants as c
+from koordqueue.apiserver.podlogs import BufferHandler, LogBuffer
+from koordqueue.apiserver.server import APIServer
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.loading import look_now, take_snapshot
 from koordqueue.controller.logs import TEXT_FORMAT
@@ -49,13 +51,11 @@ from koordqueue.jobs import PLURALS
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import AlreadyExists, NotFound
-from koordqueue.localcluster.podlogs import BufferHandler, LogBuffer
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
-from koordqueue.localcluster.simworkloads import DEPLOYMENTS
 from koordqueue.manifests import all_crds
 from koordqueue.realcluster.cluster import RealCluster
 from koordqueue.reports import status_text
+from koordqueue.simcluster.cluster import SimCluster
+from koordqueue.simcluster.workloads import DEPLOYMENTS
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ class _CriFormatter(logging.Formatter):
 def controller_log(handler: logging.Handler) -> Iterator[None]:
     """Send what the controller logs (INFO and up, as `koord-queue controller` does) to `handler`,
     its pod's log; the simulated cluster's own logs are not the controller's."""
-    handler.addFilter(lambda record: not record.name.startswith(("koordqueue.localcluster", "koordqueue.up")))
+    handler.addFilter(lambda record: not record.name.startswith(("koordqueue.apiserver", "koordqueue.simcluster", "koordqueue.up")))
     logger = logging.getLogger("koordqueue")
     level = logger.level
     if logger.getEffectiveLevel() > logging.INFO:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from koordqueue.localcluster.testing import ThreadedAPIServer
+from koordqueue.apiserver.testing import ThreadedAPIServer
 
 KUBECTL = shutil.which("kubectl")
 

@@ -33,18 +33,18 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.controls import Access
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.informer import Informer
-from koordqueue.localcluster.controls import Access
-from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.manifests import operator_crds
+from koordqueue.simcluster.cluster import SimCluster
 from tests.chart.helmtool import CHART, NAMESPACE, RELEASE, args, helm, one, render
 from tests.chart.kube import KUBECTL, Cluster, embedded_cluster
 
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
-SEED = Path(__file__).parents[1] / "localcluster" / "data"
+SEED = Path(__file__).parents[1] / "apiserver" / "data"
 
 
 @pytest.fixture

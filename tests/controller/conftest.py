@@ -21,14 +21,14 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.server import APIServer
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.manager import Manager
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.manifests import all_crds
 from koordqueue.realcluster.cluster import RealCluster
+from koordqueue.simcluster.cluster import SimCluster
 from koordqueue.up import controller_config, register_webhook
 
 SEED = Path(__file__).parents[2] / "src" / "koordqueue" / "examples" / "seed.yaml"

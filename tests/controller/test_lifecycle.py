@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.server import APIServer
 from koordqueue.controller.manager import Manager
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.manifests import all_crds
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import PODS, batch_job
 
 from .conftest import System, SystemFactory, pytorch_job, quick_config, quota

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.server import APIServer
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.manifests import all_crds
+from koordqueue.simcluster.cluster import SimCluster
 
 from .conftest import System, _controller, pytorch_job, quick_config, quota
 

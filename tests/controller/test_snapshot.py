@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.server import APIServer
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.informers import Informers
 from koordqueue.controller.loading import take_snapshot
@@ -22,7 +23,6 @@ from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_ma
 from koordqueue.jobs.mpijob import mpi_job_crd
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.server import APIServer
 from koordqueue.manifests import all_crds
 
 from .conftest import pytorch_job, quota

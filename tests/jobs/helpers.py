@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from koordqueue.localcluster.patch import merged
+from koordqueue.apiserver.patch import merged
 
 DATA = Path(__file__).parent / "data"
 GI = 2**30 * 1000  # one Gi in milli-units

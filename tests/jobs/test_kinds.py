@@ -66,7 +66,7 @@ PROBE = textwrap.dedent('''
     from koordqueue import cli, loader, manifests, reports, up
     from koordqueue.controller import config, views, webhook
     from koordqueue.jobs import adapter_for
-    from koordqueue.localcluster import simoperator
+    from koordqueue.simcluster import operators as simoperator
 
     assert Path(koordqueue.__file__).is_relative_to(sys.argv[1]), koordqueue.__file__
     hook = webhook.webhook_configuration("w", {}, frozenset({"ToyJob"}))["webhooks"][0]["rules"]

@@ -18,7 +18,7 @@ from koordqueue.kube.client import KubeClient, RetryPolicy
 from koordqueue.kube.config import load_config
 
 if TYPE_CHECKING:
-    from koordqueue.localcluster.server import APIServer
+    from koordqueue.apiserver.server import APIServer
 
 
 @dataclass
@@ -99,7 +99,7 @@ FAST_RETRY = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[APIServer]:
-    from koordqueue.localcluster.server import APIServer  # imported here: unit tests run without it
+    from koordqueue.apiserver.server import APIServer  # imported here: unit tests run without it
 
     srv = APIServer(tmp_path / "state")
     await srv.start()

@@ -23,7 +23,7 @@ from koordqueue.kube.errors import (
 )
 
 if TYPE_CHECKING:
-    from koordqueue.localcluster.server import APIServer
+    from koordqueue.apiserver.server import APIServer
 
 CONFIGMAPS = Resource("", "v1", "configmaps")
 NODES = Resource("", "v1", "nodes", namespaced=False)

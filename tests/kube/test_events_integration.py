@@ -12,7 +12,7 @@ from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.events import EVENTS, EventRecorder, ObjectRef
 
 if TYPE_CHECKING:
-    from koordqueue.localcluster.server import APIServer
+    from koordqueue.apiserver.server import APIServer
 
 CONFIGMAPS = Resource("", "v1", "configmaps")
 

@@ -14,7 +14,7 @@ from koordqueue.kube.errors import AlreadyExists, NotFound
 from koordqueue.kube.informer import Informer, key_of
 
 if TYPE_CHECKING:
-    from koordqueue.localcluster.server import APIServer
+    from koordqueue.apiserver.server import APIServer
 
 CONFIGMAPS = Resource("", "v1", "configmaps")
 

@@ -12,7 +12,7 @@ from koordqueue.kube.client import KubeClient
 from koordqueue.kube.leader import LEASES, LeaderElector
 
 if TYPE_CHECKING:
-    from koordqueue.localcluster.server import APIServer
+    from koordqueue.apiserver.server import APIServer
 
 LEASE, RENEW, RETRY = 2.0, 1.4, 0.2
 

@@ -28,11 +28,11 @@ import pytest
 import yaml
 
 from koordqueue.api.crds import our_crds
+from koordqueue.apiserver.controls import Access
 from koordqueue.controller.webhook import MUTATE_PATH
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
 from koordqueue.kube.informer import Informer
-from koordqueue.localcluster.controls import Access
 from koordqueue.realcluster.cluster import RealCluster, free_port
 from tests.chart.helmtool import CHART, NAMESPACE, RELEASE, args, helm, one, render
 from tests.chart.test_chart_in_cluster import (

@@ -10,13 +10,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from types import ModuleType
 
+from koordqueue.apiserver.server import APIServer
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.manager import Manager
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
 from koordqueue.manifests import all_crds
+from koordqueue.simcluster.cluster import SimCluster
 from tests.controller.conftest import start_system, system  # noqa: F401  (the fixtures, here too)
 
 ROOT = Path(__file__).parents[2]

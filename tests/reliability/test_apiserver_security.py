@@ -1,5 +1,5 @@
 """The embedded control plane as an attacker on the same machine meets it, beyond
-tests/localcluster (which covers 401 with no or a wrong token, kubeconfig 0600, state
+tests/apiserver (which covers 401 with no or a wrong token, kubeconfig 0600, state
 directory 0700 and the https://127.0.0.1 URL): the listening socket is bound to loopback
 only (read from the kernel's socket table, no traffic sent elsewhere), every other way of
 presenting a credential is 401, and a fuzzer (hypothesis) throws malformed paths, query
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from koordqueue.localcluster.testing import ThreadedAPIServer
+from koordqueue.apiserver.testing import ThreadedAPIServer
 from koordqueue.manifests import all_crds
 
 pytestmark = pytest.mark.timeout(240)
@@ -240,7 +240,7 @@ def _check(server: ThreadedAPIServer, caplog: pytest.LogCaptureFixture,
            req: tuple[str, str, bytes | None, dict[str, str]]) -> None:
     method, path, body, headers = req
     raw = Raw(server)
-    caplog.set_level(logging.ERROR, logger="koordqueue.localcluster")
+    caplog.set_level(logging.ERROR, logger="koordqueue.apiserver")
     try:
         status, data = raw.send(method, _safe_path(path), body, headers)
     except http.client.HTTPException as e:  # e.g. the client itself refusing a header value

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.localcluster.store import ADDED, DELETED, MODIFIED, Event
+from koordqueue.apiserver.store import ADDED, DELETED, MODIFIED, Event
 
 from .conftest import load_chaos
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.store import Event
 from koordqueue.controller.resources import HOLDING, UNITS
-from koordqueue.localcluster.store import Event
 
 from ..controller.conftest import System, pytorch_job, quota, running_system
 

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.store import DELETED, Event
 from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.localcluster.store import DELETED, Event
 
 from ..controller.conftest import pytorch_job, quick_config, quota
 from .conftest import bare_cluster, controller_running, load_chaos

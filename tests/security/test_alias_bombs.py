@@ -26,11 +26,11 @@ from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject, read_meta
 from koordqueue.api.objects import parse_elastic_quota, parse_queue
 from koordqueue.api.safeyaml import MAX_ANNOTATION_BYTES, RefusedYAML, load_annotation, load_json_annotation
+from koordqueue.apiserver.patch import PatchCopyTooLarge, PatchTooLarge, apply_json_patch
+from koordqueue.apiserver.testing import running_apiserver
+from koordqueue.apiserver.yamlbody import AliasingError, load_body
 from koordqueue.jobs.argo import min_resources
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.patch import PatchCopyTooLarge, PatchTooLarge, apply_json_patch
-from koordqueue.localcluster.testing import running_apiserver
-from koordqueue.localcluster.yamlbody import AliasingError, load_body
 from koordqueue.manifests import all_crds
 from tests.controller.conftest import System, pytorch_job, quota
 

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.testing import APIClient, running_apiserver
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.dashboard import SESSION_COOKIE, Dashboard, only_namespaces, unit_namespaces
-from koordqueue.localcluster.testing import APIClient, running_apiserver
 from tests.chart.helmtool import container, flag, one, render
 from tests.controller.conftest import System, SystemFactory, pytorch_job, quick_config, quota
 

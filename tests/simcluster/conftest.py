@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.server import APIServer
 from koordqueue.kube.client import KubeClient, Resource, RetryPolicy
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 
-SEED_JOB = Path(__file__).parents[1] / "localcluster" / "data" / "pytorchjob.yaml"
+SEED_JOB = Path(__file__).parents[1] / "apiserver" / "data" / "pytorchjob.yaml"
 PYTORCHJOBS = Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL)
 JOBS = Resource("batch", "v1", c.BATCH_JOB_PLURAL)
 PODS = Resource("", "v1", c.PODS_PLURAL)

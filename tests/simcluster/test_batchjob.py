@@ -8,7 +8,7 @@ from koordqueue.api import constants as c
 from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobState
 from koordqueue.kube.client import KubeClient
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import (
     EVENTS,
     JOBS,

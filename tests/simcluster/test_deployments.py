@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
+from koordqueue.apiserver.server import APIServer
 from koordqueue.kube.client import KubeClient
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import wait_for
 
 pytestmark = [pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from koordqueue.api import constants as c
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.apiserver.server import APIServer
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import SEED_JOB
 
 pytestmark = [pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),

@@ -14,8 +14,8 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.kube.client import KubeClient
-from koordqueue.localcluster.simcluster import SimCluster
-from koordqueue.localcluster.simnodes import ready_node
+from koordqueue.simcluster.cluster import SimCluster
+from koordqueue.simcluster.nodes import ready_node
 from tests.simcluster.conftest import NODES, PODS, Object, conditions, wait_for
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,11 +13,11 @@ import time
 import aiohttp
 import pytest
 
+from koordqueue.apiserver.podlogs import LogBuffer
+from koordqueue.apiserver.server import APIServer
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.errors import NotFound
-from koordqueue.localcluster.podlogs import LogBuffer
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import PODS, PYTORCHJOBS, batch_job, seed_job, wait_for
 
 pytestmark = [pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed"),

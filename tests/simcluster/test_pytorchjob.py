@@ -11,7 +11,7 @@ from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobState
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Forbidden, Invalid, NotFound
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import (
     EVENTS,
     NODES,

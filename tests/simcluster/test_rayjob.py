@@ -13,7 +13,7 @@ import yaml
 
 from koordqueue.api import constants as c
 from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import PODS, wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.controls import Access
+from koordqueue.apiserver.server import APIServer
 from koordqueue.jobs import adapter_for
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.controls import Access
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.controller.test_app_kinds import ray_cluster, spark_app, workflow
 from tests.simcluster.conftest import (
     FAST_RETRY,

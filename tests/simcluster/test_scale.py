@@ -10,7 +10,7 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.kube.client import KubeClient
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import PODS, PYTORCHJOBS, Object, condition_true, seed_job, wait_for
 
 pytestmark = pytest.mark.timeout(60)

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.server import APIServer
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
-from koordqueue.localcluster.server import APIServer
-from koordqueue.localcluster.simcluster import SimCluster
+from koordqueue.simcluster.cluster import SimCluster
 from tests.simcluster.conftest import EVENTS, FAST_RETRY, PODS, Object, seed_job, wait_for
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.both_control_planes]

@@ -224,7 +224,7 @@ LABEL_JOB_ROLE = "training.kubeflow.org/job-role"
 JOB_ROLE_MASTER = "master"
 OPERATOR_NAME_SUFFIX = "-controller"
 # What the training operator (v1.9.2) puts in the pods and Services of its jobs, as the
-# simulated one does (localcluster/simtraining.py): default containers and ports, the env.
+# simulated one does (simcluster/training.py): default containers and ports, the env.
 PYTORCH_CONTAINER = "pytorch"
 PYTORCH_PORT_NAME = "pytorchjob-port"
 PYTORCH_DEFAULT_PORT = 23456

@@ -73,10 +73,34 @@ def test_api_imports_nothing_above_it() -> None:
     assert ("engine", "api") in {(s, t) for s, t, _ in EDGES}  # the direction that is allowed is seen
 
 
+# The embedded API server serves our API (its strings, our CRDs) and knows nothing else of
+# ours: not the simulated cluster, which is its client over HTTP as it would be of
+# kube-apiserver, and no shell of the product. The simulated cluster, in turn, reaches the
+# server only over HTTP; of its code it takes the field validation alone (the training
+# operator's webhook words its refusals with it, as the real one uses apimachinery's).
+APISERVER_MAY_IMPORT = {"apiserver", "api", "aio", "manifests"}
+SIMCLUSTER_MAY_IMPORT_OF_APISERVER = {"koordqueue.apiserver.validation"}
+
+
 def test_only_up_starts_the_embedded_control_plane() -> None:
     wrong = sorted((s, f) for s, t, f in EDGES if t in EMBEDDED and s not in EMBEDDED_IMPORTED_BY)
     assert wrong == []
     assert {("up", "apiserver"), ("up", "simcluster")} <= {(s, t) for s, t, _ in EDGES}
+
+
+def test_the_api_server_imports_nothing_of_the_simulated_cluster() -> None:
+    wrong = sorted((f, t) for s, t, f in EDGES if s == "apiserver" and t not in APISERVER_MAY_IMPORT)
+    assert wrong == [], "the API server imports our API and CRDs only: the simulated cluster is its client"
+    assert ("simcluster", "apiserver") in {(s, t) for s, t, _ in EDGES}  # the parts are seen by these names
+
+
+def test_the_simulated_cluster_reaches_the_api_server_over_http() -> None:
+    wrong = []
+    for path in (SRC / "simcluster").rglob("*.py"):
+        module = module_name(path)
+        wrong += [(str(path.relative_to(SRC)), name) for name in imports(path.read_text(), module)
+                  if part_of(name) == "apiserver" and name not in SIMCLUSTER_MAY_IMPORT_OF_APISERVER]
+    assert wrong == []
 
 
 @pytest.mark.parametrize(

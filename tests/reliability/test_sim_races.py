@@ -34,6 +34,6 @@ async def test_a_status_write_from_a_stale_view_conflicts_instead_of_dropping_co
         old = copy.deepcopy(stale.get("status") or {})
         new = {**old, "conditions": [{"type": c.KUBEFLOW_CONDITION_SUSPENDED, "status": c.CONDITION_TRUE}]}
         with pytest.raises(Conflict):
-            await sim.operator._write_status(kind, stale, old, new)
+            await sim.operator.operator_for(c.PYTORCH_JOB_KIND)._write_status(kind, stale, old, new)
         now = await client.get(JOBS, "raced", namespace="default")
         assert succeeded["type"] in [cond["type"] for cond in now["status"]["conditions"]]

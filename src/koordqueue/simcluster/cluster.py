@@ -26,9 +26,11 @@ from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import AlreadyExists, Forbidden, NotFound
 from koordqueue.kube.informer import Informer
 from koordqueue.simcluster.background import Background
+from koordqueue.simcluster.jobloop import SimKind
+from koordqueue.simcluster.kubeflow import SERVICES
 from koordqueue.simcluster.kubelet import PODS, SimKubelet, now_rfc3339
 from koordqueue.simcluster.nodes import check_node_sizes, node_name, node_object
-from koordqueue.simcluster.operators import SERVICES, SimKind, SimOperator, job_kinds
+from koordqueue.simcluster.operators import SimOperator, job_kinds
 from koordqueue.simcluster.webhook import OperatorWebhook
 from koordqueue.simcluster.workloads import DEPLOYMENTS, REPLICA_SETS, SimWorkloads
 

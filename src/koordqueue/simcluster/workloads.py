@@ -29,8 +29,8 @@ from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.simcluster.background import Background
+from koordqueue.simcluster.jobloop import controller_of, is_deleting, merge_patch, pod_phase
 from koordqueue.simcluster.kubelet import PODS, now_rfc3339
-from koordqueue.simcluster.operators import controller_of, is_deleting, merge_patch, pod_phase
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ from koordqueue.engine.model import (
     UnitInfo,
     auto_queue_for,
 )
-from koordqueue.engine.placement import NodeRoom, Refusal, node_refusal
+from koordqueue.engine.nodefilter import Refusal, node_refusal
+from koordqueue.engine.placement import NodeRoom
 
 from .builders import CPU, GPU, G, engine_with, gang, node, pod_set, quota, settle, unit, used, with_nodes
 

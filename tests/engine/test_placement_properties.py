@@ -31,7 +31,8 @@ from koordqueue.engine.model import (
     UnitInfo,
     auto_queue_for,
 )
-from koordqueue.engine.placement import Unplaced, node_refusal
+from koordqueue.engine.nodefilter import node_refusal
+from koordqueue.engine.placement import Unplaced
 
 from .builders import CPU, GPU, G, quota
 

@@ -165,7 +165,7 @@ def _pods(misfit: Unplaced) -> str:
 
 
 def _refusal(reason: str) -> str:
-    """A rule a node breaks for a pod set (placement.Refusal.reason), said of the nodes that break it."""
+    """A rule a node breaks for a pod set (nodefilter.Refusal.reason), said of the nodes that break it."""
     if reason.startswith("taint "):
         return f"with {reason} not tolerated"
     if reason.startswith("nodeSelector "):

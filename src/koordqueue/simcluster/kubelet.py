@@ -35,7 +35,7 @@ from koordqueue.api import constants as c
 from koordqueue.api.duration import parse_duration
 from koordqueue.api.meta import InvalidObject
 from koordqueue.engine.model import PodSetInfo
-from koordqueue.engine.placement import rules_key
+from koordqueue.engine.nodefilter import rules_key
 from koordqueue.jobs.placement import pod_set_info
 from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.client import KubeClient, Resource

@@ -18,7 +18,7 @@ from typing import Any
 from koordqueue.api import constants as c
 from koordqueue.api.quantity import QuantityError, add, parse_quantity, sub
 from koordqueue.engine.model import NodeInfo, PodSetInfo
-from koordqueue.engine.placement import Refusal, node_refusal, rules_key
+from koordqueue.engine.nodefilter import Refusal, node_refusal, rules_key
 from koordqueue.jobs.placement import node_info
 
 Object = dict[str, Any]

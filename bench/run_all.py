@@ -12,6 +12,7 @@ in LEFT_OUT with the reason; run them by hand (their docstrings give the command
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, str(BENCH / b.script), *b.args]
         print(f"\n=== {' '.join((b.script, *b.args))}: {b.what}", flush=True)
         start = time.monotonic()
-        code = subprocess.run(command).returncode
+        # Unbuffered: its figures show as they come, in a terminal or a log file alike.
+        code = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
         results.append((b, code, time.monotonic() - start))
     print("\n=== summary")
     for b, code, seconds in results:

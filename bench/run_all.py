@@ -4,7 +4,7 @@ figures as it runs, then a summary (each one's exit status and wall time).
 Each runs as the command bench/RESULTS.md shows, in a process of its own. The others are
 in LEFT_OUT with the reason; run them by hand (their docstrings give the commands).
 
-    .venv/bin/python bench/run_all.py                    # all of BENCHMARKS (some 10 minutes)
+    .venv/bin/python bench/run_all.py                    # all of BENCHMARKS (some 10 minutes on a quiet machine)
     .venv/bin/python bench/run_all.py kueue_sim placement # only these
     .venv/bin/python bench/run_all.py --list
 """

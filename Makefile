@@ -50,5 +50,7 @@ generate: venv
 	$(BIN)/python -m koordqueue.manifests --write config/crd --chart charts/koord-queue
 	$(BIN)/python scripts/gen_docs.py
 
+# The benchmarks that take minutes, each printing its figures, and a summary (bench/run_all.py --list
+# says which run and why the others are left out).
 bench: venv
 	$(BIN)/python bench/run_all.py

@@ -1,4 +1,7 @@
-"""WorkQueue: client-go semantics (dedup, re-queue after done, delays, backoff, shutdown)."""
+"""WorkQueue: client-go semantics (dedup, re-queue after done, delays, backoff, shutdown).
+
+Every test that waits runs on a virtual clock (tests/kube/virtualtime.py): delays are
+asserted exactly, and a loaded machine cannot make them late."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import random
 import pytest
 
 from koordqueue.kube.workqueue import ShutDown, WorkQueue
+from tests.kube.virtualtime import run_on_virtual_clock
 
 
 async def test_an_item_added_twice_while_waiting_is_queued_once() -> None:
@@ -41,134 +45,158 @@ async def test_done_without_a_new_add_does_not_requeue() -> None:
     assert len(q) == 0
 
 
-async def test_get_waits_for_an_add() -> None:
-    q: WorkQueue[str] = WorkQueue()
-    getter = asyncio.create_task(q.get())
-    await asyncio.sleep(0.01)
-    assert not getter.done()
-    q.add("x")
-    assert await asyncio.wait_for(getter, 1) == "x"
+def test_get_waits_for_an_add() -> None:
+    async def main() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        getter = asyncio.create_task(q.get())
+        await asyncio.sleep(1)
+        assert not getter.done()
+        q.add("x")
+        assert await asyncio.wait_for(getter, 1) == "x"
+
+    run_on_virtual_clock(main)
 
 
-async def test_concurrent_workers_never_share_an_item_and_lose_no_add() -> None:
+def test_concurrent_workers_never_share_an_item_and_lose_no_add() -> None:
     """Many workers, repeated adds of a few keys: one worker per key at a time, and
     every add is followed by a processing that started after it."""
-    q: WorkQueue[int] = WorkQueue()
-    keys = range(5)
-    in_progress: set[int] = set()
-    last_add: dict[int, int] = {}
-    last_start: dict[int, int] = {}
-    clock = 0
-    overlaps = []
 
-    async def worker() -> None:
-        nonlocal clock
-        while True:
-            try:
-                k = await q.get()
-            except ShutDown:
-                return
-            if k in in_progress:
-                overlaps.append(k)
-            in_progress.add(k)
+    async def main() -> None:
+        q: WorkQueue[int] = WorkQueue()
+        keys = range(5)
+        in_progress: set[int] = set()
+        last_add: dict[int, int] = {}
+        last_start: dict[int, int] = {}
+        clock = 0
+        overlaps = []
+        rng = random.Random(7)
+
+        async def worker() -> None:
+            nonlocal clock
+            while True:
+                try:
+                    k = await q.get()
+                except ShutDown:
+                    return
+                if k in in_progress:
+                    overlaps.append(k)
+                in_progress.add(k)
+                clock += 1
+                last_start[k] = clock
+                await asyncio.sleep(rng.random() * 0.002)
+                in_progress.discard(k)
+                q.done(k)
+
+        workers = [asyncio.create_task(worker()) for _ in range(8)]
+        for _ in range(400):
+            k = rng.choice(keys)
             clock += 1
-            last_start[k] = clock
-            await asyncio.sleep(random.random() * 0.002)
-            in_progress.discard(k)
-            q.done(k)
+            last_add[k] = clock
+            q.add(k)
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+        async with asyncio.timeout(5):
+            while len(q) or in_progress or any(last_start.get(k, 0) < last_add[k] for k in last_add):
+                await asyncio.sleep(0.005)
+        q.shutdown()
+        await asyncio.gather(*workers)
+        assert overlaps == []
+        assert all(last_start[k] > last_add[k] for k in last_add)
 
-    rng = random.Random(7)
-    workers = [asyncio.create_task(worker()) for _ in range(8)]
-    for _ in range(400):
-        k = rng.choice(keys)
-        clock += 1
-        last_add[k] = clock
-        q.add(k)
-        if rng.random() < 0.3:
-            await asyncio.sleep(0)
-    async with asyncio.timeout(5):
-        while len(q) or in_progress or any(last_start.get(k, 0) < last_add[k] for k in last_add):
-            await asyncio.sleep(0.005)
-    q.shutdown()
-    await asyncio.gather(*workers)
-    assert overlaps == []
-    assert all(last_start[k] > last_add[k] for k in last_add)
+    run_on_virtual_clock(main)
 
 
-async def test_add_after_delays_and_keeps_the_earliest() -> None:
-    q: WorkQueue[str] = WorkQueue()
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    q.add_after("a", 0.3)
-    q.add_after("a", 0.05)  # earlier: replaces
-    q.add_after("a", 0.5)  # later: ignored
-    assert len(q) == 0
-    assert await asyncio.wait_for(q.get(), 1) == "a"
-    waited = loop.time() - start
-    assert 0.04 <= waited < 0.25
-    q.done("a")
-    await asyncio.sleep(0.35)  # the replaced 0.3 s timer must not fire
-    assert len(q) == 0
+def test_add_after_delays_and_keeps_the_earliest() -> None:
+    async def main() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        q.add_after("a", 0.3)
+        q.add_after("a", 0.05)  # earlier: replaces
+        q.add_after("a", 0.5)  # later: ignored
+        assert len(q) == 0
+        assert await asyncio.wait_for(q.get(), 1) == "a"
+        assert loop.time() - start == pytest.approx(0.05)
+        q.done("a")
+        await asyncio.sleep(1)  # neither the replaced 0.3 s timer nor the ignored 0.5 s one fires
+        assert len(q) == 0
+
+    run_on_virtual_clock(main)
 
 
-async def test_add_after_of_a_queued_item_does_not_duplicate() -> None:
-    q: WorkQueue[str] = WorkQueue()
-    q.add("a")
-    q.add_after("a", 0.01)
-    await asyncio.sleep(0.03)
-    assert len(q) == 1
+def test_add_after_of_a_queued_item_does_not_duplicate() -> None:
+    async def main() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        q.add("a")
+        q.add_after("a", 0.01)
+        await asyncio.sleep(0.03)
+        assert len(q) == 1
+
+    run_on_virtual_clock(main)
 
 
-async def test_rate_limited_adds_back_off_exponentially_until_forgotten() -> None:
-    q: WorkQueue[str] = WorkQueue(base_delay=0.02, max_delay=0.08)
-    loop = asyncio.get_running_loop()
-    waits = []
-    for _ in range(4):
+def test_rate_limited_adds_back_off_exponentially_until_forgotten() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        q: WorkQueue[str] = WorkQueue(base_delay=0.02, max_delay=0.08, clock=loop.time)
+        waits = []
+        for _ in range(4):
+            start = loop.time()
+            q.add_rate_limited("a")
+            item = await asyncio.wait_for(q.get(), 1)
+            waits.append(loop.time() - start)
+            q.done(item)
+        assert q.num_requeues("a") == 4
+        assert waits == pytest.approx([0.02, 0.04, 0.08, 0.08])  # doubled, then capped
+        q.forget("a")
+        assert q.num_requeues("a") == 0
         start = loop.time()
         q.add_rate_limited("a")
-        item = await asyncio.wait_for(q.get(), 1)
-        waits.append(loop.time() - start)
-        q.done(item)
-    assert q.num_requeues("a") == 4
-    expected = [0.02, 0.04, 0.08, 0.08]  # doubled, then capped
-    for got, want in zip(waits, expected, strict=True):
-        assert want * 0.9 <= got < want + 0.1
-    q.forget("a")
-    assert q.num_requeues("a") == 0
-    start = loop.time()
-    q.add_rate_limited("a")
-    await asyncio.wait_for(q.get(), 1)
-    assert loop.time() - start < 0.02 + 0.1
+        await asyncio.wait_for(q.get(), 1)
+        assert loop.time() - start == pytest.approx(0.02)  # from the base delay again
+
+    run_on_virtual_clock(main)
 
 
-async def test_rate_limited_adds_are_paced_overall() -> None:
-    """Many items failing together are spread out by the overall bucket."""
-    q: WorkQueue[int] = WorkQueue(base_delay=0.001, qps=20, burst=1)
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    for i in range(4):
-        q.add_rate_limited(i)
-    got = [await asyncio.wait_for(q.get(), 2) for _ in range(4)]
-    assert sorted(got) == [0, 1, 2, 3]
-    assert loop.time() - start >= 3 / 20 * 0.9
+def test_rate_limited_adds_are_paced_overall() -> None:
+    """Many items failing together are spread out by the overall bucket: 20 a second,
+    after the one token the burst holds."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        q: WorkQueue[int] = WorkQueue(base_delay=0.001, qps=20, burst=1, clock=loop.time)
+        start = loop.time()
+        for i in range(4):
+            q.add_rate_limited(i)
+        handed: list[tuple[int, float]] = []
+        for _ in range(4):
+            item = await asyncio.wait_for(q.get(), 2)
+            handed.append((item, loop.time() - start))
+        assert [item for item, _ in handed] == [0, 1, 2, 3]
+        assert [at for _, at in handed] == pytest.approx([0.001, 0.05, 0.10, 0.15])
+
+    run_on_virtual_clock(main)
 
 
-async def test_shutdown_wakes_waiting_workers_and_stops_handing_out() -> None:
-    q: WorkQueue[str] = WorkQueue()
-    waiting = [asyncio.create_task(q.get()) for _ in range(3)]
-    await asyncio.sleep(0.01)
-    q.add_after("late", 0.01)
-    q.shutdown()
-    for task in waiting:
+def test_shutdown_wakes_waiting_workers_and_stops_handing_out() -> None:
+    async def main() -> None:
+        q: WorkQueue[str] = WorkQueue()
+        waiting = [asyncio.create_task(q.get()) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        q.add_after("late", 0.01)
+        q.shutdown()
+        for task in waiting:
+            with pytest.raises(ShutDown):
+                await asyncio.wait_for(task, 1)
+        q.add("a")
+        assert len(q) == 0
+        assert q.shutting_down
         with pytest.raises(ShutDown):
-            await asyncio.wait_for(task, 1)
-    q.add("a")
-    assert len(q) == 0
-    assert q.shutting_down
-    with pytest.raises(ShutDown):
-        await q.get()
-    await asyncio.sleep(0.02)
-    assert len(q) == 0  # the delayed add was cancelled
+            await q.get()
+        await asyncio.sleep(0.02)
+        assert len(q) == 0  # the delayed add was cancelled
+
+    run_on_virtual_clock(main)
 
 
 async def test_shutdown_drops_items_already_queued() -> None:
@@ -208,36 +236,39 @@ async def test_an_urgent_add_while_processing_is_requeued_urgently_after_done() 
     assert [await q.get(), await q.get()] == ["a", "b"]
 
 
-async def test_urgent_and_plain_adds_never_share_an_item_between_workers() -> None:
-    q: WorkQueue[int] = WorkQueue()
-    in_progress: set[int] = set()
-    overlaps: list[int] = []
-    handled: list[int] = []
+def test_urgent_and_plain_adds_never_share_an_item_between_workers() -> None:
+    async def main() -> None:
+        q: WorkQueue[int] = WorkQueue()
+        in_progress: set[int] = set()
+        overlaps: list[int] = []
+        handled: list[int] = []
+        rng = random.Random(11)
 
-    async def worker() -> None:
-        while True:
-            try:
-                k = await q.get()
-            except ShutDown:
-                return
-            if k in in_progress:
-                overlaps.append(k)
-            in_progress.add(k)
-            await asyncio.sleep(random.random() * 0.002)
-            in_progress.discard(k)
-            handled.append(k)
-            q.done(k)
+        async def worker() -> None:
+            while True:
+                try:
+                    k = await q.get()
+                except ShutDown:
+                    return
+                if k in in_progress:
+                    overlaps.append(k)
+                in_progress.add(k)
+                await asyncio.sleep(rng.random() * 0.002)
+                in_progress.discard(k)
+                handled.append(k)
+                q.done(k)
 
-    rng = random.Random(11)
-    workers = [asyncio.create_task(worker()) for _ in range(6)]
-    for _ in range(500):
-        q.add(rng.randrange(8), urgent=rng.random() < 0.4)
-        if rng.random() < 0.3:
-            await asyncio.sleep(0)
-    async with asyncio.timeout(5):
-        while len(q) or in_progress:
-            await asyncio.sleep(0.005)
-    q.shutdown()
-    await asyncio.gather(*workers)
-    assert overlaps == []
-    assert len(q) == 0
+        workers = [asyncio.create_task(worker()) for _ in range(6)]
+        for _ in range(500):
+            q.add(rng.randrange(8), urgent=rng.random() < 0.4)
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+        async with asyncio.timeout(5):
+            while len(q) or in_progress:
+                await asyncio.sleep(0.005)
+        q.shutdown()
+        await asyncio.gather(*workers)
+        assert overlaps == []
+        assert len(q) == 0
+
+    run_on_virtual_clock(main)

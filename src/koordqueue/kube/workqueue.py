@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
@@ -44,10 +45,12 @@ class WorkQueue(Generic[T]):
         max_delay: float = 1000.0,
         qps: float = 10.0,
         burst: int = 100,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` paces the overall bucket (tests pass their loop's virtual clock)."""
         self.base_delay = base_delay
         self.max_delay = max_delay
-        self._bucket = TokenBucket(qps, burst)
+        self._bucket = TokenBucket(qps, burst, clock)
         self._queue: deque[T] = deque()
         self._urgent: deque[T] = deque()  # served first; either line may hold stale copies, skipped
         self._urgent_items: set[T] = set()  # items in the urgent line

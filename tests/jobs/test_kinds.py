@@ -141,5 +141,8 @@ def test_make_generate_puts_a_new_kind_in_the_chart(tmp_path: Path) -> None:
     assert hook["webhooks"][0]["rules"] == [{"apiGroups": ["example.com"], "apiVersions": ["v1alpha1"],
                                              "operations": ["CREATE"], "resources": ["toyjobs"],
                                              "scope": "Namespaced"}]
-    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == RELEASE]
     assert {"apiGroups": ["example.com"], "resources": ["toyjobs"], "verbs": ["list", "watch", "patch"]} in role["rules"]
+    (user,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{RELEASE}-user"]
+    assert any("example.com" in r["apiGroups"] and "toyjobs" in r["resources"] and "create" in r["verbs"]
+               for r in user["rules"])  # a tenant may submit the new kind

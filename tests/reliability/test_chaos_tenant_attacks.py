@@ -4,10 +4,9 @@ checker: no quota's bound pods past its max for longer than the bound, non-preem
 units within min, and jobs behind a never-fit one admitted. The full soak runs them with
 kills: `bench/chaos.py --tenant-attacks`.
 
-Scale-up (item 2) and a Job 'owned' by a queued job (item 3) are fixed on other branches
-of issue 29: here they still get past the max, as the checker says (xfail, strict: when
-the fixes are merged these pass, and the marks go). A Job 'owned' by a PyTorchJob that
-does not exist is taken away by the garbage collector before its pods are bound here.
+Each failed before issue 29's fixes (scale-up and a Job 'owned' by a queued job got past
+the max). A Job 'owned' by a PyTorchJob that does not exist is taken away by the garbage
+collector before its pods are bound here.
 """
 
 from __future__ import annotations
@@ -20,12 +19,7 @@ from .conftest import load_chaos
 
 pytestmark = pytest.mark.timeout(300)
 
-FIXED_ELSEWHERE = {
-    "scale-up": "issue 29 item 2 (a job grown after admission), fixed on another branch",
-    "queued-owner": "issue 29 item 3 (a child of a job that holds no quota), fixed on another branch",
-}
-ATTACKS = [pytest.param(kind, marks=pytest.mark.xfail(reason=FIXED_ELSEWHERE[kind], strict=True))
-           if kind in FIXED_ELSEWHERE else kind for kind in load_chaos().ATTACKS]
+ATTACKS = load_chaos().ATTACKS
 
 
 @pytest.mark.parametrize("attack", ATTACKS)

@@ -219,7 +219,7 @@ async def test_the_embedded_api_server_answers_token_reviews_for_who_may_ask(tmp
 
 def test_the_chart_keeps_the_dashboard_on_loopback_and_off_the_service_unless_exposed() -> None:
     def cluster_rules(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
-        role = one(objects, "ClusterRole")
+        role = one(objects, "ClusterRole", "koord-queue")
         return {(g, r) for rule in role["rules"] for g in rule.get("apiGroups", ()) for r in rule.get("resources", ())}
 
     kept = render({"controller": {"dashboard": {"port": 8090}}})

@@ -15,7 +15,9 @@ from typing import Any
 
 import yaml
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The pure-Python loader, as `yaml.safe_load`: libyaml refuses a "\ud800" escape that
+# kube-apiserver takes (and writes as U+FFFD; server.py `_valid_text`).
+_Loader: Any = yaml.SafeLoader
 
 # go-yaml's decoder (yaml.v2 decode.go, allowedAliasRatio): below 400k decoded nodes 99%
 # may come from aliases, above 4M only 10%, linearly in between; checked once more than

@@ -73,3 +73,36 @@ def test_the_import_graph_has_every_part() -> None:
     assert {"engine", "controller", "api", "kube"} <= graph.keys()
     assert graph["engine"] <= {"api"}
     assert "engine" in graph["controller"]
+
+
+# The unit mutators each part other than unitsync.py may call, and why: the engine's own
+# decisions about units, applied or undone by the part that writes them out. What the
+# objects say about a unit (set_unit, remove_unit, set_pods_running, set_unit_pods) reaches
+# the engine through controller/unitsync.py alone.
+ONE_WRITER = "controller/unitsync.py"
+DECISIONS_APPLIED = {
+    ("controller/scheduler.py", "revert_admission"): "a cycle's admission whose write failed, undone",
+    ("controller/scheduler.py", "requeue"): "a send-back (timeout, failed check, growth) decided and written",
+    ("controller/loading.py", "revert_admission"): "look_now: a snapshot's what-if cycle undone, never written",
+}
+
+
+def unit_writes_outside(calls: list) -> list[tuple[str, int, str, str]]:
+    return [(call.file, call.line, call.function, call.method) for call in calls
+            if call.method in W.UNIT_MUTATORS and call.file != ONE_WRITER
+            and (call.file, call.method) not in DECISIONS_APPLIED]
+
+
+def test_only_unitsync_writes_units_into_the_engine() -> None:
+    calls = W.engine_calls(under=None)  # every part of src/, not only the controller
+    assert unit_writes_outside(calls) == [], "write units through controller/unitsync.py's functions"
+    used = {(call.file, call.method) for call in calls}
+    assert set(DECISIONS_APPLIED) <= used, "an allowance no longer used: take it out"
+    assert {"set_unit", "remove_unit", "set_pods_running", "set_unit_pods"} <= \
+        {call.method for call in calls if call.file == ONE_WRITER}
+
+
+def test_a_unit_write_elsewhere_would_be_caught() -> None:
+    source = "class Reconciler:\n    def finish(self, key):\n        self.engine.remove_unit(key)\n"
+    calls = W.calls_in(source, "controller/reconciler.py", METHODS)
+    assert unit_writes_outside(calls) == [("controller/reconciler.py", 3, "Reconciler.finish", "remove_unit")]

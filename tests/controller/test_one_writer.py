@@ -106,3 +106,21 @@ def test_a_unit_write_elsewhere_would_be_caught() -> None:
     source = "class Reconciler:\n    def finish(self, key):\n        self.engine.remove_unit(key)\n"
     calls = W.calls_in(source, "controller/reconciler.py", METHODS)
     assert unit_writes_outside(calls) == [("controller/reconciler.py", 3, "Reconciler.finish", "remove_unit")]
+
+
+def test_the_reconciler_reads_where_a_unit_stands_in_one_place() -> None:
+    """JobReconciler.reconcile branches on UnitSync.situation, not on the engine directly,
+    and its steps are numbered 1, 2, 3... as Kueue's ReconcileGenericJob's."""
+    import inspect
+    import re
+
+    from koordqueue.controller.reconciler import JobReconciler
+
+    calls = W.engine_calls(under="controller")
+    direct = [(c.function, c.method) for c in calls if c.file == "controller/reconciler.py"
+              and c.function in ("JobReconciler.reconcile", "JobReconciler._reconcile_bare")]
+    assert direct == [], "read the unit's standing through self.unit_sync.situation(...)"
+    source = inspect.getsource(JobReconciler.reconcile)
+    assert "self.unit_sync.situation(" in source
+    steps = [int(n) for n in re.findall(r"^\s*# (\d+)\. ", source, re.M)]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 10

@@ -19,7 +19,7 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.lifetime import Lifetime
-from koordqueue.controller.resources import FINISHED, HOLDING, UNITS
+from koordqueue.controller.resources import HOLDING, UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
@@ -168,12 +168,12 @@ class JobReconciler(Part):
         size: charged only what it was admitted with meanwhile, it would run past its quota's max.
         Its owner, not we, starts and stops its workload."""
         unit = self.informers.unit.get(key)
-        if unit is None or not self.informers.bare(unit) or unit.phase in FINISHED or \
-                not self.records.newer(unit.key, unit.resource_version):
+        if unit is None or not self.informers.bare(unit):
             return
-        known = self.engine.unit(unit.key)
-        if known is None or known.admitted_quota is None:
-            return
+        now = self.unit_sync.situation(f"{c.QUEUE_UNIT_KIND}/{key}", unit)
+        known = now.known
+        if now.finished or not now.current or known is None or not now.admitted:
+            return  # nothing to decide: finished, our view older than our last write, or holding no quota
         asks = self.informers.unit_info(unit)
         grew = grown(known.request, asks.request) if asks.invalid is None else []
         if asks.invalid is not None and asks.invalid.startswith(INACTIVE):  # its spec.active set false

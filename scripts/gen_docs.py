@@ -4,6 +4,8 @@
 - docs/annotations.md: the whole page, from src/koordqueue/api/reference.py.
 - docs/metrics.md: the table between the `generated:metrics` markers, from the
   controller's metrics (src/koordqueue/controller/metrics.py).
+- docs/architecture.md: the QueueUnit phase table between the `generated:phases` markers,
+  from src/koordqueue/controller/phases.py.
 
     python scripts/gen_docs.py [--check]
 """
@@ -19,12 +21,16 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from koordqueue.api.reference import markdown as annotations_markdown
 from koordqueue.controller.metrics import Metrics
+from koordqueue.controller.phases import markdown as phases_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 ANNOTATIONS = ROOT / "docs" / "annotations.md"
 METRICS = ROOT / "docs" / "metrics.md"
 BEGIN = "<!-- generated:metrics (scripts/gen_docs.py from src/koordqueue/controller/metrics.py) -->"
 END = "<!-- end generated:metrics -->"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PHASES_BEGIN = "<!-- generated:phases (scripts/gen_docs.py from src/koordqueue/controller/phases.py) -->"
+PHASES_END = "<!-- end generated:phases -->"
 
 
 def metric_rows() -> list[tuple[str, str, list[str], str]]:
@@ -51,15 +57,21 @@ def metrics_table() -> str:
     return "\n".join(lines)
 
 
-def metrics_page(current: str) -> str:
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+def between(current: str, begin: str, end: str, text: str, path: Path) -> str:
+    """``current`` with ``text`` between the markers ``begin`` and ``end``."""
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pattern.search(current):
-        raise SystemExit(f"{METRICS}: no generated:metrics markers")
-    return pattern.sub(lambda _: f"{BEGIN}\n{metrics_table()}\n{END}", current)
+        raise SystemExit(f"{path}: no {begin} ... {end} markers")
+    return pattern.sub(lambda _: f"{begin}\n{text}\n{end}", current)
+
+
+def metrics_page(current: str) -> str:
+    return between(current, BEGIN, END, metrics_table(), METRICS)
 
 
 def expected() -> dict[Path, str]:
-    return {ANNOTATIONS: annotations_markdown(), METRICS: metrics_page(METRICS.read_text())}
+    return {ANNOTATIONS: annotations_markdown(), METRICS: metrics_page(METRICS.read_text()),
+            ARCHITECTURE: between(ARCHITECTURE.read_text(), PHASES_BEGIN, PHASES_END, phases_markdown(), ARCHITECTURE)}
 
 
 def main() -> None:

@@ -14,13 +14,12 @@ from koordqueue.api import constants as c
 from koordqueue.controller import status as st
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.jobswitch import JobSwitch
-from koordqueue.controller.loading import count_as_admitted, load_unit
 from koordqueue.controller.quotasync import QuotaSync
 from koordqueue.controller.reconciler import UNIT_UNSEEN_SECONDS, JobReconciler
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.unitstatus import UnitStatusWriter
-from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.unitsync import UnitSync, count_as_admitted, load_unit
 from koordqueue.controller.views import adapter_of_kind
 
 from ..engine.builders import quota

@@ -14,7 +14,7 @@ import orjson
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.config import ControllerConfig
-from koordqueue.controller.loading import BARE_OFF, is_bare, orphan_reason
+from koordqueue.controller.orphans import BARE_OFF, is_bare, orphan_reason
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.records import Records
 from koordqueue.controller.resources import (
@@ -207,7 +207,7 @@ class Informers:
         return None if is_bare(unit, self.jobs) else self.job_view(unit.job_key)
 
     def bare(self, unit: UnitView) -> bool:
-        """Whether the unit is queued on its own, as its object says (loading.is_bare), bare
+        """Whether the unit is queued on its own, as its object says (orphans.is_bare), bare
         units being on (--bare-queue-units)."""
         return self.bare_units and is_bare(unit, self.jobs)
 

@@ -6,7 +6,6 @@ as the controller sees it, with the settings it published (loader.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
@@ -14,37 +13,32 @@ from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.api.quotatree import choose_tree, parse_quota_tree
+from koordqueue.controller.orphans import is_bare, orphan_reason
 from koordqueue.controller.pods import pod_view
 from koordqueue.controller.resources import (
     CONFIG_MAPS,
-    FINISHED,
-    HOLDING,
     NODES,
-    ORPHAN,
     PODS,
     PRIORITY_CLASSES,
     QUEUES,
     QUOTA_TREES,
     QUOTAS,
-    SENT_BACK,
     UNITS,
-    UNRESOLVED,
 )
 from koordqueue.controller.systemquotas import Charging, SystemQuotaUsage, shared_total
+from koordqueue.controller.unitsync import load_unit
 from koordqueue.controller.views import (
     JOB_PLURALS,
     JobView,
     UnitView,
     adapter_of_kind,
-    admitted_placement,
     bare_unit_info,
     job_view,
-    orphan_info,
     unit_info,
     unit_view,
 )
 from koordqueue.engine import Engine, messages
-from koordqueue.engine.model import Placement, QuotaInfo, ResourceList, UnitInfo
+from koordqueue.engine.model import QuotaInfo, ResourceList
 from koordqueue.jobs import kind_named
 from koordqueue.jobs.parents import queued
 from koordqueue.kube.client import KubeClient, Object, Resource
@@ -55,104 +49,11 @@ from koordqueue.loader import Settings
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"  # pods taking room on a node
 
 
-def capped(engine: Engine, info: UnitInfo) -> UnitInfo:
-    """``info`` with its priority at most its quota's max-priority (annotation
-    koord-queue/max-priority): what every unit is given to the engine with, so that no tenant
-    ranks its jobs past other teams' by writing a large priority or naming a high PriorityClass."""
-    cap = engine.priority_cap(info)
-    if cap is not None and info.priority > cap[1]:
-        info.priority = cap[1]
-    return info
-
-
-def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
-    """Account a unit as holding quota, as its object says it does (not a hold: room the
-    engine keeps for a waiting unit): in the quota it resolves to, else the one it names
-    when that one is unusable now (its room then counts in its nearest usable ancestor),
-    else the cluster's; ``placement``: what its status says was admitted (an elastic role
-    in part)."""
-    info.requeue_at = None
-    info.placement = placement
-    engine.set_unit(capped(engine, info))
-    standing = engine.standing(info.key)
-    info.admitted_quota = (standing.quota if standing and standing.quota else None) or engine.named_quota(info) \
-        or UNRESOLVED
-    info.admitted_queue = standing.queue if standing else None
-    info.admitted_at = since
-    engine.set_unit(info)
-
-
-def adopt_if_it_fits(engine: Engine, info: UnitInfo, since: float) -> str | None:
-    """Account a job found running when the controller started (made while no webhook
-    answered, say) as admitted, as count_as_admitted, if that takes no quota past its limit
-    (max x oversellrate) nor further past it: None. Else leave it out of the engine and say
-    which quota it does not fit: it is queued as any, and its job suspended."""
-    before = engine.quota_status()
-    count_as_admitted(engine, info, since)
-    for name, status in engine.quota_status().items():
-        was = before[name].used if name in before else {}
-        for resource, used in status.used.items():
-            cap = status.limit.get(resource)
-            if cap is not None and used > cap and used > was.get(resource, 0):
-                engine.remove_unit(info.key)
-                info.admitted_quota = info.admitted_queue = info.admitted_at = None
-                return f"it does not fit quota {name} ({resource}: {used} used with it, of at most {cap})"
-    return None
-
-
-def load_unit(engine: Engine, unit: UnitView, info: UnitInfo, now: float) -> float | None:
-    """Put a unit into the engine (``info``: what its job asks for) where its object says it
-    is: holding quota, backing off or waiting; return when it leaves back-off."""
-    if unit.phase in FINISHED:
-        return None
-    if unit.phase in HOLDING:
-        count_as_admitted(engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
-        return None
-    requeue_at = None
-    if unit.phase in SENT_BACK:
-        requeue_at = unit.requeue_at if unit.requeue_at is not None else now
-        info.requeue_at = requeue_at
-    engine.set_unit(capped(engine, info))
-    return requeue_at
-
-
 def quota_age(obj: Object) -> tuple[str, str]:
     """Oldest first (creationTimestamp is RFC 3339 in UTC: text order is time order), then
     by namespace: of ElasticQuotas that share a name, the first is used."""
     meta = obj.get("metadata") or {}
     return str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or "")
-
-
-def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | None:
-    """Why a unit stands for no job we queue (made by hand, for a kind not queued, or
-    naming a job whose unit is another): such a unit waits and is never admitted nor
-    accounted as holding quota, or anyone who may create a QueueUnit could hold quota (or
-    jump the queue, or borrow another job's quota) with no job of its own.
-    ``jobs``: by kind, the keys (namespace/name) of the jobs there are."""
-    known = jobs.get(unit.consumer_kind)
-    job = f"{unit.consumer_kind or 'consumer'} {unit.namespace}/{unit.consumer_name or '(unnamed)'}"
-    if known is None:
-        return f"{ORPHAN} this controller queues ({job})"
-    own = adapter_of_kind(unit.consumer_kind).unit_name_for(unit.consumer_name)
-    if unit.name != own:
-        return f"{ORPHAN}: the QueueUnit of {job} is {own}"
-    if f"{unit.namespace}/{unit.consumer_name}" not in known:
-        return f"{ORPHAN}: {job} does not exist"
-    return None
-
-
-def is_bare(unit: UnitView, jobs: Mapping[str, Container[str]]) -> bool:
-    """Whether no job of ours stands behind the unit, nor may: its consumer is of a kind this
-    controller does not queue, or the unit is not named as that job's own unit would be (a
-    Koord-Queue job extension's, a platform's, one made by hand). Such a unit is queued on its
-    own (views.bare_unit_info). A unit named as a job of ours would name its unit, whose job
-    does not exist (yet, or any more), is not bare: it waits for that job."""
-    if jobs.get(unit.consumer_kind) is None:
-        return True
-    return unit.name != adapter_of_kind(unit.consumer_kind).unit_name_for(unit.consumer_name)
-
-
-BARE_OFF = "bare QueueUnits are not queued here (--no-bare-queue-units)"
 
 
 @dataclass
@@ -258,7 +159,7 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
             continue
         orphan = orphan_reason(unit, jobs)
         if orphan is not None:  # as the controller does: it waits, holding nothing
-            snap.engine.set_unit(orphan_info(unit, orphan))
+            load_unit(snap.engine, unit, None, now, orphan=orphan)
             continue
         job = jobs[unit.consumer_kind][f"{unit.namespace}/{unit.consumer_name}"]
         load_unit(snap.engine, unit, unit_info(unit, job), now)

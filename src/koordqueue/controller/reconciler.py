@@ -19,12 +19,11 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.lifetime import Lifetime
-from koordqueue.controller.loading import adopt_if_it_fits
-from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, UNITS
+from koordqueue.controller.resources import HOLDING, UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
-from koordqueue.controller.unitsync import UnitSync, grown
+from koordqueue.controller.unitsync import Situation, UnitSync, grown
 from koordqueue.controller.views import (
     INACTIVE,
     JobView,
@@ -63,10 +62,16 @@ class JobReconciler(Part):
         self.lifetime = Lifetime(shared, scheduler, status)  # active and maximumExecutionTimeSeconds
 
     async def reconcile(self, item: str) -> None:
+        """Bring job ``item`` and its unit in step. Numbered as Kueue's ReconcileGenericJob:
+        each step either ends the reconcile (a write whose echo brings the next one) or
+        falls through to the next. Where the unit stands is read in one place
+        (UnitSync.situation), again only after a step that changed it."""
         kind = item.partition("/")[0]
+        # 1. A bare QueueUnit (no job of ours behind it): its own, shorter reconcile.
         if kind == c.QUEUE_UNIT_KIND:
             await self._reconcile_bare(item.partition("/")[2])
             return
+        # 2. The job is gone: the unit it left is deleted (that unit, by its uid); being deleted: nothing to do.
         job = self.informers.job_view(item)
         if item in self.unit_sync.units_left:
             if job is None:
@@ -76,48 +81,57 @@ class JobReconciler(Part):
             return
         self._warn_of_missing_classes(item, job)
         adapter = adapter_of_kind(kind)
+        # 3. No unit yet: create it, the job suspended until it is admitted.
         unit = self.informers.unit.get(job.unit_key)
         if unit is None:
             if not job.state.ended and not self._created_unseen(item, job.unit_key):
                 await self._create_unit(item, job, adapter)
             return
+        # 4. The unit of that name belongs to another job: not ours to drive; this job waits, suspended.
         if unit.consumer_name != job.name or unit.consumer_kind != job.kind:
             await self._name_taken(item, job, adapter, unit)
-            return  # a unit of that name belongs to another job: not ours to drive
-        known = self.engine.unit(unit.key)
-        self._tell_priority_cap(item, job, known)
-        if known is not None and known.invalid is not None and known.invalid.startswith(ORPHAN):
-            await self.unit_sync.unit_changed(unit)  # made before its job: it stands for one now
-        if job.state.ended and (known is not None or self.records.newer(unit.key, unit.resource_version)):
-            # The job ended: its unit is finished whatever our view of it says (a view older than
-            # our last write, a Running say, would wait for our watch to bring that write first).
-            await self._finish(unit, job)
+            return
+        now = self.unit_sync.situation(item, unit)
+        self._tell_priority_cap(item, job, now.known)
+        # 5. The engine holds the unit as an orphan (made before its job): it stands for this job now.
+        if now.orphan:
+            await self.unit_sync.unit_changed(unit)
+            now = self.unit_sync.situation(item, unit)
+        # 6. The job ended: its unit is finished whatever our view of it says (a view older than
+        # our last write, a Running say, would wait for our watch to bring that write first).
+        if job.state.ended and (now.known is not None or now.current):
+            await self._finish(unit, job, now)
             if job.suspended and job.finishes_once_resumed:
                 await self.switch.let_finish(job, adapter)
             return
-        if item in self.shared.owed:
-            # We sent its unit back: its job stops now. Not from our views: the one of the unit
-            # may not show the send-back yet (and we would wait for it below), the one of the job
-            # may not show our resume yet (and take it for a job suspended already).
+        # 7. We sent its unit back: its job stops now. Not from our views: the one of the unit
+        # may not show the send-back yet (and we would wait for it below), the one of the job
+        # may not show our resume yet (and take it for a job suspended already).
+        if now.owed:
             await self.switch.suspend(job, adapter)
             return  # the rest when our watch brings that suspension back
-        if not self.records.newer(unit.key, unit.resource_version):
-            return  # we wrote a newer version than our watch has brought: act on that one when it comes
+        # 8. We wrote a newer version of the unit than our watch has brought: act on that one when it comes.
+        if not now.current:
+            return
+        # 9. Inactive, or run past its maximum: sent back, its job suspended when that lands.
         if await self.lifetime.check(item, unit, job):
-            return  # inactive, or ran past its maximum: sent back, its job suspended when that lands
-        if await self._send_back_grown(unit, job):
-            return  # its job suspended when that lands; queued again at its new size
+            return
+        # 10. Asks for more than it was admitted with: sent back, queued again at its new size.
+        if await self._send_back_grown(unit, job, now):
+            return
+        # 11. Reserved: its admission checks decide (a failed one sends it back).
         if unit.phase == c.Phase.RESERVED.value:
-            self.engine.set_pods_running(unit.key, False)  # (held, its pods not made yet: after a restart too)
-            await self._check_admission(unit, job)
-        known = self.engine.unit(unit.key)
-        may_run = known is not None and known.admitted_quota is not None and unit.phase in RUNNABLE
+            self.unit_sync.pods_running(unit.key, False)  # (held, its pods not made yet: after a restart too)
+            if await self._check_admission(unit, job):
+                return  # its job suspended when that lands
+        # 12. The job runs if and only if its unit is admitted: resumed, suspended, or its
+        # pods put back.
         if not job.suspended:
             self.switch.seen_running(item)
-        if may_run and job.suspended:
-            await self._resume(item, unit, job)
-        elif not may_run and not job.suspended and unit.phase not in FINISHED and not (
-                unit.phase in HOLDING and (known is None or known.admitted_quota is None)):
+        if now.may_run and job.suspended:
+            await self._resume(item, unit, job, now)
+        elif not now.may_run and not job.suspended and not now.finished and not (
+                unit.phase in HOLDING and not now.admitted):
             # (A unit whose object still holds quota that the engine has taken back is being
             # preempted or sent back: its job is suspended once that status is written, never
             # before, or a write that fails would leave a job stopped and resumed again for nothing.)
@@ -128,19 +142,19 @@ class JobReconciler(Part):
                 self._event(job_ref(job), c.EventType.WARNING, c.EventReason.SUSPENDED,
                             f"not admitted (its QueueUnit {unit.name} is {unit.phase or 'new'}), yet its suspend "
                             "field was set to false: suspended again; it runs once its QueueUnit is admitted")
-        elif not may_run and job.suspended and job.placed and unit.phase not in FINISHED:
+        elif not now.may_run and job.suspended and job.placed and not now.finished:
             await self.switch.put_back(job)
-        if may_run:
-            await self._follow_running(item, unit, job)
-        if job.unit_spec is not None and unit.phase not in FINISHED and _unit_spec_drifted(unit, job):
-            # The controller owns the unit's spec: a hand edit (say, of its priority) is reverted.
+        # 13. Admitted: its unit follows the run (Running, podState, wait-for-pods-running).
+        if now.may_run:
+            await self._follow_running(item, unit, job, now)
+        # 14. The unit's spec and the labels the engine reads are its job's: a hand edit is undone.
+        if job.unit_spec is not None and not now.finished and _unit_spec_drifted(unit, job):
             spec = job.unit_spec if "queue" in job.unit_spec else {**job.unit_spec, "queue": None}
             await self.client.patch(UNITS, unit.name, {"spec": spec}, namespace=unit.namespace)
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         "spec edited by hand; restored from the job (edit the job instead)")
         labels = _unit_labels_drifted(unit, job)
-        if labels and job.unit_spec is not None and unit.phase not in FINISHED:
-            # So are the labels the engine reads: the unit's quota is the one its job names.
+        if labels and job.unit_spec is not None and not now.finished:
             await self.client.patch(UNITS, unit.name, {"metadata": {"labels": labels}}, namespace=unit.namespace)
             said = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
@@ -154,12 +168,12 @@ class JobReconciler(Part):
         size: charged only what it was admitted with meanwhile, it would run past its quota's max.
         Its owner, not we, starts and stops its workload."""
         unit = self.informers.unit.get(key)
-        if unit is None or not self.informers.bare(unit) or unit.phase in FINISHED or \
-                not self.records.newer(unit.key, unit.resource_version):
+        if unit is None or not self.informers.bare(unit):
             return
-        known = self.engine.unit(unit.key)
-        if known is None or known.admitted_quota is None:
-            return
+        now = self.unit_sync.situation(f"{c.QUEUE_UNIT_KIND}/{key}", unit)
+        known = now.known
+        if now.finished or not now.current or known is None or not now.admitted:
+            return  # nothing to decide: finished, our view older than our last write, or holding no quota
         asks = self.informers.unit_info(unit)
         grew = grown(known.request, asks.request) if asks.invalid is None else []
         if asks.invalid is not None and asks.invalid.startswith(INACTIVE):  # its spec.active set false
@@ -175,14 +189,14 @@ class JobReconciler(Part):
         elif unit.phase == c.Phase.RESERVED.value:
             await self._check_admission(unit, None)
 
-    async def _send_back_grown(self, unit: UnitView, job: JobView) -> bool:
+    async def _send_back_grown(self, unit: UnitView, job: JobView, now: Situation) -> bool:
         """An admitted job that asks for more than it was admitted with (its replicas, parallelism
         or pods' requests raised since) is suspended and queued again at its new size, as Kueue
         stops a job that no longer matches its Workload: admitted, it was charged only what it
         had (unitsync.py), and its pods past that would run past its quota's max. One that shrank
         stays, charged its smaller size. Whether it was sent back."""
-        known = self.engine.unit(unit.key)
-        if known is None or known.admitted_quota is None or job.unit_spec is None or unit.phase in FINISHED:
+        known = now.known
+        if known is None or not now.admitted or job.unit_spec is None or now.finished:
             return False
         asks = self.informers.unit_info(unit)
         if asks.invalid is not None:
@@ -196,7 +210,7 @@ class JobReconciler(Part):
         self.unit_sync.refresh_asks(unit)  # the engine queues it at its new size
         return True
 
-    async def _resume(self, item: str, unit: UnitView, job: JobView) -> None:
+    async def _resume(self, item: str, unit: UnitView, job: JobView, now: Situation) -> None:
         """Resume the admitted job. A resume that keeps failing (refused by the API server or a
         webhook: say its tenant filled its annotations up to the size limit) is retried, and
         after ``resume_refused_seconds`` its unit is sent back, its quota released: a job that
@@ -207,13 +221,12 @@ class JobReconciler(Part):
             raise  # a newer view comes (or the job is gone): no refusal
         except KubeError as e:
             record = self.records.job_to_write(item)
-            now = self.clock()
-            known = self.engine.unit(unit.key)
-            admission = known.admitted_at if known is not None else None
+            at = self.clock()
+            admission = now.known.admitted_at if now.known is not None else None
             if record.resume_failing is None or record.resume_failing[0] != admission:
-                record.resume_failing = (admission, now)  # (failures of an earlier admission do not count)
+                record.resume_failing = (admission, at)  # (failures of an earlier admission do not count)
             bound = self.config.resume_refused_seconds
-            left = record.resume_failing[1] + bound - now
+            left = record.resume_failing[1] + bound - at
             if left > 0:
                 self.jobs_queue.add_after(item, left + 0.05)  # looked at by the bound at the latest
                 raise
@@ -305,7 +318,7 @@ class JobReconciler(Part):
             job.state is JobState.RUNNING or self.informers.pod_count(job).running > 0)
         unfit = None
         if adopt:  # (unless it would take its quota past max: queued, and suspended, as any)
-            unfit = adopt_if_it_fits(self.engine, unit_info(unit_view(body), job), job.created)
+            unfit = self.unit_sync.adopt_if_it_fits(unit_info(unit_view(body), job), job.created)
             adopt = unfit is None
         try:
             created = await self.client.create(UNITS, body, namespace=job.namespace)
@@ -325,25 +338,25 @@ class JobReconciler(Part):
         if not job.suspended:
             await self.switch.suspend(job, adapter)
 
-    async def _finish(self, unit: UnitView, job: JobView) -> None:
-        if unit.phase in FINISHED:
+    async def _finish(self, unit: UnitView, job: JobView, now: Situation) -> None:
+        if now.finished:
             return
         succeeded = job.state is JobState.SUCCEEDED
         await self.status.write(unit.key, st.finished(succeeded), limit=self.status.job_line)
         self.shared.owed.forgive(unit.job_key)  # it runs no more
-        known = self.engine.unit(unit.key)
+        known = self.engine.unit(unit.key)  # (read again: the write above awaited)
         self._remember("finished", unit.key, known.admitted_quota if known else None, f"the job {job.state.value}")
-        self.engine.remove_unit(unit.key)
+        self.unit_sync.finished(unit.key)
         record = self.records.unit(unit.key)
         if record is not None:
             record.finished()
-        self.wake.set()
         if not succeeded:  # (a success is told by the unit's phase: an event each would double the writes of most)
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.FAILED,
                         f"the job {job.state.value}; its quota is released")
 
-    async def _check_admission(self, unit: UnitView, job: JobView | None) -> None:
-        """Reserved: all checks Ready → Dequeued; any Retry or Rejected → back to the queue."""
+    async def _check_admission(self, unit: UnitView, job: JobView | None) -> bool:
+        """Reserved: all checks Ready → Dequeued; any Retry or Rejected → back to the queue
+        (True: it was sent back)."""
         states = dict(unit.checks)
         failed = sorted(name for name, state in states.items()
                         if state in (c.AdmissionCheckState.RETRY, c.AdmissionCheckState.REJECTED))
@@ -351,16 +364,18 @@ class JobReconciler(Part):
             said = ", ".join(f"{name} said {states[name]}" for name in failed)
             await self.scheduler.send_back(unit, job, c.Phase.TIMEOUT_BACKOFF,
                                            f"admission check {said}; quota released")
-        elif states and all(state == c.AdmissionCheckState.READY for state in states.values()):
+            return True
+        if states and all(state == c.AdmissionCheckState.READY for state in states.values()):
             await self.status.write(unit.key, st.checks_passed(sorted(states)))
             self._event(unit_ref(unit), c.EventType.NORMAL, c.EventReason.DEQUEUED, "admission checks passed")
+        return False
 
-    async def _follow_running(self, item: str, unit: UnitView, job: JobView) -> None:
+    async def _follow_running(self, item: str, unit: UnitView, job: JobView, now: Situation) -> None:
         """An admitted job: Running when it runs, podState, and the wait-for-pods-running
         timeout; the engine is told whether its pods run (a Queue with wait-for-pods-running
         admits nothing more until they do)."""
-        if self.engine.set_pods_running(unit.key, job.state is JobState.RUNNING or
-                                        unit.phase == c.Phase.RUNNING.value):
+        if self.unit_sync.pods_running(unit.key, job.state is JobState.RUNNING or
+                                       unit.phase == c.Phase.RUNNING.value):
             self.wake.set()
         pods = self.informers.pod_count(job)
         change = st.pod_state(unit, pods)
@@ -372,7 +387,7 @@ class JobReconciler(Part):
             self.status.inform(unit.key, change, touch=False, within=PENDING_INFORM_SECONDS if only_pending else None)
         if unit.phase != c.Phase.DEQUEUED.value:
             return
-        known = self.engine.unit(unit.key)
+        known = now.known
         settings = self.queue_settings.get(known.admitted_queue or "") if known else None
         if settings is None or not settings.wait_for_pods_running:
             return
@@ -447,13 +462,6 @@ def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
         return True  # a queue given by hand (Koord-Queue writes the one of the job's quota: no change)
     return _amounts(unit.spec.get("resource")) != _amounts(want.get("resource")) or \
         _pod_set_shape(unit.spec.get("podSet")) != _pod_set_shape(want.get("podSet"))
-
-
-UNIT_LABELS_OWNED = (c.LABEL_QUOTA_NAME, c.LABEL_PREEMPTIBLE)  # the unit's labels the engine reads
-# How long a unit we created may take to come through our watch before its job's next
-# reconcile takes it for missing and creates it again (a create refused as AlreadyExists is a
-# request for nothing: under load the watch lags the job's own updates).
-UNIT_UNSEEN_SECONDS = 30.0
 
 
 def _first_line(error: Exception) -> str:

@@ -5,7 +5,11 @@ admissions in a task of their own (the next cycle need not wait for them; one th
 does, as a victim may be a unit whose admission is still being written). Also sends units
 back (timeouts, failed admission checks) and puts them back in the queue after their back-off.
 Before each cycle it tells the engine whether koord-scheduler schedules the pods (Koordinator
-mode: auto turns it on once Koordinator's own quotas are seen), and logs when that changes."""
+mode: auto turns it on once Koordinator's own quotas are seen), and logs when that changes.
+
+Of the engine's unit mutators it calls only the decisions' own: ``schedule``, ``revert_admission``
+(an admission whose write failed, as Kueue's scheduler forgets a workload it assumed) and
+``requeue`` (a send-back); a unit put back as its object says goes through unitsync.py."""
 
 from __future__ import annotations
 
@@ -20,12 +24,12 @@ from koordqueue.api.objects import QueueSettings
 from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
-from koordqueue.controller.loading import count_as_admitted
 from koordqueue.controller.overview import mode_text
 from koordqueue.controller.resources import SENT_BACK, UNITS
 from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
+from koordqueue.controller.unitsync import back_off_until, count_as_admitted
 from koordqueue.controller.views import JobView, Object, UnitView, admitted_placement
 from koordqueue.engine.model import Admission, CycleResult, Placement
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
@@ -252,10 +256,7 @@ class Scheduler(Part):
     def _look_again(self, key: str, unit: UnitView, now: float | None = None) -> None:
         """Keep a unit out of the queue a little longer, its job's suspension asked for again."""
         now = self.clock() if now is None else now
-        known = self.engine.unit(key)
-        if known is not None and known.admitted_quota is None:
-            known.requeue_at = now + BACKOFF_RECHECK_SECONDS
-            self.engine.set_unit(known)
+        back_off_until(self.engine, key, now + BACKOFF_RECHECK_SECONDS)
         self.shared.backoffs.push(now + BACKOFF_RECHECK_SECONDS, key)
         self.jobs_queue.add(unit.job_key)
 

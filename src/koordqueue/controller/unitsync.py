@@ -3,17 +3,24 @@ says (holding quota, backing off, waiting) once the first sync is over, then as 
 change; what a job asks for (through its view, never its unit's spec); where each job's
 pods are bound and the room they take on each node. Each change of a job or its unit
 queues the job for its reconciler (reconciler.py), its deletion too: the reconciler deletes
-the unit it leaves (units_left)."""
+the unit it leaves (units_left).
+
+The one writer of units: what the objects say about a unit reaches the engine through this
+file alone (set_unit, remove_unit, set_pods_running, set_unit_pods), from the functions
+below (the start-up loader, loading.py, calls load_unit) or the UnitSync part (the other
+parts call its methods). The engine's own decisions about units are applied by
+scheduler.py: a cycle's admissions, undone when their write fails (revert_admission), and
+send-backs (requeue). scripts/engine_writers.py lists the callers; tests/controller/
+test_one_writer.py holds them to this."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 from koordqueue.api import constants as c
-from koordqueue.controller.loading import capped, count_as_admitted, load_unit
 from koordqueue.controller.pods import NodeUsage, PodView
-from koordqueue.controller.resources import FINISHED, HOLDING, SENT_BACK
+from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, SENT_BACK, UNRESOLVED
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import (
     INACTIVE,
@@ -24,7 +31,99 @@ from koordqueue.controller.views import (
     priority_classes_changed,
     with_priority_classes,
 )
-from koordqueue.engine.model import ResourceList, UnitInfo
+from koordqueue.engine import Engine
+from koordqueue.engine.model import Placement, ResourceList, UnitInfo
+
+
+def capped(engine: Engine, info: UnitInfo) -> UnitInfo:
+    """``info`` with its priority at most its quota's max-priority (annotation
+    koord-queue/max-priority): what every unit is given to the engine with, so that no tenant
+    ranks its jobs past other teams' by writing a large priority or naming a high PriorityClass."""
+    cap = engine.priority_cap(info)
+    if cap is not None and info.priority > cap[1]:
+        info.priority = cap[1]
+    return info
+
+
+def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: Placement | None = None) -> None:
+    """Account a unit as holding quota, as its object says it does (not a hold: room the
+    engine keeps for a waiting unit): in the quota it resolves to, else the one it names
+    when that one is unusable now (its room then counts in its nearest usable ancestor),
+    else the cluster's; ``placement``: what its status says was admitted (an elastic role
+    in part)."""
+    info.requeue_at = None
+    info.placement = placement
+    engine.set_unit(capped(engine, info))
+    standing = engine.standing(info.key)
+    info.admitted_quota = (standing.quota if standing and standing.quota else None) or engine.named_quota(info) \
+        or UNRESOLVED
+    info.admitted_queue = standing.queue if standing else None
+    info.admitted_at = since
+    engine.set_unit(info)
+
+
+def adopt_if_it_fits(engine: Engine, info: UnitInfo, since: float) -> str | None:
+    """Account a job found running when the controller started (made while no webhook
+    answered, say) as admitted, as count_as_admitted, if that takes no quota past its limit
+    (max x oversellrate) nor further past it: None. Else leave it out of the engine and say
+    which quota it does not fit: it is queued as any, and its job suspended."""
+    before = engine.quota_status()
+    count_as_admitted(engine, info, since)
+    for name, status in engine.quota_status().items():
+        was = before[name].used if name in before else {}
+        for resource, used in status.used.items():
+            cap = status.limit.get(resource)
+            if cap is not None and used > cap and used > was.get(resource, 0):
+                engine.remove_unit(info.key)
+                info.admitted_quota = info.admitted_queue = info.admitted_at = None
+                return f"it does not fit quota {name} ({resource}: {used} used with it, of at most {cap})"
+    return None
+
+
+def load_unit(engine: Engine, unit: UnitView, info: UnitInfo | None, now: float,
+              orphan: str | None = None) -> float | None:
+    """Put a unit into the engine (``info``: what its job asks for) where its object says it
+    is: holding quota, backing off or waiting; return when it leaves back-off. ``orphan``:
+    why it stands for no job we queue (orphans.orphan_reason): it waits, holding nothing,
+    whatever its status says. The controller's start-up load and `koord-queue status`'s
+    snapshot (loading.take_snapshot) both load units through here."""
+    if orphan is not None:
+        engine.set_unit(orphan_info(unit, orphan))
+        return None
+    assert info is not None, "a unit that is no orphan is loaded with what its job asks for"
+    if unit.phase in FINISHED:
+        return None
+    if unit.phase in HOLDING:
+        count_as_admitted(engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
+        return None
+    requeue_at = None
+    if unit.phase in SENT_BACK:
+        requeue_at = unit.requeue_at if unit.requeue_at is not None else now
+        info.requeue_at = requeue_at
+    engine.set_unit(capped(engine, info))
+    return requeue_at
+
+
+def back_off_until(engine: Engine, key: str, until: float) -> None:
+    """Keep a waiting unit out of the queue until ``until`` (its job's suspension is not
+    written yet: scheduler._look_again). An admitted or unknown unit is left as it is."""
+    known = engine.unit(key)
+    if known is not None and known.admitted_quota is None:
+        known.requeue_at = until
+        engine.set_unit(known)
+
+
+class Situation(NamedTuple):
+    """Where a job's unit stands, read in one place (UnitSync.situation) for its reconciler
+    to branch on: the engine's copy of it and what our views and records say."""
+
+    known: UnitInfo | None  # the engine's copy (None: the engine does not have it)
+    admitted: bool  # the engine holds it admitted (it holds quota)
+    orphan: bool  # the engine holds it as standing for no job (made before its job)
+    current: bool  # our view of the unit is at least as new as our last write of it
+    owed: bool  # we sent it back and owe its job a suspension
+    finished: bool  # its object says it finished (Succeeded, Failed)
+    may_run: bool  # admitted, and its object says so (Dequeued or Running): its job may run
 
 
 class UnitSync(Part):
@@ -61,6 +160,39 @@ class UnitSync(Part):
             inf.on_update(functools.partial(self._job_updated, kind))
             inf.on_delete(self._job_deleted)
 
+    def situation(self, item: str, unit: UnitView) -> Situation:
+        """Where the unit of job ``item`` stands: the engine's copy, our view, our records."""
+        known = self.engine.unit(unit.key)
+        admitted = known is not None and known.admitted_quota is not None
+        return Situation(
+            known=known,
+            admitted=admitted,
+            orphan=known is not None and known.invalid is not None and known.invalid.startswith(ORPHAN),
+            current=self.records.newer(unit.key, unit.resource_version),
+            owed=item in self.shared.owed,
+            finished=unit.phase in FINISHED,
+            may_run=admitted and unit.phase in RUNNABLE,
+        )
+
+    def pods_running(self, key: str, running: bool) -> bool:
+        """Tell the engine whether all pods of the admitted unit run (a Queue with
+        wait-for-pods-running admits nothing more until they do); whether that changed."""
+        return self.engine.set_pods_running(key, running)
+
+    def finished(self, key: str) -> None:
+        """The unit's job ended (its Succeeded or Failed written): its quota, or its place in line, is released."""
+        self.engine.remove_unit(key)
+        self.wake.set()
+
+    def adopt_if_it_fits(self, info: UnitInfo, since: float) -> str | None:
+        """A job found running at start-up accounted as admitted if it fits (adopt_if_it_fits)."""
+        return adopt_if_it_fits(self.engine, info, since)
+
+    def hold_as_written(self, info: UnitInfo, unit: UnitView) -> None:
+        """The unit's send-back or preemption was not written: its object still says it holds
+        quota, and so does the engine again (count_as_admitted)."""
+        count_as_admitted(self.engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
+
     def _remember_deletion(self, key: str, what: str) -> None:
         self.shared.recent.deleted(self.engine, self.clock(), key, what)
 
@@ -71,7 +203,7 @@ class UnitSync(Part):
             self.records.unit_to_write(unit.key).rv = unit.resource_version
             orphan = self.informers.orphan_reason(unit)
             if orphan is not None:
-                self.engine.set_unit(orphan_info(unit, orphan))
+                load_unit(self.engine, unit, None, now, orphan=orphan)
                 continue
             requeue_at = load_unit(self.engine, unit, self.informers.unit_info(unit), now)
             if requeue_at is not None:

@@ -37,11 +37,13 @@ def chart_kinds(kinds: Iterable[JobKind] = KINDS) -> str:
         "     registrations, src/koordqueue/jobs/__init__.py: do not edit. One per extension value,",
         "     in the order --job-kinds lists them: its kind, and the API group, version and",
         "     resource that the webhook and the ClusterRole name; the webhook names every",
-        "     version the kind is read in (versions: its own first). */}}",
+        "     version the kind is read in (versions: its own first); the validating one its",
+        "     scale subresource too, where its CRD has one (scale: true). */}}",
         '{{- define "koord-queue.extensionKinds" -}}',
         "kinds:",
         *(f"- {{extension: {k.extension}, kind: {k.kind}, group: {k.group}, version: {k.version}, "
-          f"versions: [{', '.join(k.versions)}], resource: {k.plural}}}" for k in kinds),
+          f"versions: [{', '.join(k.versions)}], resource: {k.plural}, "
+          f"scale: {'true' if k.scale_role else 'false'}}}" for k in kinds),
         "{{- end -}}",
     ]
     return "\n".join(lines) + "\n"

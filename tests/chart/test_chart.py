@@ -594,4 +594,7 @@ def test_jobs_of_system_namespaces_are_left_alone_by_default_and_both_webhooks_s
         assert json.loads(flag(objects, "managed-jobs-namespace-selector")[0]) == expected
         assert validating["clientConfig"]["service"]["path"] == "/validate"
         assert {op for rule in validating["rules"] for op in rule["operations"]} == {"UPDATE"}
-        assert validating["rules"] == [{**rule, "operations": ["UPDATE"]} for rule in mutating["rules"]]
+        scaled = {kind.plural for kind in KINDS if kind.scale_role}  # (UPDATEs through scale: growth too)
+        assert validating["rules"] == [{**rule, "operations": ["UPDATE"], "resources": rule["resources"] + [
+            f"{r}/scale" for r in rule["resources"] if r in scaled]} for rule in mutating["rules"]]
+        assert "pytorchjobs/scale" in validating["rules"][0]["resources"]

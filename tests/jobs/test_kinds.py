@@ -141,7 +141,10 @@ def test_make_generate_puts_a_new_kind_in_the_chart(tmp_path: Path) -> None:
     assert hook["webhooks"][0]["rules"] == [{"apiGroups": ["example.com"], "apiVersions": ["v1alpha1"],
                                              "operations": ["CREATE"], "resources": ["toyjobs"],
                                              "scope": "Namespaced"}]
-    (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == RELEASE]
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]  # the controller's role, not people's
+    (bound,) = [o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"
+                and any(s.get("name") == account for s in o.get("subjects") or ())]
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == bound]
     assert {"apiGroups": ["example.com"], "resources": ["toyjobs"], "verbs": ["list", "watch", "patch"]} in role["rules"]
     (user,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{RELEASE}-user"]
     assert any("example.com" in r["apiGroups"] and "toyjobs" in r["resources"] and "create" in r["verbs"]

@@ -115,13 +115,19 @@ def histories(entries: Iterable[Mapping[str, Any]], namespaces: frozenset[str]) 
 
 
 def intervals(pods: Mapping[Name, PodHistory], known: Mapping[Name, int],
-              alive_at_start: Mapping[Name, int], start: float) -> list[tuple[float, float, int, Name]]:
+              alive_at_start: Mapping[Name, int], start: float,
+              listed_at: float | None = None) -> list[tuple[float, float, int, Name]]:
     """(from, until, GPUs, pod) of every pod holding devices: those bound in the log, and those
-    bound already at `start` (`alive_at_start`, their GPUs; gone at their first end or last delete
-    in the log). `known`: the GPUs of pods created before the log read (listed at the start)."""
+    bound already when they were listed at `listed_at` (`alive_at_start`, their GPUs), counted
+    from `start` (where the log read begins) and gone at their first end or last delete in the
+    log; a binding of one of those before `listed_at` is its own, counted once. `known`: the
+    GPUs of pods created before the log read (listed at the start)."""
+    listed = start if listed_at is None else listed_at
     out = []
     for name, pod in pods.items():
         for bound in pod.bindings:
+            if name in alive_at_start and bound <= listed:
+                continue  # (listed bound: counted from the start below)
             made = [gpus for at, gpus in pod.creates if at <= bound]
             gpus = made[-1] if made else known.get(name, 0)
             out.append((bound, _gone(pod, bound), gpus, name))

@@ -192,6 +192,7 @@ class GpuSampler:
     _start: float = 0.0
     _epoch: tuple[float, float] = (0.0, 0.0)  # wall clock at its start and its end
     _log_from: int = 0  # where the audit log ended at its start
+    _listed: float = 0.0  # wall clock when its first sample had listed the pods
     _pods_at_start: dict[audit.Name, tuple[int, bool]] = field(default_factory=dict)  # GPUs, holds devices
 
     async def __aenter__(self) -> GpuSampler:
@@ -204,6 +205,7 @@ class GpuSampler:
             self.limits[name] = parsed.max.get(c.GPU, 0) // 1000
             self.spaces[name] = parsed.namespaces | {parsed.namespace}
         await self.sample(first=True)
+        self._listed = time.time()
         self._task = asyncio.create_task(self._run())
         return self
 
@@ -276,7 +278,7 @@ class GpuSampler:
             pods = audit.histories(entries, spaces)
             known = {pod: gpus for pod, (gpus, _) in self._pods_at_start.items() if pod[0] in spaces}
             alive = {pod: gpus for pod, (gpus, holds) in self._pods_at_start.items() if holds and pod[0] in spaces}
-            spans = audit.intervals(pods, known, alive, start)
+            spans = audit.intervals(pods, known, alive, start, self._listed)
             out[name] = [(at - start, held) for at, held in audit.peaks(spans)]
         return out
 

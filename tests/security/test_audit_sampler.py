@@ -73,6 +73,13 @@ def test_a_pod_between_two_samples_is_seen_and_ends_by_status_or_remaking() -> N
     assert held(entries) == [(0.05, 4), (0.5, 1), (0.7, 3)]
 
 
+def test_a_pod_listed_bound_at_the_start_whose_binding_is_in_the_log_counts_once() -> None:
+    pods = audit.histories([entry(0.1, "create", "p", pod=pod(4)), entry(0.2, "create", "p", "binding"),
+                            entry(0.9, "delete", "p", code=200)], frozenset({"t1"}))
+    spans = audit.intervals(pods, {}, {("t1", "p"): 4}, T0, listed_at=T0 + 0.5)
+    assert [(round(a - T0, 3), n) for a, n in audit.peaks(spans)] == [(0.0, 4)]
+
+
 def test_pods_bound_before_the_log_was_read_count_until_they_go() -> None:
     entries = [entry(0.2, "create", "late", "binding"), entry(0.5, "delete", "early", code=200),
                entry(0.6, "create", "x", "binding")]

@@ -23,7 +23,7 @@ from koordqueue.api import constants as c
 from koordqueue.apiserver.testing import APIClient, running_apiserver
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.dashboard import SESSION_COOKIE, Dashboard, only_namespaces, unit_namespaces
-from tests.chart.helmtool import container, flag, one, render
+from tests.chart.helmtool import RELEASE, container, flag, one, render
 from tests.controller.conftest import System, SystemFactory, pytorch_job, quick_config, quota
 
 pytestmark = pytest.mark.timeout(180)
@@ -219,7 +219,8 @@ async def test_the_embedded_api_server_answers_token_reviews_for_who_may_ask(tmp
 
 def test_the_chart_keeps_the_dashboard_on_loopback_and_off_the_service_unless_exposed() -> None:
     def cluster_rules(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
-        role = one(objects, "ClusterRole", "koord-queue")
+        binding = one(objects, "ClusterRoleBinding", RELEASE)  # the controller's (the chart ships roles for people too)
+        role = one(objects, "ClusterRole", binding["roleRef"]["name"])
         return {(g, r) for rule in role["rules"] for g in rule.get("apiGroups", ()) for r in rule.get("resources", ())}
 
     kept = render({"controller": {"dashboard": {"port": 8090}}})

@@ -129,7 +129,7 @@ async def running_c(system: System) -> Tenant:
 
 def is_refused(said: str, job: str, grew: str) -> None:
     assert refused(said) and f"{job} is running" in said and f"this update asks for more ({grew})" in said and \
-        "Suspend it in the same update" in said and "or delete it and submit it anew" in said, said
+        "in the same update" in said and "or delete it and submit it anew" in said, said
 
 
 @both
@@ -149,6 +149,32 @@ async def test_a_tenant_cannot_grow_a_running_pytorchjob_and_grows_it_by_suspend
                                   lambda job: job["spec"]["runPolicy"].get("suspend"), 8)
         await sampler.sample()
     sampler.assert_within_max()
+
+
+@both
+async def test_a_running_pytorchjob_is_not_grown_through_its_scale_subresource(system: System) -> None:
+    """`kubectl scale pytorchjob c --replicas=7` (or a HorizontalPodAutoscaler the tenant points
+    at its job: the HPA controller may scale anything) on the real control plane, where the
+    PyTorchJob CRD has a scale subresource: refused as any growth; scaling down passes. The
+    embedded API server serves no scale subresource."""
+    team = await running_c(system)
+    async with GpuSampler(system, [("t2", "q-t2")]) as sampler:
+        said = await system.akubectl("scale", "pytorchjob", "c", "-n", "t2", "--replicas=7", check=False)
+        if system.sim is not None:  # (no scale subresource: no way there)
+            assert "NotFound" in said, said
+            job = await system.get_json("pytorchjob", "c", "-n", "t2")
+            assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+            return
+        is_refused(said, "PyTorchJob t2/c", "Worker 7 pods (had 1) through its scale subresource")
+        assert "Patch the job instead, suspending it in the same update" in said, said
+        assert len(await pods_of(system, "t2", f"{c.LABEL_JOB_NAME}=c")) == 2
+        await system.akubectl("scale", "pytorchjob", "c", "-n", "t2", "--replicas=0")
+        job = await system.get_json("pytorchjob", "c", "-n", "t2")
+        assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 0
+        assert await system.phase("c-py-qu", "t2") == c.Phase.RUNNING
+        await sampler.sample()
+    sampler.assert_within_max()
+    assert team.namespace == "t2"
 
 
 @both

@@ -91,7 +91,8 @@ app.kubernetes.io/component: controller
 
 {{/* The webhook's rules: each API group and version an enabled kind is read in (its own,
      and the others its registration names: MPIJob's v1alpha1), with its resources:
-     [{group, version, resources}], in the order their first kind comes. */}}
+     [{group, version, resources, scales}] (scales: the scale subresources, validated on
+     UPDATE), in the order their first kind comes. */}}
 {{- define "koord-queue.webhookRules" -}}
 {{- $kinds := (include "koord-queue.enabledKinds" . | fromYaml).kinds -}}
 {{- $keys := list -}}
@@ -103,14 +104,18 @@ app.kubernetes.io/component: controller
 {{- $out := list -}}
 {{- range $key := $keys | uniq -}}
 {{- $resources := list -}}
+{{- $scales := list -}}
 {{- range $kind := $kinds -}}
 {{- range $version := $kind.versions -}}
 {{- if eq (printf "%s/%s" $kind.group $version) $key -}}
 {{- $resources = append $resources $kind.resource -}}
+{{- if $kind.scale -}}
+{{- $scales = append $scales (printf "%s/scale" $kind.resource) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- $out = append $out (dict "group" (dir $key) "version" (base $key) "resources" $resources) -}}
+{{- end -}}
+{{- $out = append $out (dict "group" (dir $key) "version" (base $key) "resources" $resources "scales" $scales) -}}
 {{- end -}}
 {{- toYaml (dict "rules" $out) -}}
 {{- end -}}

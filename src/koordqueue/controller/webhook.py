@@ -211,9 +211,18 @@ def growth(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any]) 
     return said
 
 
+def _scale_replicas(scale: object) -> int | None:
+    """A Scale object's spec.replicas (absent: 0, as Go omits it), None when it is not one."""
+    if not isinstance(scale, Mapping):
+        return None
+    replicas = (scale.get("spec") or {}).get("replicas", 0)
+    return replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None
+
+
 def growth_refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, unit: Mapping[str, Any] | None,
-                   said: list[str]) -> str:
-    """What a refused growth of a running job is told: what grew, and the two ways to grow it."""
+                   said: list[str], scale: bool = False) -> str:
+    """What a refused growth of a running job is told: what grew, and the two ways to grow it
+    (``scale``: asked through its scale subresource, where no suspension can come along)."""
     meta = job.get("metadata") or {}
     status = (unit or {}).get("status") or {}
     admitted = f" (admitted with {status['admissionSummary']})" if status.get("admissionSummary") else ""
@@ -221,8 +230,8 @@ def growth_refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, 
                            else {"metadata": {"annotations": {c.ANNOTATION_SUSPEND: c.TRUE}}}).decode()
     return (f"{adapter.kind} {meta.get('namespace')}/{meta.get('name')} is running, its QueueUnit {unit_name} "
             f"admitted{admitted}: a running job may shrink but not grow, and this update asks for more "
-            f"({', '.join(said)}). Suspend it in the same update ({suspend}) to have it queued again at its "
-            "new size, or delete it and submit it anew")
+            f"({', '.join(said)}). {'Patch the job instead, suspending it' if scale else 'Suspend it'} in the "
+            f"same update ({suspend}) to have it queued again at its new size, or delete it and submit it anew")
 
 
 class SuspendWebhook:
@@ -391,6 +400,11 @@ class SuspendWebhook:
         a running one (putting back the replicas an admission lowered in the same write)."""
         request = _request(body)
         response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+        if request.get("subResource") == "scale":
+            said = await self._scale_refusal(request) if request.get("operation") == "UPDATE" else None
+            if said is not None:
+                response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": said})
+            return _answer(response)
         old, new = request.get("oldObject"), request.get("object")
         adapter = _adapter(request, self.config.job_kinds)
         if request.get("operation") != "UPDATE" or adapter is None or not isinstance(old, dict) \
@@ -415,6 +429,35 @@ class SuspendWebhook:
             return _answer(response)
         response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": message})
         return _answer(response)
+
+    async def _scale_refusal(self, request: Mapping[str, Any]) -> str | None:
+        """What a scale-up of a running queued job through its kind's scale subresource (`kubectl
+        scale`, a HorizontalPodAutoscaler) is told (None: let through): a growth like any other.
+        The request carries Scale objects: the job is read as it is now."""
+        ref = request.get("resource") or {}
+        registered = next((k for k in map(kind_named, sorted(self.config.job_kinds))
+                           if k.scale_role and (k.group, k.plural) == (ref.get("group"), ref.get("resource"))), None)
+        had, wants = _scale_replicas(request.get("oldObject")), _scale_replicas(request.get("object"))
+        if registered is None or had is None or wants is None or wants <= had:
+            return None
+        namespace, name = str(request.get("namespace") or "default"), str(request.get("name") or "")
+        version = str(ref.get("version") or registered.version)
+        job = await self._read(Resource.of(f"{registered.group}/{version}", registered.plural), name, namespace)
+        adapter = registered.adapter
+        try:
+            if job is None or adapter.is_suspended(job):
+                return None  # (suspended: the controller queues it at its new size)
+            unit_name = adapter.unit_name(job)
+        except InvalidObject:
+            return None
+        kind = {"group": registered.group, "version": version, "kind": registered.kind}
+        if not queued(adapter, job, await self._owners({**request, "kind": kind, "object": job})):
+            return None
+        unit = await self._read(UNITS, unit_name, namespace)
+        if unit_finished(unit):
+            return None
+        return growth_refusal(adapter, job, unit_name, unit, [f"{registered.scale_role} {wants} pods (had {had}) "
+                                                              "through its scale subresource"], scale=True)
 
     async def _read(self, resource: Resource, name: str, namespace: str) -> dict[str, Any] | None:
         """One object as the API server has it now, or None: listed by name, as the controller
@@ -464,6 +507,12 @@ def _rules(job_kinds: frozenset[str], operation: str) -> list[dict[str, Any]]:
         registered = kind_named(kind)
         for version in registered.versions:
             rules.setdefault((registered.group, version), []).append(registered.plural)
+    if operation == "UPDATE":  # (scale subresources after their kinds, as the chart lists them)
+        for kind in sorted(job_kinds):
+            registered = kind_named(kind)
+            if registered.scale_role:
+                for version in registered.versions:
+                    rules[(registered.group, version)].append(f"{registered.plural}/scale")
     return [{"operations": [operation], "apiGroups": [group], "apiVersions": [version],
              "resources": plurals, "scope": "Namespaced"} for (group, version), plurals in sorted(rules.items())]
 

@@ -31,6 +31,10 @@ class JobKind:
     # Other versions its CRD may serve, read by the same adapter (by the job's shape), in which
     # the controller reads the kind where the API server serves none of the ones before.
     other_versions: tuple[str, ...] = ()
+    # The role whose replicas its CRD's scale subresource sets (PyTorchJob's Worker: `kubectl
+    # scale`, a HorizontalPodAutoscaler), None when it has none: the validating webhook sees
+    # updates through it too, a scale-up of a running job being a growth like any other.
+    scale_role: str | None = None
 
     @property
     def kind(self) -> str:

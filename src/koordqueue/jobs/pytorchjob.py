@@ -36,4 +36,5 @@ class PyTorchJobAdapter(KubeflowAdapter):
 
 
 ADAPTER = PyTorchJobAdapter()
-KIND = JobKind(ADAPTER, PYTORCH_JOB_PLURAL, "pytorch", crd=kubeflow_crd(ADAPTER, PYTORCH_JOB_PLURAL, SCALE))
+KIND = JobKind(ADAPTER, PYTORCH_JOB_PLURAL, "pytorch", crd=kubeflow_crd(ADAPTER, PYTORCH_JOB_PLURAL, SCALE),
+               scale_role=ELASTIC_ROLE)

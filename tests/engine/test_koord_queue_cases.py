@@ -247,10 +247,10 @@ def tree_with_child(min_cpu: int, max_cpu: int) -> Engine:
                              namespaces=("default",)))
 
 
-# TestFilter: (name, preemptible, replicas of 1 cpu, child min, child max, admitted?). Its case
-# "Invalid non-preemptible request over min" does not carry over (docs/migration.md).
+# TestFilter: (name, preemptible, replicas of 1 cpu, child min, child max, admitted?).
 FILTER = [
     ("Valid non-preemptible request within min", False, 1, 1, 10, True),
+    ("Invalid non-preemptible request over min", False, 3, 0, 10, False),
     ("Valid preemptible request within max", True, 1, 1, 1, True),
     ("Invalid preemptible request over max", True, 3, 0, 0, False),
 ]

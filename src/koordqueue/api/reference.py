@@ -165,7 +165,9 @@ REFERENCE: tuple[Key, ...] = (
     _annotation(c.ANNOTATION_PRIORITY, Where.JOB, 'integer, e.g. `"10"`',
                 "The job's priority in its queue; overrides the PriorityClass of its pods.", Origin.KOORD_QUEUE),
     _label(c.LABEL_PREEMPTIBLE, Where.JOB, f'`"{c.FALSE}"`',
-           "The job is never chosen as a victim of reclaim or priority preemption.", Origin.KOORDINATOR),
+           "The job is never chosen as a victim of reclaim or priority preemption, and so is admitted "
+           "only within min: its quota's (and each parent's) non-preemptible usage stays within min, as "
+           "Koord-Queue's UsedOverMinWithOverSell.", Origin.KOORDINATOR),
     _annotation(c.ANNOTATION_ARGO_MIN_RESOURCES, Where.JOB, 'a ResourceList, JSON or YAML, e.g. `{"cpu": "4"}`',
                 "What an Argo Workflow asks of its quota (its steps are made as it runs, so its "
                 "templates cannot say): absent, nothing.", Origin.KOORD_QUEUE),

@@ -14,13 +14,12 @@ import orjson
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.config import ControllerConfig
-from koordqueue.controller.orphans import BARE_OFF, is_bare, orphan_reason
+from koordqueue.controller.orphans import BARE_OFF, ORPHAN, is_bare, orphan_reason
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.records import Records
 from koordqueue.controller.resources import (
     NAMESPACES,
     NODES,
-    ORPHAN,
     PODS,
     PRIORITY_CLASSES,
     QUEUES,

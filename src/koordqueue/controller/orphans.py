@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping
 
-from koordqueue.controller.resources import ORPHAN
 from koordqueue.controller.views import UnitView, adapter_of_kind
+
+ORPHAN = "this QueueUnit stands for no job"  # how the reason of a unit without one begins
 
 
 def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | None:

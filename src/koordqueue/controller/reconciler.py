@@ -19,7 +19,8 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.lifetime import Lifetime
-from koordqueue.controller.resources import HOLDING, UNITS
+from koordqueue.controller.phases import HOLDING
+from koordqueue.controller.resources import UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter

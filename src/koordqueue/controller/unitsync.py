@@ -19,8 +19,9 @@ import functools
 from typing import Any, NamedTuple
 
 from koordqueue.api import constants as c
+from koordqueue.controller.orphans import ORPHAN
+from koordqueue.controller.phases import FINISHED, HOLDING, RUNNABLE, SENT_BACK
 from koordqueue.controller.pods import NodeUsage, PodView
-from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, SENT_BACK, UNRESOLVED
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import (
     INACTIVE,
@@ -33,6 +34,8 @@ from koordqueue.controller.views import (
 )
 from koordqueue.engine import Engine
 from koordqueue.engine.model import Placement, ResourceList, UnitInfo
+
+UNRESOLVED = "(unresolved)"  # a unit held in a quota that is gone: charged to the cluster total
 
 
 def capped(engine: Engine, info: UnitInfo) -> UnitInfo:

@@ -14,7 +14,7 @@ import orjson
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.config import ControllerConfig
-from koordqueue.controller.orphans import BARE_OFF, ORPHAN, is_bare, orphan_reason
+from koordqueue.controller.orphans import BARE_OFF, is_bare, orphan_reason
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.records import Records
 from koordqueue.controller.resources import (
@@ -30,6 +30,7 @@ from koordqueue.controller.resources import (
 from koordqueue.controller.scope import namespace_selected
 from koordqueue.controller.views import (
     JOB_PLURALS,
+    ORPHAN,
     JobView,
     Object,
     UnitView,

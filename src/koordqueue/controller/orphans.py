@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping
 
-from koordqueue.controller.views import UnitView, adapter_of_kind
-
-ORPHAN = "this QueueUnit stands for no job"  # how the reason of a unit without one begins
+from koordqueue.controller.views import ORPHAN, UnitView, adapter_of_kind
 
 
 def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | None:

@@ -34,7 +34,7 @@ LONG_LEASE = (10.0, 7.0, 2.0)  # the chart's
 
 
 @dataclass(frozen=True)
-class Shape:
+class SoakRun:
     seed: int
     jobs: int
     quotas: int
@@ -75,8 +75,8 @@ class Shape:
                 f"{self.submit_per_second:g}/s")
 
 
-def draw_shape(rng: random.Random) -> Shape:
-    return Shape(
+def draw_shape(rng: random.Random) -> SoakRun:
+    return SoakRun(
         seed=rng.randrange(2**31),
         jobs=rng.randrange(200, 801, 50),
         quotas=rng.choice([8, 12, 20]),
@@ -94,7 +94,7 @@ def draw_shape(rng: random.Random) -> Shape:
 
 @dataclass
 class Outcome:
-    shape: Shape
+    shape: SoakRun
     seconds: float
     figures: dict[str, Any] = field(default_factory=dict)  # chaos.py's --json object
     violations: list[str] = field(default_factory=list)
@@ -109,7 +109,7 @@ class Outcome:
         return int(self.figures.get("writes_checked", 0))
 
 
-async def run_one(shape: Shape, timeout: float, state_root: Path | None) -> Outcome:
+async def run_one(shape: SoakRun, timeout: float, state_root: Path | None) -> Outcome:
     """One chaos run in a process of its own; its figures, or why there are none."""
     args = [sys.executable, str(CHAOS), *shape.args(), "--json", "--quiet", "--timeout", f"{timeout:g}"]
     if state_root is not None:
@@ -145,7 +145,7 @@ async def soak(runs: int, budget: float, parallel: int, seed: int, run_timeout: 
     outcomes: list[Outcome] = []
     slots = asyncio.Semaphore(parallel)
 
-    async def one(i: int, shape: Shape) -> None:
+    async def one(i: int, shape: SoakRun) -> None:
         async with slots:
             if time.monotonic() - started > budget:
                 return

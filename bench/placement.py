@@ -64,7 +64,7 @@ NODE = {"cpu": 96 * UNIT, "memory": 1024 * GI, GPU: 8 * UNIT, PODS: 110 * UNIT}
 
 
 @dataclass
-class Shape:
+class ClusterScale:
     """How big a cluster, how many jobs, how long."""
 
     zones: int = 4
@@ -81,7 +81,7 @@ class Shape:
         return self.zones * self.blocks * self.racks * self.per_rack
 
 
-def make_nodes(shape: Shape) -> list[NodeInfo]:
+def make_nodes(shape: ClusterScale) -> list[NodeInfo]:
     nodes = []
     index = 0
     for z in range(shape.zones):
@@ -146,7 +146,7 @@ class Round:
                 "pods_where_forbidden": self.misplaced, "required_racks_split": self.split}
 
 
-def run_round(shape: Shape, placement: bool, seed: int) -> Round:
+def run_round(shape: ClusterScale, placement: bool, seed: int) -> Round:
     """One run of the workload, placement on or off; the jobs are the same for a seed."""
     rng = random.Random(seed)
     nodes = make_nodes(shape)
@@ -276,7 +276,7 @@ def main() -> None:
     if args.clock == "cpu":
         CLOCK[0] = time.process_time
     modes = [mode == "on" for mode in args.modes.split(",")]
-    shape = Shape(racks=args.racks, jobs=args.jobs, cycles=args.cycles)
+    shape = ClusterScale(racks=args.racks, jobs=args.jobs, cycles=args.cycles)
     rounds = []
     for index in range(args.rounds):
         for placement in (modes if index % 2 == 0 else modes[::-1]):

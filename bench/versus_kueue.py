@@ -112,7 +112,7 @@ KUEUE_RANGE = {"wall_s": 425.0, "usage_percent": 55.0, "large": 11.0, "medium": 
 
 
 @dataclass(frozen=True)
-class Shape:
+class QuotaLayout:
     """Quotas both ways: `parents` cohorts (Kueue) / parent ElasticQuotas (ours) of `children`
     leaves each; a leaf has `nominal` CPU and may borrow `borrow` more (Kueue's nominalQuota and
     borrowingLimit; our min and max = nominal + borrow); a parent holds `parent` CPU. A leaf's
@@ -138,7 +138,7 @@ class Shape:
         return sorted({ns for _, _, ns in self.leaves()})
 
 
-BASELINE = Shape(kueue_sim.PARENTS, kueue_sim.CHILDREN, nominal=20, borrow=100, parent=120)
+BASELINE = QuotaLayout(kueue_sim.PARENTS, kueue_sim.CHILDREN, nominal=20, borrow=100, parent=120)
 
 
 def proc_cpu(pid: int) -> float:
@@ -253,7 +253,7 @@ def priority_class(kind: kueue_sim.JobClass) -> dict[str, Any]:
             "description": f"the {kind.name} class of Kueue's baseline shape"}
 
 
-def common_objects(shape: Shape) -> list[dict[str, Any]]:
+def common_objects(shape: QuotaLayout) -> list[dict[str, Any]]:
     return [*(priority_class(k) for k in kueue_sim.CLASSES),
             *({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in shape.namespaces())]
 
@@ -330,7 +330,7 @@ class System:
     user = ""
     holders: Resource
 
-    def __init__(self, base: Path, shape: Shape = BASELINE, job_type: JobType | None = None) -> None:
+    def __init__(self, base: Path, shape: QuotaLayout = BASELINE, job_type: JobType | None = None) -> None:
         self.base = base
         self.shape = shape
         self.job_type = job_type or JOB_TYPES[c.BATCH_JOB_KIND]
@@ -509,7 +509,7 @@ class Kueue(System):
         return f"{obj['metadata']['namespace']}/{owners[0].get('name', '')}", holding
 
 
-def kueue_queues(shape: Shape) -> list[dict[str, Any]]:
+def kueue_queues(shape: QuotaLayout) -> list[dict[str, Any]]:
     """What Kueue's generator makes for the baseline (generateQueue), under our leaf names."""
     out: list[dict[str, Any]] = [{"apiVersion": kq.API, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR},
                                   "spec": {}}]

@@ -74,8 +74,8 @@ CREATORS = 128  # parallel POSTs while setting up
 MIN_FREE = 2 * 2**30  # give up a run when the machine has less memory available than this
 
 
-def shape_of(quotas: int, nominal: int = NOMINAL) -> vk.Shape:
-    return vk.Shape(parents=max(1, quotas // COHORT), children=min(quotas, COHORT), nominal=nominal, borrow=0,
+def shape_of(quotas: int, nominal: int = NOMINAL) -> vk.QuotaLayout:
+    return vk.QuotaLayout(parents=max(1, quotas // COHORT), children=min(quotas, COHORT), nominal=nominal, borrow=0,
                     parent=nominal * min(quotas, COHORT))
 
 

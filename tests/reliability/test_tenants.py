@@ -14,7 +14,8 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.apiserver.store import Event
-from koordqueue.controller.resources import HOLDING, UNITS
+from koordqueue.controller.phases import HOLDING
+from koordqueue.controller.resources import UNITS
 
 from ..controller.conftest import System, pytorch_job, quota, running_system
 

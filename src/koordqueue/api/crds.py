@@ -207,7 +207,7 @@ QUEUE_SCHEMA: Schema = {
 # every field of it). `replicas >= 0` is not in the schema but in the PyTorchJob CRD's scale
 # subresource (specReplicasPath: the Worker's replicas), which kube-apiserver validates as a
 # non-negative int32, as it does for the operator's CRD; the other roles' replicas are checked by
-# the operator's validating webhook (`simcluster/webhook.py`).
+# the operator's validating webhook (`simcluster/training_webhook.py`).
 INT32: Schema = {"type": "integer", "format": "int32"}
 INT64: Schema = {"type": "integer", "format": "int64"}
 STRING_MAP: Schema = {"type": "object", "additionalProperties": STRING}

@@ -125,7 +125,9 @@ class QueueUnitSpec(_Model):
     inactive (the job's scheduling.x-k8s.io/max-exec-time-seconds annotation)."""
 
 
-class AdmissionCheckState(_Model):
+# One admission check's entry in status.admissionChecks (its state: constants.AdmissionCheckState).
+# A comment, not a docstring: a model's docstring is written into the CRD.
+class AdmissionCheckStatus(_Model):
     name: str
     """The check's name (the Queue's spec.admissionChecks)."""
     state: str | None = None
@@ -150,7 +152,8 @@ class ReclaimState(_Model):
     """Pods of the role given back."""
 
 
-class Admission(_Model):
+# One role's entry in status.admissions (engine.model.Admission is a whole unit's admission).
+class PodSetAdmission(_Model):
     name: str
     """The role (pod set) admitted."""
     replicas: Count = 0
@@ -205,11 +208,11 @@ class QueueUnitStatus(_Model):
     """Why the unit is in its phase: what it waits for, or where it was admitted."""
     last_update_time: Time | None = None
     """When the status was last written."""
-    admission_checks: list[AdmissionCheckState] = Field(default_factory=list)
+    admission_checks: list[AdmissionCheckStatus] = Field(default_factory=list)
     """The admission checks of the unit's Queue that apply to it, and their states."""
     pod_state: PodState | None = None
     """The job's pods, counted."""
-    admissions: list[Admission] = Field(default_factory=list)
+    admissions: list[PodSetAdmission] = Field(default_factory=list)
     """What was admitted, per role, while the unit holds quota."""
     admission_summary: str | None = None
     """The pods admitted per role (master=1,worker=1): the ADMISSIONS column."""

@@ -82,7 +82,9 @@ def _as_version(obj: dict[str, Any] | None, rt: ResourceType) -> Any:
     return {**obj, "apiVersion": rt.api_version}
 
 
-class Admission:
+class AdmissionWebhooks:
+    """Calls the registered admission webhooks on create and update."""
+
     def __init__(self, store: Store, registry: Registry | None = None) -> None:
         """`registry`: the served types, to match `matchPolicy: Equivalent` (None: exact only)."""
         self._store = store

@@ -33,7 +33,7 @@ from koordqueue.apiserver import (
     rbac,
 )
 from koordqueue.apiserver.access import review, token_request, token_review
-from koordqueue.apiserver.admission import Admission
+from koordqueue.apiserver.admission import AdmissionWebhooks
 from koordqueue.apiserver.auth import (
     KUBECONFIG_FILE,
     authorized,
@@ -269,7 +269,7 @@ class APIServer:
         self._registry = Registry()
         for rt in BUILTIN_TYPES:
             self._registry.add(rt)
-        self._admission = Admission(self._store, self._registry)
+        self._admission = AdmissionWebhooks(self._store, self._registry)
         self._ops = Operations(self._store, self._registry, self._admission.mutate, self._admission.validate)
         self._ops.load_crds()
         self._hub = WatchHub()

@@ -20,7 +20,6 @@ from koordqueue.controller.records import Records
 from koordqueue.controller.resources import (
     NAMESPACES,
     NODES,
-    ORPHAN,
     PODS,
     PRIORITY_CLASSES,
     QUEUES,
@@ -31,6 +30,7 @@ from koordqueue.controller.resources import (
 from koordqueue.controller.scope import namespace_selected
 from koordqueue.controller.views import (
     JOB_PLURALS,
+    ORPHAN,
     JobView,
     Object,
     UnitView,

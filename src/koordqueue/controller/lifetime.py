@@ -10,7 +10,8 @@ the same, and keeps the job and its unit: nothing is deleted or failed."""
 from __future__ import annotations
 
 from koordqueue.api import constants as c
-from koordqueue.controller.resources import FINISHED, UNITS
+from koordqueue.controller.phases import FINISHED
+from koordqueue.controller.resources import UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter

@@ -16,7 +16,7 @@ import re
 from koordqueue.api import constants as c
 from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
-from koordqueue.controller.resources import SENT_BACK
+from koordqueue.controller.phases import SENT_BACK
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.views import UnitView

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping
 
-from koordqueue.controller.resources import ORPHAN
-from koordqueue.controller.views import UnitView, adapter_of_kind
+from koordqueue.controller.views import ORPHAN, UnitView, adapter_of_kind
 
 
 def orphan_reason(unit: UnitView, jobs: Mapping[str, Container[str]]) -> str | None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from koordqueue.api.quantity import format_quantity
-from koordqueue.controller.resources import SENT_BACK
+from koordqueue.controller.phases import SENT_BACK
 from koordqueue.controller.views import UnitView
 from koordqueue.engine import Engine, messages
 from koordqueue.engine.model import QuotaInfo, ResourceList, Standing

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from koordqueue.api.constants import Phase
+from koordqueue.api.constants import PHASES_FINISHED, PHASES_HOLDING_QUOTA, Phase
 
 NEW = None  # a unit with no phase yet (just created by its job's reconciler, or by hand)
 WAITING = frozenset({NEW, Phase.ENQUEUED, Phase.PREEMPTED, Phase.TIMEOUT_BACKOFF})
-HOLDING = frozenset({Phase.RESERVED, Phase.DEQUEUED, Phase.RUNNING})
+HOLDING = PHASES_HOLDING_QUOTA
 NOT_FINISHED = WAITING | HOLDING
+FINISHED = PHASES_FINISHED
+SENT_BACK = frozenset({Phase.PREEMPTED, Phase.TIMEOUT_BACKOFF})  # lost its admission, waits again
+RUNNABLE = frozenset({Phase.DEQUEUED, Phase.RUNNING})  # a job may run while its unit is in one
 
 
 @dataclass(frozen=True)

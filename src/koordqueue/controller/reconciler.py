@@ -19,18 +19,20 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.lifetime import Lifetime
-from koordqueue.controller.resources import HOLDING, UNITS
+from koordqueue.controller.phases import HOLDING
+from koordqueue.controller.resources import UNITS
 from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
 from koordqueue.controller.unitsync import Situation, UnitSync, grown
 from koordqueue.controller.views import (
-    INACTIVE,
+    Held,
     JobView,
     Object,
     UnitView,
     adapter_of_kind,
     admitted_placement,
+    held,
     missing_class_reason,
     queue_unit_manifest,
     unit_info,
@@ -176,7 +178,7 @@ class JobReconciler(Part):
             return  # nothing to decide: finished, our view older than our last write, or holding no quota
         asks = self.informers.unit_info(unit)
         grew = grown(known.request, asks.request) if asks.invalid is None else []
-        if asks.invalid is not None and asks.invalid.startswith(INACTIVE):  # its spec.active set false
+        if held(asks) is Held.INACTIVE:  # its spec.active set false
             await self.scheduler.send_back(unit, None, c.Phase.PREEMPTED, f"{asks.invalid}; quota released",
                                            event=c.EventReason.DEACTIVATED)
         elif grew:

@@ -25,7 +25,8 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.overview import mode_text
-from koordqueue.controller.resources import SENT_BACK, UNITS
+from koordqueue.controller.phases import SENT_BACK
+from koordqueue.controller.resources import UNITS
 from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter

@@ -19,20 +19,23 @@ import functools
 from typing import Any, NamedTuple
 
 from koordqueue.api import constants as c
+from koordqueue.controller.phases import FINISHED, HOLDING, RUNNABLE, SENT_BACK
 from koordqueue.controller.pods import NodeUsage, PodView
-from koordqueue.controller.resources import FINISHED, HOLDING, ORPHAN, RUNNABLE, SENT_BACK, UNRESOLVED
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import (
-    INACTIVE,
+    Held,
     JobView,
     UnitView,
     admitted_placement,
+    held,
     orphan_info,
     priority_classes_changed,
     with_priority_classes,
 )
 from koordqueue.engine import Engine
 from koordqueue.engine.model import Placement, ResourceList, UnitInfo
+
+UNRESOLVED = "(unresolved)"  # a unit held in a quota that is gone: charged to the cluster total
 
 
 def capped(engine: Engine, info: UnitInfo) -> UnitInfo:
@@ -167,7 +170,7 @@ class UnitSync(Part):
         return Situation(
             known=known,
             admitted=admitted,
-            orphan=known is not None and known.invalid is not None and known.invalid.startswith(ORPHAN),
+            orphan=held(known) is Held.ORPHAN,
             current=self.records.newer(unit.key, unit.resource_version),
             owed=item in self.shared.owed,
             finished=unit.phase in FINISHED,
@@ -255,7 +258,7 @@ class UnitSync(Part):
             return
         info.admitted_quota, info.admitted_queue = current.admitted_quota, current.admitted_queue
         info.admitted_at, info.requeue_at = current.admitted_at, current.requeue_at
-        if info.invalid is None and current.invalid is not None and current.invalid.startswith(INACTIVE):
+        if info.invalid is None and held(current) is Held.INACTIVE:
             info.requeue_at = None  # made active again: queued at once (its send-back was no failure)
         info.attempts, info.placement = current.attempts, current.placement
         if current.admitted_quota is not None and info.invalid is not None:

@@ -11,6 +11,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from koordqueue.api import constants as c
@@ -380,6 +381,27 @@ def unit_active(unit: UnitView, job: JobView) -> bool:
 
 
 INACTIVE = "it is inactive"  # how the reason an inactive unit waits begins
+ORPHAN = "this QueueUnit stands for no job"  # how the reason of a unit without one begins
+
+
+class Held(Enum):
+    """Why a unit the engine has waits whatever room there is, when it is one of these two
+    (other unusable units have no state of their own: their reason is all there is)."""
+
+    ORPHAN = "orphan"  # stands for no job we queue (orphans.py): waits, holding nothing
+    INACTIVE = "inactive"  # its job's active annotation, or its own spec.active, is false
+
+
+def held(info: UnitInfo | None) -> Held | None:
+    """The held state of a unit, the engine's copy or one made from our views. The one place
+    that reads it from the reason's opening words: the engine's UnitInfo has no field for it
+    yet (engine/model.py; a ``held`` field there would make this a read of that field)."""
+    reason = info.invalid if info is not None else None
+    if reason is None:
+        return None
+    if reason.startswith(ORPHAN):
+        return Held.ORPHAN
+    return Held.INACTIVE if reason.startswith(INACTIVE) else None
 
 
 def inactive_reason(job: JobView) -> str:

@@ -104,7 +104,7 @@ def node_room_series(result: SimResult) -> tuple[str | None, dict[str, Points]]:
     """The room left on the nodes over time, of the resource that matters most (the GPUs):
     on all of them, on the one with the most (a gang's pod needs it on one), and, on a
     small cluster, on each. Far apart, the cluster is fragmented."""
-    rooms = result.node_rooms
+    rooms = result.node_free_at
     resources = {r for room in rooms for r in room.free} - {PODS}
     if not resources:
         return None, {}

@@ -115,7 +115,7 @@ class Holding:
 
 
 @dataclass(slots=True)
-class NodeRoom:
+class NodeFreeAt:
     """The room left on one node from a time on (the HTML report's fragmentation)."""
 
     time: float
@@ -133,7 +133,7 @@ class SimResult:
     warnings: list[str]
     capacity: ResourceList | None
     engine_seconds: float | None  # CPU time spent inside engine calls, when timed
-    node_rooms: list[NodeRoom] = field(default_factory=list)  # with nodes, when holdings are kept
+    node_free_at: list[NodeFreeAt] = field(default_factory=list)  # with nodes, when holdings are kept
 
 
 class _Timed:
@@ -222,7 +222,7 @@ class Simulator:
         self.now = 0.0
         # Every admission and release, in order, when asked for (the HTML report).
         self.holdings: list[Holding] | None = [] if keep_holdings else None
-        self.node_rooms: list[NodeRoom] = []
+        self.node_free_at: list[NodeFreeAt] = []
 
     # --- the loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -230,7 +230,7 @@ class Simulator:
         for node in self.nodes.nodes if self.nodes else ():
             self.calls.set_node(node.info)
             if self.holdings is not None:
-                self.node_rooms.append(NodeRoom(0.0, node.name, dict(node.free)))
+                self.node_free_at.append(NodeFreeAt(0.0, node.name, dict(node.free)))
         for index, obj in enumerate(self.trace.objects):
             self._apply(obj, f"objects[{index}]", runtime=None)
         self._check_quotas()
@@ -525,7 +525,7 @@ class Simulator:
             node = self.nodes.nodes[index]
             self.calls.set_node_usage(node.name, node.used())
             if self.holdings is not None:
-                self.node_rooms.append(NodeRoom(self.now, node.name, dict(node.free)))
+                self.node_free_at.append(NodeFreeAt(self.now, node.name, dict(node.free)))
         if record.live and record.unit_key is not None:
             bound: dict[tuple[str, str], int] = {}
             for index, pod_set, _ in record.pods or ():
@@ -672,7 +672,7 @@ class Simulator:
             warnings=self.warnings,
             capacity=self.capacity,
             engine_seconds=self.timed.seconds if self.timed is not None else None,
-            node_rooms=self.node_rooms,
+            node_free_at=self.node_free_at,
         )
 
 

@@ -31,7 +31,7 @@ from koordqueue.simcluster.kubeflow import SERVICES
 from koordqueue.simcluster.kubelet import PODS, SimKubelet, now_rfc3339
 from koordqueue.simcluster.nodes import check_node_sizes, node_name, node_object
 from koordqueue.simcluster.operators import SimOperator, job_kinds
-from koordqueue.simcluster.webhook import OperatorWebhook
+from koordqueue.simcluster.training_webhook import OperatorWebhook
 from koordqueue.simcluster.workloads import DEPLOYMENTS, REPLICA_SETS, SimWorkloads
 
 log = logging.getLogger(__name__)

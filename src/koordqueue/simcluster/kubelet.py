@@ -44,7 +44,7 @@ from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.simcluster.background import Background
-from koordqueue.simcluster.nodes import NodeRoom, ready_node
+from koordqueue.simcluster.nodes import NodeBook, ready_node
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class SimKubelet:
         self.client = client
         self.pods = pods
         self.nodes = nodes
-        self.room = NodeRoom()
+        self.room = NodeBook()
         self.queue: WorkQueue[str] = WorkQueue()
         self.background = background
         self.recorder = EventRecorder(client, c.SCHEDULER_NAME) if record_events else None

@@ -103,19 +103,21 @@ def ready_node(node: Mapping[str, Any]) -> NodeInfo | None:
 
 
 @dataclass
-class Placement:
+class PodBinding:
+    """One pod bound to a node and the room it holds there."""
+
     node: str
     request: ResourceList
     uid: str
 
 
 @dataclass
-class NodeRoom:
-    """The nodes that take pods and the pods holding room, by pod key; the source of truth for fits."""
+class NodeBook:
+    """The simulated kubelet's book: the nodes that take pods and the pods holding room, by pod key; the source of truth for fits."""
 
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     used: dict[str, ResourceList] = field(default_factory=dict)
-    placements: dict[str, Placement] = field(default_factory=dict)
+    placements: dict[str, PodBinding] = field(default_factory=dict)
     cidrs: dict[str, str] = field(default_factory=dict)  # node -> spec.podCIDR
     ip_counter: Counter[str] = field(default_factory=Counter)
     _allowed: dict[object, list[str]] = field(default_factory=dict)  # pods' rules -> their nodes, in name order
@@ -138,7 +140,7 @@ class NodeRoom:
                 return
             self.release(pod_key)
         request = add(request, ONE_POD)
-        self.placements[pod_key] = Placement(node, request, uid)
+        self.placements[pod_key] = PodBinding(node, request, uid)
         self.used[node] = add(self.used.get(node, {}), request)
 
     def release(self, pod_key: str, uid: str | None = None) -> bool:

@@ -42,6 +42,7 @@ from koordqueue.engine.pending import Head, Heads
 from koordqueue.engine.placement import CheckKey, Unplaced, check_key
 from koordqueue.engine.preemption import Preemptor
 from koordqueue.engine.tree import Hold, QuotaNode
+from koordqueue.engine.views import live_message
 
 MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most this often
 
@@ -257,7 +258,7 @@ class Cycle:
                 units = self.units
                 for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
                     other = units[follower.key]
-                    ledger.say(other, ledger.live_message(other))
+                    ledger.say(other, live_message(ledger, other))
             return Outcome.BLOCKS
         # 8. Units behind it may fit: the scan goes on. Those of its stream are told its reason.
         if told:
@@ -409,7 +410,7 @@ class Cycle:
         units = islice(state.pending.ordered(), start, start + BLOCKED_WINDOW + 1)
         for position, entry in enumerate(units, start=start + 1):
             other = self.units[entry.key]
-            ledger.say(other, ledger.live_message(other, position=position))
+            ledger.say(other, live_message(ledger, other, position=position))
 
     # --- why a unit waits -----------------------------------------------------------
     # --- admission and preemption ---------------------------------------------------

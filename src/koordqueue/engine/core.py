@@ -145,6 +145,7 @@ class Engine:
 
     @property
     def koordinator(self) -> bool:
+        """Whether koord-scheduler's rules hold (see ``set_koordinator``)."""
         return self._config.koordinator
 
     def set_node(self, node: NodeInfo) -> None:
@@ -378,6 +379,9 @@ class Engine:
 
     # --- views --------------------------------------------------------------------
     def unit(self, key: str) -> UnitInfo | None:
+        """A copy of the unit as the engine holds it (admitted quota, placement, attempts
+        as its decisions left them); None for an unknown key. A shallow copy: the shell may
+        set its fields, not change what they hold (its request, its pod sets)."""
         ledger = self._ledger
         record = ledger.units.get(key)
         return None if record is None else replace(record.info)
@@ -426,6 +430,7 @@ class Engine:
         return name, quota.max_priority
 
     def validation_errors(self) -> dict[str, str]:
+        """Quota name -> why it cannot be used (validation.py); a unit asking for it is parked."""
         self._sync()
         return dict(self._reasons)
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from operator import attrgetter
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import messages
@@ -69,7 +69,7 @@ class UnitRecord:
     queue: QueueState | None = None  # resolved queue (queued, back-off)
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
     message: str = ""
-    reason: tuple[tuple[object, ...], str] | None = None  # its last misfit and its text, not to format it again
+    reason: Reason | None = None  # why it last waited, and its text, not to format it again
     check: CheckKey | None = None  # what a check of all its pods depends on (once asked for)
     protected: bool = False  # its last scan found units it could preempt, but within their protect time
     # It holds quota as a non-preemptible unit: never a victim, its request in ``pinned``
@@ -120,6 +120,13 @@ class NodeWait:
     pod_sets: tuple[PodSetInfo, ...]
     counts: dict[str, int] | None
     units: list[str]
+
+
+class Reason(NamedTuple):
+    """Why a unit last waited (waits.py): what its text depends on, and the text."""
+
+    key: tuple[object, ...]  # a misfit's node, resource, amounts and limit; or ("nodes", why its pods have none)
+    text: str
 
 
 class CycleHook(Protocol):
@@ -291,7 +298,7 @@ class Ledger:
         first = state.pending.first_before(record.entry, record.shape, BLOCKED_WINDOW)
         if first is not None:
             told = self.units[first.key]
-            if told.reason is not None and told.message == told.reason[1]:
+            if told.reason is not None and told.message == told.reason.text:
                 self.say(record, told.message)
 
     def join(self, state: QueueState, record: UnitRecord) -> None:

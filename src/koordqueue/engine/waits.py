@@ -13,7 +13,7 @@ import math
 
 from koordqueue.engine import messages
 from koordqueue.engine.fit import Misfit, borrowing, headroom
-from koordqueue.engine.ledger import Ledger, NodeWait, QueueState, UnitRecord, UnitState, has_room
+from koordqueue.engine.ledger import Ledger, NodeWait, QueueState, Reason, UnitRecord, UnitState, has_room
 from koordqueue.engine.model import ResourceList
 from koordqueue.engine.placement import CheckKey, Unplaced
 from koordqueue.engine.tree import Hold
@@ -36,15 +36,15 @@ def note_misfit(ledger: Ledger, record: UnitRecord, state: QueueState, misfit: M
                hold.holder, hold.priority, hold.waited_past, protected, False)
     reason = record.reason
     info = record.info
-    if reason is not None and reason[0] == key:
+    if reason is not None and reason.key == key:
         told = False
     else:  # told when what it waits for differs, not only the amounts asked and used
-        last = reason[0] if reason is not None else None
+        last = reason.key if reason is not None else None
         told = last is None or last[0] is not node or last[1] != key[1] or last[4:] != key[4:]
-        reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority, ledger.protect(protected)))
-    if record.message != reason[1]:  # (``say``)
-        record.message = reason[1]
-        ledger.changed[record.key] = reason[1]
+        reason = record.reason = Reason(key, messages.waiting(leaf, misfit, info.priority, ledger.protect(protected)))
+    if record.message != reason.text:  # (``say``)
+        record.message = reason.text
+        ledger.changed[record.key] = reason.text
     if misfit.runtime and node not in leaf.path:  # a sibling koord-scheduler would cut: room under their parent
         node = node.parent or leaf
     # Held room keeps away units of other quotas only while they borrow (fit.py);
@@ -96,10 +96,10 @@ def note_unplaced(ledger: Ledger, record: UnitRecord, state: QueueState, unplace
     ``note_misfit``)."""
     key: tuple[object, ...] = ("nodes", unplaced)
     reason = record.reason
-    told = reason is None or reason[0][0] != "nodes" or _kind(reason[0][1]) != _kind(unplaced)
-    if reason is None or reason[0] != key:
-        reason = record.reason = (key, messages.unplaced(state.leaf, unplaced))
-    ledger.say(record, reason[1])
+    told = reason is None or reason.key[0] != "nodes" or _kind(reason.key[1]) != _kind(unplaced)
+    if reason is None or reason.key != key:
+        reason = record.reason = Reason(key, messages.unplaced(state.leaf, unplaced))
+    ledger.say(record, reason.text)
     waiting = ledger.node_waiters.setdefault(state.key, {})
     wait = waiting.get(waits)
     if wait is None:

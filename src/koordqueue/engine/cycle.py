@@ -38,7 +38,7 @@ from koordqueue.engine.ledger import (
     UnitState,
 )
 from koordqueue.engine.model import Admission, CycleResult, Placement
-from koordqueue.engine.pending import Head, Heads
+from koordqueue.engine.pending import Head, Heads, Shape
 from koordqueue.engine.placement import CheckKey, Unplaced, check_key
 from koordqueue.engine.preemption import Preemptor
 from koordqueue.engine.tree import Hold, QuotaNode
@@ -82,7 +82,7 @@ class Outcome(Enum):
     WAITS = "waits"  # it waits; units behind it may fit: the scan goes on
 
 
-_TURN_ENDS = frozenset((Outcome.ADMITTED, Outcome.BORROWS_LATER))
+_TURN_ENDS = (Outcome.ADMITTED, Outcome.BORROWS_LATER)  # (a tuple: ``in`` compares by identity first; an Enum hashes in Python)
 
 
 class Attempt(NamedTuple):
@@ -234,33 +234,43 @@ class Cycle:
         if misfit is None and not scan.borrows and borrowing(leaf, info.request):
             scan.borrows = True
             return Outcome.BORROWS_LATER
-        # 5. Whole, in part, or by preemption: admitted.
         heads.pop()
         record.protected = False
-        tried = self.attempt(record, state, misfit)
-        if tried.admit:
-            self.admit(record, state, tried.placement)
-            following = state.pending.next_of(shape)
-            if following is not None:
-                heads.push(following, shape)
-            scan.admitted = True
-            return Outcome.ADMITTED
-        # 6. It waits, told why; with it the rest of its stream (same request, same or
+        placement: Placement | None = None
+        if misfit is not None or (info.pod_sets and state.node_fit and self.room):
+            # 5. It does not fit its quota, or its pods must fit on the nodes: they are
+            # placed, or fewer of them, or room is made by preemption; else it waits.
+            tried = self.attempt(record, state, misfit)
+            if not tried.admit:
+                return self.wait(state, scan, record, shape, tried)
+            placement = tried.placement
+        # 6. Admitted; the next unit of its stream becomes a head.
+        self.admit(record, state, placement)
+        following = state.pending.next_of(shape)
+        if following is not None:
+            heads.push(following, shape)
+        scan.admitted = True
+        return Outcome.ADMITTED
+
+    def wait(self, state: QueueState, scan: Scan, record: UnitRecord, shape: Shape, tried: Attempt) -> Outcome:
+        """A head that was not admitted, as ``process`` goes on: each guard ends in an outcome."""
+        ledger = self.ledger
+        # 1. It waits, told why; with it the rest of its stream (same request, same or
         # lower priority), and when neither its quota nor preemption could fit it, its group.
         told = self.note_wait(record, state, scan, tried)
-        # 7. Its Queue's policy stops at it (a unit that can never fit is passed over:
+        # 2. Its Queue's policy stops at it (a unit that can never fit is passed over:
         # nothing that ends makes room for it). The units behind it are told who blocks them.
-        if state.stops_at(info.priority) and not _never(tried.misfit, tried.unplaced):
+        if state.stops_at(record.info.priority) and not _never(tried.misfit, tried.unplaced):
             told = told or state.told_blocker != record.key
             state.blocker = state.told_blocker = record.key
-            heads.clear()
+            scan.heads.clear()
             if told:
                 units = self.units
                 for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
                     other = units[follower.key]
                     ledger.say(other, live_message(ledger, other))
             return Outcome.BLOCKS
-        # 8. Units behind it may fit: the scan goes on. Those of its stream are told its reason.
+        # 3. Units behind it may fit: the scan goes on. Those of its stream are told its reason.
         if told:
             units = self.units
             for follower in state.pending.followers(shape, BLOCKED_WINDOW):

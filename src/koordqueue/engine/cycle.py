@@ -255,24 +255,39 @@ class Cycle:
     def wait(self, state: QueueState, scan: Scan, record: UnitRecord, shape: Shape, tried: Attempt) -> Outcome:
         """A head that was not admitted, as ``process`` goes on: each guard ends in an outcome."""
         ledger = self.ledger
+        units = self.units
         # 1. It waits, told why; with it the rest of its stream (same request, same or
-        # lower priority), and when neither its quota nor preemption could fit it, its group.
-        told = self.note_wait(record, state, scan, tried)
+        # lower priority), and when neither its quota nor preemption could fit it, its
+        # group. ``told``: the units behind it must be told (see ``waits.note_misfit``).
+        misfit, unplaced = tried.misfit, tried.unplaced
+        if unplaced is not None:
+            assert tried.waits is not None
+            told = waits.note_unplaced(ledger, record, state, unplaced, tried.waits, tried.waits_counts)
+        else:
+            assert misfit is not None
+            told = waits.note_misfit(ledger, record, state, misfit, self.now)
+            if tried.by_quota and not isinstance(tried.least, Unplaced):
+                # The heads of its group (the same request after it) wait as it does.
+                text, say = record.message, ledger.say
+                for dropped in scan.heads.drop_group():
+                    other = units[dropped.key]
+                    if other.message != text:  # (``say``, inline: a group can have many heads)
+                        say(other, text)
+                if misfit.node is state.leaf:  # (``raise_bar`` looks no further else)
+                    self.raise_bar(scan, state, misfit, text)
         # 2. Its Queue's policy stops at it (a unit that can never fit is passed over:
         # nothing that ends makes room for it). The units behind it are told who blocks them.
-        if state.stops_at(record.info.priority) and not _never(tried.misfit, tried.unplaced):
+        if state.stops_at(record.info.priority) and not _never(misfit, unplaced):
             told = told or state.told_blocker != record.key
             state.blocker = state.told_blocker = record.key
             scan.heads.clear()
             if told:
-                units = self.units
                 for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
                     other = units[follower.key]
                     ledger.say(other, live_message(ledger, other))
             return Outcome.BLOCKS
         # 3. Units behind it may fit: the scan goes on. Those of its stream are told its reason.
         if told:
-            units = self.units
             for follower in state.pending.followers(shape, BLOCKED_WINDOW):
                 ledger.say(units[follower.key], record.message)
         return Outcome.WAITS
@@ -310,27 +325,6 @@ class Cycle:
             if not admit and least is not None:  # it waits for room for its least, not its most
                 misfit, unplaced = (least, None) if isinstance(least, Misfit) else (None, least)
         return Attempt(admit, placement, misfit, unplaced, waits, waits_counts, least, by_quota)
-
-    def note_wait(self, record: UnitRecord, state: QueueState, scan: Scan, tried: Attempt) -> bool:
-        """Tell a unit that was not admitted why it waits, and what it waits for; those of
-        its group wait as it does when only its request and priority kept it out. Return
-        whether the units behind it must be told (see ``note_misfit``)."""
-        if tried.unplaced is not None:
-            assert tried.waits is not None
-            return waits.note_unplaced(self.ledger, record, state, tried.unplaced, tried.waits, tried.waits_counts)
-        misfit = tried.misfit
-        assert misfit is not None
-        told = waits.note_misfit(self.ledger, record, state, misfit, self.now)
-        if tried.by_quota and not isinstance(tried.least, Unplaced):
-            # The heads of its group (the same request after it) wait as it does.
-            units, text, say = self.units, record.message, self.ledger.say
-            for dropped in scan.heads.drop_group():
-                other = units[dropped.key]
-                if other.message != text:  # (``say``, inline: a group can have many heads)
-                    say(other, text)
-            if misfit.node is state.leaf:  # (``raise_bar`` looks no further else)
-                self.raise_bar(scan, state, misfit, text)
-        return told
 
     # --- a scan: its start, its end, the units it passes over ------------------------
     def start_scan(self, state: QueueState, rounds: int) -> Scan:

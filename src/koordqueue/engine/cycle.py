@@ -237,14 +237,21 @@ class Cycle:
         heads.pop()
         record.protected = False
         placement: Placement | None = None
-        if misfit is not None or (info.pod_sets and state.node_fit and self.room):
-            # 5. It does not fit its quota, or its pods must fit on the nodes: they are
-            # placed, or fewer of them, or room is made by preemption; else it waits.
+        if misfit is not None and not record.elastic:
+            # 5. It does not fit its quota (and cannot with fewer pods): room made by
+            # preemption, else it waits.
+            admit, placement, by_quota = self.preemptor.preempt_for(record, state, misfit)
+            if not admit:
+                return self.wait(state, scan, record, shape,
+                                 Attempt(False, None, misfit, None, None, None, None, by_quota))
+        elif misfit is not None or (info.pod_sets and state.node_fit and self.room):
+            # 6. Its pods must fit on the nodes, or (elastic) fewer of them its quota: they
+            # are placed, or fewer of them, or room is made by preemption; else it waits.
             tried = self.attempt(record, state, misfit)
             if not tried.admit:
                 return self.wait(state, scan, record, shape, tried)
             placement = tried.placement
-        # 6. Admitted; the next unit of its stream becomes a head.
+        # 7. Admitted; the next unit of its stream becomes a head.
         self.admit(record, state, placement)
         following = state.pending.next_of(shape)
         if following is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from koordqueue.api.constants import QueuePolicy
-from koordqueue.engine import cycle, ledger
+from koordqueue.engine import cycle, views
 from koordqueue.engine.model import UnitInfo
 
 from .builders import GPU, G, engine_with, keys, parent, queue_of, quota, settle, unit, used
@@ -366,7 +366,7 @@ def test_queues_woken_for_room_that_others_took_are_not_scanned_again(monkeypatc
         engine.set_unit(unit(f"wants-{i:02d}", 8, team.name, created=1.0 + i))
     assert settle(engine, 1.0) == []
     checks = 0
-    real = cycle.first_misfit  # (the same function in ledger.py: the views' reasons)
+    real = cycle.first_misfit  # (the same function in views.py: the reasons told)
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         nonlocal checks
@@ -374,7 +374,7 @@ def test_queues_woken_for_room_that_others_took_are_not_scanned_again(monkeypatc
         return real(*args, **kwargs)
 
     monkeypatch.setattr(cycle, "first_misfit", counted)
-    monkeypatch.setattr(ledger, "first_misfit", counted)
+    monkeypatch.setattr(views, "first_misfit", counted)
     engine.remove_unit("default/running")
     first = settle(engine, 2.0)
     assert first == ["default/wants-00"] and checks <= 3, (first, checks)  # 40 queues woken

@@ -4,7 +4,7 @@
   could help) stops the scan from checking later units that ask at least as much of that
   resource: they are told its reason and dropped with their groups (``Cycle.raise_bar``);
 - a queue woken by room on the nodes is scanned only if one of the placement checks it
-  waits on passes at its turn (``Cycle.nodes_left``).
+  waits on passes at its turn (``waits.nodes_left``).
 
 Every cycle admits and preempts exactly what an engine that checks each unit, and scans
 every queue the nodes wake, admits and preempts."""
@@ -16,13 +16,14 @@ import random
 import pytest
 
 from koordqueue.api.constants import LABEL_TOPOLOGY_RACK, QueuePolicy
-from koordqueue.engine import Engine
+from koordqueue.engine import Engine, waits
 from koordqueue.engine.cycle import Cycle
+from koordqueue.engine.ledger import Ledger
 from koordqueue.engine.model import TopologyRequest, UnitInfo
 
 from .builders import CPU, GPU, G, engine_with, gang, node, parent, pod_set, queue_of, quota, unit, with_nodes
 
-_CYCLE_METHODS = (Cycle.raise_bar, Cycle.below_bar, Cycle.nodes_left)
+_ORIGINALS = (Cycle.raise_bar, Cycle.below_bar, waits.nodes_left)
 
 
 def _engines(rng: random.Random, flat: bool) -> tuple[Engine, Engine, list[str]]:
@@ -70,7 +71,7 @@ def _compare(seed: int, other_pods: bool, monkeypatch: pytest.MonkeyPatch) -> tu
     rng = random.Random(seed)
     fast, slow, names = _engines(random.Random(seed), flat=other_pods)
     ledger = slow._ledger
-    raise_bar, below, nodes_left = _CYCLE_METHODS  # (not those a previous seed patched in)
+    raise_bar, below, nodes_left = _ORIGINALS  # (not those a previous seed patched in)
 
     def no_bar(cycle: Cycle, *args):  # type: ignore[no-untyped-def]
         """The slow engine checks every unit."""
@@ -99,16 +100,16 @@ def _compare(seed: int, other_pods: bool, monkeypatch: pytest.MonkeyPatch) -> tu
             skipped[0] += dropped
         return dropped
 
-    def counting_left(cycle: Cycle, state):  # type: ignore[no-untyped-def]
+    def counting_left(on: Ledger, state):  # type: ignore[no-untyped-def]
         woken = bool(state.node_woken)
-        left = nodes_left(cycle, state)
-        if cycle.ledger is fast._ledger:
+        left = nodes_left(on, state)
+        if on is fast._ledger:
             asleep[0] += woken and not left
         return left
 
     monkeypatch.setattr(Cycle, "raise_bar", no_bar)
     monkeypatch.setattr(Cycle, "below_bar", counting)
-    monkeypatch.setattr(Cycle, "nodes_left", counting_left)
+    monkeypatch.setattr(waits, "nodes_left", counting_left)
     nodes = sorted(fast._ledger.room.names) if fast._ledger.room.names else []
     running: list[str] = []
     serial = 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from koordqueue.engine import messages
+from koordqueue.engine import messages, views
 from koordqueue.engine.cycle import MAX_SCANS_PER_CYCLE, Cycle
 from koordqueue.engine.ledger import BLOCKED_WINDOW, Ledger, UnitRecord, UnitState, copy_unit
 from koordqueue.engine.model import (
@@ -145,6 +145,7 @@ class Engine:
 
     @property
     def koordinator(self) -> bool:
+        """Whether koord-scheduler's rules hold (see ``set_koordinator``)."""
         return self._config.koordinator
 
     def set_node(self, node: NodeInfo) -> None:
@@ -378,36 +379,28 @@ class Engine:
 
     # --- views --------------------------------------------------------------------
     def unit(self, key: str) -> UnitInfo | None:
+        """A copy of the unit as the engine holds it (admitted quota, placement, attempts
+        as its decisions left them); None for an unknown key. A shallow copy: the shell may
+        set its fields, not change what they hold (its request, its pod sets)."""
         ledger = self._ledger
         record = ledger.units.get(key)
         return None if record is None else replace(record.info)
 
     def quota_status(self) -> dict[str, QuotaStatus]:
-        ledger = self._ledger
+        """Every quota (usable or not) by name: its min, max, usage, runtime share and limit."""
         self._sync()
-        out: dict[str, QuotaStatus] = {}
-        for name in sorted(self._quotas):
-            quota = self._quotas[name]
-            node = ledger.tree.nodes.get(name)
-            if node is None:
-                out[name] = QuotaStatus(
-                    name,
-                    dict(quota.min),
-                    dict(quota.max),
-                    dict(ledger.used_by_name.get(name, {})),
-                    {},
-                    {},
-                    False,
-                    self._reasons.get(name),
-                    dict(quota.max),
-                )
-            else:
-                used = {k: v for k, v in node.used.items() if v}
-                out[name] = QuotaStatus(
-                    name, dict(quota.min), dict(quota.max), used, dict(node.runtime), dict(node.demand), True,
-                    limit=dict(node.limit),
-                )
-        return out
+        return views.quota_status(self._ledger, self._quotas, self._reasons)
+
+    def queue_positions(self) -> dict[str, list[Standing]]:
+        """Every Queue's pending units in admission order, with their position and why they wait now."""
+        self._sync()
+        return views.queue_positions(self._ledger)
+
+    def standing(self, key: str) -> Standing | None:
+        """Where a unit stands now (None: unknown): its queue and quota, its position when
+        queued, and why it waits (worked out now, not only the last message told)."""
+        self._sync()
+        return views.standing(self._ledger, key)
 
     def protect_wait(self, key: str) -> float | None:
         """The protect time, when the queued unit ``key`` could preempt for room but for
@@ -418,7 +411,7 @@ class Engine:
         record = ledger.units.get(key)
         if record is None or record.state is not UnitState.QUEUED or record.queue is None:
             return None
-        return ledger.protect(ledger.protected(record, record.queue))
+        return ledger.protect(views.is_protected(ledger, record, record.queue))
 
     def named_quota(self, info: UnitInfo) -> str | None:
         """The leaf quota ``info`` asks for, usable or not (``tenancy.named_quota``)."""
@@ -437,58 +430,10 @@ class Engine:
         return name, quota.max_priority
 
     def validation_errors(self) -> dict[str, str]:
+        """Quota name -> why it cannot be used (validation.py); a unit asking for it is parked."""
         self._sync()
         return dict(self._reasons)
 
-    def queue_positions(self) -> dict[str, list[Standing]]:
-        ledger = self._ledger
-        self._sync()
-        out: dict[str, list[Standing]] = {}
-        for key in sorted(ledger.qs):
-            state = ledger.qs[key]
-            rows = []
-            reasons: dict[tuple[Shape, int, bool], str] = {}
-            for position, entry in enumerate(state.pending.ordered(), start=1):
-                record = ledger.units[entry.key]
-                rows.append(
-                    Standing(
-                        record.key,
-                        key,
-                        state.leaf.name,
-                        position,
-                        record.info.priority,
-                        ledger.live_message(record, reasons, position),
-                    )
-                )
-            out[key] = rows
-        return out
-
-    def standing(self, key: str) -> Standing | None:
-        ledger = self._ledger
-        self._sync()
-        record = ledger.units.get(key)
-        if record is None:
-            return None
-        info = record.info
-        if record.state is UnitState.ADMITTED:
-            return Standing(
-                key,
-                info.admitted_queue,
-                info.admitted_quota,
-                None,
-                info.priority,
-                f"admitted to quota {info.admitted_quota}",
-            )
-        state = record.queue
-        quota = record.node.name if record.node is not None else None
-        position = (
-            state.pending.position(record.entry)
-            if state is not None and record.state is UnitState.QUEUED
-            else None
-        )
-        return Standing(
-            key, state.key if state else None, quota, position, info.priority, ledger.live_message(record)
-        )
 
 
 def _limits_only(old: QuotaInfo, new: QuotaInfo) -> bool:

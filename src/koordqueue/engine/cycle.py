@@ -28,22 +28,21 @@ from enum import Enum
 from itertools import islice
 from typing import NamedTuple
 
-from koordqueue.engine import messages
-from koordqueue.engine.fit import Misfit, borrowing, first_misfit, headroom
+from koordqueue.engine import waits
+from koordqueue.engine.fit import Misfit, borrowing, first_misfit
 from koordqueue.engine.ledger import (
     BLOCKED_WINDOW,
     Ledger,
-    NodeWait,
     QueueState,
     UnitRecord,
     UnitState,
-    has_room,
 )
-from koordqueue.engine.model import Admission, CycleResult, Placement, Preemption, ResourceList
-from koordqueue.engine.pending import Head, Heads
+from koordqueue.engine.model import Admission, CycleResult, Placement
+from koordqueue.engine.pending import Head, Heads, Shape
 from koordqueue.engine.placement import CheckKey, Unplaced, check_key
-from koordqueue.engine.preemption import Candidate, binding, choose_victims
+from koordqueue.engine.preemption import Preemptor
 from koordqueue.engine.tree import Hold, QuotaNode
+from koordqueue.engine.views import live_message
 
 MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most this often
 
@@ -83,7 +82,7 @@ class Outcome(Enum):
     WAITS = "waits"  # it waits; units behind it may fit: the scan goes on
 
 
-_TURN_ENDS = frozenset((Outcome.ADMITTED, Outcome.BORROWS_LATER))
+_TURN_ENDS = (Outcome.ADMITTED, Outcome.BORROWS_LATER)  # (a tuple: ``in`` compares by identity first; an Enum hashes in Python)
 
 
 class Attempt(NamedTuple):
@@ -126,9 +125,7 @@ class Cycle:
         self.heap: list[_Turn] = []
         self.scans: dict[str, Scan] = {}
         self.admitted_now: set[str] = set()  # units admitted in this cycle: never its victims
-        # Until some usage changes (the ledger's charges move): (leaf, top, resources) -> what may be reclaimed.
-        self.reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
-        self.reclaim_charges = -1
+        self.preemptor = Preemptor(ledger, now, result, self.admitted_now)
 
     def run(self) -> None:
         """Give the stale queues turns until none can admit more."""
@@ -200,7 +197,7 @@ class Cycle:
         scan = self.scans.get(state.key)
         if scan is not None and not scan.restart:
             return scan
-        if not state.rescan and not self.room_left(state) and not self.nodes_left(state):
+        if not state.rescan and not waits.room_left(state) and not waits.nodes_left(self.ledger, state):
             # Woken by room at a quota node it waits on or on the nodes its pods wait
             # for, which others took before its turn.
             if scan is not None:
@@ -237,35 +234,67 @@ class Cycle:
         if misfit is None and not scan.borrows and borrowing(leaf, info.request):
             scan.borrows = True
             return Outcome.BORROWS_LATER
-        # 5. Whole, in part, or by preemption: admitted.
         heads.pop()
         record.protected = False
-        tried = self.attempt(record, state, misfit)
-        if tried.admit:
-            self.admit(record, state, tried.placement)
-            following = state.pending.next_of(shape)
-            if following is not None:
-                heads.push(following, shape)
-            scan.admitted = True
-            return Outcome.ADMITTED
-        # 6. It waits, told why; with it the rest of its stream (same request, same or
-        # lower priority), and when neither its quota nor preemption could fit it, its group.
-        told = self.note_wait(record, state, scan, tried)
-        # 7. Its Queue's policy stops at it (a unit that can never fit is passed over:
+        placement: Placement | None = None
+        if misfit is not None and not record.elastic:
+            # 5. It does not fit its quota (and cannot with fewer pods): room made by
+            # preemption, else it waits.
+            admit, placement, by_quota = self.preemptor.preempt_for(record, state, misfit)
+            if not admit:
+                return self.wait(state, scan, record, shape,
+                                 Attempt(False, None, misfit, None, None, None, None, by_quota))
+        elif misfit is not None or (info.pod_sets and state.node_fit and self.room):
+            # 6. Its pods must fit on the nodes, or (elastic) fewer of them its quota: they
+            # are placed, or fewer of them, or room is made by preemption; else it waits.
+            tried = self.attempt(record, state, misfit)
+            if not tried.admit:
+                return self.wait(state, scan, record, shape, tried)
+            placement = tried.placement
+        # 7. Admitted; the next unit of its stream becomes a head.
+        self.admit(record, state, placement)
+        following = state.pending.next_of(shape)
+        if following is not None:
+            heads.push(following, shape)
+        scan.admitted = True
+        return Outcome.ADMITTED
+
+    def wait(self, state: QueueState, scan: Scan, record: UnitRecord, shape: Shape, tried: Attempt) -> Outcome:
+        """A head that was not admitted, as ``process`` goes on: each guard ends in an outcome."""
+        ledger = self.ledger
+        units = self.units
+        # 1. It waits, told why; with it the rest of its stream (same request, same or
+        # lower priority), and when neither its quota nor preemption could fit it, its
+        # group. ``told``: the units behind it must be told (see ``waits.note_misfit``).
+        misfit, unplaced = tried.misfit, tried.unplaced
+        if unplaced is not None:
+            assert tried.waits is not None
+            told = waits.note_unplaced(ledger, record, state, unplaced, tried.waits, tried.waits_counts)
+        else:
+            assert misfit is not None
+            told = waits.note_misfit(ledger, record, state, misfit, self.now)
+            if tried.by_quota and not isinstance(tried.least, Unplaced):
+                # The heads of its group (the same request after it) wait as it does.
+                text, say = record.message, ledger.say
+                for dropped in scan.heads.drop_group():
+                    other = units[dropped.key]
+                    if other.message != text:  # (``say``, inline: a group can have many heads)
+                        say(other, text)
+                if misfit.node is state.leaf:  # (``raise_bar`` looks no further else)
+                    self.raise_bar(scan, state, misfit, text)
+        # 2. Its Queue's policy stops at it (a unit that can never fit is passed over:
         # nothing that ends makes room for it). The units behind it are told who blocks them.
-        if state.stops_at(info.priority) and not _never(tried.misfit, tried.unplaced):
+        if state.stops_at(record.info.priority) and not _never(misfit, unplaced):
             told = told or state.told_blocker != record.key
             state.blocker = state.told_blocker = record.key
-            heads.clear()
+            scan.heads.clear()
             if told:
-                units = self.units
                 for follower in islice(state.pending.ordered(), 1, BLOCKED_WINDOW + 1):
                     other = units[follower.key]
-                    ledger.say(other, ledger.live_message(other))
+                    ledger.say(other, live_message(ledger, other))
             return Outcome.BLOCKS
-        # 8. Units behind it may fit: the scan goes on. Those of its stream are told its reason.
+        # 3. Units behind it may fit: the scan goes on. Those of its stream are told its reason.
         if told:
-            units = self.units
             for follower in state.pending.followers(shape, BLOCKED_WINDOW):
                 ledger.say(units[follower.key], record.message)
         return Outcome.WAITS
@@ -299,31 +328,10 @@ class Cycle:
                 waits = check_key(info.pod_sets, waits_counts)
         by_quota = False
         if not admit and misfit is not None:
-            admit, placement, by_quota = self.preempt_for(record, state, misfit)
+            admit, placement, by_quota = self.preemptor.preempt_for(record, state, misfit)
             if not admit and least is not None:  # it waits for room for its least, not its most
                 misfit, unplaced = (least, None) if isinstance(least, Misfit) else (None, least)
         return Attempt(admit, placement, misfit, unplaced, waits, waits_counts, least, by_quota)
-
-    def note_wait(self, record: UnitRecord, state: QueueState, scan: Scan, tried: Attempt) -> bool:
-        """Tell a unit that was not admitted why it waits, and what it waits for; those of
-        its group wait as it does when only its request and priority kept it out. Return
-        whether the units behind it must be told (see ``note_misfit``)."""
-        if tried.unplaced is not None:
-            assert tried.waits is not None
-            return self.note_unplaced(record, state, tried.unplaced, tried.waits, tried.waits_counts)
-        misfit = tried.misfit
-        assert misfit is not None
-        told = self.note_misfit(record, state, misfit)
-        if tried.by_quota and not isinstance(tried.least, Unplaced):
-            # The heads of its group (the same request after it) wait as it does.
-            units, text, say = self.units, record.message, self.ledger.say
-            for dropped in scan.heads.drop_group():
-                other = units[dropped.key]
-                if other.message != text:  # (``say``, inline: a group can have many heads)
-                    say(other, text)
-            if misfit.node is state.leaf:  # (``raise_bar`` looks no further else)
-                self.raise_bar(scan, state, misfit, text)
-        return told
 
     # --- a scan: its start, its end, the units it passes over ------------------------
     def start_scan(self, state: QueueState, rounds: int) -> Scan:
@@ -413,99 +421,9 @@ class Cycle:
         units = islice(state.pending.ordered(), start, start + BLOCKED_WINDOW + 1)
         for position, entry in enumerate(units, start=start + 1):
             other = self.units[entry.key]
-            ledger.say(other, ledger.live_message(other, position=position))
+            ledger.say(other, live_message(ledger, other, position=position))
 
     # --- why a unit waits -----------------------------------------------------------
-    def note_misfit(self, record: UnitRecord, state: QueueState, misfit: Misfit) -> bool:
-        """Say why the unit waits, wait for room where it lacks it, and hold what is free.
-        Return whether it now waits for another limit (not only other amounts): the
-        units behind it are told then, not each time an amount in the text moves."""
-        ledger = self.ledger
-        leaf = state.leaf
-        hold = misfit.hold
-        node = misfit.node
-        key: tuple[object, ...]
-        protected = record.protected
-        if hold is None:
-            key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve, None, None, None,
-                   protected, misfit.pinned)
-        else:
-            key = (node, misfit.resource, misfit.asked, misfit.used, misfit.limit, misfit.reserve,
-                   hold.holder, hold.priority, hold.waited_past, protected, False)
-        reason = record.reason
-        info = record.info
-        if reason is not None and reason[0] == key:
-            told = False
-        else:  # told when what it waits for differs, not only the amounts asked and used
-            last = reason[0] if reason is not None else None
-            told = last is None or last[0] is not node or last[1] != key[1] or last[4:] != key[4:]
-            reason = record.reason = (key, messages.waiting(leaf, misfit, info.priority, ledger.protect(protected)))
-        if record.message != reason[1]:  # (``say``)
-            record.message = reason[1]
-            ledger.changed[record.key] = reason[1]
-        if misfit.runtime and node not in leaf.path:  # a sibling koord-scheduler would cut: room under their parent
-            node = node.parent or leaf
-        # Held room keeps away units of other quotas only while they borrow (fit.py);
-        # whether this one borrows changes only with its own quota, which scans it again.
-        if misfit.hold is not None and borrowing(leaf, info.request):
-            need = node.hold_waiters.setdefault(state.key, {})
-            if info.priority > node.hold_waiter_priority.get(state.key, -math.inf):
-                node.hold_waiter_priority[state.key] = info.priority
-        else:
-            need = node.waiters.setdefault(state.key, {})
-        if misfit.asked < need.get(misfit.resource, math.inf):
-            need[misfit.resource] = misfit.asked
-        if misfit.runtime or node is leaf or misfit.pinned or misfit.asked > misfit.limit:  # (or it never fits)
-            # Its own quota's limit, or the min of non-preemptible usage: others' units
-            # are no competition (Priority skips it), holding room keeps nothing for it.
-            return told
-        state.misfits_above = True
-        if node.used.get(misfit.resource, 0) <= leaf.used.get(misfit.resource, 0):
-            return told  # nobody else uses that node: holding keeps nothing from anyone
-        # Hold up to the node where it lacks room, not above: room above that node is of
-        # no use to it until that node has room, and holding it would only keep others
-        # (who can use it now) waiting, perhaps for one another. Against borrowers of its
-        # own priority only once it has waited past its Queue's bound: its queue is
-        # scanned again then, to hold anew.
-        after = state.info.hold_room_after
-        since = info.created if info.requeue_at is None else max(info.created, info.requeue_at)
-        ripe = since + after  # the very time its queue is woken at, so that it is ripe then
-        waited_past = after if self.now >= ripe else None
-        child = leaf
-        for upper in leaf.path[1 : leaf.path.index(node) + 1]:
-            amounts: ResourceList = {}
-            for name, amount in info.request.items():
-                room = headroom(upper, child, name)
-                if room is not None and room > 0:
-                    amounts[name] = min(amount, room)
-            if amounts:
-                hold = Hold(record.key, leaf, info.priority, amounts, waited_past)
-                upper.add_hold(hold)
-                state.holds.append((upper, hold))
-                if waited_past is None:
-                    ledger.retry_later(state, ripe)
-            child = upper
-        return told
-
-    def note_unplaced(self, record: UnitRecord, state: QueueState, unplaced: Unplaced, waits: CheckKey,
-                      counts: dict[str, int] | None) -> bool:
-        """Say why the unit's pods have no nodes, and wait for room on them that the check
-        ``waits`` (of ``counts`` of its pods, when not all) could use. Return whether it waits for another reason than before (see
-        ``note_misfit``)."""
-        key: tuple[object, ...] = ("nodes", unplaced)
-        reason = record.reason
-        told = reason is None or reason[0][0] != "nodes" or _kind(reason[0][1]) != _kind(unplaced)
-        if reason is None or reason[0] != key:
-            reason = record.reason = (key, messages.unplaced(state.leaf, unplaced))
-        self.ledger.say(record, reason[1])
-        waiting = self.ledger.node_waiters.setdefault(state.key, {})
-        wait = waiting.get(waits)
-        if wait is None:
-            waiting[waits] = NodeWait(record.info.pod_sets, counts, [record.key])
-        else:
-            wait.units.append(record.key)
-        return told
-
     # --- admission and preemption ---------------------------------------------------
     def admit(self, record: UnitRecord, state: QueueState, placement: Placement | None = None) -> None:
         ledger = self.ledger
@@ -564,166 +482,6 @@ class Cycle:
                 high = middle - 1
         return best, None
 
-    def preempt_for(
-        self, record: UnitRecord, state: QueueState, misfit: Misfit
-    ) -> tuple[bool, Placement | None, bool]:
-        """Make room for ``record`` by reclaim or priority preemption: whether it did,
-        where its pods go (when they are placed), in the room its victims give back, and
-        whether its request and priority alone kept it from doing so (not its pods)."""
-        if misfit.hold is not None or misfit.pinned or misfit.never:  # victims free no min of its own
-            return False, None, True
-        ledger = self.ledger
-        leaf = state.leaf
-        info = record.info
-        now = self.now
-        reclaim = self.config.reclaim and not borrowing(leaf, info.request)
-        if not reclaim and not state.info.preemption:
-            return False, None, True
-        top, names = binding(leaf, info.request)
-        if top is None:
-            return False, None, True
-        reclaim = reclaim and top is not leaf and all(name in leaf.runtime for name in names)
-        if not reclaim and not state.info.preemption:
-            return False, None, True
-        state.reclaims = state.reclaims or reclaim
-        protect = self.config.protect_seconds
-        candidates: list[Candidate] = []
-        free_at = math.inf  # when a protected candidate stops being protected
-        if reclaim:
-            found, free_at = self.reclaim_candidates(leaf, top, names)
-            candidates += found
-        if state.info.preemption:
-            for admitted_at, key in ledger.victims.get(leaf, ()):
-                victim = self.units[key]
-                if victim.info.priority >= info.priority or key in self.admitted_now:
-                    continue
-                if admitted_at + protect > now:
-                    free_at = min(free_at, admitted_at + protect)
-                    continue
-                candidates.append(
-                    Candidate(key, leaf, victim.charged, victim.info.priority, admitted_at, victim.entry)
-                )
-        chosen = choose_victims(leaf, info.request, info.priority, candidates, names) if candidates else None
-        if chosen is None:
-            if free_at < math.inf:
-                record.protected = True
-                ledger.retry_later(state, free_at)
-            return False, None, True
-        placement = None
-        if ledger.places(state, info):
-            # Preemption makes room in quotas, not on nodes: only when the victims' room on
-            # the nodes is enough for its pods too.
-            placed = self.room.place(info.pod_sets, released=[c.key for c in chosen])
-            if isinstance(placed, Unplaced):
-                return False, None, False
-            placement = placed
-        reasons = [_preemption_reason(c, record, leaf, names) for c in chosen]
-        for candidate, reason in zip(chosen, reasons, strict=True):
-            requeue_at = ledger.send_back(self.units[candidate.key], now, reason)
-            self.result.preempted.append(
-                Preemption(candidate.key, candidate.node.name, record.key, reason, requeue_at)
-            )
-        return True, placement, False
-
-    def reclaim_candidates(
-        self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str]
-    ) -> tuple[list[Candidate], float]:
-        """Units under ``top`` of quotas above their runtime share in ``names`` that may be
-        taken back for a unit of ``leaf``, and when the first protected one stops being
-        protected. Kept for the rest of the cycle until some usage changes: the heads of
-        a queue that do not fit ask the same question again and again."""
-        ledger = self.ledger
-        if self.reclaim_charges != ledger.charges:
-            self.reclaim_cache = {}
-            self.reclaim_charges = ledger.charges
-        key = (leaf, top, names)
-        known = self.reclaim_cache.get(key)
-        if known is not None:
-            return known
-        now = self.now
-        protect = self.config.protect_seconds
-        candidates: list[Candidate] = []
-        free_at = math.inf
-        on_path = set(leaf.path)
-        for other in ledger.borrowers:
-            victims = ledger.victims.get(other)
-            if not victims or other is leaf or other.children or top not in other.path:
-                continue
-            if victims[0][0] + protect > now:
-                free_at = min(free_at, victims[0][0] + protect)
-                continue
-            if not any(other.used.get(n, 0) > other.runtime.get(n, math.inf) for n in names):
-                continue
-            chain = tuple(n for n in other.path if n not in on_path)
-            for admitted_at, unit_key in victims:
-                if admitted_at + protect > now:
-                    free_at = min(free_at, admitted_at + protect)
-                    break
-                if unit_key in self.admitted_now:
-                    continue
-                victim = self.units[unit_key]
-                candidates.append(
-                    Candidate(unit_key, other, victim.charged, victim.info.priority, admitted_at,
-                              victim.entry, chain)
-                )
-        self.reclaim_cache[key] = (candidates, free_at)
-        return candidates, free_at
-
-    # --- a queue woken by room: is the room still there? ----------------------------
-    def room_left(self, state: QueueState) -> bool:
-        """Whether a node that woke ``state`` still has the room it was woken for; if
-        none has, the queue waits at those nodes again."""
-        woken = state.woken
-        if any(has_room(node, need, priority, state.leaf) for node, need, priority in woken):
-            return True
-        for node, need, priority in woken:
-            waiting = (node.waiters if priority is None else node.hold_waiters).setdefault(state.key, {})
-            for name, amount in need.items():
-                if amount < waiting.get(name, math.inf):
-                    waiting[name] = amount
-            if priority is not None and priority > node.hold_waiter_priority.get(state.key, -math.inf):
-                node.hold_waiter_priority[state.key] = priority
-        state.woken = []
-        return False
-
-    def nodes_left(self, state: QueueState) -> bool:
-        """Whether a failed placement check that room on the nodes woke ``state`` for
-        passes now; if none does, its units are told why anew (as its scan would) and it
-        waits for room again. A unit told another kind of reason is scanned for (so that
-        the units behind it are told as a scan tells them)."""
-        waits, state.node_woken = state.node_woken, {}
-        if waits and state.misfits_above:
-            # Limits above its quota move with others' admissions: what it holds there and
-            # what its units are told are worked out anew, as a scan does.
-            return True
-        for key, wait in waits.items():
-            found = self.room.place(wait.pod_sets, wait.counts, key=key)
-            if not isinstance(found, Unplaced):
-                return True
-            for unit in wait.units:
-                record = self.units.get(unit)
-                if record is None or record.queue is not state or record.state is not UnitState.QUEUED:
-                    return True
-                if self.note_unplaced(record, state, found, key, wait.counts):
-                    return True
-        return False
-
-
-def _preemption_reason(candidate: Candidate, preemptor: UnitRecord, leaf: QuotaNode, names: frozenset[str]) -> str:
-    if not candidate.chain:
-        return messages.outranked(preemptor.key, preemptor.info.priority, leaf.name)
-    node = candidate.node
-    name = next(
-        (
-            n
-            for n in sorted(names)
-            if n in candidate.request and node.used.get(n, 0) > node.runtime.get(n, 0)
-        ),
-        sorted(names)[0],
-    )
-    return messages.reclaimed(node, name, preemptor.key, leaf.name)
-
-
 def _held_by_node(holds: list[tuple[QuotaNode, Hold]]) -> dict[QuotaNode, _Held]:
     out: dict[QuotaNode, _Held] = {}
     for node, hold in holds:
@@ -742,10 +500,3 @@ def _never(misfit: Misfit | None, unplaced: Unplaced | None) -> bool:
     if misfit is not None:
         return misfit.never
     return unplaced is not None and (unplaced.never or bool(unplaced.shut_out))
-
-
-def _kind(unplaced: object) -> tuple[object, ...]:
-    """What a reason to wait for nodes is about, without its amounts (see ``note_misfit``)."""
-    if not isinstance(unplaced, Unplaced):
-        return ()
-    return (unplaced.pod_set, unplaced.asked, unplaced.resource, bool(unplaced.shut_out), unplaced.level)

@@ -13,7 +13,7 @@ A non-preemptible unit is never a victim, so it may not borrow at all: as Koord-
 and each ancestor, plus r, stays within min (times the oversellrate) for every resource
 the quota limits. When a request does not fit for good (more than a max, the cluster or
 a min it is held to), that is the misfit said, wherever a passing limit comes first: a
-queue does not wait for a unit that can never fit (core.py).
+queue does not wait for a unit that can never fit (cycle.py).
 """
 
 from __future__ import annotations

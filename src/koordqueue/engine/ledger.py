@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from operator import attrgetter
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import messages
 from koordqueue.engine.backoff import backoff_seconds
-from koordqueue.engine.fit import first_misfit, held_against_borrower
+from koordqueue.engine.fit import held_against_borrower
 from koordqueue.engine.model import (
     EngineConfig,
     Placement,
@@ -35,7 +35,7 @@ from koordqueue.engine.model import (
     UnitInfo,
 )
 from koordqueue.engine.pending import Entry, PendingQueue, Shape
-from koordqueue.engine.placement import CheckKey, NodeRoom, Unplaced
+from koordqueue.engine.placement import CheckKey, NodeRoom
 from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
 
@@ -69,7 +69,7 @@ class UnitRecord:
     queue: QueueState | None = None  # resolved queue (queued, back-off)
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
     message: str = ""
-    reason: tuple[tuple[object, ...], str] | None = None  # its last misfit and its text, not to format it again
+    reason: Reason | None = None  # why it last waited, and its text, not to format it again
     check: CheckKey | None = None  # what a check of all its pods depends on (once asked for)
     protected: bool = False  # its last scan found units it could preempt, but within their protect time
     # It holds quota as a non-preemptible unit: never a victim, its request in ``pinned``
@@ -120,6 +120,13 @@ class NodeWait:
     pod_sets: tuple[PodSetInfo, ...]
     counts: dict[str, int] | None
     units: list[str]
+
+
+class Reason(NamedTuple):
+    """Why a unit last waited (waits.py): what its text depends on, and the text."""
+
+    key: tuple[object, ...]  # a misfit's node, resource, amounts and limit; or ("nodes", why its pods have none)
+    text: str
 
 
 class CycleHook(Protocol):
@@ -291,7 +298,7 @@ class Ledger:
         first = state.pending.first_before(record.entry, record.shape, BLOCKED_WINDOW)
         if first is not None:
             told = self.units[first.key]
-            if told.reason is not None and told.message == told.reason[1]:
+            if told.reason is not None and told.message == told.reason.text:
                 self.say(record, told.message)
 
     def join(self, state: QueueState, record: UnitRecord) -> None:
@@ -533,59 +540,6 @@ class Ledger:
         """The protect time, for a unit's message, when only it keeps the unit from preempting."""
         return self.config.protect_seconds if protected else None
 
-    def protected(self, record: UnitRecord, state: QueueState) -> bool:
-        first = state.pending.next_of(record.shape)  # what holds for the first of its request holds for it
-        return self.units[first.key].protected if first is not None else record.protected
-
-    def live_message(self, record: UnitRecord, reasons: dict[tuple[Shape, int, bool], str] | None = None,
-                     position: int | None = None) -> str:
-        """Why a queued unit waits now: its queue waiting for a unit's pods, else being
-        beyond its queue's depth, else who blocks it, else the limit its request runs into
-        (worked out now, so that units the last cycle did not get to have a reason too),
-        else the text it was last told. ``reasons`` caches the limit's text per request and
-        priority, for many units of one queue; ``position``: the unit's in its queue, when known."""
-        state = record.queue
-        if record.state is not UnitState.QUEUED or state is None:
-            return record.message
-        starting = self.pods_blocker(state)
-        if starting is not None:
-            return messages.pods_starting(state.key, starting)
-        depth = state.info.max_depth
-        if depth is not None:
-            if position is None:
-                position = state.pending.position(record.entry)
-            if position > depth:
-                return messages.beyond_depth(state.key, depth)
-        blocker = self.units.get(state.blocker) if state.blocker is not None else None
-        if (
-            blocker is not None
-            and blocker is not record
-            and blocker.state is UnitState.QUEUED
-            and blocker.entry < record.entry
-        ):
-            if state.info.policy == QueuePolicy.INTELLIGENT and record.info.priority < state.threshold:
-                return messages.band_blocked(blocker.key, state.key, state.threshold)
-            return messages.blocked(blocker.key, state.key, str(state.info.policy))
-        info = record.info
-        protected = self.protected(record, state)
-        key = (record.shape, info.priority, protected)
-        text = reasons.get(key) if reasons is not None else None
-        if text is None:
-            request, counts = info.request, None
-            misfit = first_misfit(state.leaf, request, info.priority, preemptible=info.preemptible)
-            if misfit is not None and any(ps.elastic for ps in info.pod_sets):  # why not even its least
-                request, counts = _least(info)
-                misfit = first_misfit(state.leaf, request, info.priority, preemptible=info.preemptible)
-            text = "" if misfit is None else messages.waiting(state.leaf, misfit, info.priority,
-                                                              self.protect(protected))
-            if misfit is None and self.places(state, info):
-                found = self.room.place(info.pod_sets, counts)
-                if isinstance(found, Unplaced):
-                    text = messages.unplaced(state.leaf, found)
-            if reasons is not None:
-                reasons[key] = text
-        return text or record.message
-
 
 def has_room(node: QuotaNode, need: ResourceList, priority: int | None, leaf: QuotaNode) -> bool:
     """Whether ``node`` has room for the least ask of some resource in ``need``; for
@@ -616,16 +570,3 @@ def _charged(info: UnitInfo) -> ResourceList:
             for name, amount in ps.request.items():
                 request[name] = request.get(name, 0) - left_out * amount
     return request
-
-
-def _least(info: UnitInfo) -> tuple[ResourceList, dict[str, int]]:
-    """An elastic unit's least: its request and pod counts with its elastic pod sets at their min."""
-    request = dict(info.request)
-    counts = {}
-    for ps in info.pod_sets:
-        if ps.elastic:
-            assert ps.min_count is not None
-            counts[ps.name] = ps.min_count
-            for name, amount in ps.request.items():
-                request[name] = request.get(name, 0) - (ps.count - ps.min_count) * amount
-    return request, counts

@@ -10,11 +10,15 @@ O(candidates x depth).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from koordqueue.engine.fit import Released, first_misfit
-from koordqueue.engine.model import ResourceList
+from koordqueue.engine import messages
+from koordqueue.engine.fit import Misfit, Released, borrowing, first_misfit
+from koordqueue.engine.ledger import Ledger, QueueState, UnitRecord
+from koordqueue.engine.model import CycleResult, Placement, Preemption, ResourceList
 from koordqueue.engine.pending import Entry
+from koordqueue.engine.placement import Unplaced
 from koordqueue.engine.tree import QuotaNode
 
 
@@ -105,3 +109,141 @@ def _add(released: Released, candidate: Candidate, sign: int) -> None:
         freed = released.setdefault(node, {})
         for name, amount in candidate.request.items():
             freed[name] = freed.get(name, 0) + sign * amount
+
+
+class Preemptor:
+    """Preemption within one cycle (cycle.py): it finds victims for a unit that does not
+    fit, sends them back through the ledger and records them in the cycle's result. The
+    reclaim candidates it found are kept until some usage changes (the ledger's charges)."""
+
+    def __init__(self, ledger: Ledger, now: float, result: CycleResult, admitted_now: set[str]) -> None:
+        self.ledger = ledger
+        self.now = now
+        self.result = result
+        self.units = ledger.units
+        self.room = ledger.room
+        self.config = ledger.config
+        self.admitted_now = admitted_now  # units admitted in this cycle: never its victims
+        # (leaf, top, resources) -> what may be reclaimed, while the ledger's charges stay ``reclaim_charges``.
+        self.reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
+        self.reclaim_charges = -1
+
+    def preempt_for(
+        self, record: UnitRecord, state: QueueState, misfit: Misfit
+    ) -> tuple[bool, Placement | None, bool]:
+        """Make room for ``record`` by reclaim or priority preemption: whether it did,
+        where its pods go (when they are placed), in the room its victims give back, and
+        whether its request and priority alone kept it from doing so (not its pods)."""
+        if misfit.hold is not None or misfit.pinned or misfit.never:  # victims free no min of its own
+            return False, None, True
+        ledger = self.ledger
+        leaf = state.leaf
+        info = record.info
+        now = self.now
+        reclaim = self.config.reclaim and not borrowing(leaf, info.request)
+        if not reclaim and not state.info.preemption:
+            return False, None, True
+        top, names = binding(leaf, info.request)
+        if top is None:
+            return False, None, True
+        reclaim = reclaim and top is not leaf and all(name in leaf.runtime for name in names)
+        if not reclaim and not state.info.preemption:
+            return False, None, True
+        state.reclaims = state.reclaims or reclaim
+        protect = self.config.protect_seconds
+        candidates: list[Candidate] = []
+        free_at = math.inf  # when a protected candidate stops being protected
+        if reclaim:
+            found, free_at = self.reclaim_candidates(leaf, top, names)
+            candidates += found
+        if state.info.preemption:
+            for admitted_at, key in ledger.victims.get(leaf, ()):
+                victim = self.units[key]
+                if victim.info.priority >= info.priority or key in self.admitted_now:
+                    continue
+                if admitted_at + protect > now:
+                    free_at = min(free_at, admitted_at + protect)
+                    continue
+                candidates.append(
+                    Candidate(key, leaf, victim.charged, victim.info.priority, admitted_at, victim.entry)
+                )
+        chosen = choose_victims(leaf, info.request, info.priority, candidates, names) if candidates else None
+        if chosen is None:
+            if free_at < math.inf:
+                record.protected = True
+                ledger.retry_later(state, free_at)
+            return False, None, True
+        placement = None
+        if ledger.places(state, info):
+            # Preemption makes room in quotas, not on nodes: only when the victims' room on
+            # the nodes is enough for its pods too.
+            placed = self.room.place(info.pod_sets, released=[c.key for c in chosen])
+            if isinstance(placed, Unplaced):
+                return False, None, False
+            placement = placed
+        reasons = [_reason(c, record, leaf, names) for c in chosen]
+        for candidate, reason in zip(chosen, reasons, strict=True):
+            requeue_at = ledger.send_back(self.units[candidate.key], now, reason)
+            self.result.preempted.append(
+                Preemption(candidate.key, candidate.node.name, record.key, reason, requeue_at)
+            )
+        return True, placement, False
+
+    def reclaim_candidates(
+        self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str]
+    ) -> tuple[list[Candidate], float]:
+        """Units under ``top`` of quotas above their runtime share in ``names`` that may be
+        taken back for a unit of ``leaf``, and when the first protected one stops being
+        protected. Kept for the rest of the cycle until some usage changes: the heads of
+        a queue that do not fit ask the same question again and again."""
+        ledger = self.ledger
+        if self.reclaim_charges != ledger.charges:
+            self.reclaim_cache = {}
+            self.reclaim_charges = ledger.charges
+        key = (leaf, top, names)
+        known = self.reclaim_cache.get(key)
+        if known is not None:
+            return known
+        now = self.now
+        protect = self.config.protect_seconds
+        candidates: list[Candidate] = []
+        free_at = math.inf
+        on_path = set(leaf.path)
+        for other in ledger.borrowers:
+            victims = ledger.victims.get(other)
+            if not victims or other is leaf or other.children or top not in other.path:
+                continue
+            if victims[0][0] + protect > now:
+                free_at = min(free_at, victims[0][0] + protect)
+                continue
+            if not any(other.used.get(n, 0) > other.runtime.get(n, math.inf) for n in names):
+                continue
+            chain = tuple(n for n in other.path if n not in on_path)
+            for admitted_at, unit_key in victims:
+                if admitted_at + protect > now:
+                    free_at = min(free_at, admitted_at + protect)
+                    break
+                if unit_key in self.admitted_now:
+                    continue
+                victim = self.units[unit_key]
+                candidates.append(
+                    Candidate(unit_key, other, victim.charged, victim.info.priority, admitted_at,
+                              victim.entry, chain)
+                )
+        self.reclaim_cache[key] = (candidates, free_at)
+        return candidates, free_at
+
+
+def _reason(candidate: Candidate, preemptor: UnitRecord, leaf: QuotaNode, names: frozenset[str]) -> str:
+    if not candidate.chain:
+        return messages.outranked(preemptor.key, preemptor.info.priority, leaf.name)
+    node = candidate.node
+    name = next(
+        (
+            n
+            for n in sorted(names)
+            if n in candidate.request and node.used.get(n, 0) > node.runtime.get(n, 0)
+        ),
+        sorted(names)[0],
+    )
+    return messages.reclaimed(node, name, preemptor.key, leaf.name)

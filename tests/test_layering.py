@@ -129,15 +129,23 @@ def test_a_forbidden_import_would_be_caught() -> None:
 
 # Inside the engine: the front door (core) runs cycles (cycle) over the accounting
 # (ledger); a cycle tells units why they wait (waits, views) and preempts (preemption);
-# kube-scheduler's node filters (nodefilter) are below placement, which uses them. Each may
-# import only what is below it, so that moving a method cannot close a circle: the
-# ledger knows none of the others, waits and preemption know neither the cycle nor the
-# Engine, the cycle not the Engine.
+# kube-scheduler's node filters (nodefilter) are below placement, which uses them. The
+# room on the nodes is itself a stack: the arrays over the nodes (nodearrays), the gang
+# search that reads them (gangsearch), the failed checks that read both (failedchecks),
+# and NodeRoom (placement) on top. Each may import only what is below it, so that moving
+# a method cannot close a circle: the ledger knows none of the others, waits and
+# preemption know neither the cycle nor the Engine, the cycle not the Engine.
 _CORE, _CYCLE, _PACKAGE = "koordqueue.engine.core", "koordqueue.engine.cycle", "koordqueue.engine"
 _VIEWS = "koordqueue.engine.views"
+_PLACEMENT = "koordqueue.engine.placement"
+_ABOVE_PLACEMENT = {_PLACEMENT, "koordqueue.engine.ledger", _CYCLE, _CORE, _PACKAGE, _VIEWS,
+                    "koordqueue.engine.waits", "koordqueue.engine.preemption", "koordqueue.engine.messages"}
+_FAILEDCHECKS, _GANGSEARCH = "koordqueue.engine.failedchecks", "koordqueue.engine.gangsearch"
 ENGINE_ABOVE = {
-    "koordqueue.engine.nodefilter": {"koordqueue.engine.placement", "koordqueue.engine.ledger", _CYCLE, _CORE,
-                                     _PACKAGE, _VIEWS, "koordqueue.engine.waits", "koordqueue.engine.preemption"},
+    "koordqueue.engine.nodefilter": {"koordqueue.engine.nodearrays", _GANGSEARCH, _FAILEDCHECKS, *_ABOVE_PLACEMENT},
+    "koordqueue.engine.nodearrays": {_GANGSEARCH, _FAILEDCHECKS, *_ABOVE_PLACEMENT},
+    _GANGSEARCH: {_FAILEDCHECKS, *_ABOVE_PLACEMENT},
+    _FAILEDCHECKS: _ABOVE_PLACEMENT,
     "koordqueue.engine.ledger": {_CORE, _CYCLE, _PACKAGE, _VIEWS, "koordqueue.engine.waits",
                                  "koordqueue.engine.preemption"},
     _VIEWS: {_CORE, _CYCLE, _PACKAGE},

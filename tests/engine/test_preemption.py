@@ -182,6 +182,28 @@ def test_reclaim_reaches_across_levels() -> None:
     assert keys(result.admitted) == ["default/a1"]
 
 
+def test_reclaim_does_not_count_a_non_lending_victims_kept_min_as_freed() -> None:
+    """Reclaiming a unit of a quota that does not lend frees only what it used above its
+    min: the min is kept from its siblings again (found by test_min_is_honoured_after_reclaim,
+    where the cluster ended at 5 of 4)."""
+    engine = engine_with(
+        quota("keeper", 1, 2, lend=False),
+        parent("team", 2, 4, lend=False), quota("x", 0, 2, "team"), quota("y", 0, 2, "team"),
+        capacity=4, protect_seconds=0.0,
+    )
+    engine.set_unit(unit("k1", 2, "keeper"))
+    settle(engine, 0.0)
+    engine.set_unit(unit("y1", 1, "y"))
+    engine.set_unit(unit("y2", 1, "y"))
+    assert settle(engine, 0.0) == ["default/y1", "default/y2"]
+    engine.set_unit(unit("x1", 2, "x"))
+    result = engine.schedule(0.0)
+    # Without k1, 4 - 1 (keeper's kept min) - 2 leaves 1: y2 goes too.
+    assert sorted(keys(result.preempted)) == ["default/k1", "default/y2"]
+    assert keys(result.admitted) == ["default/x1"]
+    assert used(engine)["team"] == 3
+
+
 def test_the_worked_example_settles_after_reclaim() -> None:
     """SEMANTICS.md section 3: team d borrows everything, the others arrive later and take
     back their share by reclaim; admitted GPUs settle at the runtime quotas 5/20/35/40."""

@@ -152,9 +152,10 @@ def _first_limit(
                 if freed:
                     used -= freed.get(name, 0)
                 reserve = 0
-                if child is not None and reserve_map:
-                    reserve = reserve_map.get(name, 0) - child.own_reserve(name)
-                    if released and reserve_map.get(name):
+                if child is not None:
+                    if reserve_map:
+                        reserve = reserve_map.get(name, 0) - child.own_reserve(name)
+                    if released:  # victims may take a non-lending sibling below its min: kept from here
                         reserve += _reserve_change(node, child, name, released)
                 free = cap - used - reserve
                 if asked > free:

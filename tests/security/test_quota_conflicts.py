@@ -41,6 +41,16 @@ def test_the_older_quota_keeps_its_min_and_its_namespaces() -> None:
     assert reasons["aab"].startswith("namespace t4 is already bound to quota team-b")
 
 
+def test_a_quota_not_stored_yet_is_the_newest() -> None:
+    """A manifest checked before it is applied has no creationTimestamp: it is judged as the
+    newcomer it will be (as koord-manager's webhook judges it), not as older than all."""
+    objects = [stamped(quota("pool", 8, 8, is_parent=True), "2026-01-01T00:00:00Z"),
+               stamped(quota("zzz", 8, 8, namespace="t1", parent="pool"), "2026-01-02T00:00:00Z"),
+               quota("aaa", 8, 8, namespace="t2", parent="pool")]
+    quotas = {q.name: q for q in (parse_elastic_quota(o).quota for o in objects)}
+    assert set(validate_quotas(quotas)) == {"aaa"}
+
+
 async def _past(system: System, name: str, namespace: str) -> None:
     """Until the server's clock (whole seconds) is past the quota's creation, so that one
     created now is younger (a wait on the clock, not a guess)."""

@@ -76,9 +76,10 @@ def validate_quotas(quotas: Mapping[str, QuotaInfo]) -> dict[str, str]:
         set_aside |= refused_owners
 
 
-def age(quota: QuotaInfo) -> tuple[str, str]:
-    """Oldest first, then by name: the order in which conflicting quotas are taken."""
-    return quota.created, quota.name
+def age(quota: QuotaInfo) -> tuple[bool, str, str]:
+    """Oldest first, then by name: the order in which conflicting quotas are taken. One not
+    stored yet (no creationTimestamp: a manifest checked before it is applied) is the newest."""
+    return not quota.created, quota.created, quota.name
 
 
 def own_problem(quota: QuotaInfo) -> str | None:

@@ -29,7 +29,7 @@ import yaml
 
 from koordqueue.api.crds import our_crds
 from koordqueue.apiserver.controls import Access
-from koordqueue.controller.webhook import MUTATE_PATH
+from koordqueue.controller.webhook import MUTATE_PATH, VALIDATE_PATH
 from koordqueue.kube.client import KubeClient
 from koordqueue.kube.config import load_config
 from koordqueue.kube.informer import Informer
@@ -103,12 +103,16 @@ def test_helm_installs_the_chart_and_the_controller_runs_the_seed_flow_under_its
 async def _seed_flow_as_the_service_account(kube: RealCluster, run: Any, values: dict[str, Any], metrics_port: int,
                                             webhook_port: int, tmp_path: Path) -> None:
     objects = render(values, include_crds=True)
-    granted = granted_by(one(objects, "ClusterRole")["rules"]) | granted_by(one(objects, "Role")["rules"])
+    granted = granted_by(one(objects, "ClusterRole", RELEASE)["rules"]) | granted_by(one(objects, "Role")["rules"])
     # Out of cluster, the webhook is dialled by URL at the controller's port.
     hook = json.loads(run("kubectl", "get", "mutatingwebhookconfiguration", "koord-queue", "-o", "json"))
     patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig",
               "value": {"url": f"https://127.0.0.1:{webhook_port}{MUTATE_PATH}"}} for i in range(len(hook["webhooks"]))]
     run("kubectl", "patch", "mutatingwebhookconfiguration", "koord-queue", "--type=json", "-p", json.dumps(patch))
+    hook = json.loads(run("kubectl", "get", "validatingwebhookconfiguration", "koord-queue", "-o", "json"))
+    patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig",
+              "value": {"url": f"https://127.0.0.1:{webhook_port}{VALIDATE_PATH}"}} for i in range(len(hook["webhooks"]))]
+    run("kubectl", "patch", "validatingwebhookconfiguration", "koord-queue", "--type=json", "-p", json.dumps(patch))
     token = run("kubectl", "create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=2h").strip()
     kubeconfig = tmp_path / "controller.kubeconfig"
     admin = yaml.safe_load(kube.kubeconfig_path.read_text())

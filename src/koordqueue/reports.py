@@ -216,7 +216,9 @@ async def _explain_file(kubeconfig: str | None, path: str, namespace: str | None
     view = job_view(obj, adapter, snap.priority_classes)
     if view.unit_spec is None:
         raise ReportError(f"{path}: this job cannot be queued: {view.invalid}")
-    unit = unit_view(queue_unit_manifest(view))
+    manifest = queue_unit_manifest(view)
+    manifest["metadata"]["creationTimestamp"] = rfc3339(now)  # (it would be the newest: behind its equals)
+    unit = unit_view(manifest)
     if unit.key in snap.units:
         raise ReportError(f"{path}: a QueueUnit {unit.key} exists already: `koord-queue explain "
                           f"{kind.lower()}/{meta['name']} -n {meta['namespace']}` explains it")

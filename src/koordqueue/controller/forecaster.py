@@ -104,8 +104,8 @@ def forecast_words(item: UnitForecast | None, now: float) -> str:
     low = max(0.0, (item.earliest if item.earliest is not None else item.start) - now)
     span = (f"between {_bare_minutes(low)} and {_bare_minutes(item.latest - now)}" if item.latest is not None
             else f"at the earliest in {_minutes(low)}")
-    jobs = "job" if item.ahead == 1 else "jobs"
-    ends = f": {item.ahead} {jobs} ahead of it end by then" if item.ahead else ""
+    jobs = "job ahead of it ends" if item.ahead == 1 else "jobs ahead of it end"
+    ends = f": {item.ahead} {jobs} by then" if item.ahead else ""
     head = "expected to start now" if wait < 60 else f"expected to start in about {_minutes(wait)}"
     return f"{head} ({span}; runtimes from {item.basis}){ends}"
 

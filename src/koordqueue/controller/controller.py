@@ -68,7 +68,7 @@ class Controller:
                                         queue_settings)
         self.messages = MessageWriter(shared, self.unit_status)
         self.quota_status = QuotaStatusWriter(shared, self.quota_sync, self.messages)
-        self.forecaster = Forecaster(shared, self.unit_status)
+        self.forecaster = Forecaster(shared, self.unit_status, lambda: self.scheduler.cycles)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
 

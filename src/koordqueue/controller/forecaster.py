@@ -1,6 +1,7 @@
-"""The leader's start-time forecast (engine/forecast.py): recomputed in the background at most
-every ``forecast_interval_seconds`` (never on the scheduling loop's time: the engine is
-copied on the loop, the plays run in a thread), shown by `explain`, `status`, the
+"""The leader's start-time forecast (engine/forecast.py): recomputed in the background every
+``forecast_interval_seconds``, and sooner after scheduling cycles, rate-limited (``run``);
+never on the scheduling loop's time: the engine is copied on the loop, the plays run in a
+thread. Shown by `explain`, `status`, the
 dashboard, the visibility API and a metric, and written on each waiting QueueUnit
 (``status.expectedStart``, its range and basis; the EXPECTED-START column) only when it
 moved materially: by more than FORECAST_WRITE_MIN_SECONDS and more than
@@ -28,6 +29,9 @@ from koordqueue.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 
+FORECAST_POLL_SECONDS = 1.0  # how often the loop looks whether a recompute is due
+FORECAST_MIN_GAP_SECONDS = 5.0  # after a cycle, no sooner than this after the last recompute ...
+FORECAST_COST_FACTOR = 10.0  # ... nor sooner than ten times what the last one took (<= 10 % of a core)
 FORECAST_WRITES_PER_ROUND = 500  # units whose forecast is written per recompute at most (the rest: next round)
 
 JobRuntime = tuple[str | None, int | None]  # a job's annotation koord-queue/expected-runtime, its max-exec-time
@@ -124,9 +128,10 @@ _UNWRITTEN = object()
 class Forecaster(Part):
     """Keeps ``current`` (the last forecast) and writes its changes on the waiting units."""
 
-    def __init__(self, shared: Shared, status: UnitStatusWriter) -> None:
+    def __init__(self, shared: Shared, status: UnitStatusWriter, cycles: Callable[[], int] = lambda: 0) -> None:
         super().__init__(shared)
         self.status = status
+        self.cycles = cycles  # scheduling cycles run so far (the scheduler's count)
         self.current: Forecast | None = None
         self.problems: dict[str, str] = {}  # unit -> why its annotation was ignored
         self.written: dict[str, float | None] = {}  # unit -> the expected start last written on it
@@ -141,13 +146,24 @@ class Forecaster(Part):
         return self.current.units.get(key) if self.current is not None else None
 
     async def run(self) -> None:
+        """Recompute every ``forecast_interval_seconds``, and sooner (FORECAST_MIN_GAP_SECONDS
+        after the last, or ten times as long as the last took, whichever is more) once a
+        scheduling cycle ran since: the forecast follows what happens, at a bounded cost."""
         interval = self.config.forecast_interval_seconds
         if interval <= 0:
             return
+        loop = asyncio.get_running_loop()
+        last, seen, took = loop.time(), -1, 0.0
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(min(interval, FORECAST_POLL_SECONDS))
+            now, cycles = loop.time(), self.cycles()
+            gap = max(min(interval, FORECAST_MIN_GAP_SECONDS), FORECAST_COST_FACTOR * took)
+            if now - last < interval and (cycles == seen or now - last < gap):
+                continue
+            last, seen = now, cycles
             try:
                 await self.refresh()
+                took = loop.time() - now
             except asyncio.CancelledError:
                 raise
             except Exception:  # a forecast is advice: it never takes the controller down

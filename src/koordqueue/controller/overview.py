@@ -114,7 +114,8 @@ def _forecast_of(forecast: Forecast | None, key: str, now: float | None) -> dict
         return {}
     item = forecast.units.get(key)
     out = forecast_fields(item)
-    out["startsAt"] = item.start if item is not None else None
+    out["startsAt"] = item.start if item is not None else None  # (epoch seconds, for the dashboard and status)
+    out["rangeAt"] = [item.earliest, item.latest] if item is not None else None
     if now is not None:
         out["forecast"] = forecast_words(item, now)
     return out

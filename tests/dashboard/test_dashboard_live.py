@@ -125,6 +125,7 @@ async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Pat
         await expect(big_row.locator("td.forecast")).to_have_text(
             re.compile(r"^in ~(59|60)m \((29|30)m–(2h|119m)\)$"), timeout=WAIT)
         await expect(page.locator(f'#queues figure.timeline .mark[data-unit="{BIG_UNIT}"]')).to_have_count(1)
+        await expect(page.locator(f'#queues figure.timeline .run[data-unit="{EXAMPLE_UNIT}"]')).to_have_count(1)
         await page.screenshot(path=screenshot_path("dashboard-forecast.png"), full_page=True)
 
         # Every bar is labelled for those who cannot see it, every button has a name, one h1.

@@ -80,6 +80,11 @@ def overview(
                     "priority": standing.priority, "requeue_at": unit.requeue_at, "message": unit.message,
                 })
     bindings = queue_quotas or {}
+    running_by_queue: dict[str, list[dict[str, Any]]] = {}  # the forecast's running units: (since, expected end)
+    for key, (through, since, until) in sorted((forecast.running if forecast else {}).items(),
+                                               key=lambda kv: (kv[1][2], kv[0])):
+        if through is not None:
+            running_by_queue.setdefault(through, []).append({"unit": key, "since": since, "until": until})
     queue_rows = []
     for key, standings in engine.queue_positions().items():
         pending = []
@@ -97,7 +102,8 @@ def overview(
         waiting_out = sorted(backing_off.get(key, []), key=lambda b: (b["requeue_at"] or 0.0, b["unit"]))
         queue_rows.append({"key": key, "quota": bindings.get(key) or (standings[0].quota if standings else None),
                            "pending_count": len(standings), "pending": pending,
-                           "backing_off": waiting_out[:queue_limit]})
+                           "backing_off": waiting_out[:queue_limit],
+                           "running": running_by_queue.get(key, [])[:queue_limit]})
     return {
         "time": now,
         "mode": mode_text(engine.koordinator),

@@ -66,6 +66,8 @@ class Forecast:
     units: dict[str, UnitForecast] = field(default_factory=dict)
     cycles: int = 0
     complete: bool = True
+    # The units running at ``at``: (admitted through queue, admitted at, expected end), for timelines.
+    running: dict[str, tuple[str | None, float, float]] = field(default_factory=dict)
 
 
 def clone(engine: Engine) -> Engine:
@@ -116,6 +118,7 @@ class _Play:
     ends: list[tuple[float, str]]  # (time, basis) of every job that ended, in time order
     complete: bool
     cycles: int
+    running: dict[str, tuple[str | None, float, float]]  # of the units running at first
 
 
 def _play(engine: Engine, now: float, runtimes: Mapping[str, Runtime], default: Runtime, scenario: str,
@@ -136,11 +139,14 @@ def _play(engine: Engine, now: float, runtimes: Mapping[str, Runtime], default: 
             end = at + (_duration(runtime, scenario) if scenario == PESSIMISTIC else 0.0)
         return end
 
+    running: dict[str, tuple[str | None, float, float]] = {}
     for key, record in ledger.units.items():
         if record.state is UnitState.ADMITTED:
             started = record.info.admitted_at if record.info.admitted_at is not None else now
             runs[key] = 0
-            heapq.heappush(events, (end_of(key, started, now), 0, key))
+            end = end_of(key, started, now)
+            running[key] = (record.info.admitted_queue, started, end)
+            heapq.heappush(events, (end, 0, key))
     starts: dict[str, float] = {}
     ends: list[tuple[float, str]] = []
     left = set(wanted)
@@ -191,7 +197,7 @@ def _play(engine: Engine, now: float, runtimes: Mapping[str, Runtime], default: 
                 _unbind(engine, key)
             engine.remove_unit(key)
     complete = not left or (cycles < max_cycles and t <= limit)
-    return _Play(starts, ends, complete, cycles)
+    return _Play(starts, ends, complete, cycles, running)
 
 
 def _unbind(engine: Engine, key: str) -> None:
@@ -228,6 +234,7 @@ def forecast(engine: Engine, now: float, runtimes: Mapping[str, Runtime], defaul
              for scenario in (EXPECTED, OPTIMISTIC, PESSIMISTIC)}
     out.cycles = sum(play.cycles for play in plays.values())
     expected = plays[EXPECTED]
+    out.running = expected.running
     out.complete = all(play.complete for play in plays.values())
     end_times = [when for when, _ in expected.ends]
     counts = {basis: [0] for basis in BASES}  # running count of each basis among the ends

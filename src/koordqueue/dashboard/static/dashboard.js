@@ -150,16 +150,22 @@
     return item.startsAt - now < 60 ? `now${span}` : `in ~${formatSpan(item.startsAt - now)}${span}`;
   }
 
-  // A small timeline of the queue: now on the left, each listed unit's expected start as a
-  // mark (its range as a band), to the latest start on the right.
+  // A small timeline of the quota's queue: now on the left; above, each running unit's expected
+  // end; below, each listed unit's expected start (a mark; its range a band).
   function timeline(queue, now) {
     const items = queue.pending.filter((item) => item.startsAt !== undefined && item.startsAt !== null);
+    const running = queue.running || [];
     if (!items.length) return null;
-    const end = Math.max(...items.map((item) => (item.rangeAt && item.rangeAt[1]) || item.startsAt), now + 60);
+    const end = Math.max(...items.map((item) => (item.rangeAt && item.rangeAt[1]) || item.startsAt),
+      ...running.map((r) => r.until), now + 60);
     const at = (t) => `${(100 * Math.max(0, t - now) / (end - now)).toFixed(2)}%`;
+    const ends = running.map((r) => `${r.unit} ends in ~${formatSpan(r.until - now)}`);
     return h("figure", { class: "timeline", "data-queue": queue.key },
-      h("figcaption", {}, `Forecast: the next ${items.length} start${items.length === 1 ? "" : "s"} within `
-        + `${formatSpan(end - now)}`),
+      h("figcaption", {}, `Forecast over the next ${formatSpan(end - now)}: ${running.length} running `
+        + `(their expected ends), ${items.length} to start`),
+      h("div", { class: "track running", role: "img", "aria-label": ends.join("; ") || "nothing running" },
+        ...running.map((r) => h("span", { class: "run", "data-unit": r.unit, title: `${r.unit}: expected to end in `
+          + `~${formatSpan(r.until - now)}`, style: { width: at(r.until) } }))),
       h("div", { class: "track", role: "img",
         "aria-label": items.map((item) => `${item.unit} ${formatStart(item, now)}`).join("; ") },
         ...items.map((item) => h("span", { class: "band", "data-unit": item.unit, style: {

@@ -91,6 +91,15 @@ async def test_a_waiting_job_is_told_when_it_starts_without_a_write_storm_and_dr
         third = await asyncio.to_thread(cli, system, "explain", "pytorchjob/third")
         assert f"  Note: annotation {c.ANNOTATION_EXPECTED_RUNTIME} ignored: 'soon' is not a duration" \
             in third.stdout
+        # ... on its unit, and in an event on its job
+        note = (await system.unit("third-py-qu"))["status"][c.FORECAST_NOTE_FIELD]
+        assert note.startswith(f"annotation {c.ANNOTATION_EXPECTED_RUNTIME} ignored: 'soon' is not a duration")
+
+        async def warned() -> bool:
+            events = await system.events("third")
+            return any(e["reason"] == c.EventReason.INVALID_EXPECTED_RUNTIME and e["message"] == note for e in events)
+
+        await system.wait_for(warned, what="an InvalidExpectedRuntime event on the job")
         # third waits for second (20 min) after first: 30 min after first's admission
         assert abs(epoch(json.loads((await asyncio.to_thread(
             cli, system, "explain", "pytorchjob/third", "--json")).stdout)[c.EXPECTED_START_FIELD])

@@ -437,6 +437,8 @@ class EventReason(StrEnum):
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
     QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
     PRIORITY_CAPPED = "PriorityCapped"  # a job asking more than its quota's max-priority is queued at that
+    # A job's koord-queue/expected-runtime is not a runtime: the forecast ignores it (forecaster.py).
+    INVALID_EXPECTED_RUNTIME = "InvalidExpectedRuntime"
 
 
 class EventType(StrEnum):
@@ -593,3 +595,4 @@ BASIS_BEYOND = "beyond-horizon"
 EXPECTED_START_FIELD = "expectedStart"  # QueueUnit status, explain --json, visibility items
 EXPECTED_START_RANGE_FIELD = "expectedStartRange"
 FORECAST_BASIS_FIELD = "forecastBasis"
+FORECAST_NOTE_FIELD = "forecastNote"  # why the job's expected-runtime annotation is ignored

@@ -155,3 +155,20 @@ def test_a_forecast_is_written_again_only_when_it_moves_materially() -> None:
     assert not material(2000.0, 2050.0, now)  # under a minute
     assert not material(now + 7200, now + 7200 + 600, now)  # 10 min of 2 h: under 10 %
     assert material(now + 7200, now + 7200 + 900, now)  # 15 min of 2 h
+
+
+async def test_what_a_job_took_is_the_history_of_the_jobs_named_like_it(system: System) -> None:
+    """A job that succeeds leaves its runtime (admission to end) under its quota and name
+    pattern: the next job of that pattern is forecast with it (basis history)."""
+    await system.apply(quota("team-h", 2, 2))
+    await system.apply(pytorch_job("nightly-101", quota_name="team-h", duration=2))
+    await system.wait_phase("nightly-101-py-qu", c.Phase.SUCCEED, timeout=60)
+    book = system.controller.shared.runtimes
+
+    async def recorded() -> float | None:
+        return book.history("team-h", "nightly-102")
+
+    took = await system.wait_for(recorded, what="the run recorded")
+    assert 2 <= took < 30
+    estimate = book.estimate("team-h", "nightly-7f3a9", None, None)
+    assert (estimate.seconds, estimate.basis) == (took, c.BASIS_HISTORY)

@@ -31,7 +31,7 @@ from koordqueue.engine.model import EngineConfig, QuotaInfo, ResourceList, UnitI
 from koordqueue.engine.tree import ROOT, QuotaNode, QuotaTree
 
 SCALE = 1000  # the largest effective weight among siblings
-U0 = 0.01  # a child with no history weighs as one that used 1 % of its parent
+U0 = 0.1  # a child with no history weighs as one that used 10 % of its parent
 
 
 class Fairness:

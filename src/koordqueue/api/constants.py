@@ -476,9 +476,14 @@ BACKOFF_JITTER = 0.10
 # A ConfigMap in the controller's namespace, written by the leader when it starts, so
 # that they load the objects into the engine as it does (loader.py).
 SETTINGS_CONFIG_MAP = "koord-queue-settings"
+# Where the controller keeps the quotas' usage history across restarts (docs/fairness.md).
+USAGE_HISTORY_CONFIG_MAP = "koord-queue-usage-history"
+USAGE_HISTORY_KEY = "history.json"
 SETTING_DEFAULT_QUEUE_POLICY = "defaultQueuePolicy"
 SETTING_OVERSELL_RATE = "oversellRate"
 SETTING_PROTECT_SECONDS = "protectSeconds"
+SETTING_FAIR_SHARING = "fairSharing"  # usage-history or none: the default of koord-queue/fair-sharing
+SETTING_USAGE_HALF_LIFE_SECONDS = "usageHalfLifeSeconds"
 SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
 SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
 SETTING_JOB_KINDS = "jobKinds"  # comma-separated

@@ -25,6 +25,8 @@ class ControllerConfig:
     bare_queue_units: bool = True
     default_queue_policy: c.QueuePolicy = c.DEFAULT_QUEUE_POLICY
     protect_seconds: float = c.DEFAULT_PROTECT_SECONDS
+    fair_sharing: bool = False  # the default of koord-queue/fair-sharing (chart fairSharing)
+    usage_half_life: float = c.DEFAULT_USAGE_HALF_LIFE_SECONDS
     backoff_base: float = c.BACKOFF_BASE_SECONDS
     backoff_cap: float = c.BACKOFF_CAP_SECONDS
     wait_for_pods_running_seconds: float = 300.0  # with the Queue annotation wait-for-pods-running
@@ -100,4 +102,4 @@ class ControllerConfig:
         """What of these the objects are loaded into the engine with (loader.py); the
         controller publishes them for `koord-queue status` and `explain`."""
         return Settings(self.default_queue_policy, self.oversell_rate, self.protect_seconds, self.backoff_base,
-                        self.backoff_cap, self.job_kinds, self.koordinator)
+                        self.backoff_cap, self.job_kinds, self.koordinator, self.fair_sharing, self.usage_half_life)

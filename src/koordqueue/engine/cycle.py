@@ -231,7 +231,7 @@ class Cycle:
         leaf = state.leaf
         # 3b. A budget of a quota on its path would be exceeded within its window
         # (koord-queue/budget): it waits until enough past use ages out (fairness.py).
-        if ledger.fair is not None and ledger.fair.budgeted and self.over_budget(state, record):
+        if ledger.fair is not None and ledger.fair.budgeted and self.over_budget(state, record, shape):
             heads.pop()
             return Outcome.WAITS
         # 4. It fits but would borrow: as in Kueue, admissions within runtime shares come
@@ -265,9 +265,9 @@ class Cycle:
         scan.admitted = True
         return Outcome.ADMITTED
 
-    def over_budget(self, state: QueueState, record: UnitRecord) -> bool:
-        """Whether a budget holds ``record`` back; if so it is told why, and its queue is
-        scanned again when the budget frees up."""
+    def over_budget(self, state: QueueState, record: UnitRecord, shape: Shape) -> bool:
+        """Whether a budget holds ``record`` back; if so it is told why (and the rest of its
+        stream, which waits behind it), and its queue is scanned again when the budget frees up."""
         ledger = self.ledger
         assert ledger.fair is not None
         held = budget_wait(ledger.fair, state.leaf, record.info, self.now)
@@ -275,6 +275,8 @@ class Cycle:
             return False
         text, when = held
         ledger.say(record, text)
+        for follower in state.pending.followers(shape, BLOCKED_WINDOW):
+            ledger.say(self.units[follower.key], text)
         if when is not None:
             ledger.retry_later(state, when)
         return True

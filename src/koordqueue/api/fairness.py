@@ -32,9 +32,18 @@ class Budget:
     exempt_min: bool = False
 
     def describe(self) -> str:
-        hours = self.amount / 1000 / 3600
-        return f"{self.resource}={hours:g}h/{self.window / 3600:g}h" + (f";{BUDGET_EXEMPT_MIN}" if self.exempt_min
-                                                                          else "")
+        """As the annotation writes it."""
+        amount = _duration(self.amount / 1000)
+        flag = f";{BUDGET_EXEMPT_MIN}" if self.exempt_min else ""
+        return f"{self.resource}={amount}/{_duration(self.window)}{flag}"
+
+
+def _duration(seconds: float) -> str:
+    """In the largest unit that keeps it short: 7200 -> 2h, 240 -> 4m, 90 -> 90s."""
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds:g}s"
 
 
 def parse_budgets(text: str) -> tuple[Budget, ...]:

@@ -56,7 +56,7 @@ class UsageHistoryKeeper(Part):
     async def run(self) -> None:
         written: bytes | None = None
         while True:
-            await asyncio.sleep(EVERY_SECONDS)
+            await asyncio.sleep(EVERY_SECONDS / self.config.clock_rate)
             written = await self.save(written)
 
     async def save(self, written: bytes | None = None) -> bytes | None:

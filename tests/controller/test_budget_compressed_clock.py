@@ -57,3 +57,11 @@ async def test_a_budgeted_team_stops_and_resumes_under_a_compressed_clock(start_
 
         history = await system.wait_for(kept, 10, "the usage history kept in its ConfigMap")
         assert c.GPU in history["quotas"]["team"]["windows"]
+
+        async def in_status() -> dict[str, object]:
+            obj = await system.get_json("elasticquota", "team", "-n", "team")
+            return obj.get("status", {}).get(c.STATUS_USAGE_HISTORY, {})  # type: ignore[no-any-return]
+
+        shown = await system.wait_for(in_status, 10, "the budget's use in the quota's status")
+        assert shown["budgets"][c.GPU]["budgetHours"] == "0.0666667"  # type: ignore[index]
+        assert float(shown["budgets"][c.GPU]["usedHours"]) > 0  # type: ignore[index]

@@ -479,6 +479,7 @@ SETTINGS_CONFIG_MAP = "koord-queue-settings"
 # Where the controller keeps the quotas' usage history across restarts (docs/fairness.md).
 USAGE_HISTORY_CONFIG_MAP = "koord-queue-usage-history"
 USAGE_HISTORY_KEY = "history.json"
+STATUS_USAGE_HISTORY = "usageHistory"  # an ElasticQuota's status: decayed usage, budgets' use
 SETTING_DEFAULT_QUEUE_POLICY = "defaultQueuePolicy"
 SETTING_OVERSELL_RATE = "oversellRate"
 SETTING_PROTECT_SECONDS = "protectSeconds"

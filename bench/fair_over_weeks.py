@@ -121,6 +121,11 @@ def gpu_hours(result: SimResult, name: str = "research") -> float:
     return usage.area.get(GPU, 0) / 1000 / HOUR if usage is not None else 0.0
 
 
+def done_hours(result: SimResult) -> float:
+    return sum(job.request.get(GPU, 0) / 1000 * (job.runtime or 0) / HOUR for job in result.jobs
+               if job.finished is not None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="write the trace to examples/traces")
@@ -142,6 +147,10 @@ def main() -> None:
     capacity = 16 * WEEKS * 7 * 24
     print(f"\nGPU-hours held in the four weeks: off {off:.0f} ({100 * off / capacity:.1f} % of {capacity}), "
           f"on {on:.0f} ({100 * on / capacity:.1f} %): {100 * (on - off) / off:+.2f} %")
+    done_off, done_on = done_hours(results["off"]), done_hours(results["on"])
+    print(f"GPU-hours of work done (jobs finished, request x runtime): off {done_off:.0f}, on {done_on:.0f}: "
+          f"{100 * (done_on - done_off) / done_off:+.2f} %; the rest of what is held is runs cut short by reclaim "
+          "(a preempted job starts again from zero)")
     sys.stdout.flush()
 
 

@@ -62,6 +62,10 @@ async def test_a_budgeted_team_stops_and_resumes_under_a_compressed_clock(start_
             obj = await system.get_json("elasticquota", "team", "-n", "team")
             return obj.get("status", {}).get(c.STATUS_USAGE_HISTORY, {})  # type: ignore[no-any-return]
 
+        # The dashboard's overview carries the same figures (its budget bar and history chart).
+        row = next(q for q in system.controller.overview()["quotas"] if q["name"] == "team")
+        assert row["history"]["budgets"][c.GPU]["amount"] == pytest.approx(4 / 60)
+        assert row["history"]["decayed"][c.GPU] > 0
         shown = await system.wait_for(in_status, 10, "the budget's use in the quota's status")
         assert shown["budgets"][c.GPU]["budgetHours"] == "0.0666667"  # type: ignore[index]
         assert float(shown["budgets"][c.GPU]["usedHours"]) > 0  # type: ignore[index]

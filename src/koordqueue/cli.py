@@ -53,6 +53,12 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
               default=c.DEFAULT_QUEUE_POLICY.value, show_default=True)
 @click.option("--protect-seconds", type=float, default=c.DEFAULT_PROTECT_SECONDS, show_default=True,
               help="Admitted units younger than this are never preempted.")
+@click.option("--fair-sharing", type=click.Choice([c.FAIR_SHARING_NONE, c.FAIR_SHARING_USAGE_HISTORY]),
+              default=c.FAIR_SHARING_NONE, show_default=True,
+              help="How children share the spare capacity past their mins where their parent quota has no "
+                   "koord-queue/fair-sharing annotation (docs/fairness.md).")
+@click.option("--usage-half-life", type=float, default=c.DEFAULT_USAGE_HALF_LIFE_SECONDS, show_default=True,
+              help="Seconds in which past usage counts half, for fair sharing by usage history.")
 @click.option("--backoff-base", type=float, default=c.BACKOFF_BASE_SECONDS, show_default=True)
 @click.option("--backoff-cap", type=float, default=c.BACKOFF_CAP_SECONDS, show_default=True)
 @click.option("--wait-for-pods-running-timeout", type=float, default=300.0, show_default=True,
@@ -139,6 +145,8 @@ def controller(**opts: Any) -> None:
         system_namespace=opts["namespace"],
         default_queue_policy=c.QueuePolicy(opts["default_queue_policy"]),
         protect_seconds=opts["protect_seconds"],
+        fair_sharing=opts["fair_sharing"] == c.FAIR_SHARING_USAGE_HISTORY,
+        usage_half_life=opts["usage_half_life"],
         backoff_base=opts["backoff_base"],
         backoff_cap=opts["backoff_cap"],
         wait_for_pods_running_seconds=opts["wait_for_pods_running_timeout"],

@@ -188,6 +188,21 @@ DEFAULT_HOLD_ROOM_AFTER_SECONDS = 600.0
 # On an ElasticQuota or a Queue (the Queue's wins): "false" admits on quota alone, as
 # Koord-Queue does; anything else (or absent) checks that a unit's pods fit on the nodes.
 ANNOTATION_NODE_FIT = "koord-queue/node-fit"
+# Fairness over weeks (docs/fairness.md). On a parent ElasticQuota (or any quota, for
+# the root's children: the cluster default is the chart's ``fairSharing``): how its
+# children share the spare capacity past their mins: "usage-history" by weight over
+# decayed past usage, "none" by weight alone (Koordinator's rule).
+ANNOTATION_FAIR_SHARING = "koord-queue/fair-sharing"
+FAIR_SHARING_USAGE_HISTORY = "usage-history"
+FAIR_SHARING_NONE = "none"
+ANNOTATION_USAGE_HALF_LIFE = "koord-queue/usage-half-life"  # e.g. "168h": how fast past usage fades
+DEFAULT_USAGE_HALF_LIFE_SECONDS = 168 * 3600.0
+# On any ElasticQuota: resource-hours per window, e.g. "nvidia.com/gpu=2000h/720h" (several
+# comma-separated; ";exempt-min" after one: what fits within min is not held to it).
+ANNOTATION_BUDGET = "koord-queue/budget"
+BUDGET_EXEMPT_MIN = "exempt-min"
+# On a job: how long it is expected to run (seconds or 30s/2m/1h), for budgets (and forecasts).
+ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"
 # Kueue's annotations on a pod template, so users' manifests carry over: the pods of the
 # pod set go into one domain of the level this node label names (required), or as close
 # as the nodes allow, level by level upwards (preferred).
@@ -463,9 +478,15 @@ BACKOFF_JITTER = 0.10
 # A ConfigMap in the controller's namespace, written by the leader when it starts, so
 # that they load the objects into the engine as it does (loader.py).
 SETTINGS_CONFIG_MAP = "koord-queue-settings"
+# Where the controller keeps the quotas' usage history across restarts (docs/fairness.md).
+USAGE_HISTORY_CONFIG_MAP = "koord-queue-usage-history"
+USAGE_HISTORY_KEY = "history.json"
+STATUS_USAGE_HISTORY = "usageHistory"  # an ElasticQuota's status: decayed usage, budgets' use
 SETTING_DEFAULT_QUEUE_POLICY = "defaultQueuePolicy"
 SETTING_OVERSELL_RATE = "oversellRate"
 SETTING_PROTECT_SECONDS = "protectSeconds"
+SETTING_FAIR_SHARING = "fairSharing"  # usage-history or none: the default of koord-queue/fair-sharing
+SETTING_USAGE_HALF_LIFE_SECONDS = "usageHalfLifeSeconds"
 SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
 SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
 SETTING_JOB_KINDS = "jobKinds"  # comma-separated

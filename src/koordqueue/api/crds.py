@@ -76,6 +76,11 @@ ELASTIC_QUOTA_SCHEMA: Schema = {
         }},
         "status": {"type": "object", "description": "Written by the controller.", "properties": {
             "used": described(RESOURCES, "What the quota's admitted jobs hold now."),
+            c.STATUS_USAGE_HISTORY: {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                "description": "With koord-queue/budget or fair sharing by usage history (fairness.md): per "
+                               "resource its decayed past usage (decayedHours) and each budget's use within "
+                               "its window (budgets: usedHours, budgetHours, windowHours)."},
         }},
     },
 }

@@ -41,6 +41,7 @@ from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.usagehistory import UsageHistoryKeeper
 from koordqueue.controller.views import JobView, UnitView
 from koordqueue.engine import Engine
 from koordqueue.kube.api import KubeAPI
@@ -68,6 +69,7 @@ class Controller:
                                         queue_settings)
         self.messages = MessageWriter(shared, self.unit_status)
         self.quota_status = QuotaStatusWriter(shared, self.quota_sync, self.messages)
+        self.usage_history = UsageHistoryKeeper(shared)
         self.forecaster = Forecaster(shared, self.unit_status, lambda: self.scheduler.cycles)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
@@ -110,6 +112,7 @@ class Controller:
             self._tasks += [asyncio.create_task(shared.events.writer(), name=f"event-writer-{i}")
                             for i in range(EVENT_WRITERS)]
             await self.quota_sync.publish_settings()
+            await self.usage_history.load()
             await shared.informers.start()
             await self.quota_sync.settle()
             self.unit_sync.load_units()
@@ -122,6 +125,7 @@ class Controller:
                                                 name=f"job-worker-{i}") for i in range(shared.config.job_workers)]
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
             self._tasks.append(asyncio.create_task(self.quota_status.run(), name="status"))
+            self._tasks.append(asyncio.create_task(self.usage_history.run(), name="usage-history"))
             self._tasks.append(asyncio.create_task(self.quota_sync.run_tree_status(), name="tree-status"))
             self._tasks.append(asyncio.create_task(self.messages.run(), name="messages"))
             self._tasks.append(asyncio.create_task(self.forecaster.run(), name="forecast"))

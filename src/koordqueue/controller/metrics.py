@@ -41,6 +41,13 @@ class Metrics:
             ["quota", "resource", "kind"],
             registry=r,
         )
+        self.quota_history = Gauge(
+            "koord_queue_quota_usage_history",
+            "Fairness over weeks (docs/fairness.md), per quota and resource, in resource-hours "
+            "(kind: decayed: decayed past usage; budget_used: used within the budget's window; budget: the budget)",
+            ["quota", "resource", "kind"],
+            registry=r,
+        )
         self.cycle_duration = Histogram(
             "koord_queue_scheduling_cycle_seconds",
             "Wall time of one scheduling cycle of the engine",
@@ -71,4 +78,5 @@ class Metrics:
         if not leads:
             self.pending_units.clear()
             self.quota.clear()
+            self.quota_history.clear()
             self.forecast_drain.clear()

@@ -52,11 +52,12 @@ def overview(
     waiting out a back-off are listed with their queue and the reason they were sent back."""
     told = told or {}
     statuses = engine.quota_status()
+    history = engine.fairness_status()  # (empty unless a budget or sharing by history is asked for)
     quota_rows = []
     for name, status in statuses.items():
         info = quotas.get(name)
         resources = sorted(set(status.max) | set(status.min) | set(status.used))
-        quota_rows.append({
+        row: dict[str, Any] = {
             "name": name,
             "namespace": info.namespace if info else "",
             "parent": info.parent if info else None,
@@ -69,7 +70,10 @@ def overview(
                     "runtime": status.runtime.get(r), "demand": status.demand.get(r, 0)}
                 for r in resources
             },
-        })
+        }
+        if name in history:  # decayed usage, effective weight, budgets' use (docs/fairness.md)
+            row["history"] = history[name]
+        quota_rows.append(row)
     backing_off: dict[str, list[dict[str, Any]]] = {}
     for key, unit in units.items():
         if unit.phase in SENT_BACK:

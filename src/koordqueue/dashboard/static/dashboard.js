@@ -52,6 +52,58 @@
       h("span", { class: "figures", "aria-hidden": "true" }, parts.join(" · ")));
   }
 
+  // Decayed usage per quota and resource, sampled as the overview streams in: the chart
+  // of each quota's recent history (kept in the page only, the last SAMPLES of it).
+  const SAMPLES = 120;
+  const decayedSeen = new Map();
+
+  function sparkline(points, label) {
+    const width = 120, height = 24;
+    const top = Math.max(...points, 1e-9);
+    const step = points.length > 1 ? width / (points.length - 1) : 0;
+    const path = points.map((v, i) => `${(i * step).toFixed(1)},${(height - (height * v) / top).toFixed(1)}`).join(" ");
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", label);
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("points", path);
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", "currentColor");
+    svg.append(line);
+    return svg;
+  }
+
+  function historyItems(quota) {
+    const history = quota.history;
+    if (!history) return [];
+    const items = [];
+    for (const [resource, hours] of Object.entries(history.decayed || {}).sort(([a], [b]) => resourceOrder(a, b))) {
+      const key = `${quota.name}/${resource}`;
+      const seen = decayedSeen.get(key) || [];
+      seen.push(hours);
+      if (seen.length > SAMPLES) seen.shift();
+      decayedSeen.set(key, seen);
+      const label = `${quota.name}, ${resource}: decayed usage ${hours.toFixed(1)} resource-hours`;
+      items.push(h("li", { class: "history", "data-history": resource },
+        h("span", { class: "rname" }, `${resource} history`), sparkline(seen, label),
+        h("span", { class: "figures" }, `decayed usage ${hours.toFixed(1)} h`)));
+    }
+    for (const [resource, use] of Object.entries(history.budgets || {}).sort(([a], [b]) => resourceOrder(a, b))) {
+      const label = `${quota.name}, ${resource}: budget ${use.used.toFixed(1)} of ${use.amount} resource-hours ` +
+        `in ${use.window / 3600} h`;
+      items.push(h("li", { class: "resource", "data-budget": resource },
+        h("span", { class: "rname" }, `${resource} budget`),
+        h("div", { class: "bar", role: "img", "aria-label": label, title: label },
+          h("span", { class: use.used > use.amount ? "over" : "used", style: { width: pct(use.used, use.amount) } })),
+        h("span", { class: "figures", "aria-hidden": "true" },
+          `${use.used.toFixed(1)} / ${use.amount} h in ${use.window / 3600} h`)));
+    }
+    return items;
+  }
+
   function quotaItem(quota, children, capacity) {
     const resources = Object.keys(quota.resources).sort(resourceOrder);
     const headingId = `quota-${quota.name}`;
@@ -64,7 +116,7 @@
         h("h3", { id: headingId }, quota.name, h("span", { class: "muted" }, notes.length ? ` (${notes.join(", ")})` : "")),
         quota.valid ? null : h("p", { class: "warning" }, `Not used: ${quota.reason}`),
         h("ul", { class: "resources", "aria-label": `Resources of ${quota.name}` },
-          resources.map((r) => resourceBar(quota.name, r, quota.resources[r], capacity)))),
+          resources.map((r) => resourceBar(quota.name, r, quota.resources[r], capacity)), historyItems(quota))),
       (children.get(quota.name) || []).length
         ? h("ul", { class: "tree" }, children.get(quota.name).map((child) => quotaItem(child, children, capacity)))
         : null);

@@ -487,6 +487,7 @@ SETTING_OVERSELL_RATE = "oversellRate"
 SETTING_PROTECT_SECONDS = "protectSeconds"
 SETTING_FAIR_SHARING = "fairSharing"  # usage-history or none: the default of koord-queue/fair-sharing
 SETTING_USAGE_HALF_LIFE_SECONDS = "usageHalfLifeSeconds"
+SETTING_DEFAULT_EXPECTED_RUNTIME_SECONDS = "defaultExpectedRuntimeSeconds"  # the forecast's (forecaster.py)
 SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
 SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
 SETTING_JOB_KINDS = "jobKinds"  # comma-separated

@@ -172,3 +172,29 @@ async def test_what_a_job_took_is_the_history_of_the_jobs_named_like_it(system: 
     assert 2 <= took < 30
     estimate = book.estimate("team-h", "nightly-7f3a9", None, None)
     assert (estimate.seconds, estimate.basis) == (took, c.BASIS_HISTORY)
+
+
+def test_explain_f_refuses_what_is_not_one_job_before_asking_the_cluster(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from koordqueue.cli import main
+
+    cases = {
+        "two.yaml": "kind: PyTorchJob\nmetadata: {name: a}\n---\nkind: PyTorchJob\nmetadata: {name: b}\n",
+        "pod.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+        "noname.yaml": "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {}\n",
+        "broken.yaml": "kind: [\n",
+    }
+    said = {}
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        result = CliRunner().invoke(main, ["explain", "-f", str(path), "--kubeconfig", str(tmp_path / "none")])
+        assert result.exit_code == 1, result.output
+        said[name] = result.output
+    assert "give one job (found 2 documents)" in said["two.yaml"]
+    assert "kind 'Pod' is not a job kind we queue" in said["pod.yaml"]
+    assert "the job has no metadata.name" in said["noname.yaml"]
+    assert said["broken.yaml"].startswith("Error: ")
+    usage = CliRunner().invoke(main, ["explain"])
+    assert usage.exit_code == 2 and "give KIND/NAME, or -f job.yaml" in usage.output

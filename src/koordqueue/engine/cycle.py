@@ -28,7 +28,7 @@ from enum import Enum
 from itertools import islice
 from typing import NamedTuple
 
-from koordqueue.engine import waits
+from koordqueue.engine import flavors, waits
 from koordqueue.engine.fit import Misfit, borrowing, first_misfit
 from koordqueue.engine.ledger import (
     BLOCKED_WINDOW,
@@ -226,7 +226,10 @@ class Cycle:
         record = self.units[entry.key]
         if scan.bar and self.below_bar(scan, record, least_asked):
             return Outcome.BELOW_BAR
-        # 4. It fits but would borrow: as in Kueue, admissions within runtime shares come
+        # 4. Its quota has flavors: each is tried in turn (flavors.py).
+        if state.flavors is not None:
+            return Outcome[flavors.process(self, state, scan, head)]
+        # 5. It fits but would borrow: as in Kueue, admissions within runtime shares come
         # first in a cycle, so that a borrower does not take what another quota is about to claim.
         info = record.info
         leaf = state.leaf
@@ -238,20 +241,20 @@ class Cycle:
         record.protected = False
         placement: Placement | None = None
         if misfit is not None and not record.elastic:
-            # 5. It does not fit its quota (and cannot with fewer pods): room made by
+            # 6. It does not fit its quota (and cannot with fewer pods): room made by
             # preemption, else it waits.
             admit, placement, by_quota = self.preemptor.preempt_for(record, state, misfit)
             if not admit:
                 return self.wait(state, scan, record, shape,
                                  Attempt(False, None, misfit, None, None, None, None, by_quota))
         elif misfit is not None or (info.pod_sets and state.node_fit and self.room):
-            # 6. Its pods must fit on the nodes, or (elastic) fewer of them its quota: they
+            # 7. Its pods must fit on the nodes, or (elastic) fewer of them its quota: they
             # are placed, or fewer of them, or room is made by preemption; else it waits.
             tried = self.attempt(record, state, misfit)
             if not tried.admit:
                 return self.wait(state, scan, record, shape, tried)
             placement = tried.placement
-        # 7. Admitted; the next unit of its stream becomes a head.
+        # 8. Admitted; the next unit of its stream becomes a head.
         self.admit(record, state, placement)
         following = state.pending.next_of(shape)
         if following is not None:

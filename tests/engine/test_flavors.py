@@ -205,3 +205,26 @@ def test_demand_of_a_waiting_job_counts_at_its_first_flavor() -> None:
     assert status["team-h100"].demand.get(GPU, 0) == 0
     settle(engine, 0.0)
     assert used(engine) == {"team": 1, "team-h100": 0, "team-a100": 1}
+
+
+MIG = "nvidia.com/mig-1g.10gb"
+
+
+def test_mig_slices_are_ordinary_resources_placed_where_advertised() -> None:
+    from koordqueue.engine.model import NodeInfo, PodSetInfo, UnitInfo
+
+    engine = with_nodes(engine_with(quota("team", {MIG: 7}, {MIG: 7})),
+                        NodeInfo("mig-0", {MIG: 7000, "cpu": 8000}, {"kubernetes.io/hostname": "mig-0"}),
+                        node("plain-0", 8))
+
+    def job(name: str, slices: int) -> UnitInfo:
+        ps = PodSetInfo("worker", 1, {MIG: slices * 1000, "cpu": 1000})
+        return UnitInfo("default", name, 0, 0.0, dict(ps.request), quota_name="team", pod_sets=(ps,))
+
+    engine.set_unit(job("a", 4))
+    engine.set_unit(job("b", 4))
+    (admission,) = engine.schedule(0.0).admitted
+    assert admission.unit == "default/a"
+    assert admission.placement is not None and {n for _, n, _ in admission.placement.nodes} == {"mig-0"}
+    assert engine.standing("default/b").message == (
+        "waiting for quota team: nvidia.com/mig-1g.10gb asks 4, used 4 of max 7")

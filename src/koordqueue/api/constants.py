@@ -465,6 +465,16 @@ class EventType(StrEnum):
 CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
+# Koordinator's GPU sharing (apis/extension/device_share.go): a container asks for a share of
+# a GPU; koord-manager's pod webhook (DeviceResourceSpec) rewrites koordinator.sh/gpu into
+# gpu-core and gpu-memory-ratio and adds gpu.shared, and koord-scheduler's ElasticQuota
+# plugin charges the pod's requests as rewritten (docs/gpus.md).
+KOORD_GPU = "koordinator.sh/gpu"
+KOORD_GPU_CORE = "koordinator.sh/gpu-core"
+KOORD_GPU_MEMORY = "koordinator.sh/gpu-memory"
+KOORD_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+KOORD_GPU_SHARED = "koordinator.sh/gpu.shared"
+KOORD_GPU_SHARE_RESOURCES = (KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY, KOORD_GPU_MEMORY_RATIO, KOORD_GPU_SHARED)
 PODS = "pods"
 
 # --- Scheduling defaults ------------------------------------------------------------

@@ -149,6 +149,21 @@ REFERENCE: tuple[Key, ...] = (
                 "it against borrowing jobs of its own priority (jobs of lower priority are kept out at once). "
                 f"See policies.md, held room. Honoured only on Queues in namespace `{c.SYSTEM_NAMESPACE}`.",
                 Origin.OURS),
+    _annotation(c.ANNOTATION_NODE_SELECTOR, Where.QUOTA, "`key=value[,key=value]` (node label equality terms)",
+                "Makes a leaf quota a flavor of its parent (docs/gpus.md): a job charged to the parent may be "
+                "admitted into it, its pods then pinned to nodes with these labels in the write that resumes it. "
+                "A selector that is not label equality terms makes the quota unusable (a Warning event says why).",
+                Origin.OURS),
+    _annotation(c.ANNOTATION_FLAVOR_ORDER, Where.QUOTA, "child quota names, comma-separated; default: by name",
+                "On a parent with flavors: the order its flavors are tried in. Names that are no flavor of it are "
+                "ignored, and a Warning event says so.", Origin.OURS),
+    _annotation(c.ANNOTATION_FLAVOR_FUNGIBILITY, Where.QUOTA,
+                f"`{c.FUNGIBILITY_WHEN_CAN_BORROW}={c.FUNGIBILITY_BORROW}|{c.FUNGIBILITY_TRY_NEXT},"
+                f"{c.FUNGIBILITY_WHEN_CAN_PREEMPT}={c.FUNGIBILITY_PREEMPT}|{c.FUNGIBILITY_TRY_NEXT}`; default "
+                f"`{c.FUNGIBILITY_BORROW}`, `{c.FUNGIBILITY_TRY_NEXT}`",
+                "On a parent with flavors, as Kueue's FlavorFungibility: whether a job borrows in a flavor before "
+                "trying the next one, and whether it preempts in a flavor before trying the next one.",
+                Origin.OURS),
     _annotation(c.ANNOTATION_NODE_FIT, Where.QUOTA_OR_QUEUE, f'`"{c.FALSE}"` to admit on quota alone; default on',
                 "When nodes are known, a job is admitted only when all its pods fit on the nodes now (their "
                 "requests, nodeSelector, required node affinity and tolerations; cordoned nodes skipped), and its "

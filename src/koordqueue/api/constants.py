@@ -301,6 +301,9 @@ POD_CONDITION_READY = "Ready"
 POD_REASON_UNSCHEDULABLE = "Unschedulable"
 POD_REASON_COMPLETED = "PodCompleted"
 POD_REASON_FAILED = "PodFailed"
+# kube-apiserver's condition of a pod created with scheduling gates (pkg/registry/core/pod strategy).
+POD_REASON_SCHEDULING_GATED = "SchedulingGated"
+POD_MESSAGE_SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
 POD_QOS_GUARANTEED = "Guaranteed"
 POD_QOS_BURSTABLE = "Burstable"
 POD_QOS_BEST_EFFORT = "BestEffort"
@@ -437,6 +440,8 @@ class EventReason(StrEnum):
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
     QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
     PRIORITY_CAPPED = "PriorityCapped"  # a job asking more than its quota's max-priority is queued at that
+    UNGATED = "Ungated"  # a gated pod's unit was admitted: its scheduling gate removed (controller/podgroups.py)
+    EVICTED = "Evicted"  # a gated workload's pod deleted: its unit was preempted, or it ran unadmitted
 
 
 class EventType(StrEnum):
@@ -568,3 +573,23 @@ RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
 # Kubernetes' own and the controller's, by the name label every namespace carries.
 LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
 KUBE_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+# Workloads queued by a scheduling gate (docs/workloads.md): pods of Deployments, StatefulSets,
+# LeaderWorkerSets, plain pods and Kueue's pod groups, held by our gate until their unit is admitted.
+SCHEDULING_GATE = "scheduling.koord-queue.io/admission"
+# The webhook marks every pod it gates ("true"): once ungated, still ours (its unit's to hold quota for).
+LABEL_GATED_POD = "scheduling.koord-queue.io/gated"
+LABEL_POD_GROUP_UNIT = "scheduling.koord-queue.io/pod-group"  # on a pod group's QueueUnit: the group it stands for
+LABEL_MANAGED_NAMESPACE = "koord-queue/managed"  # a namespace opting all its workloads in ("true")
+LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # Kueue's LocalQueue: our Queue of that name
+LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+# Kueue writes the total count as an annotation; a label of that name is read too.
+ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+STATEFUL_SET_KIND = "StatefulSet"
+LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet
+# The chart's extension.<name> switches of the workloads queued by gate (controller/gating.py).
+WORKLOAD_POD = "pod"
+WORKLOAD_DEPLOYMENT = "deployment"
+WORKLOAD_STATEFULSET = "statefulset"
+WORKLOAD_LEADERWORKERSET = "leaderworkerset"
+WORKLOAD_EXTENSIONS = (WORKLOAD_POD, WORKLOAD_DEPLOYMENT, WORKLOAD_STATEFULSET, WORKLOAD_LEADERWORKERSET)

@@ -473,8 +473,9 @@ class SuspendWebhook:
         known = self._namespaces.get(namespace)
         if known is not None and now - known[0] < NAMESPACE_TTL:
             return known[1]
-        try:
-            found = await self.client.get(NAMESPACES, namespace)
+        try:  # (listed by name: the chart's ClusterRole lists namespaces, never gets them)
+            listed = await self.client.list(NAMESPACES, field_selector=f"metadata.name={namespace}")
+            found = next(iter(listed.items), None) or {}
             labels = (found.get("metadata") or {}).get("labels") or {}
         except KubeError:
             labels = {}

@@ -181,3 +181,35 @@ async def test_a_tenant_may_not_remove_the_gate_and_pods_of_job_kinds_are_not_ga
 
     made = await system.wait_for(job_pod, 60, "the Job's pod")
     assert not any(is_gated(p) for p in made), json.dumps(made[0]["spec"])
+
+
+async def test_inference_preempts_a_deployment_whose_pods_come_back_gated(system: System) -> None:
+    """A higher-priority pod group takes the quota of a running Deployment: the Deployment's
+    units are preempted, their pods deleted; its ReplicaSet makes them again, gated, to queue."""
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "gated-inference"},
+          "value": 1000}
+    await system.apply(pc, managed("shared"), quota("q-shared", 2, 2, namespace="shared"))
+    await system.apply(deployment("batchy", "shared", 2))
+
+    async def both_run() -> list[dict[str, Any]] | None:
+        found = await pods(system, "shared", "app=batchy")
+        return found if len(found) == 2 and all(bound(p) and not is_gated(p) for p in found) else None
+
+    first = {p["metadata"]["name"] for p in await system.wait_for(both_run, 60, "the Deployment's 2 pods running")}
+    # Priority preemption inside a quota is the Queue's to allow (docs/annotations.md).
+    await system.akubectl("annotate", "queue", "q-shared", "-n", c.SYSTEM_NAMESPACE,
+                          f"{c.ANNOTATION_ENABLE_PREEMPTION}=true")
+    urgent = [group_pod(f"urgent-{i}", "shared", "urgent", 2) for i in range(2)]
+    for pod in urgent:
+        pod["spec"]["priorityClassName"] = "gated-inference"
+    await system.apply(*urgent)
+
+    async def swapped() -> bool:
+        high = await pods(system, "shared", f"{c.LABEL_KUEUE_POD_GROUP_NAME}=urgent")
+        low = [p for p in await pods(system, "shared", "app=batchy") if not p["metadata"].get("deletionTimestamp")]
+        return len(high) == 2 and all(bound(p) and not is_gated(p) for p in high) and len(low) == 2 and \
+            all(is_gated(p) and not bound(p) and p["metadata"]["name"] not in first for p in low)
+
+    await system.wait_for(swapped, 90, "the group running and the Deployment's pods made again, gated")
+    said = await system.akubectl("get", "events", "-n", "shared", "--field-selector", "reason=Evicted")
+    assert "its QueueUnit" in said, said

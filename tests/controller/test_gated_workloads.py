@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from tests.security.conftest import refused, tenant
+from tests.security.conftest import refused, tenant, validating_webhook_off
 
 from .conftest import System, quota
 from .test_quota_tree import namespace
@@ -213,3 +213,44 @@ async def test_inference_preempts_a_deployment_whose_pods_come_back_gated(system
     await system.wait_for(swapped, 90, "the group running and the Deployment's pods made again, gated")
     said = await system.akubectl("get", "events", "-n", "shared", "--field-selector", "reason=Evicted")
     assert "its QueueUnit" in said, said
+
+
+async def test_with_the_validating_webhook_off_a_pod_run_ungated_unadmitted_is_evicted_and_comes_back_gated(
+        system: System) -> None:
+    await system.apply(managed("bypass"), quota("q-bypass", 1, 1, namespace="bypass"))
+    await system.apply(deployment("sneaky", "bypass", 2))
+
+    async def one_gated() -> dict[str, Any] | None:
+        found = await pods(system, "bypass", "app=sneaky")
+        gated = [p for p in found if is_gated(p)]
+        return gated[0] if len(found) == 2 and len(gated) == 1 else None
+
+    held = await system.wait_for(one_gated, 60, "one pod running, one gated")
+    await validating_webhook_off(system)
+    await system.akubectl("patch", "pod", held["metadata"]["name"], "-n", "bypass", "--type=json", "-p",
+                          '[{"op":"remove","path":"/spec/schedulingGates"}]')
+
+    async def replaced() -> bool:
+        found = [p for p in await pods(system, "bypass", "app=sneaky") if not p["metadata"].get("deletionTimestamp")]
+        names = {p["metadata"]["name"] for p in found}
+        return len(found) == 2 and held["metadata"]["name"] not in names and sum(map(is_gated, found)) == 1
+
+    await system.wait_for(replaced, 60, "the ungated pod deleted and made again, gated")
+    said = await system.akubectl("get", "events", "-n", "bypass", "--field-selector", "reason=Evicted")
+    assert "ran without its scheduling gate" in said, said
+
+
+async def test_a_pod_group_without_a_readable_size_is_held_and_told_why(system: System) -> None:
+    await system.apply(namespace("badgroup"), quota("q-badgroup", 4, 4, namespace="badgroup"))
+    broken = group_pod("odd-0", "badgroup", "odd", 2)
+    broken["metadata"]["annotations"][c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT] = "two"
+    await system.apply(broken)
+
+    async def told() -> str:
+        return await system.akubectl("get", "events", "-n", "badgroup", "--field-selector", "reason=InvalidJob")
+
+    said = await system.wait_for(told, 30, "the pod told why its group is held")
+    assert "'two' is not a count of pods" in said, said
+    unit = await system.unit("odd-group", "badgroup")
+    assert unit["spec"]["active"] is False
+    assert is_gated(await system.get_json("pod", "odd-0", "-n", "badgroup"))

@@ -254,3 +254,31 @@ async def test_a_pod_group_without_a_readable_size_is_held_and_told_why(system: 
     unit = await system.unit("odd-group", "badgroup")
     assert unit["spec"]["active"] is False
     assert is_gated(await system.get_json("pod", "odd-0", "-n", "badgroup"))
+
+
+async def test_an_ordered_statefulset_of_three_in_a_quota_of_two_runs_two_and_scales_down(system: System) -> None:
+    """OrderedReady (the default) makes one pod at a time: each is queued on its own, so the
+    first two run and the third waits gated; scaled to 1, the highest ordinals go with their units."""
+    await system.apply(namespace("ordered"), quota("q-ordered", 2, 2, namespace="ordered"))
+    template = {"metadata": {"labels": {"app": "db", c.LABEL_KUEUE_QUEUE_NAME: "default"}}, "spec": pod_spec()}
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": "ordered"},
+           "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                    "template": template}}
+    await system.apply(sts)
+
+    async def two_run_one_waits() -> bool:
+        found = {p["metadata"]["name"]: p for p in await pods(system, "ordered", "app=db")}
+        return set(found) == {"db-0", "db-1", "db-2"} and bound(found["db-0"]) and bound(found["db-1"]) \
+            and is_gated(found["db-2"]) and not bound(found["db-2"])
+
+    await system.wait_for(two_run_one_waits, 90, "db-0 and db-1 running, db-2 gated")
+    await system.wait_phase("db-2-pod", c.Phase.ENQUEUED.value, namespace="ordered")
+    await system.akubectl("patch", "statefulset", "db", "-n", "ordered", "--type=merge", "-p",
+                          '{"spec":{"replicas":1}}')
+
+    async def one_left() -> bool:
+        units = [u["metadata"]["name"] for u in (await system.get_json("queueunits", "-n", "ordered"))["items"]]
+        return units == ["db-0-pod"] and [p["metadata"]["name"] for p in await pods(system, "ordered", "app=db")] \
+            == ["db-0"]
+
+    await system.wait_for(one_left, 90, "db-0 alone, with its unit")

@@ -586,6 +586,10 @@ LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
 # Kueue writes the total count as an annotation; a label of that name is read too.
 ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 STATEFUL_SET_KIND = "StatefulSet"
+STATEFUL_SETS_PLURAL = "statefulsets"
+STATEFUL_SET_CONTROLLER = "statefulset-controller"
+LABEL_STATEFUL_SET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # the StatefulSet controller's, on its pods
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet
 # The chart's extension.<name> switches of the workloads queued by gate (controller/gating.py).
 WORKLOAD_POD = "pod"

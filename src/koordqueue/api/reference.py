@@ -300,6 +300,8 @@ NOT_DOCUMENTED: dict[str, str] = {
     "LABEL_RAY_GROUP": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_RAY_IS_RAY_NODE": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_CREATED_BY": "Kubernetes' recommended label; the simulated KubeRay operator writes it on pods",
+    "LABEL_STATEFUL_SET_POD_NAME": "the StatefulSet controller's; the simulated one writes it on pods",
+    "LABEL_POD_INDEX": "the StatefulSet controller's; the simulated one writes it on pods",
     "LABEL_POD_TEMPLATE_HASH": "the Deployment controller's; the simulated one writes it on ReplicaSets and pods",
     "ANNOTATION_DEPLOYMENT_REVISION": "the Deployment controller's; the simulated one writes it on ReplicaSets",
     "ANNOTATION_DESIRED_REPLICAS": "the Deployment controller's; the simulated one writes it on ReplicaSets",

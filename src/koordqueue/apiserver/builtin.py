@@ -71,6 +71,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         subresources=_STATUS),
     _rt("apps", "v1", "ReplicaSet", "replicasets", short_names=("rs",), categories=("all",),
         subresources=_STATUS),
+    _rt("apps", "v1", "StatefulSet", "statefulsets", short_names=("sts",), categories=("all",),
+        subresources=_STATUS),
     _rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
         short_names=("crd", "crds"), categories=("api-extensions",), subresources=_STATUS),
     _rt("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration",
@@ -216,6 +218,16 @@ def _deployment_create(obj: dict[str, Any]) -> None:
     obj["status"] = {}
 
 
+def _stateful_set_create(obj: dict[str, Any]) -> None:
+    """apps/v1 defaults of a StatefulSet that its controller reads."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    spec.setdefault("revisionHistoryLimit", 10)
+    obj["status"] = {"replicas": 0, "availableReplicas": 0}
+
+
 def _replica_set_create(obj: dict[str, Any]) -> None:
     obj.setdefault("spec", {}).setdefault("replicas", 1)
     obj["status"] = {"replicas": 0}
@@ -269,6 +281,7 @@ CREATE_HOOKS: dict[str, tuple[Hook, ...]] = {
     "batch/jobs": (_job_create,),
     "apps/deployments": (_deployment_create,),
     "apps/replicasets": (_replica_set_create,),
+    "apps/statefulsets": (_stateful_set_create,),
     "/secrets": (_secret_write,),
     SERVICE_KEY: (_service_create,),
     "scheduling.k8s.io/priorityclasses": (_priority_class_write,),

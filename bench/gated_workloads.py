@@ -12,7 +12,8 @@ Rounds alternate (deployments, jobs, deployments, jobs, ...) on this noisy machi
 
 - deployments: N Deployments of R one-GPU pods are created (each pod gated, its unit made,
   admitted, its gate removed), then scaled to 2R (R new units each), then to 1 (2R-1 pods and
-  their units go). Per admitted pod group (= pod): the controller's requests; per pod: its CPU.
+  their units go; their deletion at the end is not measured). Per admitted pod group (= pod):
+  the controller's requests (its webhook's reads included); per pod: its CPU.
 - jobs: N PyTorchJobs of R pods (Master + R-1 Workers), running until deleted, then deleted.
   Per admitted unit (= job): the controller's requests; per pod: its CPU.
 
@@ -134,8 +135,9 @@ async def deployments_round(client: KubeClient, controller: harness.ControllerPr
     admitted = 2 * n * r  # units admitted: R per Deployment, then R more
     await gather_limited([client.delete(DEPLOYMENTS, name, namespace=NS) for name in names])
     await settle(client, 0, 0, timeout)
-    return {"requests_per_admitted_unit": meter.requests / admitted, "cpu_ms_per_pod": 1000 * meter.cpu / admitted,
-            "requests": meter.requests, "cpu_seconds": meter.cpu, "admitted": admitted}
+    return {"requests_per_admitted_unit": meter.requests / admitted, "requests_per_pod": meter.requests / admitted,
+            "cpu_ms_per_pod": 1000 * meter.cpu / admitted, "requests": meter.requests, "cpu_seconds": meter.cpu,
+            "admitted": admitted}
 
 
 async def jobs_round(client: KubeClient, controller: harness.ControllerProcess, n: int, r: int, tag: str,
@@ -146,8 +148,9 @@ async def jobs_round(client: KubeClient, controller: harness.ControllerProcess, 
         await settle(client, n, n * r, timeout)
         await gather_limited([client.delete(JOBS, name, namespace=NS) for name in names])
         await settle(client, 0, 0, timeout)
-    return {"requests_per_admitted_unit": meter.requests / n, "cpu_ms_per_pod": 1000 * meter.cpu / (n * r),
-            "requests": meter.requests, "cpu_seconds": meter.cpu, "admitted": n}
+    return {"requests_per_admitted_unit": meter.requests / n, "requests_per_pod": meter.requests / (n * r),
+            "cpu_ms_per_pod": 1000 * meter.cpu / (n * r), "requests": meter.requests, "cpu_seconds": meter.cpu,
+            "admitted": n}
 
 
 async def main() -> None:
@@ -197,7 +200,7 @@ async def main() -> None:
                 controller.stop()
             server.stop()
     summary = {}
-    for what in ("requests_per_admitted_unit", "cpu_ms_per_pod"):
+    for what in ("requests_per_admitted_unit", "requests_per_pod", "cpu_ms_per_pod"):
         d = statistics.median(x[what] for x in out["deployments"])
         j = statistics.median(x[what] for x in out["jobs"])
         summary[what] = {"deployments": round(d, 2), "jobs": round(j, 2), "ratio": round(d / j, 2) if j else None}

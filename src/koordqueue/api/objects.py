@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 
 from koordqueue.api.constants import (
+    ANNOTATION_BUDGET,
     ANNOTATION_ENABLE_PREEMPTION,
+    ANNOTATION_FAIR_SHARING,
     ANNOTATION_HOLD_ROOM_AFTER,
     ANNOTATION_MAX_DEPTH,
     ANNOTATION_MAX_PRIORITY,
@@ -30,6 +32,7 @@ from koordqueue.api.constants import (
     ANNOTATION_QUOTA_FULL_NAME,
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
+    ANNOTATION_USAGE_HALF_LIFE,
     ANNOTATION_WAIT_FOR_PODS_RUNNING,
     DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS,
@@ -51,6 +54,7 @@ from koordqueue.api.constants import (
     TRUE,
     QueuePolicy,
 )
+from koordqueue.api.fairness import Budget, parse_budgets, parse_fair_sharing, parse_half_life
 from koordqueue.api.meta import InvalidObject, Meta, parse_int_text, read_int, read_meta, section
 from koordqueue.api.quantity import QuantityError, ResourceList, parse_resource_list
 from koordqueue.api.safeyaml import RefusedYAML, load_annotation, load_json_annotation
@@ -93,6 +97,11 @@ class QuotaInfo:
     # metadata.creationTimestamp (RFC 3339 in UTC: text order is time order); "": none known
     # (a snapshot's YAML). Of quotas whose rules conflict, the older is used (validation.py).
     created: str = ""
+    # koord-queue/fair-sharing on a parent: its children share past min by usage history
+    # (True), by weight alone (False), or as the engine's default (None); docs/fairness.md.
+    fair_sharing: bool | None = None
+    usage_half_life: float | None = None  # koord-queue/usage-half-life (seconds); None: the default
+    budgets: tuple[Budget, ...] = ()  # koord-queue/budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +200,25 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
         max_priority=_optional_int(meta, ANNOTATION_MAX_PRIORITY, warnings),
         created=_created(obj),
+        **_fairness(annotations, where, warnings),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
+
+
+def _fairness(annotations: Mapping[str, str], where: str, warnings: list[str]) -> dict[str, Any]:
+    """The fairness-over-weeks annotations (api/fairness.py); a bad one is ignored, with a warning."""
+    out: dict[str, Any] = {}
+    for key, field_name, parse in ((ANNOTATION_FAIR_SHARING, "fair_sharing", parse_fair_sharing),
+                                   (ANNOTATION_USAGE_HALF_LIFE, "usage_half_life", parse_half_life),
+                                   (ANNOTATION_BUDGET, "budgets", parse_budgets)):
+        text = annotations.get(key)
+        if text is None:
+            continue
+        try:
+            out[field_name] = parse(text)
+        except ValueError as err:
+            warnings.append(f"{where}: annotation {key}: {err}; ignored")
+    return out
 
 
 def _created(obj: Mapping[str, Any]) -> str:

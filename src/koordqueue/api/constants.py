@@ -649,7 +649,6 @@ WORKLOAD_STATEFULSET = "statefulset"
 WORKLOAD_LEADERWORKERSET = "leaderworkerset"
 WORKLOAD_EXTENSIONS = (WORKLOAD_POD, WORKLOAD_DEPLOYMENT, WORKLOAD_STATEFULSET, WORKLOAD_LEADERWORKERSET)
 # --- the start-time forecast (engine/forecast.py) ------------------------------------------
-ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"  # on a job: "90s", "45m", "2h"
 DEFAULT_EXPECTED_RUNTIME_SECONDS = 3600.0  # a job with no annotation and no history is taken to run this long
 FORECAST_INTERVAL_SECONDS = 30.0  # the leader recomputes the forecast at most this often
 FORECAST_HORIZON_SECONDS = 7 * 86400.0  # a start later than this is "beyond the forecast"

@@ -69,6 +69,11 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--oversell-rate", type=float, default=1.0, show_default=True,
               help="Koord-Queue's oversellrate: a job fits while its quota's (and each ancestor's) "
                    "used + request <= max times this; the nodes' allocatable is oversold alike.")
+@click.option("--forecast-interval", type=float, default=c.FORECAST_INTERVAL_SECONDS, show_default=True,
+              help="Seconds between recomputes of the start-time forecast (0: none).")
+@click.option("--default-expected-runtime", type=float, default=c.DEFAULT_EXPECTED_RUNTIME_SECONDS,
+              show_default=True, help="Seconds a job runs, for the forecast, when neither its annotation "
+                                      "koord-queue/expected-runtime nor the runtimes of jobs like it say.")
 @click.option("--qps", type=float, default=200.0, show_default=True)
 @click.option("--burst", type=int, default=400, show_default=True)
 @click.option("--koordinator", type=click.Choice([m.value for m in c.KoordinatorMode]),
@@ -147,6 +152,8 @@ def controller(**opts: Any) -> None:
         wait_for_pods_running_seconds=opts["wait_for_pods_running_timeout"],
         resume_refused_seconds=opts["resume_refused_timeout"],
         oversell_rate=opts["oversell_rate"],
+        forecast_interval_seconds=opts["forecast_interval"],
+        default_expected_runtime_seconds=opts["default_expected_runtime"],
         qps=opts["qps"],
         burst=opts["burst"],
         koordinator=c.KoordinatorMode(opts["koordinator"]),
@@ -193,16 +200,28 @@ def status(kubeconfig: str | None, controller_namespace: str) -> None:
 
 
 @main.command()
-@click.argument("target", metavar="KIND/NAME")
-@click.option("-n", "--namespace", default="default", show_default=True)
+@click.argument("target", metavar="KIND/NAME", required=False)
+@click.option("-n", "--namespace", default=None, help="The job's namespace (default: default; with -f: the file's).")
+@click.option("-f", "--filename", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A job not submitted yet: what it would meet (its unit, quota, queue, position, whether it "
+                   "could ever fit, when it would start), from the live state; nothing is created.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (expectedStart, expectedStartRange, "
+                                                        "basis, ...).")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
 @CONTROLLER_NAMESPACE
-def explain(target: str, namespace: str, kubeconfig: str | None, controller_namespace: str) -> None:
-    """Why a job waits, where it stands in its queue, and what would let it in."""
-    from koordqueue.reports import ReportError, explain_command
+def explain(target: str | None, namespace: str | None, filename: str | None, as_json: bool, kubeconfig: str | None,
+            controller_namespace: str) -> None:
+    """Why a job waits, where it stands in its queue, when it is expected to start, and what would let it in."""
+    from koordqueue.reports import ReportError, explain_command, explain_file_command
 
+    if (target is None) == (filename is None):
+        raise click.UsageError("give KIND/NAME, or -f job.yaml")
     try:
-        click.echo(explain_command(kubeconfig, target, namespace, controller_namespace))
+        if filename is not None:
+            click.echo(explain_file_command(kubeconfig, filename, namespace, controller_namespace, as_json))
+        else:
+            assert target is not None
+            click.echo(explain_command(kubeconfig, target, namespace or "default", controller_namespace, as_json))
     except ReportError as e:
         raise click.ClickException(str(e)) from None
 

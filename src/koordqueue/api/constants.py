@@ -589,3 +589,28 @@ RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
 # Kubernetes' own and the controller's, by the name label every namespace carries.
 LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
 KUBE_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+# --- the start-time forecast (engine/forecast.py) ------------------------------------------
+ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"  # on a job: "90s", "45m", "2h"
+DEFAULT_EXPECTED_RUNTIME_SECONDS = 3600.0  # a job with no annotation and no history is taken to run this long
+FORECAST_INTERVAL_SECONDS = 30.0  # the leader recomputes the forecast at most this often
+FORECAST_HORIZON_SECONDS = 7 * 86400.0  # a start later than this is "beyond the forecast"
+# Jobs ending within max(FORECAST_RESOLUTION_SECONDS, FORECAST_COARSEN x how far ahead) of
+# each other end together in the forecast's play: its cost follows the span, not the jobs.
+FORECAST_RESOLUTION_SECONDS = 1.0
+FORECAST_COARSEN = 0.005
+FORECAST_MAX_CYCLES = 60_000  # engine cycles per scenario of one forecast (its cost bound)
+# The QueueUnit's forecast is written only when its expected start moved by more than both.
+FORECAST_WRITE_MIN_SECONDS = 60.0
+FORECAST_WRITE_FRACTION = 0.10
+FORECAST_OPTIMISTIC_FACTOR = 0.5  # earliest: every job runs half its expected runtime
+FORECAST_PESSIMISTIC_FACTOR = 2.0  # latest: twice it (or up to its max-exec-time when that is set)
+# basis: where a unit's runtime (and the runtimes of those ahead of it) came from
+BASIS_ANNOTATION = "annotation"
+BASIS_HISTORY = "history"
+BASIS_DEFAULT = "default"
+BASIS_NEVER = "never-fits"  # it cannot start under the quotas as they are
+BASIS_BEYOND = "beyond-horizon"
+EXPECTED_START_FIELD = "expectedStart"  # QueueUnit status, explain --json, visibility items
+EXPECTED_START_RANGE_FIELD = "expectedStartRange"
+FORECAST_BASIS_FIELD = "forecastBasis"

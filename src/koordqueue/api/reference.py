@@ -198,6 +198,10 @@ REFERENCE: tuple[Key, ...] = (
                 "it is suspended and its quota released. Copied to its QueueUnit's `spec.active`; absent, the "
                 "unit's own `spec.active` stands (false once the job ran past its maximum execution time).",
                 Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration (`90s`, `45m`, `2h`)",
+                "How long the job is expected to run, for the start-time forecast of the jobs behind it "
+                "(`koord-queue explain`, docs/forecast.md). A bad value is ignored with a message; "
+                "`max-exec-time-seconds` bounds it.", Origin.OURS),
     _annotation(c.ANNOTATION_MAX_EXEC_TIME_SECONDS, Where.JOB, "positive integer (seconds)",
                 "How long the job's pods may run, summed over its admissions (a preempted job keeps what it ran, "
                 "in its unit's `status.accumulatedPastExecutionTimeSeconds`). Past it, the job is suspended, its "

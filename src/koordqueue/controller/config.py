@@ -49,6 +49,10 @@ class ControllerConfig:
     # the message writes' own pacing it is never more than ~45 s behind (docs/dashboard.md);
     # when only its amounts moved, they are written every second refresh (~95 s behind).
     reason_refresh_seconds: float = 30.0
+    # The start-time forecast (forecaster.py): recomputed at most this often (0: never), and
+    # the runtime of a job with neither an annotation koord-queue/expected-runtime nor history.
+    forecast_interval_seconds: float = c.FORECAST_INTERVAL_SECONDS
+    default_expected_runtime_seconds: float = c.DEFAULT_EXPECTED_RUNTIME_SECONDS
     # Koord-Queue's oversellrate: a job fits its quota and each ancestor while used +
     # request <= max times this; the cluster's total (the nodes' allocatable) is oversold alike.
     oversell_rate: float = 1.0

@@ -29,6 +29,7 @@ from typing import Any
 
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.eventline import EVENT_WRITERS
+from koordqueue.controller.forecaster import Forecaster
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.messages import MessageWriter
 from koordqueue.controller.metrics import Metrics
@@ -69,6 +70,7 @@ class Controller:
         self.messages = MessageWriter(shared, self.unit_status)
         self.quota_status = QuotaStatusWriter(shared, self.quota_sync, self.messages)
         self.usage_history = UsageHistoryKeeper(shared)
+        self.forecaster = Forecaster(shared, self.unit_status, lambda: self.scheduler.cycles)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
 
@@ -126,6 +128,7 @@ class Controller:
             self._tasks.append(asyncio.create_task(self.usage_history.run(), name="usage-history"))
             self._tasks.append(asyncio.create_task(self.quota_sync.run_tree_status(), name="tree-status"))
             self._tasks.append(asyncio.create_task(self.messages.run(), name="messages"))
+            self._tasks.append(asyncio.create_task(self.forecaster.run(), name="forecast"))
             shared.wake.set()
             await self._stopped.wait()
         finally:
@@ -151,8 +154,12 @@ class Controller:
         """The quota tree, the queues and the recent decisions (the dashboard's JSON)."""
         units = {key: unit for key, unit in self.unit_informer.items()}
         return overview(self.engine, self.quota_sync.quotas, units, self.quota_sync.capacity, self.shared.clock(),
-                        self.recent, queue_quotas=self.quota_sync.queue_quotas)
+                        self.recent, queue_quotas=self.quota_sync.queue_quotas, forecast=self.forecaster.current)
 
     def explain(self, key: str) -> dict[str, Any] | None:
         unit = self.unit_informer.get(key)
-        return None if unit is None else explain(self.engine, self.quota_sync.quotas, unit, self.quota_sync.capacity)
+        if unit is None:
+            return None
+        return explain(self.engine, self.quota_sync.quotas, unit, self.quota_sync.capacity,
+                       forecast=self.forecaster.current, now=self.shared.clock(),
+                       runtime_problem=self.forecaster.problems.get(key))

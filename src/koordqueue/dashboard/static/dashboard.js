@@ -171,13 +171,60 @@
           h("thead", {}, h("tr", {},
             h("th", { scope: "col" }, "Position"), h("th", { scope: "col" }, "QueueUnit"),
             h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Priority"),
-            h("th", { scope: "col" }, "Waiting"), h("th", { scope: "col" }, "Why it waits"))),
+            h("th", { scope: "col" }, "Waiting"), h("th", { scope: "col" }, "Expected start"),
+            h("th", { scope: "col" }, "Why it waits"))),
           h("tbody", {}, queue.pending.map((item) => h("tr", { "data-unit": item.unit },
             h("td", { class: "num" }, item.position), h("td", {}, unitButton(item.unit, "queue")),
             h("td", {}, item.job), h("td", { class: "num" }, item.priority),
-            h("td", { class: "num" }, formatAge(item.age)), h("td", { class: "message" }, item.message))))),
+            h("td", { class: "num" }, formatAge(item.age)),
+            h("td", { class: "forecast", title: item.forecast ?? "no forecast yet" }, formatStart(item, view.time)),
+            h("td", { class: "message" }, item.message))))),
+        timeline(queue, view.time),
         more > 0 ? h("p", { class: "muted" }, `… and ${more} more.`) : null);
     }));
+  }
+
+  // A forecast's span, as roughly as it is known: "25m", "1h10m", "3d".
+  function formatSpan(seconds) {
+    const m = Math.round(Math.max(0, seconds) / 60);
+    if (m < 120) return `${m}m`;
+    if (m < 48 * 60) return `${Math.floor(m / 60)}h${m % 60 ? `${m % 60}m` : ""}`;
+    return `${Math.round(m / 1440)}d`;
+  }
+
+  // The forecast of a pending unit (controller/forecaster.py): "in ~25m (10m–1h10m)", "never", "later".
+  function formatStart(item, now) {
+    if (!("startsAt" in item)) return "–";
+    if (item.startsAt === null) return item.basis === "never-fits" ? "never" : "later";
+    const [low, high] = item.rangeAt ?? [null, null];
+    const span = low !== null && high !== null
+      ? ` (${formatSpan(Math.max(0, low - now))}–${formatSpan(Math.max(0, high - now))})` : "";
+    return item.startsAt - now < 60 ? `now${span}` : `in ~${formatSpan(item.startsAt - now)}${span}`;
+  }
+
+  // A small timeline of the quota's queue: now on the left; above, each running unit's expected
+  // end; below, each listed unit's expected start (a mark; its range a band).
+  function timeline(queue, now) {
+    const items = queue.pending.filter((item) => item.startsAt !== undefined && item.startsAt !== null);
+    const running = queue.running || [];
+    if (!items.length) return null;
+    const end = Math.max(...items.map((item) => (item.rangeAt && item.rangeAt[1]) || item.startsAt),
+      ...running.map((r) => r.until), now + 60);
+    const at = (t) => `${(100 * Math.max(0, t - now) / (end - now)).toFixed(2)}%`;
+    const ends = running.map((r) => `${r.unit} ends in ~${formatSpan(r.until - now)}`);
+    return h("figure", { class: "timeline", "data-queue": queue.key },
+      h("figcaption", {}, `Forecast over the next ${formatSpan(end - now)}: ${running.length} running `
+        + `(their expected ends), ${items.length} to start`),
+      h("div", { class: "track running", role: "img", "aria-label": ends.join("; ") || "nothing running" },
+        ...running.map((r) => h("span", { class: "run", "data-unit": r.unit, title: `${r.unit}: expected to end in `
+          + `~${formatSpan(r.until - now)}`, style: { width: at(r.until) } }))),
+      h("div", { class: "track", role: "img",
+        "aria-label": items.map((item) => `${item.unit} ${formatStart(item, now)}`).join("; ") },
+        ...items.map((item) => h("span", { class: "band", "data-unit": item.unit, style: {
+          left: at(item.rangeAt?.[0] ?? item.startsAt),
+          width: `calc(${at(item.rangeAt?.[1] ?? item.startsAt)} - ${at(item.rangeAt?.[0] ?? item.startsAt)})` } })),
+        ...items.map((item) => h("span", { class: "mark", "data-unit": item.unit, title: `${item.unit}: ${item.forecast}`,
+          style: { left: at(item.startsAt) } }))));
   }
 
   function renderRecent(view) {
@@ -214,6 +261,9 @@
       return [title, h("p", {}, `It holds quota ${why.quota}: `, h("span", { id: "explain-why" }, why.message))];
     }
     const rows = [h("dt", {}, "Why"), h("dd", { id: "explain-why" }, why.message || "-")];
+    if (why.forecast) {
+      rows.push(h("dt", {}, "When"), h("dd", { id: "explain-when" }, why.forecast));
+    }
     if (why.queue) {
       const where = why.position ? `position ${why.position}` : "not in line (backing off or parked)";
       rows.push(h("dt", {}, "Queue"), h("dd", {}, `${why.queue}, quota ${why.quota}, ${where}, priority ${why.priority}`));

@@ -130,6 +130,23 @@ ANNOTATION_PRIORITY_THRESHOLD = "koord-queue/priority-threshold"
 # The highest priority a job charged to the quota is queued with (ours): a job asking more
 # (annotation or PriorityClass) is queued at this one, and told so (PriorityCapped).
 ANNOTATION_MAX_PRIORITY = "koord-queue/max-priority"
+# GPU models as flavors (docs/gpus.md): a leaf ElasticQuota carrying a node selector
+# (equality terms, "key=value[,key=value]") is a flavor of its parent; a job charged to the
+# parent is admitted into the first flavor, in the parent's flavor order (child names,
+# comma-separated; default: by name), where it fits, its pods pinned to the flavor's nodes.
+ANNOTATION_NODE_SELECTOR = "koord-queue/node-selector"
+ANNOTATION_FLAVOR_ORDER = "koord-queue/flavor-order"
+# Kueue's FlavorFungibility on the parent: "whenCanBorrow=Borrow|TryNextFlavor,
+# whenCanPreempt=Preempt|TryNextFlavor" (defaults: Borrow, TryNextFlavor, as Kueue's).
+ANNOTATION_FLAVOR_FUNGIBILITY = "koord-queue/flavor-fungibility"
+FUNGIBILITY_WHEN_CAN_BORROW = "whenCanBorrow"
+FUNGIBILITY_WHEN_CAN_PREEMPT = "whenCanPreempt"
+FUNGIBILITY_BORROW = "Borrow"
+FUNGIBILITY_PREEMPT = "Preempt"
+FUNGIBILITY_TRY_NEXT = "TryNextFlavor"
+# The level a flavor's node selector is given under in an admission's placement (beside
+# the topology domains): the unit's status names it, and the resuming write pins the pods.
+FLAVOR_LEVEL = "flavor"
 DEFAULT_PRIORITY_THRESHOLD = 4
 
 # --- Labels and annotations on jobs (and Queues) ------------------------------------
@@ -314,6 +331,9 @@ POD_CONDITION_READY = "Ready"
 POD_REASON_UNSCHEDULABLE = "Unschedulable"
 POD_REASON_COMPLETED = "PodCompleted"
 POD_REASON_FAILED = "PodFailed"
+# kube-apiserver's condition of a pod created with scheduling gates (pkg/registry/core/pod strategy).
+POD_REASON_SCHEDULING_GATED = "SchedulingGated"
+POD_MESSAGE_SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
 POD_QOS_GUARANTEED = "Guaranteed"
 POD_QOS_BURSTABLE = "Burstable"
 POD_QOS_BEST_EFFORT = "BestEffort"
@@ -450,6 +470,8 @@ class EventReason(StrEnum):
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
     QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
     PRIORITY_CAPPED = "PriorityCapped"  # a job asking more than its quota's max-priority is queued at that
+    UNGATED = "Ungated"  # a gated pod's unit was admitted: its scheduling gate removed (controller/podgroups.py)
+    EVICTED = "Evicted"  # a gated workload's pod deleted: its unit was preempted, or it ran unadmitted
 
 
 class EventType(StrEnum):
@@ -461,6 +483,16 @@ class EventType(StrEnum):
 CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
+# Koordinator's GPU sharing (apis/extension/device_share.go): a container asks for a share of
+# a GPU; koord-manager's pod webhook (DeviceResourceSpec) rewrites koordinator.sh/gpu into
+# gpu-core and gpu-memory-ratio and adds gpu.shared, and koord-scheduler's ElasticQuota
+# plugin charges the pod's requests as rewritten (docs/gpus.md).
+KOORD_GPU = "koordinator.sh/gpu"
+KOORD_GPU_CORE = "koordinator.sh/gpu-core"
+KOORD_GPU_MEMORY = "koordinator.sh/gpu-memory"
+KOORD_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+KOORD_GPU_SHARED = "koordinator.sh/gpu.shared"
+KOORD_GPU_SHARE_RESOURCES = (KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY, KOORD_GPU_MEMORY_RATIO, KOORD_GPU_SHARED)
 PODS = "pods"
 
 # --- Scheduling defaults ------------------------------------------------------------
@@ -588,6 +620,29 @@ RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
 LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
 KUBE_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
+# Workloads queued by a scheduling gate (docs/workloads.md): pods of Deployments, StatefulSets,
+# LeaderWorkerSets, plain pods and Kueue's pod groups, held by our gate until their unit is admitted.
+SCHEDULING_GATE = "scheduling.koord-queue.io/admission"
+# The webhook marks every pod it gates ("true"): once ungated, still ours (its unit's to hold quota for).
+LABEL_GATED_POD = "scheduling.koord-queue.io/gated"
+LABEL_POD_GROUP_UNIT = "scheduling.koord-queue.io/pod-group"  # on a pod group's QueueUnit: the group it stands for
+LABEL_MANAGED_NAMESPACE = "koord-queue/managed"  # a namespace opting all its workloads in ("true")
+LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # Kueue's LocalQueue: our Queue of that name
+LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+# Kueue writes the total count as an annotation; a label of that name is read too.
+ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+STATEFUL_SET_KIND = "StatefulSet"
+STATEFUL_SETS_PLURAL = "statefulsets"
+STATEFUL_SET_CONTROLLER = "statefulset-controller"
+LABEL_STATEFUL_SET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # the StatefulSet controller's, on its pods
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet
+# The chart's extension.<name> switches of the workloads queued by gate (controller/gating.py).
+WORKLOAD_POD = "pod"
+WORKLOAD_DEPLOYMENT = "deployment"
+WORKLOAD_STATEFULSET = "statefulset"
+WORKLOAD_LEADERWORKERSET = "leaderworkerset"
+WORKLOAD_EXTENSIONS = (WORKLOAD_POD, WORKLOAD_DEPLOYMENT, WORKLOAD_STATEFULSET, WORKLOAD_LEADERWORKERSET)
 # --- the start-time forecast (engine/forecast.py) ------------------------------------------
 ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"  # on a job: "90s", "45m", "2h"
 DEFAULT_EXPECTED_RUNTIME_SECONDS = 3600.0  # a job with no annotation and no history is taken to run this long

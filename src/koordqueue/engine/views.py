@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from koordqueue.api.constants import QueuePolicy
-from koordqueue.engine import messages
+from koordqueue.engine import flavors, messages
 from koordqueue.engine.fairness import budget_wait
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.ledger import Ledger, QueueState, UnitRecord, UnitState
@@ -131,6 +131,8 @@ def live_message(ledger: Ledger, record: UnitRecord, reasons: dict[tuple[Shape, 
         held = budget_wait(fair, state.leaf, info, ledger.now)
         if held is not None:
             return held[0]
+    if state.flavors is not None:
+        return flavors.live_message(ledger, record, state)
     protected = is_protected(ledger, record, state)
     key = (record.shape, info.priority, protected)
     text = reasons.get(key) if reasons is not None else None

@@ -218,8 +218,6 @@ DEFAULT_USAGE_HALF_LIFE_SECONDS = 168 * 3600.0
 # comma-separated; ";exempt-min" after one: what fits within min is not held to it).
 ANNOTATION_BUDGET = "koord-queue/budget"
 BUDGET_EXEMPT_MIN = "exempt-min"
-# On a job: how long it is expected to run (seconds or 30s/2m/1h), for budgets (and forecasts).
-ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"
 # Kueue's annotations on a pod template, so users' manifests carry over: the pods of the
 # pod set go into one domain of the level this node label names (required), or as close
 # as the nodes allow, level by level upwards (preferred).
@@ -649,6 +647,7 @@ WORKLOAD_STATEFULSET = "statefulset"
 WORKLOAD_LEADERWORKERSET = "leaderworkerset"
 WORKLOAD_EXTENSIONS = (WORKLOAD_POD, WORKLOAD_DEPLOYMENT, WORKLOAD_STATEFULSET, WORKLOAD_LEADERWORKERSET)
 # --- the start-time forecast (engine/forecast.py) ------------------------------------------
+ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"  # on a job: "90s", "45m", "2h"
 DEFAULT_EXPECTED_RUNTIME_SECONDS = 3600.0  # a job with no annotation and no history is taken to run this long
 FORECAST_INTERVAL_SECONDS = 30.0  # the leader recomputes the forecast at most this often
 FORECAST_HORIZON_SECONDS = 7 * 86400.0  # a start later than this is "beyond the forecast"

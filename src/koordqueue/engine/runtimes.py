@@ -18,12 +18,11 @@ from koordqueue.api.constants import (
     BASIS_HISTORY,
     DEFAULT_EXPECTED_RUNTIME_SECONDS,
 )
-from koordqueue.api.fairness import MAX_WINDOW_SECONDS
-from koordqueue.api.fairness import parse_expected_runtime as read_expected_runtime
+from koordqueue.api.duration import parse_duration
 
 HISTORY_PER_KEY = 20  # runs kept per (quota, pattern): the median of these is the estimate
 HISTORY_KEYS = 2000  # (quota, pattern) pairs kept; the least recently used goes first
-MAX_EXPECTED_SECONDS = MAX_WINDOW_SECONDS  # a longer runtime is refused (as budgets refuse it)
+MAX_EXPECTED_SECONDS = 366 * 86400.0  # a longer annotation is refused: no forecast is that far
 
 # A job's name less what tells runs apart: a trailing number or hash (train-7f9c2, run-12,
 # sweep-20261206-1532): "train-", "run-", "sweep-".
@@ -46,12 +45,15 @@ def name_pattern(name: str) -> str:
 
 
 def parse_expected_runtime(text: str) -> tuple[float | None, str | None]:
-    """The annotation's seconds (read as budgets read it: api/fairness.py), or None and why
-    it is ignored (a tenant's text: never raises)."""
+    """The annotation's seconds, or None and why it is ignored (a tenant's text: never raises)."""
     try:
-        return read_expected_runtime(text), None
+        seconds = parse_duration(text)
     except ValueError as err:
         return None, f"annotation {ANNOTATION_EXPECTED_RUNTIME} ignored: {err}"
+    if not seconds > 0 or seconds > MAX_EXPECTED_SECONDS:
+        return None, (f"annotation {ANNOTATION_EXPECTED_RUNTIME} ignored: {text!r} is not a runtime between "
+                      f"0 s and {MAX_EXPECTED_SECONDS / 86400:g} days")
+    return seconds, None
 
 
 class RuntimeBook:

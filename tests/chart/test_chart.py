@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from koordqueue.api.constants import KOORD_API_PORT, SETTINGS_CONFIG_MAP
+from koordqueue.api.constants import KOORD_API_PORT, SETTINGS_CONFIG_MAP, USAGE_HISTORY_CONFIG_MAP
 from koordqueue.api.crds import file_name, our_crds
 from koordqueue.api.crds import render as render_crd
 from koordqueue.cli import controller as controller_command
@@ -225,7 +225,8 @@ def test_cluster_role_grants_exactly_what_the_controller_uses(name: str) -> None
 
 
 # The ConfigMap the controller publishes its settings in (created, then patched by name).
-SETTINGS = expand("", ["configmaps"], "create") | expand("", ["configmaps"], "patch", SETTINGS_CONFIG_MAP)
+SETTINGS = (expand("", ["configmaps"], "create") | expand("", ["configmaps"], "patch", SETTINGS_CONFIG_MAP)
+            | expand("", ["configmaps"], "patch", USAGE_HISTORY_CONFIG_MAP))
 
 
 def test_the_lease_and_the_settings_are_granted_in_the_release_namespace_only() -> None:

@@ -205,6 +205,21 @@ DEFAULT_HOLD_ROOM_AFTER_SECONDS = 600.0
 # On an ElasticQuota or a Queue (the Queue's wins): "false" admits on quota alone, as
 # Koord-Queue does; anything else (or absent) checks that a unit's pods fit on the nodes.
 ANNOTATION_NODE_FIT = "koord-queue/node-fit"
+# Fairness over weeks (docs/fairness.md). On a parent ElasticQuota (or any quota, for
+# the root's children: the cluster default is the chart's ``fairSharing``): how its
+# children share the spare capacity past their mins: "usage-history" by weight over
+# decayed past usage, "none" by weight alone (Koordinator's rule).
+ANNOTATION_FAIR_SHARING = "koord-queue/fair-sharing"
+FAIR_SHARING_USAGE_HISTORY = "usage-history"
+FAIR_SHARING_NONE = "none"
+ANNOTATION_USAGE_HALF_LIFE = "koord-queue/usage-half-life"  # e.g. "168h": how fast past usage fades
+DEFAULT_USAGE_HALF_LIFE_SECONDS = 168 * 3600.0
+# On any ElasticQuota: resource-hours per window, e.g. "nvidia.com/gpu=2000h/720h" (several
+# comma-separated; ";exempt-min" after one: what fits within min is not held to it).
+ANNOTATION_BUDGET = "koord-queue/budget"
+BUDGET_EXEMPT_MIN = "exempt-min"
+# On a job: how long it is expected to run (seconds or 30s/2m/1h), for budgets (and forecasts).
+ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"
 # Kueue's annotations on a pod template, so users' manifests carry over: the pods of the
 # pod set go into one domain of the level this node label names (required), or as close
 # as the nodes allow, level by level upwards (preferred).
@@ -488,9 +503,15 @@ BACKOFF_JITTER = 0.10
 # A ConfigMap in the controller's namespace, written by the leader when it starts, so
 # that they load the objects into the engine as it does (loader.py).
 SETTINGS_CONFIG_MAP = "koord-queue-settings"
+# Where the controller keeps the quotas' usage history across restarts (docs/fairness.md).
+USAGE_HISTORY_CONFIG_MAP = "koord-queue-usage-history"
+USAGE_HISTORY_KEY = "history.json"
+STATUS_USAGE_HISTORY = "usageHistory"  # an ElasticQuota's status: decayed usage, budgets' use
 SETTING_DEFAULT_QUEUE_POLICY = "defaultQueuePolicy"
 SETTING_OVERSELL_RATE = "oversellRate"
 SETTING_PROTECT_SECONDS = "protectSeconds"
+SETTING_FAIR_SHARING = "fairSharing"  # usage-history or none: the default of koord-queue/fair-sharing
+SETTING_USAGE_HALF_LIFE_SECONDS = "usageHalfLifeSeconds"
 SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
 SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
 SETTING_JOB_KINDS = "jobKinds"  # comma-separated
@@ -595,3 +616,28 @@ RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
 # Kubernetes' own and the controller's, by the name label every namespace carries.
 LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
 KUBE_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+# --- the start-time forecast (engine/forecast.py) ------------------------------------------
+ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"  # on a job: "90s", "45m", "2h"
+DEFAULT_EXPECTED_RUNTIME_SECONDS = 3600.0  # a job with no annotation and no history is taken to run this long
+FORECAST_INTERVAL_SECONDS = 30.0  # the leader recomputes the forecast at most this often
+FORECAST_HORIZON_SECONDS = 7 * 86400.0  # a start later than this is "beyond the forecast"
+# Jobs ending within max(FORECAST_RESOLUTION_SECONDS, FORECAST_COARSEN x how far ahead) of
+# each other end together in the forecast's play: its cost follows the span, not the jobs.
+FORECAST_RESOLUTION_SECONDS = 1.0
+FORECAST_COARSEN = 0.005
+FORECAST_MAX_CYCLES = 60_000  # engine cycles per scenario of one forecast (its cost bound)
+# The QueueUnit's forecast is written only when its expected start moved by more than both.
+FORECAST_WRITE_MIN_SECONDS = 60.0
+FORECAST_WRITE_FRACTION = 0.10
+FORECAST_OPTIMISTIC_FACTOR = 0.5  # earliest: every job runs half its expected runtime
+FORECAST_PESSIMISTIC_FACTOR = 2.0  # latest: twice it (or up to its max-exec-time when that is set)
+# basis: where a unit's runtime (and the runtimes of those ahead of it) came from
+BASIS_ANNOTATION = "annotation"
+BASIS_HISTORY = "history"
+BASIS_DEFAULT = "default"
+BASIS_NEVER = "never-fits"  # it cannot start under the quotas as they are
+BASIS_BEYOND = "beyond-horizon"
+EXPECTED_START_FIELD = "expectedStart"  # QueueUnit status, explain --json, visibility items
+EXPECTED_START_RANGE_FIELD = "expectedStartRange"
+FORECAST_BASIS_FIELD = "forecastBasis"

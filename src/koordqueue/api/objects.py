@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 
 from koordqueue.api.constants import (
+    ANNOTATION_BUDGET,
     ANNOTATION_ENABLE_PREEMPTION,
+    ANNOTATION_FAIR_SHARING,
     ANNOTATION_FLAVOR_FUNGIBILITY,
     ANNOTATION_FLAVOR_ORDER,
     ANNOTATION_HOLD_ROOM_AFTER,
@@ -33,6 +35,7 @@ from koordqueue.api.constants import (
     ANNOTATION_QUOTA_FULL_NAME,
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
+    ANNOTATION_USAGE_HALF_LIFE,
     ANNOTATION_WAIT_FOR_PODS_RUNNING,
     DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS,
@@ -59,6 +62,7 @@ from koordqueue.api.constants import (
     TRUE,
     QueuePolicy,
 )
+from koordqueue.api.fairness import Budget, parse_budgets, parse_fair_sharing, parse_half_life
 from koordqueue.api.meta import InvalidObject, Meta, parse_int_text, read_int, read_meta, section
 from koordqueue.api.quantity import QuantityError, ResourceList, parse_resource_list
 from koordqueue.api.safeyaml import RefusedYAML, load_annotation, load_json_annotation
@@ -109,6 +113,11 @@ class QuotaInfo:
     flavor_order: tuple[str, ...] = ()
     borrow_first: bool = True
     preempt_first: bool = False
+    # koord-queue/fair-sharing on a parent: its children share past min by usage history
+    # (True), by weight alone (False), or as the engine's default (None); docs/fairness.md.
+    fair_sharing: bool | None = None
+    usage_half_life: float | None = None  # koord-queue/usage-half-life (seconds); None: the default
+    budgets: tuple[Budget, ...] = ()  # koord-queue/budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +218,11 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         created=_created(obj),
         node_selector=node_selector(annotations.get(ANNOTATION_NODE_SELECTOR), where),
         flavor_order=_flavor_order(annotations.get(ANNOTATION_FLAVOR_ORDER)),
-        **_fungibility(annotations.get(ANNOTATION_FLAVOR_FUNGIBILITY), where, warnings),
+        **_fairness(annotations, where, warnings),
     )
+    borrow_first, preempt_first = _fungibility(annotations.get(ANNOTATION_FLAVOR_FUNGIBILITY), where, warnings)
+    if not borrow_first or preempt_first:
+        quota = replace(quota, borrow_first=borrow_first, preempt_first=preempt_first)
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
 
 
@@ -254,12 +266,12 @@ def _flavor_order(text: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
 
 
-def _fungibility(text: str | None, where: str, warnings: list[str]) -> dict[str, bool]:
+def _fungibility(text: str | None, where: str, warnings: list[str]) -> tuple[bool, bool]:
     """``borrow_first`` and ``preempt_first`` of a parent's flavor fungibility; a term that
     is not one of Kueue's falls back to its default with a warning."""
     out = {"borrow_first": True, "preempt_first": False}
     if not text:
-        return out
+        return True, False
     choices = {FUNGIBILITY_WHEN_CAN_BORROW: ("borrow_first", FUNGIBILITY_BORROW),
                FUNGIBILITY_WHEN_CAN_PREEMPT: ("preempt_first", FUNGIBILITY_PREEMPT)}
     for raw in text.split(","):
@@ -271,6 +283,22 @@ def _fungibility(text: str | None, where: str, warnings: list[str]) -> dict[str,
                             f"{FUNGIBILITY_WHEN_CAN_PREEMPT}={FUNGIBILITY_PREEMPT}|{FUNGIBILITY_TRY_NEXT}; ignored")
             continue
         out[choice[0]] = value == choice[1]
+    return out["borrow_first"], out["preempt_first"]
+
+
+def _fairness(annotations: Mapping[str, str], where: str, warnings: list[str]) -> dict[str, Any]:
+    """The fairness-over-weeks annotations (api/fairness.py); a bad one is ignored, with a warning."""
+    out: dict[str, Any] = {}
+    for key, field_name, parse in ((ANNOTATION_FAIR_SHARING, "fair_sharing", parse_fair_sharing),
+                                   (ANNOTATION_USAGE_HALF_LIFE, "usage_half_life", parse_half_life),
+                                   (ANNOTATION_BUDGET, "budgets", parse_budgets)):
+        text = annotations.get(key)
+        if text is None:
+            continue
+        try:
+            out[field_name] = parse(text)
+        except ValueError as err:
+            warnings.append(f"{where}: annotation {key}: {err}; ignored")
     return out
 
 

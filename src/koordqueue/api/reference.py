@@ -169,6 +169,22 @@ REFERENCE: tuple[Key, ...] = (
                 "requests, nodeSelector, required node affinity and tolerations; cordoned nodes skipped), and its "
                 "message says what the nodes lack. The Queue's value wins over the quota's; on a Queue it is "
                 f"honoured only in namespace `{c.SYSTEM_NAMESPACE}`.", Origin.OURS),
+    _annotation(c.ANNOTATION_FAIR_SHARING, Where.QUOTA,
+                f"`{c.FAIR_SHARING_USAGE_HISTORY}` or `{c.FAIR_SHARING_NONE}`; default: the chart's "
+                "`controller.fairSharing` (`none`)",
+                "On a parent quota: how its children share the capacity past their mins. "
+                f"`{c.FAIR_SHARING_USAGE_HISTORY}`: by shared weight over decayed past usage, so that a child "
+                "that used much lately gets less of the spare capacity, is reclaimed from first and takes its "
+                "turn later; min stays guaranteed. Not used beside koord-scheduler. See fairness.md.", Origin.OURS),
+    _annotation(c.ANNOTATION_USAGE_HALF_LIFE, Where.QUOTA, "duration, e.g. `168h` (1m to a year); default the "
+                "chart's `controller.usageHalfLifeSeconds` (168h)",
+                "On a parent quota sharing by usage history: after this long, past usage counts half.", Origin.OURS),
+    _annotation(c.ANNOTATION_BUDGET, Where.QUOTA, '`resource=AMOUNT/WINDOW[;exempt-min]`, comma-separated, e.g. '
+                '`"nvidia.com/gpu=2000h/720h"`',
+                "At most AMOUNT (resource times hours) used in any WINDOW: a job that would take the quota past "
+                "it within the window, counting its expected runtime, waits, told when the budget frees up. "
+                f"`;{c.BUDGET_EXEMPT_MIN}`: a job that keeps the quota within min is not held to it. "
+                "See fairness.md.", Origin.OURS),
     # --- on a job ---
     _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
            "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),
@@ -197,11 +213,19 @@ REFERENCE: tuple[Key, ...] = (
                 "it is suspended and its quota released. Copied to its QueueUnit's `spec.active`; absent, the "
                 "unit's own `spec.active` stands (false once the job ran past its maximum execution time).",
                 Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration (`90s`, `45m`, `2h`)",
+                "How long the job is expected to run, for the start-time forecast of the jobs behind it "
+                "(`koord-queue explain`, docs/forecast.md). A bad value is ignored with a message; "
+                "`max-exec-time-seconds` bounds it.", Origin.OURS),
     _annotation(c.ANNOTATION_MAX_EXEC_TIME_SECONDS, Where.JOB, "positive integer (seconds)",
                 "How long the job's pods may run, summed over its admissions (a preempted job keeps what it ran, "
                 "in its unit's `status.accumulatedPastExecutionTimeSeconds`). Past it, the job is suspended, its "
                 "quota released, and its unit made inactive (`spec.active: false`): nothing is deleted.",
                 Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration, e.g. `6h` or `90m`",
+                "How long the job is expected to run: what a quota's budget counts it for (else its maximum "
+                "execution time, else a minute). A value that is not a duration leaves the job unusable, told why.",
+                Origin.OURS),
     _annotation(c.ANNOTATION_JOB_HAS_ENQUEUED, Where.JOB, f'`"{c.TRUE}"`',
                 "The job is queued (set when it is created, or when its QueueUnit is).", Origin.KOORD_QUEUE,
                 "koord-queue"),

@@ -29,6 +29,7 @@ from typing import Any
 
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.eventline import EVENT_WRITERS
+from koordqueue.controller.forecaster import Forecaster
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.messages import MessageWriter
 from koordqueue.controller.metrics import Metrics
@@ -40,6 +41,7 @@ from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.usagehistory import UsageHistoryKeeper
 from koordqueue.controller.views import JobView, UnitView
 from koordqueue.engine import Engine
 from koordqueue.kube.api import KubeAPI
@@ -67,6 +69,8 @@ class Controller:
                                         queue_settings)
         self.messages = MessageWriter(shared, self.unit_status)
         self.quota_status = QuotaStatusWriter(shared, self.quota_sync, self.messages)
+        self.usage_history = UsageHistoryKeeper(shared)
+        self.forecaster = Forecaster(shared, self.unit_status, lambda: self.scheduler.cycles)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
 
@@ -108,6 +112,7 @@ class Controller:
             self._tasks += [asyncio.create_task(shared.events.writer(), name=f"event-writer-{i}")
                             for i in range(EVENT_WRITERS)]
             await self.quota_sync.publish_settings()
+            await self.usage_history.load()
             await shared.informers.start()
             await self.quota_sync.settle()
             self.unit_sync.load_units()
@@ -120,8 +125,10 @@ class Controller:
                                                 name=f"job-worker-{i}") for i in range(shared.config.job_workers)]
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
             self._tasks.append(asyncio.create_task(self.quota_status.run(), name="status"))
+            self._tasks.append(asyncio.create_task(self.usage_history.run(), name="usage-history"))
             self._tasks.append(asyncio.create_task(self.quota_sync.run_tree_status(), name="tree-status"))
             self._tasks.append(asyncio.create_task(self.messages.run(), name="messages"))
+            self._tasks.append(asyncio.create_task(self.forecaster.run(), name="forecast"))
             shared.wake.set()
             await self._stopped.wait()
         finally:
@@ -147,8 +154,12 @@ class Controller:
         """The quota tree, the queues and the recent decisions (the dashboard's JSON)."""
         units = {key: unit for key, unit in self.unit_informer.items()}
         return overview(self.engine, self.quota_sync.quotas, units, self.quota_sync.capacity, self.shared.clock(),
-                        self.recent, queue_quotas=self.quota_sync.queue_quotas)
+                        self.recent, queue_quotas=self.quota_sync.queue_quotas, forecast=self.forecaster.current)
 
     def explain(self, key: str) -> dict[str, Any] | None:
         unit = self.unit_informer.get(key)
-        return None if unit is None else explain(self.engine, self.quota_sync.quotas, unit, self.quota_sync.capacity)
+        if unit is None:
+            return None
+        return explain(self.engine, self.quota_sync.quotas, unit, self.quota_sync.capacity,
+                       forecast=self.forecaster.current, now=self.shared.clock(),
+                       runtime_problem=self.forecaster.problems.get(key))

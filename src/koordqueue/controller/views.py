@@ -87,6 +87,7 @@ class JobView:
     # may be more than the admission gave (raised since); () when not placed.
     live_counts: tuple[tuple[str, int], ...] = ()
     suspend_annotated: bool = False  # annotation scheduling.x-k8s.io/suspend "true" (see JobAdapter.is_suspended)
+    expected_runtime: str | None = None  # annotation koord-queue/expected-runtime, as written (forecaster.py)
 
     @property
     def key(self) -> str:
@@ -180,7 +181,15 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         finishes_once_resumed=finishes_once_resumed,
         live_counts=live,
         suspend_annotated=annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE,
+        expected_runtime=_text_or_none(annotations.get(c.ANNOTATION_EXPECTED_RUNTIME)),
     )
+
+
+def _text_or_none(value: object) -> str | None:
+    """An annotation's value as text; a tenant's non-string (never from a real API server) is kept as text."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)[:64]
 
 
 def priority_classes_changed(job: JobView, priority_classes: Mapping[str, int]) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from operator import attrgetter
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import messages
@@ -40,6 +40,9 @@ from koordqueue.engine.pending import Entry, PendingQueue, Shape
 from koordqueue.engine.placement import CheckKey, NodeRoom
 from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
 from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
+
+if TYPE_CHECKING:
+    from koordqueue.engine.fairness import Fairness
 
 # Units right behind a unit that waits are told why they wait (who blocks them, or the
 # same limit for the same request) when that changes, not when only the amounts in it
@@ -177,6 +180,7 @@ class Ledger:
         self.victims: dict[QuotaNode, list[tuple[float, str]]] = {}  # preemptible, by admission time
         self.borrowers: set[QuotaNode] = set()  # quotas using more than their runtime share
         self.used_by_name: dict[str, ResourceList] = {}
+        self.fair: Fairness | None = None  # budgets and usage history, when any (fairness.py)
         self.backoff: list[tuple[float, str]] = []  # (requeue_at, unit)
         self.retry: list[tuple[float, str]] = []  # (when, queue): a queue scanned again then
         self.retry_at: dict[str, float] = {}

@@ -228,3 +228,16 @@ def test_mig_slices_are_ordinary_resources_placed_where_advertised() -> None:
     assert admission.placement is not None and {n for _, n, _ in admission.placement.nodes} == {"mig-0"}
     assert engine.standing("default/b").message == (
         "waiting for quota team: nvidia.com/mig-1g.10gb asks 4, used 4 of max 7")
+
+
+def test_a_restarted_controller_charges_a_unit_where_its_status_says_it_was_admitted() -> None:
+    from koordqueue.controller.unitsync import count_as_admitted
+    from koordqueue.engine.model import Placement
+
+    engine = with_nodes(engine_with(*team()), *gpu_nodes())
+    info = one_gpu("job")
+    # Its status: admitted with its pods pinned to A100 (as read back, one chain of labels).
+    count_as_admitted(engine, info, 5.0, Placement(counts=(("worker", 1),),
+                                                   domains=(("worker", PRODUCT, ((PRODUCT, A100),)),)))
+    assert engine.unit("default/job").admitted_quota == "team-a100"
+    assert used(engine) == {"team": 1, "team-h100": 0, "team-a100": 1}

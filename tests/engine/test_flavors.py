@@ -241,3 +241,11 @@ def test_a_restarted_controller_charges_a_unit_where_its_status_says_it_was_admi
                                                    domains=(("worker", PRODUCT, ((PRODUCT, A100),)),)))
     assert engine.unit("default/job").admitted_quota == "team-a100"
     assert used(engine) == {"team": 1, "team-h100": 0, "team-a100": 1}
+
+
+def test_affinity_not_in_a_model_leaves_the_others() -> None:
+    engine = with_nodes(engine_with(*team()), *gpu_nodes())
+    engine.set_unit(one_gpu("job", affinity=((Requirement(PRODUCT, "NotIn", (H100,)),),)))
+    engine.set_unit(one_gpu("any", affinity=((Requirement(PRODUCT, "DoesNotExist"),),
+                                             (Requirement(PRODUCT, "In", (H100,)),))))
+    assert admitted_into(engine) == {"job": "team-a100", "any": "team-h100"}

@@ -249,3 +249,14 @@ def test_affinity_not_in_a_model_leaves_the_others() -> None:
     engine.set_unit(one_gpu("any", affinity=((Requirement(PRODUCT, "DoesNotExist"),),
                                              (Requirement(PRODUCT, "In", (H100,)),))))
     assert admitted_into(engine) == {"job": "team-a100", "any": "team-h100"}
+
+
+def test_a_parent_whose_flavors_are_all_unusable_takes_no_job() -> None:
+    quotas = team()
+    quotas[1] = replace(quotas[1], min={GPU: -1000})  # unusable (a negative min)
+    quotas[2] = replace(quotas[2], min={GPU: -1000})
+    engine = with_nodes(engine_with(*quotas), *gpu_nodes())
+    engine.set_unit(one_gpu("job"))
+    assert admitted_into(engine) == {}
+    assert engine.standing("default/job").message == (
+        "quota team is a parent quota; a job must use one of the quotas below it")

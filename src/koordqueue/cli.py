@@ -47,6 +47,9 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
 @click.option("--job-kinds", default=",".join(sorted(ALL_JOB_KINDS)), show_default=True,
               help="Comma-separated job kinds to queue (the chart's extension.<kind>.enable).")
+@click.option("--workload-kinds", default="", show_default=True,
+              help="Comma-separated workloads queued by a scheduling gate: pod, deployment, statefulset, "
+                   "leaderworkerset (the chart's extension.<name>.enable; none by default).")
 @click.option("--namespace", default=c.SYSTEM_NAMESPACE, show_default=True,
               help="Namespace of the Queues made for quotas, and of the leader Lease.")
 @click.option("--default-queue-policy", type=click.Choice([p.value for p in c.QueuePolicy]),
@@ -135,12 +138,17 @@ def controller(**opts: Any) -> None:
     if unknown:
         raise click.BadParameter(f"unknown job kinds {unknown}; known: {sorted(ALL_JOB_KINDS)}",
                                  param_hint="--job-kinds")
+    workloads = frozenset(k.strip() for k in str(opts["workload_kinds"]).split(",") if k.strip())
+    if unknown_workloads := sorted(workloads - set(c.WORKLOAD_EXTENSIONS)):
+        raise click.BadParameter(f"unknown workloads {unknown_workloads}; known: {list(c.WORKLOAD_EXTENSIONS)}",
+                                 param_hint="--workload-kinds")
     try:
         selector = parse_selector(opts["managed_jobs_namespace_selector"])
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--managed-jobs-namespace-selector") from None
     config = ControllerConfig(
         job_kinds=kinds,
+        workload_kinds=workloads,
         managed_jobs_namespace_selector=selector,
         system_namespace=opts["namespace"],
         default_queue_policy=c.QueuePolicy(opts["default_queue_policy"]),

@@ -599,3 +599,24 @@ def test_jobs_of_system_namespaces_are_left_alone_by_default_and_both_webhooks_s
         assert validating["rules"] == [{**rule, "operations": ["UPDATE"], "resources": rule["resources"] + [
             f"{r}/scale" for r in rule["resources"] if r in scaled]} for rule in mutating["rules"]]
         assert "pytorchjobs/scale" in validating["rules"][0]["resources"]
+
+
+def test_workloads_queued_by_gate_add_the_pod_webhooks_the_flag_and_the_pod_writes() -> None:
+    """extension.deployment (or .pod, .statefulset, .leaderworkerset): the controller is told
+    (--workload-kinds, which its command line accepts), pods are sent to both webhooks, and it
+    may patch (ungate) and delete (evict) pods; off, none of it."""
+    objects = render({"extension": {"pytorch": {"enable": True}, "deployment": {"enable": True},
+                                    "pod": {"enable": True}}})
+    assert flag(objects, "workload-kinds") == ["pod,deployment"]
+    for kind, name, operation in (("MutatingWebhookConfiguration", "gate-pods.koord-queue.io", "CREATE"),
+                                  ("ValidatingWebhookConfiguration", "validate-pods.koord-queue.io", "UPDATE")):
+        hook = next(h for h in one(objects, kind)["webhooks"] if h["name"] == name)
+        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": [operation],
+                                  "resources": ["pods"], "scope": "Namespaced"}]
+    rules = grants(one(objects, "ClusterRole", "koord-queue")["rules"])
+    assert {("", "pods", "patch", ""), ("", "pods", "delete", "")} <= rules
+    off = render({"extension": {"pytorch": {"enable": True}}})
+    assert flag(off, "workload-kinds") == []
+    assert ("", "pods", "delete", "") not in grants(one(off, "ClusterRole", "koord-queue")["rules"])
+    assert all(len(one(off, kind)["webhooks"]) == 1
+               for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"))

@@ -333,6 +333,9 @@ POD_CONDITION_READY = "Ready"
 POD_REASON_UNSCHEDULABLE = "Unschedulable"
 POD_REASON_COMPLETED = "PodCompleted"
 POD_REASON_FAILED = "PodFailed"
+# kube-apiserver's condition of a pod created with scheduling gates (pkg/registry/core/pod strategy).
+POD_REASON_SCHEDULING_GATED = "SchedulingGated"
+POD_MESSAGE_SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
 POD_QOS_GUARANTEED = "Guaranteed"
 POD_QOS_BURSTABLE = "Burstable"
 POD_QOS_BEST_EFFORT = "BestEffort"
@@ -469,6 +472,8 @@ class EventReason(StrEnum):
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
     QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
     PRIORITY_CAPPED = "PriorityCapped"  # a job asking more than its quota's max-priority is queued at that
+    UNGATED = "Ungated"  # a gated pod's unit was admitted: its scheduling gate removed (controller/podgroups.py)
+    EVICTED = "Evicted"  # a gated workload's pod deleted: its unit was preempted, or it ran unadmitted
 
 
 class EventType(StrEnum):
@@ -617,6 +622,29 @@ RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
 LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
 KUBE_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 
+# Workloads queued by a scheduling gate (docs/workloads.md): pods of Deployments, StatefulSets,
+# LeaderWorkerSets, plain pods and Kueue's pod groups, held by our gate until their unit is admitted.
+SCHEDULING_GATE = "scheduling.koord-queue.io/admission"
+# The webhook marks every pod it gates ("true"): once ungated, still ours (its unit's to hold quota for).
+LABEL_GATED_POD = "scheduling.koord-queue.io/gated"
+LABEL_POD_GROUP_UNIT = "scheduling.koord-queue.io/pod-group"  # on a pod group's QueueUnit: the group it stands for
+LABEL_MANAGED_NAMESPACE = "koord-queue/managed"  # a namespace opting all its workloads in ("true")
+LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # Kueue's LocalQueue: our Queue of that name
+LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+# Kueue writes the total count as an annotation; a label of that name is read too.
+ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+STATEFUL_SET_KIND = "StatefulSet"
+STATEFUL_SETS_PLURAL = "statefulsets"
+STATEFUL_SET_CONTROLLER = "statefulset-controller"
+LABEL_STATEFUL_SET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # the StatefulSet controller's, on its pods
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet
+# The chart's extension.<name> switches of the workloads queued by gate (controller/gating.py).
+WORKLOAD_POD = "pod"
+WORKLOAD_DEPLOYMENT = "deployment"
+WORKLOAD_STATEFULSET = "statefulset"
+WORKLOAD_LEADERWORKERSET = "leaderworkerset"
+WORKLOAD_EXTENSIONS = (WORKLOAD_POD, WORKLOAD_DEPLOYMENT, WORKLOAD_STATEFULSET, WORKLOAD_LEADERWORKERSET)
 # --- the start-time forecast (engine/forecast.py) ------------------------------------------
 ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"  # on a job: "90s", "45m", "2h"
 DEFAULT_EXPECTED_RUNTIME_SECONDS = 3600.0  # a job with no annotation and no history is taken to run this long

@@ -105,6 +105,11 @@ class QuotaInfo:
     # metadata.creationTimestamp (RFC 3339 in UTC: text order is time order); "": none known
     # (a snapshot's YAML). Of quotas whose rules conflict, the older is used (validation.py).
     created: str = ""
+    # koord-queue/fair-sharing on a parent: its children share past min by usage history
+    # (True), by weight alone (False), or as the engine's default (None); docs/fairness.md.
+    fair_sharing: bool | None = None
+    usage_half_life: float | None = None  # koord-queue/usage-half-life (seconds); None: the default
+    budgets: tuple[Budget, ...] = ()  # koord-queue/budget
     # koord-queue/node-selector: a leaf with one is a flavor of its parent (docs/gpus.md).
     node_selector: tuple[tuple[str, str], ...] = ()
     # On a parent with flavors: koord-queue/flavor-order (() : by name), and
@@ -113,11 +118,6 @@ class QuotaInfo:
     flavor_order: tuple[str, ...] = ()
     borrow_first: bool = True
     preempt_first: bool = False
-    # koord-queue/fair-sharing on a parent: its children share past min by usage history
-    # (True), by weight alone (False), or as the engine's default (None); docs/fairness.md.
-    fair_sharing: bool | None = None
-    usage_half_life: float | None = None  # koord-queue/usage-half-life (seconds); None: the default
-    budgets: tuple[Budget, ...] = ()  # koord-queue/budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,14 +216,28 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
         max_priority=_optional_int(meta, ANNOTATION_MAX_PRIORITY, warnings),
         created=_created(obj),
+        **_fairness(annotations, where, warnings),
         node_selector=node_selector(annotations.get(ANNOTATION_NODE_SELECTOR), where),
         flavor_order=_flavor_order(annotations.get(ANNOTATION_FLAVOR_ORDER)),
-        **_fairness(annotations, where, warnings),
+        **_fungibility(annotations.get(ANNOTATION_FLAVOR_FUNGIBILITY), where, warnings),
     )
-    borrow_first, preempt_first = _fungibility(annotations.get(ANNOTATION_FLAVOR_FUNGIBILITY), where, warnings)
-    if not borrow_first or preempt_first:
-        quota = replace(quota, borrow_first=borrow_first, preempt_first=preempt_first)
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
+
+
+def _fairness(annotations: Mapping[str, str], where: str, warnings: list[str]) -> dict[str, Any]:
+    """The fairness-over-weeks annotations (api/fairness.py); a bad one is ignored, with a warning."""
+    out: dict[str, Any] = {}
+    for key, field_name, parse in ((ANNOTATION_FAIR_SHARING, "fair_sharing", parse_fair_sharing),
+                                   (ANNOTATION_USAGE_HALF_LIFE, "usage_half_life", parse_half_life),
+                                   (ANNOTATION_BUDGET, "budgets", parse_budgets)):
+        text = annotations.get(key)
+        if text is None:
+            continue
+        try:
+            out[field_name] = parse(text)
+        except ValueError as err:
+            warnings.append(f"{where}: annotation {key}: {err}; ignored")
+    return out
 
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
@@ -266,12 +280,12 @@ def _flavor_order(text: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
 
 
-def _fungibility(text: str | None, where: str, warnings: list[str]) -> tuple[bool, bool]:
+def _fungibility(text: str | None, where: str, warnings: list[str]) -> dict[str, Any]:
     """``borrow_first`` and ``preempt_first`` of a parent's flavor fungibility; a term that
     is not one of Kueue's falls back to its default with a warning."""
-    out = {"borrow_first": True, "preempt_first": False}
+    out: dict[str, Any] = {"borrow_first": True, "preempt_first": False}
     if not text:
-        return True, False
+        return out
     choices = {FUNGIBILITY_WHEN_CAN_BORROW: ("borrow_first", FUNGIBILITY_BORROW),
                FUNGIBILITY_WHEN_CAN_PREEMPT: ("preempt_first", FUNGIBILITY_PREEMPT)}
     for raw in text.split(","):
@@ -283,22 +297,6 @@ def _fungibility(text: str | None, where: str, warnings: list[str]) -> tuple[boo
                             f"{FUNGIBILITY_WHEN_CAN_PREEMPT}={FUNGIBILITY_PREEMPT}|{FUNGIBILITY_TRY_NEXT}; ignored")
             continue
         out[choice[0]] = value == choice[1]
-    return out["borrow_first"], out["preempt_first"]
-
-
-def _fairness(annotations: Mapping[str, str], where: str, warnings: list[str]) -> dict[str, Any]:
-    """The fairness-over-weeks annotations (api/fairness.py); a bad one is ignored, with a warning."""
-    out: dict[str, Any] = {}
-    for key, field_name, parse in ((ANNOTATION_FAIR_SHARING, "fair_sharing", parse_fair_sharing),
-                                   (ANNOTATION_USAGE_HALF_LIFE, "usage_half_life", parse_half_life),
-                                   (ANNOTATION_BUDGET, "budgets", parse_budgets)):
-        text = annotations.get(key)
-        if text is None:
-            continue
-        try:
-            out[field_name] = parse(text)
-        except ValueError as err:
-            warnings.append(f"{where}: annotation {key}: {err}; ignored")
     return out
 
 

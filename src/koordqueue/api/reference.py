@@ -23,6 +23,8 @@ class Where(StrEnum):
     POD = "pod"
     NODE = "node"
     SIM_JOB = "job (embedded cluster)"
+    NAMESPACE = "namespace"
+    UNIT = "QueueUnit"
 
 
 class Origin(StrEnum):
@@ -297,6 +299,26 @@ REFERENCE: tuple[Key, ...] = (
     _annotation(c.ANNOTATION_GANG_MIN_AVAILABLE, Where.POD, "integer",
                 "How many pods of the gang must be placeable at once.", Origin.KOORDINATOR,
                 "you or the operator"),
+    # --- workloads queued by a scheduling gate (docs/workloads.md) ---
+    _label(c.LABEL_MANAGED_NAMESPACE, Where.NAMESPACE, f'`"{c.TRUE}"`',
+           "Every Deployment, StatefulSet, LeaderWorkerSet and plain pod of the namespace is queued: its "
+           f"pods are created gated (`{c.SCHEDULING_GATE}`) until their QueueUnit is admitted.", Origin.OURS),
+    _label(c.LABEL_KUEUE_QUEUE_NAME, Where.POD, "a Queue's name",
+           "Kueue's LocalQueue label: the pod's workload is queued (gated), in our Queue of that name (its "
+           "quota's when there is none).", Origin.KUEUE),
+    _label(c.LABEL_KUEUE_POD_GROUP_NAME, Where.POD, "a group's name",
+           "Kueue's pod group: its pods are one QueueUnit (`<name>-group`), admitted whole.", Origin.KUEUE),
+    _annotation(c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT, Where.POD, "integer, 1 to 10000",
+                "How many pods the Kueue pod group has (read as a label too); no more than that are let "
+                "through. Absent or not a count: the group is held inactive and told why.", Origin.KUEUE),
+    _label(c.LABEL_LWS_NAME, Where.POD, "a LeaderWorkerSet's name",
+           "Marks a LeaderWorkerSet's pod (extension.leaderworkerset).", Origin.KUBERNETES, "the LWS controller"),
+    _label(c.LABEL_GATED_POD, Where.POD, f'`"{c.TRUE}"`',
+           "The webhook gated this pod: its QueueUnit holds quota for it once admitted. Only the controller "
+           "may remove it (or the gate).", Origin.OURS, "Koord-Queue"),
+    _label(c.LABEL_POD_GROUP_UNIT, Where.UNIT, f'`"{c.TRUE}"`',
+           "The QueueUnit stands for a pod group (made by the controller, placed on nodes whole).",
+           Origin.OURS, "Koord-Queue"),
     # --- the embedded control plane's simulation ---
     _annotation(c.ANNOTATION_SIM_DURATION, Where.SIM_JOB, "seconds, e.g. `\"120\"`; absent: forever",
                 "How long the simulated pods of the job run on `koord-queue up`.", Origin.OURS),
@@ -317,6 +339,8 @@ NOT_DOCUMENTED: dict[str, str] = {
     "LABEL_RAY_GROUP": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_RAY_IS_RAY_NODE": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_CREATED_BY": "Kubernetes' recommended label; the simulated KubeRay operator writes it on pods",
+    "LABEL_STATEFUL_SET_POD_NAME": "the StatefulSet controller's; the simulated one writes it on pods",
+    "LABEL_POD_INDEX": "the StatefulSet controller's; the simulated one writes it on pods",
     "LABEL_POD_TEMPLATE_HASH": "the Deployment controller's; the simulated one writes it on ReplicaSets and pods",
     "ANNOTATION_DEPLOYMENT_REVISION": "the Deployment controller's; the simulated one writes it on ReplicaSets",
     "ANNOTATION_DESIRED_REPLICAS": "the Deployment controller's; the simulated one writes it on ReplicaSets",

@@ -18,6 +18,9 @@ __all__ = ["ALL_JOB_KINDS", "ControllerConfig"]
 class ControllerConfig:
     # Which job kinds are watched (the chart's extension.<kind>.enable values).
     job_kinds: frozenset[str] = ALL_JOB_KINDS
+    # Which workloads are queued by a scheduling gate (c.WORKLOAD_*; the chart's extension.pod,
+    # .deployment, .statefulset, .leaderworkerset): none unless asked (controller/gating.py).
+    workload_kinds: frozenset[str] = frozenset()
     system_namespace: str = c.SYSTEM_NAMESPACE
     # Whose namespaces' jobs are queued (controller/scope.py); None: all but Kubernetes' own
     # and system_namespace. The webhook configuration's namespaceSelector must say the same.

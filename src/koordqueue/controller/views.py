@@ -20,7 +20,8 @@ from koordqueue.api.quantity import QuantityError, format_resource_list, parse_r
 from koordqueue.engine.model import Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import PLURALS, kind_named
 from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority, quota_of_labels
-from koordqueue.jobs.placement import Written, written_role
+from koordqueue.jobs.placement import Written, pod_set_info, written_role
+from koordqueue.jobs.podrequest import pod_request
 
 Object = dict[str, Any]
 
@@ -485,7 +486,22 @@ def bare_unit_info(unit: UnitView, queue_exists: Callable[[str, str], bool]) -> 
         attempts=unit.attempts,
         requeue_at=unit.requeue_at,
         invalid=invalid,
+        pod_sets=_pod_group_sets(unit) if invalid is None else (),
     )
+
+
+def _pod_group_sets(unit: UnitView) -> tuple[PodSetInfo, ...]:
+    """A pod group's unit (controller/podgroups.py, ours alone) is placed on nodes too, whole, as a
+    job's; any other bare unit by its quota alone, as Koord-Queue has it."""
+    if dict(unit.labels).get(c.LABEL_POD_GROUP_UNIT) != c.TRUE:
+        return ()
+    sets = unit.spec.get("podSet")
+    try:
+        return tuple(pod_set_info(str(ps.get("name") or "main"), int(ps.get("count") or 0),
+                                  pod_request(ps.get("template"), unit.key), ps.get("template") or {}, None, unit.key)
+                     for ps in sets if isinstance(ps, Mapping)) if isinstance(sets, list) else ()
+    except (InvalidObject, TypeError, ValueError):
+        return ()
 
 
 def _pod_set_demand(pod_sets: object) -> ResourceList | None:

@@ -227,8 +227,6 @@ class Cycle:
         record = self.units[entry.key]
         if scan.bar and self.below_bar(scan, record, least_asked):
             return Outcome.BELOW_BAR
-        info = record.info
-        leaf = state.leaf
         # 3b. A budget of a quota on its path would be exceeded within its window
         # (koord-queue/budget): it waits until enough past use ages out (fairness.py).
         if ledger.fair is not None and ledger.fair.budgeted and self.over_budget(state, record, shape):
@@ -237,6 +235,8 @@ class Cycle:
         # 4. Its quota has flavors: each is tried in turn (flavors.py).
         if state.flavors is not None:
             return Outcome[flavors.process(self, state, scan, head)]
+        info = record.info
+        leaf = state.leaf
         # 5. It fits but would borrow: as in Kueue, admissions within runtime shares come
         # first in a cycle, so that a borrower does not take what another quota is about to claim.
         misfit = first_misfit(leaf, info.request, info.priority, preemptible=info.preemptible)

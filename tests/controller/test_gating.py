@@ -95,3 +95,11 @@ def test_a_leaderworkerset_group_is_one_gang_of_its_size() -> None:
     unsized = gating.group_of(pod(labels=labels))
     assert unsized.total == 0 and "no leaderworkerset.sigs.k8s.io/size" in (unsized.invalid or "")
     assert gating.group_of(pod(labels={c.LABEL_LWS_NAME: "llm"})).unit == "p-pod"  # no group index: a pod alone
+
+
+def test_a_unit_name_stays_within_253_characters() -> None:
+    long = "a" * 253
+    named = gating.group_of({**pod(), "metadata": {"name": long}}).unit
+    assert len(named) == 253 and named.endswith("-pod")
+    assert named != gating.group_of({**pod(), "metadata": {"name": long[:-1] + "b"}}).unit
+    assert gating.unit_name("short", "-pod") == "short-pod"

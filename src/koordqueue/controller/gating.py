@@ -19,6 +19,7 @@ reason, never an exception.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from koordqueue.jobs import KIND_NAMES, POD_LABELS
 
 UNIT_SUFFIX_POD = "-pod"
 UNIT_SUFFIX_GROUP = "-group"
+MAX_NAME = 253  # an object's name
 MAX_GROUP = 10_000  # pods in one Kueue pod group we read (beyond: refused, said on the unit)
 
 
@@ -123,11 +125,21 @@ def group_of(pod: Mapping[str, Any]) -> Group:
     if lws and index is not None:
         return _sized(f"{lws}-{index}", annotations.get(c.ANNOTATION_LWS_SIZE), c.LABEL_LWS_GROUP_INDEX,
                       c.ANNOTATION_LWS_SIZE)
-    return Group(f"{meta.get('name')}{UNIT_SUFFIX_POD}", "", 1)
+    return Group(unit_name(str(meta.get("name")), UNIT_SUFFIX_POD), "", 1)
+
+
+def unit_name(base: str, suffix: str) -> str:
+    """``base + suffix``, within an object name's 253 characters: a longer base is cut and told
+    apart by a hash of it (a pod's name may take all 253)."""
+    name = base + suffix
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(base.encode()).hexdigest()[:10]
+    return f"{base[:MAX_NAME - len(suffix) - 11].rstrip('-.')}-{digest}{suffix}"
 
 
 def _sized(name: str, text: object, named_by: str, sized_by: str) -> Group:
-    unit = f"{name}{UNIT_SUFFIX_GROUP}"
+    unit = unit_name(name, UNIT_SUFFIX_GROUP)
     if text is None:
         return Group(unit, name, 0, f"its pods carry {named_by} but no {sized_by}: how many pods it has is not said")
     try:

@@ -152,6 +152,9 @@ ENGINE_ABOVE = {
     "koordqueue.engine.waits": {_CORE, _CYCLE, _PACKAGE},
     "koordqueue.engine.preemption": {_CORE, _CYCLE, _PACKAGE},
     "koordqueue.engine.cycle": {_CORE, _PACKAGE},
+    "koordqueue.engine.flavors": {_CORE, _CYCLE, _PACKAGE, _VIEWS, "koordqueue.engine.waits"},
+    "koordqueue.engine.flavorsets": {"koordqueue.engine.flavors", "koordqueue.engine.ledger", _CORE, _CYCLE,
+                                     _PACKAGE, _VIEWS, "koordqueue.engine.placement", "koordqueue.engine.fit"},
 }
 
 

@@ -130,6 +130,23 @@ ANNOTATION_PRIORITY_THRESHOLD = "koord-queue/priority-threshold"
 # The highest priority a job charged to the quota is queued with (ours): a job asking more
 # (annotation or PriorityClass) is queued at this one, and told so (PriorityCapped).
 ANNOTATION_MAX_PRIORITY = "koord-queue/max-priority"
+# GPU models as flavors (docs/gpus.md): a leaf ElasticQuota carrying a node selector
+# (equality terms, "key=value[,key=value]") is a flavor of its parent; a job charged to the
+# parent is admitted into the first flavor, in the parent's flavor order (child names,
+# comma-separated; default: by name), where it fits, its pods pinned to the flavor's nodes.
+ANNOTATION_NODE_SELECTOR = "koord-queue/node-selector"
+ANNOTATION_FLAVOR_ORDER = "koord-queue/flavor-order"
+# Kueue's FlavorFungibility on the parent: "whenCanBorrow=Borrow|TryNextFlavor,
+# whenCanPreempt=Preempt|TryNextFlavor" (defaults: Borrow, TryNextFlavor, as Kueue's).
+ANNOTATION_FLAVOR_FUNGIBILITY = "koord-queue/flavor-fungibility"
+FUNGIBILITY_WHEN_CAN_BORROW = "whenCanBorrow"
+FUNGIBILITY_WHEN_CAN_PREEMPT = "whenCanPreempt"
+FUNGIBILITY_BORROW = "Borrow"
+FUNGIBILITY_PREEMPT = "Preempt"
+FUNGIBILITY_TRY_NEXT = "TryNextFlavor"
+# The level a flavor's node selector is given under in an admission's placement (beside
+# the topology domains): the unit's status names it, and the resuming write pins the pods.
+FLAVOR_LEVEL = "flavor"
 DEFAULT_PRIORITY_THRESHOLD = 4
 
 # --- Labels and annotations on jobs (and Queues) ------------------------------------
@@ -201,8 +218,6 @@ DEFAULT_USAGE_HALF_LIFE_SECONDS = 168 * 3600.0
 # comma-separated; ";exempt-min" after one: what fits within min is not held to it).
 ANNOTATION_BUDGET = "koord-queue/budget"
 BUDGET_EXEMPT_MIN = "exempt-min"
-# On a job: how long it is expected to run (seconds or 30s/2m/1h), for budgets (and forecasts).
-ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"
 # Kueue's annotations on a pod template, so users' manifests carry over: the pods of the
 # pod set go into one domain of the level this node label names (required), or as close
 # as the nodes allow, level by level upwards (preferred).
@@ -468,6 +483,16 @@ class EventType(StrEnum):
 CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
+# Koordinator's GPU sharing (apis/extension/device_share.go): a container asks for a share of
+# a GPU; koord-manager's pod webhook (DeviceResourceSpec) rewrites koordinator.sh/gpu into
+# gpu-core and gpu-memory-ratio and adds gpu.shared, and koord-scheduler's ElasticQuota
+# plugin charges the pod's requests as rewritten (docs/gpus.md).
+KOORD_GPU = "koordinator.sh/gpu"
+KOORD_GPU_CORE = "koordinator.sh/gpu-core"
+KOORD_GPU_MEMORY = "koordinator.sh/gpu-memory"
+KOORD_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+KOORD_GPU_SHARED = "koordinator.sh/gpu.shared"
+KOORD_GPU_SHARE_RESOURCES = (KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY, KOORD_GPU_MEMORY_RATIO, KOORD_GPU_SHARED)
 PODS = "pods"
 
 # --- Scheduling defaults ------------------------------------------------------------

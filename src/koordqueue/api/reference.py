@@ -151,6 +151,21 @@ REFERENCE: tuple[Key, ...] = (
                 "it against borrowing jobs of its own priority (jobs of lower priority are kept out at once). "
                 f"See policies.md, held room. Honoured only on Queues in namespace `{c.SYSTEM_NAMESPACE}`.",
                 Origin.OURS),
+    _annotation(c.ANNOTATION_NODE_SELECTOR, Where.QUOTA, "`key=value[,key=value]` (node label equality terms)",
+                "Makes a leaf quota a flavor of its parent (docs/gpus.md): a job charged to the parent may be "
+                "admitted into it, its pods then pinned to nodes with these labels in the write that resumes it. "
+                "A selector that is not label equality terms makes the quota unusable (a Warning event says why).",
+                Origin.OURS),
+    _annotation(c.ANNOTATION_FLAVOR_ORDER, Where.QUOTA, "child quota names, comma-separated; default: by name",
+                "On a parent with flavors: the order its flavors are tried in. Names that are no flavor of it are "
+                "ignored, and a Warning event says so.", Origin.OURS),
+    _annotation(c.ANNOTATION_FLAVOR_FUNGIBILITY, Where.QUOTA,
+                f"`{c.FUNGIBILITY_WHEN_CAN_BORROW}={c.FUNGIBILITY_BORROW}|{c.FUNGIBILITY_TRY_NEXT},"
+                f"{c.FUNGIBILITY_WHEN_CAN_PREEMPT}={c.FUNGIBILITY_PREEMPT}|{c.FUNGIBILITY_TRY_NEXT}`; default "
+                f"`{c.FUNGIBILITY_BORROW}`, `{c.FUNGIBILITY_TRY_NEXT}`",
+                "On a parent with flavors, as Kueue's FlavorFungibility: whether a job borrows in a flavor before "
+                "trying the next one, and whether it preempts in a flavor before trying the next one.",
+                Origin.OURS),
     _annotation(c.ANNOTATION_NODE_FIT, Where.QUOTA_OR_QUEUE, f'`"{c.FALSE}"` to admit on quota alone; default on',
                 "When nodes are known, a job is admitted only when all its pods fit on the nodes now (their "
                 "requests, nodeSelector, required node affinity and tolerations; cordoned nodes skipped), and its "
@@ -202,17 +217,14 @@ REFERENCE: tuple[Key, ...] = (
                 Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration (`90s`, `45m`, `2h`)",
                 "How long the job is expected to run, for the start-time forecast of the jobs behind it "
-                "(`koord-queue explain`, docs/forecast.md). A bad value is ignored with a message; "
-                "`max-exec-time-seconds` bounds it.", Origin.OURS),
+                "(`koord-queue explain`, docs/forecast.md), and what a quota's `koord-queue/budget` counts it "
+                "for (else its maximum execution time, else an hour; docs/fairness.md). A bad value is ignored "
+                "with a message; `max-exec-time-seconds` bounds it.", Origin.OURS),
     _annotation(c.ANNOTATION_MAX_EXEC_TIME_SECONDS, Where.JOB, "positive integer (seconds)",
                 "How long the job's pods may run, summed over its admissions (a preempted job keeps what it ran, "
                 "in its unit's `status.accumulatedPastExecutionTimeSeconds`). Past it, the job is suspended, its "
                 "quota released, and its unit made inactive (`spec.active: false`): nothing is deleted.",
                 Origin.KOORD_QUEUE),
-    _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration, e.g. `6h` or `90m`",
-                "How long the job is expected to run: what a quota's budget counts it for (else its maximum "
-                "execution time, else a minute). A value that is not a duration leaves the job unusable, told why.",
-                Origin.OURS),
     _annotation(c.ANNOTATION_JOB_HAS_ENQUEUED, Where.JOB, f'`"{c.TRUE}"`',
                 "The job is queued (set when it is created, or when its QueueUnit is).", Origin.KOORD_QUEUE,
                 "koord-queue"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from koordqueue.engine import messages, views
+from koordqueue.engine import flavorsets, messages, views
 from koordqueue.engine.cycle import MAX_SCANS_PER_CYCLE, Cycle
 from koordqueue.engine.fairness import Fairness
 from koordqueue.engine.ledger import BLOCKED_WINDOW, Ledger, UnitRecord, UnitState, copy_unit
@@ -55,6 +55,7 @@ class Engine:
         self._quotas: dict[str, QuotaInfo] = {}
         self._queues: dict[str, QueueInfo] = {}
         self._reasons: dict[str, str] = {}  # quota -> why it cannot be used (validation)
+        self._flavor_problems: dict[str, str] = {}  # parent quota -> what is wrong with its flavor order
         self._ledger = Ledger(config, self._quotas, self._queues, self._capacity)
         self._fair = Fairness()  # usage history and budgets (fairness.py): inert unless asked for
 
@@ -362,10 +363,11 @@ class Engine:
             self._config.oversell_rate, self._config.koordinator,
         )
         ledger.reset(tree, build_directory(self._quotas, self._queues, self._reasons))
+        ledger.flavorings, self._flavor_problems = flavorsets.build(tree, self._quotas)
         for key in sorted(self._queues):
             queue = self._queues[key]
             node = tree.nodes.get(queue.quota) if queue.quota is not None else None
-            if node is not None and node.info is not None and not node.info.is_parent:
+            if node is not None and node.info is not None and (not node.info.is_parent or node in ledger.flavorings):
                 ledger.new_queue(queue, node)
         bulk: dict[str, list[tuple[Entry, Shape]]] = {}
         tree.defer()
@@ -483,6 +485,11 @@ class Engine:
         if name is None or quota is None or quota.max_priority is None:
             return None
         return name, quota.max_priority
+
+    def flavor_problems(self) -> dict[str, str]:
+        """Parent quota name -> what is wrong with its flavors (a flavor order naming no flavor of it)."""
+        self._sync()
+        return dict(self._flavor_problems)
 
     def validation_errors(self) -> dict[str, str]:
         """Quota name -> why it cannot be used (validation.py); a unit asking for it is parked."""

@@ -105,6 +105,8 @@ class QuotaNode:
         "capped",
         "min_limit",
         "pinned",
+        "ceiling",
+        "floor_ceiling",
     )
 
     def __init__(self, info: QuotaInfo | None, parent: QuotaNode | None, oversell: float = 1.0) -> None:
@@ -123,6 +125,11 @@ class QuotaNode:
         # What non-preemptible units may use (its min times the oversellrate, as Koord-Queue):
         # they are never victims, so what they took past min would never come back.
         self.min_limit: ResourceList = oversold(info.min, oversell) if info is not None else {}
+        # The least limit of each resource on its path, and the least min a non-preemptible
+        # unit is held to there (fit.never_fits): worked out when first asked, and cleared
+        # when a limit on the path changes (QuotaTree.update, set_capacity).
+        self.ceiling: ResourceList | None = None
+        self.floor_ceiling: ResourceList | None = None
         self.used: ResourceList = {}  # admitted requests of the whole subtree
         self.pinned: ResourceList = {}  # the part of ``used`` that non-preemptible units hold
         self.pending: ResourceList = {}  # requests of the pending units of the subtree
@@ -278,6 +285,7 @@ class QuotaTree:
         self.root.limit = dict(capacity) if capacity is not None else {}
         self.root.runtime = dict(self.root.limit)
         self._refill.add(self.root)
+        _forget_ceilings(self.root)
 
     # --- usage --------------------------------------------------------------------
     def charge(self, node: QuotaNode, request: ResourceList, sign: int) -> bool:
@@ -412,6 +420,7 @@ class QuotaTree:
         node.info, node.limit, node.min, node.lends = info, oversold(info.max, node.oversell), dict(info.min), \
             info.allow_lent
         node.min_limit = oversold(info.min, node.oversell)
+        _forget_ceilings(node)
         for name, reserve in kept.items():
             delta = node.own_reserve(name) - reserve
             if delta:
@@ -513,6 +522,16 @@ def oversold(amounts: ResourceList, rate: float) -> ResourceList:
         return dict(amounts)
     factor = Fraction(rate)
     return {name: math.floor(amount * factor) for name, amount in amounts.items()}
+
+
+def _forget_ceilings(node: QuotaNode) -> None:
+    """Clear the cached ceilings of ``node`` and every node below it (a limit on their
+    path changed)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        current.ceiling = current.floor_ceiling = None
+        stack.extend(current.children)
 
 
 def _build_groups(node: QuotaNode) -> None:

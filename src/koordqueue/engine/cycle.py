@@ -11,7 +11,7 @@ Words used here:
 - *scan*: one pass over a queue's pending units in order, resumed at each of its turns
   (``Scan``); a queue is scanned at most ``MAX_SCANS_PER_CYCLE`` times per cycle.
 - *hold*: room a unit that lacks room at a quota above its own keeps there from
-  borrowers of other quotas (tree.py ``Hold``); it is *ripe* once the unit has waited
+  borrowers of other quotas (quotanode.py ``Hold``); it is *ripe* once the unit has waited
   past its Queue's hold-room-after, and then holds against borrowers of its priority too.
 - *woken*: a queue scanned again only because room appeared where it waits; its turn
   checks that room is still there before scanning (``room_left``, ``nodes_left``).
@@ -41,7 +41,7 @@ from koordqueue.engine.model import Admission, CycleResult, Placement
 from koordqueue.engine.pending import Head, Heads, Shape
 from koordqueue.engine.placement import CheckKey, Unplaced, check_key
 from koordqueue.engine.preemption import Preemptor
-from koordqueue.engine.tree import Hold, QuotaNode
+from koordqueue.engine.quotanode import Hold, QuotaNode
 from koordqueue.engine.views import live_message
 
 MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most this often

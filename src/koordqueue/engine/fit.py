@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from koordqueue.engine.model import ResourceList
-from koordqueue.engine.tree import MILLI_COUNTED, Hold, QuotaNode
+from koordqueue.engine.quotanode import MILLI_COUNTED, Hold, QuotaNode
 from koordqueue.engine.waterfill import WHOLE, koordinator_fill
 
 Released = dict[QuotaNode, ResourceList]

@@ -36,8 +36,9 @@ from koordqueue.engine.model import (
 )
 from koordqueue.engine.pending import Entry, PendingQueue, Shape
 from koordqueue.engine.placement import CheckKey, NodeRoom
+from koordqueue.engine.quotanode import Hold, QuotaNode
 from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
-from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
+from koordqueue.engine.tree import QuotaTree
 
 # Units right behind a unit that waits are told why they wait (who blocks them, or the
 # same limit for the same request) when that changes, not when only the amounts in it

@@ -16,7 +16,7 @@ from koordqueue.engine.fit import Misfit, borrowing, headroom
 from koordqueue.engine.ledger import Ledger, NodeWait, QueueState, Reason, UnitRecord, UnitState, has_room
 from koordqueue.engine.model import ResourceList
 from koordqueue.engine.placement import CheckKey, Unplaced
-from koordqueue.engine.tree import Hold
+from koordqueue.engine.quotanode import Hold
 
 
 def note_misfit(ledger: Ledger, record: UnitRecord, state: QueueState, misfit: Misfit, now: float) -> bool:

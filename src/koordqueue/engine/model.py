@@ -9,6 +9,7 @@ Times are float seconds on whatever clock the shell uses (wall or virtual).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from koordqueue.api.constants import (
     AUTO_QUEUE_PRIORITY,
@@ -119,6 +120,15 @@ class Placement:
         return next((n for name, n in self.counts if name == pod_set), default)
 
 
+class Held(Enum):
+    """Why an unusable unit waits whatever room there is, when it is one of these two (the
+    shell's states, carried as a field so that no one reads them from the reason's words;
+    the engine treats a held unit as any other with ``invalid`` set)."""
+
+    ORPHAN = "orphan"  # stands for no job the shell queues: waits, holding nothing
+    INACTIVE = "inactive"  # its job's active annotation, or its own spec.active, is false
+
+
 @dataclass(slots=True)
 class UnitInfo:
     """A QueueUnit (one job) as the engine needs it.
@@ -146,6 +156,7 @@ class UnitInfo:
     invalid: str | None = None  # a reason the job itself is unusable (bad quantity, ...)
     pod_sets: tuple[PodSetInfo, ...] = ()  # its pods, for node fit; () : quota alone decides
     placement: Placement | None = None  # set with admitted_quota when placed (or admitted in part)
+    held: Held | None = None  # with ``invalid``: the state behind it, when it is one of these
 
     @property
     def key(self) -> str:

@@ -49,9 +49,17 @@ MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most
 _Held = dict[tuple[str, int, bool], int]
 """What a queue's holds at one node keep: (resource, priority, ripe) -> amount."""
 
-_Turn = tuple[int, bool, float, str, int, int]
-"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version,
-the ledger's charges then: when they are the same at its turn, its share is too)."""
+
+class Turn(NamedTuple):
+    """A queue's turn in a cycle, on the cycle's heap (compared field by field: the Queue of
+    highest priority first, then one whose next unit does not borrow, then the least share)."""
+
+    neg_priority: int  # -the Queue's priority
+    borrows: bool  # its next unit would borrow (Kueue: admissions within shares first)
+    share: float  # its quota's usage over its share when pushed
+    key: str  # the Queue's
+    version: int  # the queue's version when pushed: an older turn is dropped
+    charges: int  # the ledger's charges then: when the same at its turn, its share is too
 
 
 @dataclass(slots=True)
@@ -122,7 +130,7 @@ class Cycle:
         self.qs = ledger.qs
         self.room = ledger.room
         self.config = ledger.config
-        self.heap: list[_Turn] = []
+        self.heap: list[Turn] = []
         self.scans: dict[str, Scan] = {}
         self.admitted_now: set[str] = set()  # units admitted in this cycle: never its victims
         self.preemptor = Preemptor(ledger, now, result, self.admitted_now)
@@ -140,12 +148,12 @@ class Cycle:
                 if state is not None:
                     self.push(state)
             while heap:
-                _, _, last_share, key, version, charges = heapq.heappop(heap)
-                state = self.qs[key]
-                if version != state.version:
+                turn = heapq.heappop(heap)
+                state = self.qs[turn.key]
+                if turn.version != state.version:
                     continue
                 # Others of its quota were admitted meanwhile (no usage moved: no share did).
-                if charges != ledger.charges and share(state.leaf) > last_share:
+                if turn.charges != ledger.charges and share(state.leaf) > turn.share:
                     self.push(state)
                     continue
                 if self.step(state):
@@ -157,8 +165,8 @@ class Cycle:
         state.version += 1
         scan = self.scans.get(state.key)
         borrows = scan is not None and scan.borrows
-        heapq.heappush(self.heap, (-state.info.priority, borrows, share(state.leaf), state.key, state.version,
-                                   self.ledger.charges))
+        heapq.heappush(self.heap, Turn(-state.info.priority, borrows, share(state.leaf), state.key, state.version,
+                                       self.ledger.charges))
 
     def touch(self, state: QueueState, rescan: bool) -> None:
         """The ledger's ``touch`` within a cycle: give the queue another turn, or scan it

@@ -131,7 +131,7 @@ def test_a_forbidden_import_would_be_caught() -> None:
 # (ledger); a cycle tells units why they wait (waits, views) and preempts (preemption);
 # kube-scheduler's node filters (nodefilter) are below placement, which uses them. The
 # room on the nodes is itself a stack: the arrays over the nodes (nodearrays), the gang
-# search that reads them (gangsearch), the failed checks that read both (failedchecks),
+# search that reads them (gangsearch), the failed checks that read both (failedplacements),
 # and NodeRoom (placement) on top. The quota tree's nodes (quotanode) are below the tree
 # that keeps their figures (tree), and both below whatever reads them (fit and up). Each
 # may import only what is below it, so that moving
@@ -142,16 +142,16 @@ _VIEWS = "koordqueue.engine.views"
 _PLACEMENT = "koordqueue.engine.placement"
 _ABOVE_PLACEMENT = {_PLACEMENT, "koordqueue.engine.ledger", _CYCLE, _CORE, _PACKAGE, _VIEWS,
                     "koordqueue.engine.waits", "koordqueue.engine.preemption", "koordqueue.engine.messages"}
-_FAILEDCHECKS, _GANGSEARCH = "koordqueue.engine.failedchecks", "koordqueue.engine.gangsearch"
+_FAILEDPLACEMENTS, _GANGSEARCH = "koordqueue.engine.failedplacements", "koordqueue.engine.gangsearch"
 _QUOTANODE, _TREE = "koordqueue.engine.quotanode", "koordqueue.engine.tree"
 _ABOVE_TREE = {"koordqueue.engine.fit", *_ABOVE_PLACEMENT}
 ENGINE_ABOVE = {
     _QUOTANODE: {_TREE, *_ABOVE_TREE},
     _TREE: _ABOVE_TREE,
-    "koordqueue.engine.nodefilter": {"koordqueue.engine.nodearrays", _GANGSEARCH, _FAILEDCHECKS, *_ABOVE_PLACEMENT},
-    "koordqueue.engine.nodearrays": {_GANGSEARCH, _FAILEDCHECKS, *_ABOVE_PLACEMENT},
-    _GANGSEARCH: {_FAILEDCHECKS, *_ABOVE_PLACEMENT},
-    _FAILEDCHECKS: _ABOVE_PLACEMENT,
+    "koordqueue.engine.nodefilter": {"koordqueue.engine.nodearrays", _GANGSEARCH, _FAILEDPLACEMENTS, *_ABOVE_PLACEMENT},
+    "koordqueue.engine.nodearrays": {_GANGSEARCH, _FAILEDPLACEMENTS, *_ABOVE_PLACEMENT},
+    _GANGSEARCH: {_FAILEDPLACEMENTS, *_ABOVE_PLACEMENT},
+    _FAILEDPLACEMENTS: _ABOVE_PLACEMENT,
     "koordqueue.engine.ledger": {_CORE, _CYCLE, _PACKAGE, _VIEWS, "koordqueue.engine.waits",
                                  "koordqueue.engine.preemption"},
     _VIEWS: {_CORE, _CYCLE, _PACKAGE},

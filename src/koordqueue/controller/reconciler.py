@@ -115,7 +115,7 @@ class JobReconciler(Part):
         if not now.current:
             return
         # 9. Inactive, or run past its maximum: sent back, its job suspended when that lands.
-        if await self.lifetime.check(item, unit, job):
+        if await self.lifetime.enforce(item, unit, job):
             return
         # 10. Asks for more than it was admitted with: sent back, queued again at its new size.
         if await self._send_back_grown(unit, job, now):

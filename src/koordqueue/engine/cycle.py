@@ -39,7 +39,7 @@ from koordqueue.engine.ledger import (
 )
 from koordqueue.engine.model import Admission, CycleResult, Placement
 from koordqueue.engine.pending import Head, Heads, Shape
-from koordqueue.engine.placement import CheckKey, Unplaced, check_key
+from koordqueue.engine.placement import PlacementKey, Unplaced, placement_key
 from koordqueue.engine.preemption import Preemptor
 from koordqueue.engine.quotanode import Hold, QuotaNode
 from koordqueue.engine.views import live_message
@@ -100,8 +100,8 @@ class Attempt(NamedTuple):
     placement: Placement | None  # where its pods go, when they are placed (or fewer of them: in part)
     misfit: Misfit | None  # why its request (or, elastic, its least) does not fit its quota
     unplaced: Unplaced | None  # why its pods (or its least) have no nodes
-    waits: CheckKey | None  # the failed placement check whose room it waits for
-    waits_counts: dict[str, int] | None  # its pod counts in that check, when not all of them
+    waits: PlacementKey | None  # the failed placement whose room it waits for
+    waits_counts: dict[str, int] | None  # its pod counts in that placement, when not all of them
     least: Misfit | Unplaced | None  # an elastic unit: why not even its least
     by_quota: bool  # it fits neither its quota nor by preemption, whatever its pods
 
@@ -314,15 +314,15 @@ class Cycle:
         info = record.info
         placement: Placement | None = None
         unplaced: Unplaced | None = None
-        waits: CheckKey | None = None
+        waits: PlacementKey | None = None
         waits_counts: dict[str, int] | None = None
         if misfit is None and state.node_fit and info.pod_sets and self.room:  # (``Ledger.places``)
-            if record.check is None:
-                record.check = check_key(info.pod_sets)
-            found = self.room.place(info.pod_sets, key=record.check)
+            if record.placement_key is None:
+                record.placement_key = placement_key(info.pod_sets)
+            found = self.room.place(info.pod_sets, key=record.placement_key)
             if isinstance(found, Unplaced):
                 unplaced = found
-                waits = record.check
+                waits = record.placement_key
             else:
                 placement = found
         admit = misfit is None and unplaced is None
@@ -333,7 +333,7 @@ class Cycle:
             if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
                 elastic = next(ps for ps in info.pod_sets if ps.elastic)
                 waits_counts = {elastic.name: elastic.min_count or 0}
-                waits = check_key(info.pod_sets, waits_counts)
+                waits = placement_key(info.pod_sets, waits_counts)
         by_quota = False
         if not admit and misfit is not None:
             admit, placement, by_quota = self.preemptor.preempt_for(record, state, misfit)

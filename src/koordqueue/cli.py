@@ -47,12 +47,21 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
 @click.option("--job-kinds", default=",".join(sorted(ALL_JOB_KINDS)), show_default=True,
               help="Comma-separated job kinds to queue (the chart's extension.<kind>.enable).")
+@click.option("--workload-kinds", default="", show_default=True,
+              help="Comma-separated workloads queued by a scheduling gate: pod, deployment, statefulset, "
+                   "leaderworkerset (the chart's extension.<name>.enable; none by default).")
 @click.option("--namespace", default=c.SYSTEM_NAMESPACE, show_default=True,
               help="Namespace of the Queues made for quotas, and of the leader Lease.")
 @click.option("--default-queue-policy", type=click.Choice([p.value for p in c.QueuePolicy]),
               default=c.DEFAULT_QUEUE_POLICY.value, show_default=True)
 @click.option("--protect-seconds", type=float, default=c.DEFAULT_PROTECT_SECONDS, show_default=True,
               help="Admitted units younger than this are never preempted.")
+@click.option("--fair-sharing", type=click.Choice([c.FAIR_SHARING_NONE, c.FAIR_SHARING_USAGE_HISTORY]),
+              default=c.FAIR_SHARING_NONE, show_default=True,
+              help="How children share the spare capacity past their mins where their parent quota has no "
+                   "koord-queue/fair-sharing annotation (docs/fairness.md).")
+@click.option("--usage-half-life", type=float, default=c.DEFAULT_USAGE_HALF_LIFE_SECONDS, show_default=True,
+              help="Seconds in which past usage counts half, for fair sharing by usage history.")
 @click.option("--backoff-base", type=float, default=c.BACKOFF_BASE_SECONDS, show_default=True)
 @click.option("--backoff-cap", type=float, default=c.BACKOFF_CAP_SECONDS, show_default=True)
 @click.option("--wait-for-pods-running-timeout", type=float, default=300.0, show_default=True,
@@ -63,6 +72,11 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--oversell-rate", type=float, default=1.0, show_default=True,
               help="Koord-Queue's oversellrate: a job fits while its quota's (and each ancestor's) "
                    "used + request <= max times this; the nodes' allocatable is oversold alike.")
+@click.option("--forecast-interval", type=float, default=c.FORECAST_INTERVAL_SECONDS, show_default=True,
+              help="Seconds between recomputes of the start-time forecast (0: none).")
+@click.option("--default-expected-runtime", type=float, default=c.DEFAULT_EXPECTED_RUNTIME_SECONDS,
+              show_default=True, help="Seconds a job runs, for the forecast, when neither its annotation "
+                                      "koord-queue/expected-runtime nor the runtimes of jobs like it say.")
 @click.option("--qps", type=float, default=200.0, show_default=True)
 @click.option("--burst", type=int, default=400, show_default=True)
 @click.option("--koordinator", type=click.Choice([m.value for m in c.KoordinatorMode]),
@@ -124,21 +138,30 @@ def controller(**opts: Any) -> None:
     if unknown:
         raise click.BadParameter(f"unknown job kinds {unknown}; known: {sorted(ALL_JOB_KINDS)}",
                                  param_hint="--job-kinds")
+    workloads = frozenset(k.strip() for k in str(opts["workload_kinds"]).split(",") if k.strip())
+    if unknown_workloads := sorted(workloads - set(c.WORKLOAD_EXTENSIONS)):
+        raise click.BadParameter(f"unknown workloads {unknown_workloads}; known: {list(c.WORKLOAD_EXTENSIONS)}",
+                                 param_hint="--workload-kinds")
     try:
         selector = parse_selector(opts["managed_jobs_namespace_selector"])
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--managed-jobs-namespace-selector") from None
     config = ControllerConfig(
         job_kinds=kinds,
+        workload_kinds=workloads,
         managed_jobs_namespace_selector=selector,
         system_namespace=opts["namespace"],
         default_queue_policy=c.QueuePolicy(opts["default_queue_policy"]),
         protect_seconds=opts["protect_seconds"],
+        fair_sharing=opts["fair_sharing"] == c.FAIR_SHARING_USAGE_HISTORY,
+        usage_half_life=opts["usage_half_life"],
         backoff_base=opts["backoff_base"],
         backoff_cap=opts["backoff_cap"],
         wait_for_pods_running_seconds=opts["wait_for_pods_running_timeout"],
         resume_refused_seconds=opts["resume_refused_timeout"],
         oversell_rate=opts["oversell_rate"],
+        forecast_interval_seconds=opts["forecast_interval"],
+        default_expected_runtime_seconds=opts["default_expected_runtime"],
         qps=opts["qps"],
         burst=opts["burst"],
         koordinator=c.KoordinatorMode(opts["koordinator"]),
@@ -185,16 +208,28 @@ def status(kubeconfig: str | None, controller_namespace: str) -> None:
 
 
 @main.command()
-@click.argument("target", metavar="KIND/NAME")
-@click.option("-n", "--namespace", default="default", show_default=True)
+@click.argument("target", metavar="KIND/NAME", required=False)
+@click.option("-n", "--namespace", default=None, help="The job's namespace (default: default; with -f: the file's).")
+@click.option("-f", "--filename", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A job not submitted yet: what it would meet (its unit, quota, queue, position, whether it "
+                   "could ever fit, when it would start), from the live state; nothing is created.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (expectedStart, expectedStartRange, "
+                                                        "basis, ...).")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
 @CONTROLLER_NAMESPACE
-def explain(target: str, namespace: str, kubeconfig: str | None, controller_namespace: str) -> None:
-    """Why a job waits, where it stands in its queue, and what would let it in."""
-    from koordqueue.reports import ReportError, explain_command
+def explain(target: str | None, namespace: str | None, filename: str | None, as_json: bool, kubeconfig: str | None,
+            controller_namespace: str) -> None:
+    """Why a job waits, where it stands in its queue, when it is expected to start, and what would let it in."""
+    from koordqueue.reports import ReportError, explain_command, explain_file_command
 
+    if (target is None) == (filename is None):
+        raise click.UsageError("give KIND/NAME, or -f job.yaml")
     try:
-        click.echo(explain_command(kubeconfig, target, namespace, controller_namespace))
+        if filename is not None:
+            click.echo(explain_file_command(kubeconfig, filename, namespace, controller_namespace, as_json))
+        else:
+            assert target is not None
+            click.echo(explain_command(kubeconfig, target, namespace or "default", controller_namespace, as_json))
     except ReportError as e:
         raise click.ClickException(str(e)) from None
 

@@ -36,12 +36,16 @@ class Settings:
     backoff_cap: float = c.BACKOFF_CAP_SECONDS
     job_kinds: frozenset[str] = ALL_JOB_KINDS
     koordinator: c.KoordinatorMode = c.KoordinatorMode.AUTO
+    # The default of koord-queue/fair-sharing (docs/fairness.md): off, Koordinator's rule.
+    fair_sharing: bool = False
+    usage_half_life: float = c.DEFAULT_USAGE_HALF_LIFE_SECONDS
 
     def engine_config(self, koordinator_seen: bool = False) -> EngineConfig:
         """``koordinator_seen``: Koordinator's own quotas are there (auto mode turns on)."""
         return EngineConfig(protect_seconds=self.protect_seconds, backoff_base=self.backoff_base,
                             backoff_cap=self.backoff_cap, oversell_rate=self.oversell_rate,
-                            koordinator=self.beside_koordinator(koordinator_seen))
+                            koordinator=self.beside_koordinator(koordinator_seen), fair_sharing=self.fair_sharing,
+                            usage_half_life=self.usage_half_life)
 
     def beside_koordinator(self, koordinator_seen: bool) -> bool:
         """Whether koord-scheduler schedules the pods: mode on, or auto and its quotas seen."""
@@ -77,6 +81,8 @@ class Settings:
             c.SETTING_BACKOFF_CAP_SECONDS: f"{self.backoff_cap:g}",
             c.SETTING_JOB_KINDS: ",".join(sorted(self.job_kinds)),
             c.SETTING_KOORDINATOR: self.koordinator.value,
+            c.SETTING_FAIR_SHARING: c.FAIR_SHARING_USAGE_HISTORY if self.fair_sharing else c.FAIR_SHARING_NONE,
+            c.SETTING_USAGE_HALF_LIFE_SECONDS: f"{self.usage_half_life:g}",
         }
 
     @classmethod
@@ -120,5 +126,7 @@ class Settings:
         settings = cls(policy, number(c.SETTING_OVERSELL_RATE, default.oversell_rate),
                        number(c.SETTING_PROTECT_SECONDS, default.protect_seconds),
                        number(c.SETTING_BACKOFF_BASE_SECONDS, default.backoff_base),
-                       number(c.SETTING_BACKOFF_CAP_SECONDS, default.backoff_cap), kinds, mode)
+                       number(c.SETTING_BACKOFF_CAP_SECONDS, default.backoff_cap), kinds, mode,
+                       str(data.get(c.SETTING_FAIR_SHARING, "")).strip() == c.FAIR_SHARING_USAGE_HISTORY,
+                       number(c.SETTING_USAGE_HALF_LIFE_SECONDS, default.usage_half_life) or default.usage_half_life)
         return settings, problems

@@ -8,16 +8,31 @@ explanation the dashboard shows, with reasons worked out now.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.quantity import format_quantity
+from koordqueue.controller.forecaster import estimate_runtimes, run_forecast
 from koordqueue.controller.loading import Snapshot, look_now, take_snapshot
 from koordqueue.controller.overview import Overview, explain, mode_text, overview
-from koordqueue.controller.views import JOB_PLURALS, adapter_of_kind
+from koordqueue.controller.unitsync import load_unit
+from koordqueue.controller.views import (
+    JOB_PLURALS,
+    adapter_of_kind,
+    job_view,
+    queue_unit_manifest,
+    rfc3339,
+    unit_info,
+    unit_view,
+)
+from koordqueue.engine.forecast import Forecast
+from koordqueue.engine.runtimes import RuntimeBook
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import NotFound
@@ -59,7 +74,9 @@ def status_text(view: Overview) -> str:
     for queue in view["queues"]:
         lines.append(f"{queue['key']} (quota {queue['quota'] or '-'}): {queue['pending_count']} pending")
         for item in queue["pending"][:20]:
-            lines.append(f"  {item['position']:>3}. {item['unit']}  priority {item['priority']}  {item['message']}")
+            when = f"  [{_starts(item, view['time'])}]" if c.EXPECTED_START_FIELD in item else ""
+            lines.append(f"  {item['position']:>3}. {item['unit']}  priority {item['priority']}{when}  "
+                         f"{item['message']}")
         if queue["pending_count"] > 20:
             lines.append(f"  ... and {queue['pending_count'] - 20} more")
         for item in queue.get("backing_off", [])[:20]:
@@ -68,12 +85,27 @@ def status_text(view: Overview) -> str:
     return "\n".join(lines)
 
 
+def _starts(item: Mapping[str, Any], now: float) -> str:
+    """The STARTS column of a pending unit: "~25m", "now", "never" or "later" (beyond the forecast)."""
+    when = item.get("startsAt")
+    if when is None:
+        return "never" if item.get("basis") == c.BASIS_NEVER else "later"
+    wait = when - now
+    if wait < 60:
+        return "starts ~now"
+    return f"starts ~{wait / 60:.0f}m" if wait < 7200 else f"starts ~{wait / 3600:.1f}h"
+
+
 def explain_text(why: Mapping[str, Any]) -> str:
     lines = [f"{why['job']} (QueueUnit {why['unit']}): {why['phase']}"]
     if why["admitted"]:
         lines.append(f"  It holds quota {why['quota']}: {why['message']}")
         return "\n".join(lines)
     lines.append(f"  Why: {why['message']}")
+    if why.get("forecast"):
+        lines.append(f"  When: {why['forecast']}")
+    if why.get("runtimeProblem"):
+        lines.append(f"  Note: {why['runtimeProblem']}")
     if why["queue"]:
         where = f"position {why['position']}" if why["position"] else "not in line (backing off or parked)"
         lines.append(f"  Queue: {why['queue']}, quota {why['quota']}, {where}, priority {why['priority']}")
@@ -96,6 +128,16 @@ async def _snapshot(client: KubeClient, controller_namespace: str) -> tuple[Snap
     return snap, look_now(snap, now), now
 
 
+def snapshot_forecast(snap: Snapshot, now: float) -> tuple[Forecast, dict[str, str]]:
+    """The start-time forecast from the snapshot (controller/forecaster.py): the jobs'
+    annotations, else the default runtime (the history of runtimes is the leader's, in its
+    memory), and why an annotation was ignored."""
+    book = RuntimeBook(c.DEFAULT_EXPECTED_RUNTIME_SECONDS)
+    runtimes, problems = estimate_runtimes(snap.engine, book, snap.job_runtimes.get)
+    result, _ = run_forecast(snap.engine, now, runtimes, c.DEFAULT_EXPECTED_RUNTIME_SECONDS)
+    return result, problems
+
+
 def _footer(snap: Snapshot) -> str:
     text = f"\n\nSettings: {snap.settings_source}. {mode_text(snap.engine.koordinator)}."
     if snap.problems:
@@ -106,16 +148,23 @@ def _footer(snap: Snapshot) -> str:
 async def _status(kubeconfig: str | None, controller_namespace: str) -> str:
     async with KubeClient(load_config(kubeconfig)) as client:
         snap, told, now = await _snapshot(client, controller_namespace)
+    result, _ = snapshot_forecast(snap, now)
     view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, now, queue_quotas=snap.queue_quotas,
-                    told=told)
+                    told=told, forecast=result)
     return status_text(view) + _footer(snap)
 
 
-async def _explain(kubeconfig: str | None, target: str, namespace: str, controller_namespace: str) -> str:
+def _kind(target: str) -> tuple[str, str]:
     kind_text, _, name = target.partition("/")
     kind = KIND_ALIASES.get(kind_text.lower())
     if not name or kind is None:
         raise ReportError(f"give KIND/NAME with KIND one of {', '.join(sorted(JOB_PLURALS))} (got {target!r})")
+    return kind, name
+
+
+async def _explain(kubeconfig: str | None, target: str, namespace: str, controller_namespace: str,
+                   as_json: bool = False) -> str:
+    kind, name = _kind(target)
     adapter = adapter_of_kind(kind)
     async with KubeClient(load_config(kubeconfig)) as client:
         resource = Resource.of(adapter.api_version, JOB_PLURALS[kind])
@@ -123,13 +172,71 @@ async def _explain(kubeconfig: str | None, target: str, namespace: str, controll
             job = await client.get(resource, name, namespace=namespace)
         except NotFound:
             raise ReportError(f"{kind} {namespace}/{name} not found") from None
-        snap, told, _ = await _snapshot(client, controller_namespace)
+        snap, told, now = await _snapshot(client, controller_namespace)
     unit_key = f"{namespace}/{adapter.unit_name(job)}"
     unit = snap.units.get(unit_key)
     if unit is None:
         return (f"{kind}/{namespace}/{name} has no QueueUnit yet: the controller has not seen it, or the job "
                 f"cannot be queued (see `kubectl describe {kind.lower()} {name} -n {namespace}` for InvalidJob events).")
-    return explain_text(explain(snap.engine, snap.quotas, unit, snap.capacity, told)) + _footer(snap)
+    result, problems = snapshot_forecast(snap, now)
+    why = explain(snap.engine, snap.quotas, unit, snap.capacity, told, forecast=result, now=now,
+                  runtime_problem=problems.get(unit_key))
+    if as_json:
+        return json.dumps(why, indent=2, sort_keys=True)
+    return explain_text(why) + _footer(snap)
+
+
+async def _explain_file(kubeconfig: str | None, path: str, namespace: str | None, controller_namespace: str,
+                        as_json: bool = False) -> str:
+    """What a job not submitted yet would meet: its unit, quota and queue, its position, whether
+    it could ever fit and when it would start, from the live state. Nothing is created: the
+    job's unit is loaded into the snapshot's engine only."""
+    try:
+        with open(path) as f:
+            docs = [d for d in yaml.safe_load_all(f.read()) if d]  # (the user's own file)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise ReportError(f"{path}: {err}") from None
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise ReportError(f"{path}: give one job (found {len(docs)} documents)")
+    obj = docs[0]
+    kind = KIND_ALIASES.get(str(obj.get("kind", "")).lower())
+    if kind is None:
+        raise ReportError(f"{path}: kind {obj.get('kind')!r} is not a job kind we queue "
+                          f"({', '.join(sorted(JOB_PLURALS))})")
+    adapter = adapter_of_kind(kind)
+    meta = obj.setdefault("metadata", {})
+    if not isinstance(meta, dict) or not meta.get("name"):
+        raise ReportError(f"{path}: the job has no metadata.name")
+    meta["namespace"] = namespace or meta.get("namespace") or "default"
+    async with KubeClient(load_config(kubeconfig)) as client:
+        snap = await take_snapshot(client, controller_namespace)
+    now = time.time()
+    meta.setdefault("creationTimestamp", rfc3339(now))
+    meta.setdefault("uid", "dry-run")
+    view = job_view(obj, adapter, snap.priority_classes)
+    if view.unit_spec is None:
+        raise ReportError(f"{path}: this job cannot be queued: {view.invalid}")
+    manifest = queue_unit_manifest(view)
+    manifest["metadata"]["creationTimestamp"] = rfc3339(now)  # (it would be the newest: behind its equals)
+    unit = unit_view(manifest)
+    if unit.key in snap.units:
+        raise ReportError(f"{path}: a QueueUnit {unit.key} exists already: `koord-queue explain "
+                          f"{kind.lower()}/{meta['name']} -n {meta['namespace']}` explains it")
+    snap.units[unit.key] = unit
+    snap.job_runtimes[unit.key] = (view.expected_runtime, view.max_execution_seconds)
+    load_unit(snap.engine, unit, unit_info(unit, view), now)
+    told = look_now(snap, now)
+    result, problems = snapshot_forecast(snap, now)
+    why = explain(snap.engine, snap.quotas, unit, snap.capacity, told, forecast=result, now=now,
+                  runtime_problem=problems.get(unit.key))
+    why["dryRun"] = True
+    why["couldEverFit"] = not any(line.startswith("it can never fit") for line in why["advice"]) and \
+        why.get("basis") != c.BASIS_NEVER
+    if as_json:
+        return json.dumps(why, indent=2, sort_keys=True)
+    head = (f"If submitted now (nothing was created), {kind}/{meta['namespace']}/{meta['name']} would get "
+            f"QueueUnit {unit.key}.\n  Could it ever fit: {'yes' if why['couldEverFit'] else 'no'}\n")
+    return head + explain_text(why) + _footer(snap)
 
 
 def status_command(kubeconfig: str | None, controller_namespace: str = c.SYSTEM_NAMESPACE) -> str:
@@ -137,5 +244,10 @@ def status_command(kubeconfig: str | None, controller_namespace: str = c.SYSTEM_
 
 
 def explain_command(kubeconfig: str | None, target: str, namespace: str,
-                    controller_namespace: str = c.SYSTEM_NAMESPACE) -> str:
-    return aio.run(_explain(kubeconfig, target, namespace, controller_namespace))
+                    controller_namespace: str = c.SYSTEM_NAMESPACE, as_json: bool = False) -> str:
+    return aio.run(_explain(kubeconfig, target, namespace, controller_namespace, as_json))
+
+
+def explain_file_command(kubeconfig: str | None, path: str, namespace: str | None,
+                         controller_namespace: str = c.SYSTEM_NAMESPACE, as_json: bool = False) -> str:
+    return aio.run(_explain_file(kubeconfig, path, namespace, controller_namespace, as_json))

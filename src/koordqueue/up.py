@@ -96,7 +96,8 @@ async def apply_example(client: KubeClient) -> list[str]:
 
 
 async def register_webhook(client: KubeClient, port: int, ca_pem: bytes, job_kinds: frozenset[str],
-                           host: str = "127.0.0.1", namespace_selector: Mapping[str, Any] | None = None) -> None:
+                           host: str = "127.0.0.1", namespace_selector: Mapping[str, Any] | None = None,
+                           workload_kinds: frozenset[str] = frozenset()) -> None:
     """Point the API server at our webhooks on ``host`` (its port changes at every start): the
     mutating one that suspends new jobs, the validating one that keeps queued jobs suspended,
     both in the namespaces whose jobs are queued (``namespace_selector``; None: the default
@@ -106,10 +107,10 @@ async def register_webhook(client: KubeClient, port: int, ca_pem: bytes, job_kin
     for resource, body in (
         (MUTATING_WEBHOOKS, webhook_configuration(
             WEBHOOK_CONFIG, {"url": f"https://{host}:{port}{MUTATE_PATH}", "caBundle": ca_bundle}, job_kinds,
-            namespace_selector=selector)),
+            namespace_selector=selector, workload_kinds=workload_kinds)),
         (VALIDATING_WEBHOOKS, validating_webhook_configuration(
             WEBHOOK_CONFIG, {"url": f"https://{host}:{port}{VALIDATE_PATH}", "caBundle": ca_bundle}, job_kinds,
-            namespace_selector=selector)),
+            namespace_selector=selector, workload_kinds=workload_kinds)),
     ):
         try:
             current = await client.get(resource, WEBHOOK_CONFIG)
@@ -295,7 +296,7 @@ async def _serve(server: APIServer | RealCluster, client: KubeClient, manager: M
     assert manager.webhook is not None
     host = "127.0.0.1" if isinstance(server, APIServer) else config.webhook_host
     await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds, host,
-                           config.namespace_selector)
+                           config.namespace_selector, config.workload_kinds)
     if isinstance(server, APIServer):
         await serve_visibility(server, client, manager)
     elif host != "127.0.0.1":
@@ -349,6 +350,7 @@ def controller_config(metrics_port: int, dashboard_port: int, api_handler_port: 
         dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
         api_handler=True, api_handler_host="127.0.0.1", api_handler_port=api_handler_port,
         quota_status_refresh_seconds=1.0, queue_status_refresh_seconds=5.0,
+        workload_kinds=frozenset(c.WORKLOAD_EXTENSIONS),
     )
 
 

@@ -115,12 +115,14 @@ def test_groups_versions_names() -> None:
 
 
 def test_queue_unit_printer_columns_are_koord_queues() -> None:
+    """Koord-Queue's, and the forecast's EXPECTED-START (controller/forecaster.py) before AGE."""
     columns = by_kind("QueueUnit")["spec"]["versions"][0]["additionalPrinterColumns"]
     assert [(col["name"], col["type"], col["jsonPath"]) for col in columns] == [
         ("PHASE", "string", ".status.phase"),
         ("PRIORITY", "integer", ".spec.priority"),
         ("ADMISSIONS", "string", ".status.admissionSummary"),
         ("JOBTYPE", "string", ".spec.consumerRef.kind"),
+        ("EXPECTED-START", "string", ".status.expectedStart"),
         ("AGE", "date", ".metadata.creationTimestamp"),
     ]
 

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from koordqueue.api.constants import KOORD_API_PORT, SETTINGS_CONFIG_MAP
+from koordqueue.api.constants import KOORD_API_PORT, SETTINGS_CONFIG_MAP, USAGE_HISTORY_CONFIG_MAP
 from koordqueue.api.crds import file_name, our_crds
 from koordqueue.api.crds import render as render_crd
 from koordqueue.cli import controller as controller_command
@@ -225,7 +225,8 @@ def test_cluster_role_grants_exactly_what_the_controller_uses(name: str) -> None
 
 
 # The ConfigMap the controller publishes its settings in (created, then patched by name).
-SETTINGS = expand("", ["configmaps"], "create") | expand("", ["configmaps"], "patch", SETTINGS_CONFIG_MAP)
+SETTINGS = (expand("", ["configmaps"], "create") | expand("", ["configmaps"], "patch", SETTINGS_CONFIG_MAP)
+            | expand("", ["configmaps"], "patch", USAGE_HISTORY_CONFIG_MAP))
 
 
 def test_the_lease_and_the_settings_are_granted_in_the_release_namespace_only() -> None:
@@ -598,3 +599,24 @@ def test_jobs_of_system_namespaces_are_left_alone_by_default_and_both_webhooks_s
         assert validating["rules"] == [{**rule, "operations": ["UPDATE"], "resources": rule["resources"] + [
             f"{r}/scale" for r in rule["resources"] if r in scaled]} for rule in mutating["rules"]]
         assert "pytorchjobs/scale" in validating["rules"][0]["resources"]
+
+
+def test_workloads_queued_by_gate_add_the_pod_webhooks_the_flag_and_the_pod_writes() -> None:
+    """extension.deployment (or .pod, .statefulset, .leaderworkerset): the controller is told
+    (--workload-kinds, which its command line accepts), pods are sent to both webhooks, and it
+    may patch (ungate) and delete (evict) pods; off, none of it."""
+    objects = render({"extension": {"pytorch": {"enable": True}, "deployment": {"enable": True},
+                                    "pod": {"enable": True}}})
+    assert flag(objects, "workload-kinds") == ["pod,deployment"]
+    for kind, name, operation in (("MutatingWebhookConfiguration", "gate-pods.koord-queue.io", "CREATE"),
+                                  ("ValidatingWebhookConfiguration", "validate-pods.koord-queue.io", "UPDATE")):
+        hook = next(h for h in one(objects, kind)["webhooks"] if h["name"] == name)
+        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": [operation],
+                                  "resources": ["pods"], "scope": "Namespaced"}]
+    rules = grants(one(objects, "ClusterRole", "koord-queue")["rules"])
+    assert {("", "pods", "patch", ""), ("", "pods", "delete", "")} <= rules
+    off = render({"extension": {"pytorch": {"enable": True}}})
+    assert flag(off, "workload-kinds") == []
+    assert ("", "pods", "delete", "") not in grants(one(off, "ClusterRole", "koord-queue")["rules"])
+    assert all(len(one(off, kind)["webhooks"]) == 1
+               for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"))

@@ -181,7 +181,8 @@ async def _controller(server: APIServer | RealCluster, client: KubeClient, sim: 
         await asyncio.wait_for(manager.endpoints_ready.wait(), 10)
         if manager.webhook is not None:
             await register_webhook(client, manager.webhook.port, manager.webhook.ca_pem, config.job_kinds,
-                                   namespace_selector=config.namespace_selector)
+                                   namespace_selector=config.namespace_selector,
+                                   workload_kinds=config.workload_kinds)
         system = System(server, client, manager, sim)
 
         async def leading() -> bool:
@@ -209,7 +210,7 @@ async def running_system(state: Path, nodes: int = 4, gpus_per_node: int = 8,
     await server.start()
     try:
         async with KubeClient(load_config(str(server.kubeconfig_path)), qps=1000, burst=2000) as client:
-            sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node)
+            sim = SimCluster(client, nodes=nodes, gpus_per_node=gpus_per_node, workloads=True)
             await sim.start()
             try:
                 async with _controller(server, client, sim, config, prepare) as system:

@@ -50,15 +50,18 @@ async def test_status_and_explain_say_why_a_job_waits_and_what_would_let_it_in(s
     assert gpu_row[:3] == ["team-s", "-", "Block"]
     assert next(line.split() for line in lines if "nvidia.com/gpu" in line)[-4:] == ["2", "2", "4", "4"]  # runtime: used + pending, up to max
     assert "koord-queue/team-s (quota team-s): 2 pending" in status.stdout
-    assert "    1. default/big-py-qu  priority 4  waiting for quota team-s: nvidia.com/gpu asks 4, used 2 of max 4" \
-        in status.stdout
-    assert "    2. default/small-py-qu  priority 3  blocked behind default/big-py-qu" in status.stdout
+    # The forecast (no runtime annotation, no history: the default hour each): big when running ends, small after big.
+    assert "    1. default/big-py-qu  priority 4  [starts ~60m]  waiting for quota team-s: nvidia.com/gpu asks 4, " \
+        "used 2 of max 4" in status.stdout
+    assert "    2. default/small-py-qu  priority 3  [starts ~120m]  blocked behind default/big-py-qu" in status.stdout
 
     explained = await asyncio.to_thread(cli, system, "explain", "pytorchjob/big")
     assert explained.returncode == 0, explained.stderr
     assert explained.stdout.splitlines() == [
         "PyTorchJob/default/big (QueueUnit default/big-py-qu): Enqueued",
         "  Why: waiting for quota team-s: nvidia.com/gpu asks 4, used 2 of max 4",
+        "  When: expected to start in about 60 min (between 30 and 120; runtimes from default): 1 job ahead of it "
+        "ends by then",
         "  Queue: koord-queue/team-s, quota team-s, position 1, priority 4",
         "  Asks: cpu 2, memory 2Gi, nvidia.com/gpu 4",
         "  What would let it in:",
@@ -101,6 +104,7 @@ async def test_status_and_explain_answer_as_the_controller_with_its_settings(sta
                      f"{mode_text(False)}.")
 
         async def same() -> tuple[str, str] | None:
+            await controller.forecaster.refresh()  # (its forecast as the commands make theirs)
             status = await asyncio.to_thread(cli, system, "status")
             explained = await asyncio.to_thread(cli, system, "explain", "pytorchjob/big")
             ours = (status_text(controller.overview()) + published,

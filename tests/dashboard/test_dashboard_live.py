@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import re
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -119,6 +120,13 @@ async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Pat
         await expect(big_row.locator("td").nth(0)).to_have_text("1")
         await expect(big_row.locator("td").nth(3)).to_have_text("10")
         await expect(big_row.locator("td.message")).to_contain_text(f"waiting for quota {QUOTA}", timeout=WAIT)
+        # Its forecast (controller/forecaster.py, recomputed within seconds of a cycle): when the seed job ends,
+        # after the default hour (no annotation, no history); range half to twice that. And the queue's timeline.
+        await expect(big_row.locator("td.forecast")).to_have_text(
+            re.compile(r"^in ~(59|60)m \((29|30)m–(2h|119m)\)$"), timeout=WAIT)
+        await expect(page.locator(f'#queues figure.timeline .mark[data-unit="{BIG_UNIT}"]')).to_have_count(1)
+        await expect(page.locator(f'#queues figure.timeline .run[data-unit="{EXAMPLE_UNIT}"]')).to_have_count(1)
+        await page.screenshot(path=screenshot_path("dashboard-forecast.png"), full_page=True)
 
         # Every bar is labelled for those who cannot see it, every button has a name, one h1.
         bars = await page.locator(".bar").evaluate_all(

@@ -37,6 +37,7 @@ RBAC = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=Fa
 RBAC_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts")
 DEPLOYMENTS = Resource("apps", "v1", "deployments")
+STATEFUL_SETS = Resource("apps", "v1", "statefulsets")
 RAYJOBS = Resource(c.RAY_GROUP, "v1", c.RAY_PLURAL)
 RAY_CLUSTERS = Resource(c.RAY_GROUP, "v1", c.RAY_CLUSTER_PLURAL)
 SPARK_APPS = Resource.of(c.SPARK_API_VERSION, c.SPARK_PLURAL)
@@ -69,6 +70,8 @@ NEEDS = [
     ("apps", "deployments/status", ["patch"]),
     ("apps", "replicasets", ["create", "list", "watch", "patch"]),
     ("apps", "replicasets/status", ["patch"]),
+    ("apps", "statefulsets", ["list", "watch"]),
+    ("apps", "statefulsets/status", ["patch"]),
     # the training operator's validating webhook, registered while the simulation runs
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations", ["create", "delete"]),
 ]
@@ -160,6 +163,16 @@ async def test_the_simulation_uses_every_rule_it_is_granted_and_no_other(server:
                     (deployment.get("status") or {}).get("replicas") == 1
 
             await wait_for(rolled, "the Deployment rolled")
+            await client.create(STATEFUL_SETS, {"metadata": {"name": "db"}, "spec": {
+                "replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                "template": {"metadata": {"labels": {"app": "db"}},
+                             "spec": {"containers": [{"name": "db", "image": "postgres"}]}}}}, namespace="default")
+
+            async def ready() -> bool:
+                sts = await client.get(STATEFUL_SETS, "db", namespace="default")
+                return (sts.get("status") or {}).get("readyReplicas") == 2
+
+            await wait_for(ready, "the StatefulSet's 2 pods ready, one after the other")
 
             async def all_used() -> set[Access] | None:
                 used = server.controls.requests_by(USER)

@@ -48,9 +48,10 @@ app.kubernetes.io/component: controller
 {{- range $known -}}
 {{- $names = append $names .extension -}}
 {{- end -}}
+{{- $workloads := (include "koord-queue.workloadExtensions" . | fromYaml).names -}}
 {{- range $name, $ext := .Values.extension -}}
-{{- if and (kindIs "map" $ext) (hasKey $ext "enable") (not (has $name $names)) $ext.enable -}}
-{{- fail (printf "extension.%s is not supported by this chart (supported: %s)" $name (join ", " $names)) -}}
+{{- if and (kindIs "map" $ext) (hasKey $ext "enable") (not (has $name $names)) (not (has $name $workloads)) $ext.enable -}}
+{{- fail (printf "extension.%s is not supported by this chart (supported: %s)" $name (join ", " (concat $names $workloads))) -}}
 {{- end -}}
 {{- end -}}
 {{- $out := list -}}
@@ -155,4 +156,20 @@ matchExpressions:
   operator: NotIn
   values: {{ toJson (concat (list "kube-system" "kube-public" "kube-node-lease") (list .Release.Namespace) | uniq) }}
 {{- end -}}
+{{- end -}}
+
+{{/* The workloads queued by a scheduling gate (controller/gating.py), and those enabled. */}}
+{{- define "koord-queue.workloadExtensions" -}}
+names: [pod, deployment, statefulset, leaderworkerset]
+{{- end -}}
+
+{{- define "koord-queue.enabledWorkloads" -}}
+{{- $out := list -}}
+{{- range (include "koord-queue.workloadExtensions" . | fromYaml).names -}}
+{{- $ext := index $.Values.extension . | default dict -}}
+{{- if $ext.enable -}}
+{{- $out = append $out . -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "names" $out) -}}
 {{- end -}}

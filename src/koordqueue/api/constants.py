@@ -130,6 +130,23 @@ ANNOTATION_PRIORITY_THRESHOLD = "koord-queue/priority-threshold"
 # The highest priority a job charged to the quota is queued with (ours): a job asking more
 # (annotation or PriorityClass) is queued at this one, and told so (PriorityCapped).
 ANNOTATION_MAX_PRIORITY = "koord-queue/max-priority"
+# GPU models as flavors (docs/gpus.md): a leaf ElasticQuota carrying a node selector
+# (equality terms, "key=value[,key=value]") is a flavor of its parent; a job charged to the
+# parent is admitted into the first flavor, in the parent's flavor order (child names,
+# comma-separated; default: by name), where it fits, its pods pinned to the flavor's nodes.
+ANNOTATION_NODE_SELECTOR = "koord-queue/node-selector"
+ANNOTATION_FLAVOR_ORDER = "koord-queue/flavor-order"
+# Kueue's FlavorFungibility on the parent: "whenCanBorrow=Borrow|TryNextFlavor,
+# whenCanPreempt=Preempt|TryNextFlavor" (defaults: Borrow, TryNextFlavor, as Kueue's).
+ANNOTATION_FLAVOR_FUNGIBILITY = "koord-queue/flavor-fungibility"
+FUNGIBILITY_WHEN_CAN_BORROW = "whenCanBorrow"
+FUNGIBILITY_WHEN_CAN_PREEMPT = "whenCanPreempt"
+FUNGIBILITY_BORROW = "Borrow"
+FUNGIBILITY_PREEMPT = "Preempt"
+FUNGIBILITY_TRY_NEXT = "TryNextFlavor"
+# The level a flavor's node selector is given under in an admission's placement (beside
+# the topology domains): the unit's status names it, and the resuming write pins the pods.
+FLAVOR_LEVEL = "flavor"
 DEFAULT_PRIORITY_THRESHOLD = 4
 
 # --- Labels and annotations on jobs (and Queues) ------------------------------------
@@ -188,6 +205,21 @@ DEFAULT_HOLD_ROOM_AFTER_SECONDS = 600.0
 # On an ElasticQuota or a Queue (the Queue's wins): "false" admits on quota alone, as
 # Koord-Queue does; anything else (or absent) checks that a unit's pods fit on the nodes.
 ANNOTATION_NODE_FIT = "koord-queue/node-fit"
+# Fairness over weeks (docs/fairness.md). On a parent ElasticQuota (or any quota, for
+# the root's children: the cluster default is the chart's ``fairSharing``): how its
+# children share the spare capacity past their mins: "usage-history" by weight over
+# decayed past usage, "none" by weight alone (Koordinator's rule).
+ANNOTATION_FAIR_SHARING = "koord-queue/fair-sharing"
+FAIR_SHARING_USAGE_HISTORY = "usage-history"
+FAIR_SHARING_NONE = "none"
+ANNOTATION_USAGE_HALF_LIFE = "koord-queue/usage-half-life"  # e.g. "168h": how fast past usage fades
+DEFAULT_USAGE_HALF_LIFE_SECONDS = 168 * 3600.0
+# On any ElasticQuota: resource-hours per window, e.g. "nvidia.com/gpu=2000h/720h" (several
+# comma-separated; ";exempt-min" after one: what fits within min is not held to it).
+ANNOTATION_BUDGET = "koord-queue/budget"
+BUDGET_EXEMPT_MIN = "exempt-min"
+# On a job: how long it is expected to run (seconds or 30s/2m/1h), for budgets (and forecasts).
+ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"
 # Kueue's annotations on a pod template, so users' manifests carry over: the pods of the
 # pod set go into one domain of the level this node label names (required), or as close
 # as the nodes allow, level by level upwards (preferred).
@@ -301,6 +333,9 @@ POD_CONDITION_READY = "Ready"
 POD_REASON_UNSCHEDULABLE = "Unschedulable"
 POD_REASON_COMPLETED = "PodCompleted"
 POD_REASON_FAILED = "PodFailed"
+# kube-apiserver's condition of a pod created with scheduling gates (pkg/registry/core/pod strategy).
+POD_REASON_SCHEDULING_GATED = "SchedulingGated"
+POD_MESSAGE_SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
 POD_QOS_GUARANTEED = "Guaranteed"
 POD_QOS_BURSTABLE = "Burstable"
 POD_QOS_BEST_EFFORT = "BestEffort"
@@ -437,6 +472,8 @@ class EventReason(StrEnum):
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
     QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
     PRIORITY_CAPPED = "PriorityCapped"  # a job asking more than its quota's max-priority is queued at that
+    UNGATED = "Ungated"  # a gated pod's unit was admitted: its scheduling gate removed (controller/podgroups.py)
+    EVICTED = "Evicted"  # a gated workload's pod deleted: its unit was preempted, or it ran unadmitted
 
 
 class EventType(StrEnum):
@@ -448,6 +485,16 @@ class EventType(StrEnum):
 CPU = "cpu"
 MEMORY = "memory"
 GPU = "nvidia.com/gpu"
+# Koordinator's GPU sharing (apis/extension/device_share.go): a container asks for a share of
+# a GPU; koord-manager's pod webhook (DeviceResourceSpec) rewrites koordinator.sh/gpu into
+# gpu-core and gpu-memory-ratio and adds gpu.shared, and koord-scheduler's ElasticQuota
+# plugin charges the pod's requests as rewritten (docs/gpus.md).
+KOORD_GPU = "koordinator.sh/gpu"
+KOORD_GPU_CORE = "koordinator.sh/gpu-core"
+KOORD_GPU_MEMORY = "koordinator.sh/gpu-memory"
+KOORD_GPU_MEMORY_RATIO = "koordinator.sh/gpu-memory-ratio"
+KOORD_GPU_SHARED = "koordinator.sh/gpu.shared"
+KOORD_GPU_SHARE_RESOURCES = (KOORD_GPU, KOORD_GPU_CORE, KOORD_GPU_MEMORY, KOORD_GPU_MEMORY_RATIO, KOORD_GPU_SHARED)
 PODS = "pods"
 
 # --- Scheduling defaults ------------------------------------------------------------
@@ -461,9 +508,15 @@ BACKOFF_JITTER = 0.10
 # A ConfigMap in the controller's namespace, written by the leader when it starts, so
 # that they load the objects into the engine as it does (loader.py).
 SETTINGS_CONFIG_MAP = "koord-queue-settings"
+# Where the controller keeps the quotas' usage history across restarts (docs/fairness.md).
+USAGE_HISTORY_CONFIG_MAP = "koord-queue-usage-history"
+USAGE_HISTORY_KEY = "history.json"
+STATUS_USAGE_HISTORY = "usageHistory"  # an ElasticQuota's status: decayed usage, budgets' use
 SETTING_DEFAULT_QUEUE_POLICY = "defaultQueuePolicy"
 SETTING_OVERSELL_RATE = "oversellRate"
 SETTING_PROTECT_SECONDS = "protectSeconds"
+SETTING_FAIR_SHARING = "fairSharing"  # usage-history or none: the default of koord-queue/fair-sharing
+SETTING_USAGE_HALF_LIFE_SECONDS = "usageHalfLifeSeconds"
 SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
 SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
 SETTING_JOB_KINDS = "jobKinds"  # comma-separated
@@ -568,3 +621,51 @@ RAY_DEPLOYMENT_VALIDATION_FAILED = "ValidationFailed"
 # Kubernetes' own and the controller's, by the name label every namespace carries.
 LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"
 KUBE_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+
+# Workloads queued by a scheduling gate (docs/workloads.md): pods of Deployments, StatefulSets,
+# LeaderWorkerSets, plain pods and Kueue's pod groups, held by our gate until their unit is admitted.
+SCHEDULING_GATE = "scheduling.koord-queue.io/admission"
+# The webhook marks every pod it gates ("true"): once ungated, still ours (its unit's to hold quota for).
+LABEL_GATED_POD = "scheduling.koord-queue.io/gated"
+LABEL_POD_GROUP_UNIT = "scheduling.koord-queue.io/pod-group"  # on a pod group's QueueUnit: the group it stands for
+LABEL_MANAGED_NAMESPACE = "koord-queue/managed"  # a namespace opting all its workloads in ("true")
+LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # Kueue's LocalQueue: our Queue of that name
+LABEL_KUEUE_POD_GROUP_NAME = "kueue.x-k8s.io/pod-group-name"
+# Kueue writes the total count as an annotation; a label of that name is read too.
+ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+STATEFUL_SET_KIND = "StatefulSet"
+STATEFUL_SETS_PLURAL = "statefulsets"
+STATEFUL_SET_CONTROLLER = "statefulset-controller"
+LABEL_STATEFUL_SET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # the StatefulSet controller's, on its pods
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet
+# The chart's extension.<name> switches of the workloads queued by gate (controller/gating.py).
+WORKLOAD_POD = "pod"
+WORKLOAD_DEPLOYMENT = "deployment"
+WORKLOAD_STATEFULSET = "statefulset"
+WORKLOAD_LEADERWORKERSET = "leaderworkerset"
+WORKLOAD_EXTENSIONS = (WORKLOAD_POD, WORKLOAD_DEPLOYMENT, WORKLOAD_STATEFULSET, WORKLOAD_LEADERWORKERSET)
+# --- the start-time forecast (engine/forecast.py) ------------------------------------------
+ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"  # on a job: "90s", "45m", "2h"
+DEFAULT_EXPECTED_RUNTIME_SECONDS = 3600.0  # a job with no annotation and no history is taken to run this long
+FORECAST_INTERVAL_SECONDS = 30.0  # the leader recomputes the forecast at most this often
+FORECAST_HORIZON_SECONDS = 7 * 86400.0  # a start later than this is "beyond the forecast"
+# Jobs ending within max(FORECAST_RESOLUTION_SECONDS, FORECAST_COARSEN x how far ahead) of
+# each other end together in the forecast's play: its cost follows the span, not the jobs.
+FORECAST_RESOLUTION_SECONDS = 1.0
+FORECAST_COARSEN = 0.005
+FORECAST_MAX_CYCLES = 60_000  # engine cycles per scenario of one forecast (its cost bound)
+# The QueueUnit's forecast is written only when its expected start moved by more than both.
+FORECAST_WRITE_MIN_SECONDS = 60.0
+FORECAST_WRITE_FRACTION = 0.10
+FORECAST_OPTIMISTIC_FACTOR = 0.5  # earliest: every job runs half its expected runtime
+FORECAST_PESSIMISTIC_FACTOR = 2.0  # latest: twice it (or up to its max-exec-time when that is set)
+# basis: where a unit's runtime (and the runtimes of those ahead of it) came from
+BASIS_ANNOTATION = "annotation"
+BASIS_HISTORY = "history"
+BASIS_DEFAULT = "default"
+BASIS_NEVER = "never-fits"  # it cannot start under the quotas as they are
+BASIS_BEYOND = "beyond-horizon"
+EXPECTED_START_FIELD = "expectedStart"  # QueueUnit status, explain --json, visibility items
+EXPECTED_START_RANGE_FIELD = "expectedStartRange"
+FORECAST_BASIS_FIELD = "forecastBasis"

@@ -10,7 +10,8 @@ schemas are written out here. ``config/crd/`` (every CRD) and the Helm chart's
 are written by ``make generate`` (koordqueue/manifests.py); the chart's files are byte
 for byte the same as config/crd's, and tests fail when any of them drift.
 
-Printer columns of QueueUnit are Koord-Queue's (PHASE, PRIORITY, ADMISSIONS, JOBTYPE), but
+Printer columns of QueueUnit are Koord-Queue's (PHASE, PRIORITY, ADMISSIONS, JOBTYPE), and
+EXPECTED-START (``.status.expectedStart``, the forecast: controller/forecaster.py), but
 ADMISSIONS shows ``.status.admissionSummary`` ("master=1,worker=1", written by the
 controller with the admissions) rather than ``.status.admissions`` whole, which printed
 some 200 characters of JSON; a JSONPath like ``[*].replicas`` cannot do it, since the API
@@ -75,6 +76,11 @@ ELASTIC_QUOTA_SCHEMA: Schema = {
         }},
         "status": {"type": "object", "description": "Written by the controller.", "properties": {
             "used": described(RESOURCES, "What the quota's admitted jobs hold now."),
+            c.STATUS_USAGE_HISTORY: {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                "description": "With koord-queue/budget or fair sharing by usage history (fairness.md): per "
+                               "resource its decayed past usage (decayedHours) and each budget's use within "
+                               "its window (budgets: usedHours, budgetHours, windowHours)."},
         }},
     },
 }
@@ -520,6 +526,7 @@ def our_crds() -> list[dict[str, Any]]:
                 column("PRIORITY", ".spec.priority", "integer"),
                 column("ADMISSIONS", ".status.admissionSummary"),
                 column("JOBTYPE", ".spec.consumerRef.kind"),
+                column("EXPECTED-START", ".status.expectedStart"),
                 age("AGE"),
             ],
             c.QUEUE_UNIT_SHORT_NAMES,

@@ -19,23 +19,34 @@ from typing import Any
 import yaml
 
 from koordqueue.api.constants import (
+    ANNOTATION_BUDGET,
     ANNOTATION_ENABLE_PREEMPTION,
+    ANNOTATION_FAIR_SHARING,
+    ANNOTATION_FLAVOR_FUNGIBILITY,
+    ANNOTATION_FLAVOR_ORDER,
     ANNOTATION_HOLD_ROOM_AFTER,
     ANNOTATION_MAX_DEPTH,
     ANNOTATION_MAX_PRIORITY,
     ANNOTATION_NODE_FIT,
+    ANNOTATION_NODE_SELECTOR,
     ANNOTATION_PRIORITY_THRESHOLD,
     ANNOTATION_QUEUE_ARGS,
     ANNOTATION_QUEUE_ITEMS_REFRESH_INTERVAL,
     ANNOTATION_QUOTA_FULL_NAME,
     ANNOTATION_QUOTA_NAMESPACES,
     ANNOTATION_SHARED_WEIGHT,
+    ANNOTATION_USAGE_HALF_LIFE,
     ANNOTATION_WAIT_FOR_PODS_RUNNING,
     DEFAULT_HOLD_ROOM_AFTER_SECONDS,
     DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS,
     DEFAULT_QUEUE_POLICY,
     ELASTIC_QUOTA_KIND,
     FALSE,
+    FUNGIBILITY_BORROW,
+    FUNGIBILITY_PREEMPT,
+    FUNGIBILITY_TRY_NEXT,
+    FUNGIBILITY_WHEN_CAN_BORROW,
+    FUNGIBILITY_WHEN_CAN_PREEMPT,
     KOORDINATOR_QUOTAS,
     KOORDINATOR_ROOT_QUOTA,
     LABEL_ALLOW_LENT_RESOURCE,
@@ -51,6 +62,7 @@ from koordqueue.api.constants import (
     TRUE,
     QueuePolicy,
 )
+from koordqueue.api.fairness import Budget, parse_budgets, parse_fair_sharing, parse_half_life
 from koordqueue.api.meta import InvalidObject, Meta, parse_int_text, read_int, read_meta, section
 from koordqueue.api.quantity import QuantityError, ResourceList, parse_resource_list
 from koordqueue.api.safeyaml import RefusedYAML, load_annotation, load_json_annotation
@@ -93,6 +105,19 @@ class QuotaInfo:
     # metadata.creationTimestamp (RFC 3339 in UTC: text order is time order); "": none known
     # (a snapshot's YAML). Of quotas whose rules conflict, the older is used (validation.py).
     created: str = ""
+    # koord-queue/fair-sharing on a parent: its children share past min by usage history
+    # (True), by weight alone (False), or as the engine's default (None); docs/fairness.md.
+    fair_sharing: bool | None = None
+    usage_half_life: float | None = None  # koord-queue/usage-half-life (seconds); None: the default
+    budgets: tuple[Budget, ...] = ()  # koord-queue/budget
+    # koord-queue/node-selector: a leaf with one is a flavor of its parent (docs/gpus.md).
+    node_selector: tuple[tuple[str, str], ...] = ()
+    # On a parent with flavors: koord-queue/flavor-order (() : by name), and
+    # koord-queue/flavor-fungibility (Kueue's defaults: borrow in a flavor, try the next
+    # one rather than preempt).
+    flavor_order: tuple[str, ...] = ()
+    borrow_first: bool = True
+    preempt_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +216,88 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         tree_id=labels.get(LABEL_QUOTA_TREE_ID, ""),
         max_priority=_optional_int(meta, ANNOTATION_MAX_PRIORITY, warnings),
         created=_created(obj),
+        **_fairness(annotations, where, warnings),
+        node_selector=node_selector(annotations.get(ANNOTATION_NODE_SELECTOR), where),
+        flavor_order=_flavor_order(annotations.get(ANNOTATION_FLAVOR_ORDER)),
+        **_fungibility(annotations.get(ANNOTATION_FLAVOR_FUNGIBILITY), where, warnings),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
+
+
+def _fairness(annotations: Mapping[str, str], where: str, warnings: list[str]) -> dict[str, Any]:
+    """The fairness-over-weeks annotations (api/fairness.py); a bad one is ignored, with a warning."""
+    out: dict[str, Any] = {}
+    for key, field_name, parse in ((ANNOTATION_FAIR_SHARING, "fair_sharing", parse_fair_sharing),
+                                   (ANNOTATION_USAGE_HALF_LIFE, "usage_half_life", parse_half_life),
+                                   (ANNOTATION_BUDGET, "budgets", parse_budgets)):
+        text = annotations.get(key)
+        if text is None:
+            continue
+        try:
+            out[field_name] = parse(text)
+        except ValueError as err:
+            warnings.append(f"{where}: annotation {key}: {err}; ignored")
+    return out
+
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def node_selector(text: str | None, where: str) -> tuple[tuple[str, str], ...]:
+    """A flavor's node selector: label equality terms ``key=value``, comma-separated, each
+    key once; anything else raises InvalidObject (the quota is not used: admitting into it
+    without the selector would put its jobs on any node)."""
+    if text is None:
+        return ()
+    terms: dict[str, str] = {}
+    for raw in text.split(","):
+        term = raw.strip()
+        key, eq, value = term.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or value.startswith("=") or not _label_key(key) or not _LABEL_NAME.match(value):
+            raise InvalidObject(f"{where}: annotation {ANNOTATION_NODE_SELECTOR}: {term!r} is not a node label "
+                                "equality term key=value (label syntax)")
+        if key in terms:
+            raise InvalidObject(f"{where}: annotation {ANNOTATION_NODE_SELECTOR}: label {key} named twice")
+        terms[key] = value
+    return tuple(sorted(terms.items()))
+
+
+def _label_key(key: str) -> bool:
+    """A label key as Kubernetes takes it: [prefix/]name, the prefix a DNS subdomain."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return bool(name) and len(name) <= 63 and bool(_LABEL_NAME.match(name))
+
+
+def _flavor_order(text: str | None) -> tuple[str, ...]:
+    """A parent's flavor order: child names, comma-separated (names that are no flavor of
+    it are the engine's to ignore and say)."""
+    if not text:
+        return ()
+    return tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+
+
+def _fungibility(text: str | None, where: str, warnings: list[str]) -> dict[str, Any]:
+    """``borrow_first`` and ``preempt_first`` of a parent's flavor fungibility; a term that
+    is not one of Kueue's falls back to its default with a warning."""
+    out: dict[str, Any] = {"borrow_first": True, "preempt_first": False}
+    if not text:
+        return out
+    choices = {FUNGIBILITY_WHEN_CAN_BORROW: ("borrow_first", FUNGIBILITY_BORROW),
+               FUNGIBILITY_WHEN_CAN_PREEMPT: ("preempt_first", FUNGIBILITY_PREEMPT)}
+    for raw in text.split(","):
+        name, _, value = (part.strip() for part in raw.partition("="))
+        choice = choices.get(name)
+        if choice is None or value not in (choice[1], FUNGIBILITY_TRY_NEXT):
+            warnings.append(f"{where}: annotation {ANNOTATION_FLAVOR_FUNGIBILITY}: {raw.strip()!r} is not "
+                            f"{FUNGIBILITY_WHEN_CAN_BORROW}={FUNGIBILITY_BORROW}|{FUNGIBILITY_TRY_NEXT} nor "
+                            f"{FUNGIBILITY_WHEN_CAN_PREEMPT}={FUNGIBILITY_PREEMPT}|{FUNGIBILITY_TRY_NEXT}; ignored")
+            continue
+        out[choice[0]] = value == choice[1]
+    return out
 
 
 def _created(obj: Mapping[str, Any]) -> str:

@@ -226,6 +226,15 @@ class QueueUnitStatus(_Model):
     """Pods that may be given back (elastic jobs)."""
     accumulated_past_execution_time_seconds: Int32 | None = None
     """Seconds the job's pods ran in earlier admissions (counted against maximumExecutionTimeSeconds)."""
+    expected_start: str | None = None
+    """While it waits: when it is expected to start (RFC 3339), by the leader's forecast; written only
+    when the forecast moves by more than a minute and 10 % of the wait. Absent: no forecast (yet)."""
+    expected_start_range: list[str] | None = None
+    """The forecast's earliest and latest start (RFC 3339; the earliest alone: the latest is beyond
+    the forecast's horizon)."""
+    forecast_basis: str | None = None
+    """Where the forecast's runtimes came from: annotation, history, default (joined with +), or
+    never-fits / beyond-horizon when it has no expected start."""
 
 
 class QueueUnit(_Model):

@@ -23,6 +23,8 @@ class Where(StrEnum):
     POD = "pod"
     NODE = "node"
     SIM_JOB = "job (embedded cluster)"
+    NAMESPACE = "namespace"
+    UNIT = "QueueUnit"
 
 
 class Origin(StrEnum):
@@ -149,11 +151,42 @@ REFERENCE: tuple[Key, ...] = (
                 "it against borrowing jobs of its own priority (jobs of lower priority are kept out at once). "
                 f"See policies.md, held room. Honoured only on Queues in namespace `{c.SYSTEM_NAMESPACE}`.",
                 Origin.OURS),
+    _annotation(c.ANNOTATION_NODE_SELECTOR, Where.QUOTA, "`key=value[,key=value]` (node label equality terms)",
+                "Makes a leaf quota a flavor of its parent (docs/gpus.md): a job charged to the parent may be "
+                "admitted into it, its pods then pinned to nodes with these labels in the write that resumes it. "
+                "A selector that is not label equality terms makes the quota unusable (a Warning event says why).",
+                Origin.OURS),
+    _annotation(c.ANNOTATION_FLAVOR_ORDER, Where.QUOTA, "child quota names, comma-separated; default: by name",
+                "On a parent with flavors: the order its flavors are tried in. Names that are no flavor of it are "
+                "ignored, and a Warning event says so.", Origin.OURS),
+    _annotation(c.ANNOTATION_FLAVOR_FUNGIBILITY, Where.QUOTA,
+                f"`{c.FUNGIBILITY_WHEN_CAN_BORROW}={c.FUNGIBILITY_BORROW}|{c.FUNGIBILITY_TRY_NEXT},"
+                f"{c.FUNGIBILITY_WHEN_CAN_PREEMPT}={c.FUNGIBILITY_PREEMPT}|{c.FUNGIBILITY_TRY_NEXT}`; default "
+                f"`{c.FUNGIBILITY_BORROW}`, `{c.FUNGIBILITY_TRY_NEXT}`",
+                "On a parent with flavors, as Kueue's FlavorFungibility: whether a job borrows in a flavor before "
+                "trying the next one, and whether it preempts in a flavor before trying the next one.",
+                Origin.OURS),
     _annotation(c.ANNOTATION_NODE_FIT, Where.QUOTA_OR_QUEUE, f'`"{c.FALSE}"` to admit on quota alone; default on',
                 "When nodes are known, a job is admitted only when all its pods fit on the nodes now (their "
                 "requests, nodeSelector, required node affinity and tolerations; cordoned nodes skipped), and its "
                 "message says what the nodes lack. The Queue's value wins over the quota's; on a Queue it is "
                 f"honoured only in namespace `{c.SYSTEM_NAMESPACE}`.", Origin.OURS),
+    _annotation(c.ANNOTATION_FAIR_SHARING, Where.QUOTA,
+                f"`{c.FAIR_SHARING_USAGE_HISTORY}` or `{c.FAIR_SHARING_NONE}`; default: the chart's "
+                "`controller.fairSharing` (`none`)",
+                "On a parent quota: how its children share the capacity past their mins. "
+                f"`{c.FAIR_SHARING_USAGE_HISTORY}`: by shared weight over decayed past usage, so that a child "
+                "that used much lately gets less of the spare capacity, is reclaimed from first and takes its "
+                "turn later; min stays guaranteed. Not used beside koord-scheduler. See fairness.md.", Origin.OURS),
+    _annotation(c.ANNOTATION_USAGE_HALF_LIFE, Where.QUOTA, "duration, e.g. `168h` (1m to a year); default the "
+                "chart's `controller.usageHalfLifeSeconds` (168h)",
+                "On a parent quota sharing by usage history: after this long, past usage counts half.", Origin.OURS),
+    _annotation(c.ANNOTATION_BUDGET, Where.QUOTA, '`resource=AMOUNT/WINDOW[;exempt-min]`, comma-separated, e.g. '
+                '`"nvidia.com/gpu=2000h/720h"`',
+                "At most AMOUNT (resource times hours) used in any WINDOW: a job that would take the quota past "
+                "it within the window, counting its expected runtime, waits, told when the budget frees up. "
+                f"`;{c.BUDGET_EXEMPT_MIN}`: a job that keeps the quota within min is not held to it. "
+                "See fairness.md.", Origin.OURS),
     # --- on a job ---
     _label(c.LABEL_QUOTA_NAME, Where.JOB, "a quota's name",
            "The quota the job is charged to. On a Queue: the quota the Queue is bound to.", Origin.KOORDINATOR),
@@ -182,11 +215,19 @@ REFERENCE: tuple[Key, ...] = (
                 "it is suspended and its quota released. Copied to its QueueUnit's `spec.active`; absent, the "
                 "unit's own `spec.active` stands (false once the job ran past its maximum execution time).",
                 Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration (`90s`, `45m`, `2h`)",
+                "How long the job is expected to run, for the start-time forecast of the jobs behind it "
+                "(`koord-queue explain`, docs/forecast.md). A bad value is ignored with a message; "
+                "`max-exec-time-seconds` bounds it.", Origin.OURS),
     _annotation(c.ANNOTATION_MAX_EXEC_TIME_SECONDS, Where.JOB, "positive integer (seconds)",
                 "How long the job's pods may run, summed over its admissions (a preempted job keeps what it ran, "
                 "in its unit's `status.accumulatedPastExecutionTimeSeconds`). Past it, the job is suspended, its "
                 "quota released, and its unit made inactive (`spec.active: false`): nothing is deleted.",
                 Origin.KOORD_QUEUE),
+    _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration, e.g. `6h` or `90m`",
+                "How long the job is expected to run: what a quota's budget counts it for (else its maximum "
+                "execution time, else a minute). A value that is not a duration leaves the job unusable, told why.",
+                Origin.OURS),
     _annotation(c.ANNOTATION_JOB_HAS_ENQUEUED, Where.JOB, f'`"{c.TRUE}"`',
                 "The job is queued (set when it is created, or when its QueueUnit is).", Origin.KOORD_QUEUE,
                 "koord-queue"),
@@ -258,6 +299,26 @@ REFERENCE: tuple[Key, ...] = (
     _annotation(c.ANNOTATION_GANG_MIN_AVAILABLE, Where.POD, "integer",
                 "How many pods of the gang must be placeable at once.", Origin.KOORDINATOR,
                 "you or the operator"),
+    # --- workloads queued by a scheduling gate (docs/workloads.md) ---
+    _label(c.LABEL_MANAGED_NAMESPACE, Where.NAMESPACE, f'`"{c.TRUE}"`',
+           "Every Deployment, StatefulSet, LeaderWorkerSet and plain pod of the namespace is queued: its "
+           f"pods are created gated (`{c.SCHEDULING_GATE}`) until their QueueUnit is admitted.", Origin.OURS),
+    _label(c.LABEL_KUEUE_QUEUE_NAME, Where.POD, "a Queue's name",
+           "Kueue's LocalQueue label: the pod's workload is queued (gated), in our Queue of that name (its "
+           "quota's when there is none).", Origin.KUEUE),
+    _label(c.LABEL_KUEUE_POD_GROUP_NAME, Where.POD, "a group's name",
+           "Kueue's pod group: its pods are one QueueUnit (`<name>-group`), admitted whole.", Origin.KUEUE),
+    _annotation(c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT, Where.POD, "integer, 1 to 10000",
+                "How many pods the Kueue pod group has (read as a label too); no more than that are let "
+                "through. Absent or not a count: the group is held inactive and told why.", Origin.KUEUE),
+    _label(c.LABEL_LWS_NAME, Where.POD, "a LeaderWorkerSet's name",
+           "Marks a LeaderWorkerSet's pod (extension.leaderworkerset).", Origin.KUBERNETES, "the LWS controller"),
+    _label(c.LABEL_GATED_POD, Where.POD, f'`"{c.TRUE}"`',
+           "The webhook gated this pod: its QueueUnit holds quota for it once admitted. Only the controller "
+           "may remove it (or the gate).", Origin.OURS, "Koord-Queue"),
+    _label(c.LABEL_POD_GROUP_UNIT, Where.UNIT, f'`"{c.TRUE}"`',
+           "The QueueUnit stands for a pod group (made by the controller, placed on nodes whole).",
+           Origin.OURS, "Koord-Queue"),
     # --- the embedded control plane's simulation ---
     _annotation(c.ANNOTATION_SIM_DURATION, Where.SIM_JOB, "seconds, e.g. `\"120\"`; absent: forever",
                 "How long the simulated pods of the job run on `koord-queue up`.", Origin.OURS),
@@ -278,6 +339,8 @@ NOT_DOCUMENTED: dict[str, str] = {
     "LABEL_RAY_GROUP": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_RAY_IS_RAY_NODE": "KubeRay's pod label; the simulated KubeRay operator writes it",
     "LABEL_CREATED_BY": "Kubernetes' recommended label; the simulated KubeRay operator writes it on pods",
+    "LABEL_STATEFUL_SET_POD_NAME": "the StatefulSet controller's; the simulated one writes it on pods",
+    "LABEL_POD_INDEX": "the StatefulSet controller's; the simulated one writes it on pods",
     "LABEL_POD_TEMPLATE_HASH": "the Deployment controller's; the simulated one writes it on ReplicaSets and pods",
     "ANNOTATION_DEPLOYMENT_REVISION": "the Deployment controller's; the simulated one writes it on ReplicaSets",
     "ANNOTATION_DESIRED_REPLICAS": "the Deployment controller's; the simulated one writes it on ReplicaSets",

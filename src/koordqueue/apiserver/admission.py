@@ -21,6 +21,7 @@ import base64
 import binascii
 import ssl
 import uuid
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
@@ -42,6 +43,9 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 DEFAULT_TIMEOUT = 10
 MAX_TIMEOUT = 30
 USER_INFO = {"username": "koord-queue-local-admin", "groups": ["system:masters", "system:authenticated"]}
+# Who sent the request being admitted (set by the server per request): its webhooks are told, as
+# kube-apiserver tells them in request.userInfo (a webhook may let only a controller make a change).
+REQUESTER: ContextVar[dict[str, Any] | None] = ContextVar("requester", default=None)
 
 
 class WebhookCallError(Exception):
@@ -211,7 +215,7 @@ class AdmissionWebhooks:
         request: dict[str, Any] = {
             "uid": str(uuid.uuid4()), "kind": _kind(rt), "resource": _resource(rt), "requestKind": _kind(asked),
             "requestResource": _resource(asked), "name": meta.get("name", ""), "operation": operation,
-            "userInfo": USER_INFO, "object": obj, "oldObject": old, "dryRun": False,
+            "userInfo": REQUESTER.get() or USER_INFO, "object": obj, "oldObject": old, "dryRun": False,
             "options": {"apiVersion": "meta.k8s.io/v1",
                         "kind": "CreateOptions" if operation == "CREATE" else "UpdateOptions"},
         }

@@ -15,7 +15,13 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
-from koordqueue.api.constants import SYSTEM_NAMESPACE
+from koordqueue.api.constants import (
+    CONDITION_FALSE,
+    POD_CONDITION_SCHEDULED,
+    POD_MESSAGE_SCHEDULING_GATED,
+    POD_REASON_SCHEDULING_GATED,
+    SYSTEM_NAMESPACE,
+)
 from koordqueue.apiserver.registry import ResourceType
 from koordqueue.apiserver.validation import DNS1035, LABEL, SUBDOMAIN
 
@@ -64,6 +70,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt("apps", "v1", "Deployment", "deployments", short_names=("deploy",), categories=("all",),
         subresources=_STATUS),
     _rt("apps", "v1", "ReplicaSet", "replicasets", short_names=("rs",), categories=("all",),
+        subresources=_STATUS),
+    _rt("apps", "v1", "StatefulSet", "statefulsets", short_names=("sts",), categories=("all",),
         subresources=_STATUS),
     _rt("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False,
         short_names=("crd", "crds"), categories=("api-extensions",), subresources=_STATUS),
@@ -140,6 +148,45 @@ def _pod_create(obj: dict[str, Any]) -> None:
     obj["status"] = {"phase": "Pending"}
 
 
+def prepare_pod_for_create(obj: dict[str, Any]) -> None:
+    """kube-apiserver's applySchedulingGatedCondition, in its PrepareForCreate: after mutating
+    admission (a webhook's gate counts), a gated pod reads PodScheduled=False/SchedulingGated."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict) or not spec.get("schedulingGates"):
+        return
+    status = obj.setdefault("status", {})
+    conditions = status.get("conditions") if isinstance(status.get("conditions"), list) else []
+    if any(isinstance(x, dict) and x.get("type") == POD_CONDITION_SCHEDULED for x in conditions):
+        return
+    status["conditions"] = [*conditions, {"type": POD_CONDITION_SCHEDULED, "status": CONDITION_FALSE,
+                                          "lastProbeTime": None, "lastTransitionTime": None,
+                                          "reason": POD_REASON_SCHEDULING_GATED,
+                                          "message": POD_MESSAGE_SCHEDULING_GATED}]
+
+
+def _gate_names(pod: dict[str, Any]) -> list[str]:
+    spec = pod.get("spec")
+    gates = spec.get("schedulingGates") if isinstance(spec, dict) else None
+    return [str(g.get("name")) for g in gates if isinstance(g, dict)] if isinstance(gates, list) else []
+
+
+def pod_create_causes(pod: dict[str, Any]) -> list[tuple[str, str]]:
+    """kube-apiserver's ValidatePodCreate on scheduling gates: a pod is not made bound and gated at once."""
+    spec = pod.get("spec")
+    if _gate_names(pod) and isinstance(spec, dict) and spec.get("nodeName"):
+        return [("spec.nodeName", "Forbidden: cannot be set until all schedulingGates have been cleared")]
+    return []
+
+
+def pod_update_causes(pod: dict[str, Any], old: dict[str, Any]) -> list[tuple[str, str]]:
+    """kube-apiserver's validateOnlyDeletedSchedulingGates: gates may be removed, never added
+    (a scheduler may already be placing the pod)."""
+    had = set(_gate_names(old))
+    return [(f"spec.schedulingGates[{index}].name",
+             f"Forbidden: only deletion is allowed, but found new scheduling gate '{name}'")
+            for index, name in enumerate(_gate_names(pod)) if name not in had]
+
+
 def _job_create(obj: dict[str, Any]) -> None:
     spec = obj.setdefault("spec", {})
     if "parallelism" not in spec:
@@ -169,6 +216,16 @@ def _deployment_create(obj: dict[str, Any]) -> None:
     spec.setdefault("revisionHistoryLimit", 10)
     spec.setdefault("progressDeadlineSeconds", 600)
     obj["status"] = {}
+
+
+def _stateful_set_create(obj: dict[str, Any]) -> None:
+    """apps/v1 defaults of a StatefulSet that its controller reads."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    spec.setdefault("podManagementPolicy", "OrderedReady")
+    spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    spec.setdefault("revisionHistoryLimit", 10)
+    obj["status"] = {"replicas": 0, "availableReplicas": 0}
 
 
 def _replica_set_create(obj: dict[str, Any]) -> None:
@@ -224,6 +281,7 @@ CREATE_HOOKS: dict[str, tuple[Hook, ...]] = {
     "batch/jobs": (_job_create,),
     "apps/deployments": (_deployment_create,),
     "apps/replicasets": (_replica_set_create,),
+    "apps/statefulsets": (_stateful_set_create,),
     "/secrets": (_secret_write,),
     SERVICE_KEY: (_service_create,),
     "scheduling.k8s.io/priorityclasses": (_priority_class_write,),

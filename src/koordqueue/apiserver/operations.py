@@ -262,6 +262,10 @@ class Operations:
             found = checks.validate(obj, None, name_causes + check_metadata(obj["metadata"]))
             if found:
                 raise errors.invalid(rt, name, found)
+        if rt.storage_key == POD_KEY and not subresource:
+            builtin.prepare_pod_for_create(obj)
+            if causes := builtin.pod_create_causes(obj):
+                raise errors.invalid(rt, name, causes)
         if self.admit_validating is not None:
             await self.admit_validating("CREATE", rt, subresource, obj, None)
         key = rt.storage_key
@@ -531,6 +535,8 @@ class Operations:
                 hook(result)
             if rt.storage_key == POD_KEY:
                 priority.admit_update(result, old)
+                if causes := builtin.pod_update_causes(result, old):
+                    raise errors.invalid(rt, name, causes)
             if checks is None and (causes := check_metadata(meta)):
                 raise errors.invalid(rt, name, causes)
             if rt.storage_key == CRD_KEY:

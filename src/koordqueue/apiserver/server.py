@@ -23,6 +23,7 @@ from aiohttp import web
 
 from koordqueue import aio
 from koordqueue.apiserver import (
+    admission,
     discovery,
     errors,
     managedfields,
@@ -363,6 +364,7 @@ class APIServer:
             if user is None:
                 raise errors.unauthorized()
             request[USER] = self._impersonate(request, user)
+            admission.REQUESTER.set(request[USER].as_dict())
             if "tail" not in request.match_info:  # not a resource: discovery, OpenAPI, health, test controls
                 attrs = rbac.Attributes(verb=request.method.lower(), path=request.path)
                 if request.path.startswith(CONTROLS_PREFIX) and not user.is_admin or \
@@ -706,6 +708,8 @@ class APIServer:
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             raise errors.conflict(rt, name, f"pod {name} is already assigned to node \"{node}\"")
+        if (pod.get("spec") or {}).get("schedulingGates"):  # kube-apiserver's assignPod refuses it so
+            raise errors.internal(f"pod {name} has non-empty .spec.schedulingGates")
         new = deep_copy(pod)
         new.setdefault("spec", {})["nodeName"] = target
         status = new.setdefault("status", {})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,9 @@ __all__ = ["ALL_JOB_KINDS", "ControllerConfig"]
 class ControllerConfig:
     # Which job kinds are watched (the chart's extension.<kind>.enable values).
     job_kinds: frozenset[str] = ALL_JOB_KINDS
+    # Which workloads are queued by a scheduling gate (c.WORKLOAD_*; the chart's extension.pod,
+    # .deployment, .statefulset, .leaderworkerset): none unless asked (controller/gating.py).
+    workload_kinds: frozenset[str] = frozenset()
     system_namespace: str = c.SYSTEM_NAMESPACE
     # Whose namespaces' jobs are queued (controller/scope.py); None: all but Kubernetes' own
     # and system_namespace. The webhook configuration's namespaceSelector must say the same.
@@ -25,6 +30,8 @@ class ControllerConfig:
     bare_queue_units: bool = True
     default_queue_policy: c.QueuePolicy = c.DEFAULT_QUEUE_POLICY
     protect_seconds: float = c.DEFAULT_PROTECT_SECONDS
+    fair_sharing: bool = False  # the default of koord-queue/fair-sharing (chart fairSharing)
+    usage_half_life: float = c.DEFAULT_USAGE_HALF_LIFE_SECONDS
     backoff_base: float = c.BACKOFF_BASE_SECONDS
     backoff_cap: float = c.BACKOFF_CAP_SECONDS
     wait_for_pods_running_seconds: float = 300.0  # with the Queue annotation wait-for-pods-running
@@ -37,11 +44,18 @@ class ControllerConfig:
     resume_refused_seconds: float = 60.0
     queue_status_refresh_seconds: float = c.DEFAULT_QUEUE_ITEMS_REFRESH_SECONDS
     quota_status_refresh_seconds: float = 2.0
+    # Controller seconds per real second: above 1, a compressed clock (tests of budgets and
+    # usage history over hours in seconds); the scheduler's waits are shortened alike.
+    clock_rate: float = 1.0
     # A waiting unit's status.message, once it gives a reason, is told the engine's reason
     # of now at least this often when it moved (amounts, the unit it waits behind): with
     # the message writes' own pacing it is never more than ~45 s behind (docs/dashboard.md);
     # when only its amounts moved, they are written every second refresh (~95 s behind).
     reason_refresh_seconds: float = 30.0
+    # The start-time forecast (forecaster.py): recomputed at most this often (0: never), and
+    # the runtime of a job with neither an annotation koord-queue/expected-runtime nor history.
+    forecast_interval_seconds: float = c.FORECAST_INTERVAL_SECONDS
+    default_expected_runtime_seconds: float = c.DEFAULT_EXPECTED_RUNTIME_SECONDS
     # Koord-Queue's oversellrate: a job fits its quota and each ancestor while used +
     # request <= max times this; the cluster's total (the nodes' allocatable) is oversold alike.
     oversell_rate: float = 1.0
@@ -100,4 +114,12 @@ class ControllerConfig:
         """What of these the objects are loaded into the engine with (loader.py); the
         controller publishes them for `koord-queue status` and `explain`."""
         return Settings(self.default_queue_policy, self.oversell_rate, self.protect_seconds, self.backoff_base,
-                        self.backoff_cap, self.job_kinds, self.koordinator)
+                        self.backoff_cap, self.job_kinds, self.koordinator, self.fair_sharing, self.usage_half_life)
+
+
+def clock_of(rate: float) -> Callable[[], float]:
+    """The controller's clock: the wall clock, or one running ``rate`` times as fast from now."""
+    if rate == 1.0:
+        return time.time
+    start = time.time()
+    return lambda: start + (time.time() - start) * rate

@@ -29,10 +29,13 @@ from typing import Any
 
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.eventline import EVENT_WRITERS
+from koordqueue.controller.forecaster import Forecaster
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.messages import MessageWriter
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.overview import Overview, explain, overview
+from koordqueue.controller.podgroups import WORKERS as POD_GROUP_WORKERS
+from koordqueue.controller.podgroups import PodGroups
 from koordqueue.controller.quotastatus import QuotaStatusWriter
 from koordqueue.controller.quotasync import QuotaSync
 from koordqueue.controller.reconciler import JobReconciler
@@ -40,6 +43,7 @@ from koordqueue.controller.scheduler import Scheduler
 from koordqueue.controller.shared import Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.unitsync import UnitSync
+from koordqueue.controller.usagehistory import UsageHistoryKeeper
 from koordqueue.controller.views import JobView, UnitView
 from koordqueue.engine import Engine
 from koordqueue.kube.api import KubeAPI
@@ -67,6 +71,10 @@ class Controller:
                                         queue_settings)
         self.messages = MessageWriter(shared, self.unit_status)
         self.quota_status = QuotaStatusWriter(shared, self.quota_sync, self.messages)
+        # Workloads queued by a scheduling gate (podgroups.py), when any is (the chart's extension.pod, ...).
+        self.pod_groups = PodGroups(shared) if shared.config.workload_kinds else None
+        self.usage_history = UsageHistoryKeeper(shared)
+        self.forecaster = Forecaster(shared, self.unit_status, lambda: self.scheduler.cycles)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopped = asyncio.Event()
 
@@ -105,10 +113,15 @@ class Controller:
             self.unit_sync.wire()
             self.switch.wire()  # (after unit_sync: it reads the pod index unit_sync keeps)
             self.quota_status.wire()
+            if self.pod_groups is not None:
+                self.pod_groups.wire()
             self._tasks += [asyncio.create_task(shared.events.writer(), name=f"event-writer-{i}")
                             for i in range(EVENT_WRITERS)]
             await self.quota_sync.publish_settings()
+            await self.usage_history.load()
             await shared.informers.start()
+            if self.pod_groups is not None:
+                await self.pod_groups.start()
             await self.quota_sync.settle()
             self.unit_sync.load_units()
             shared.sync_done = True
@@ -120,8 +133,14 @@ class Controller:
                                                 name=f"job-worker-{i}") for i in range(shared.config.job_workers)]
             self._tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
             self._tasks.append(asyncio.create_task(self.quota_status.run(), name="status"))
+            self._tasks.append(asyncio.create_task(self.usage_history.run(), name="usage-history"))
             self._tasks.append(asyncio.create_task(self.quota_sync.run_tree_status(), name="tree-status"))
             self._tasks.append(asyncio.create_task(self.messages.run(), name="messages"))
+            if self.pod_groups is not None:
+                groups = self.pod_groups
+                self._tasks += [asyncio.create_task(groups.queue.serve(groups.sync, "pod group"),
+                                                    name=f"pod-group-worker-{i}") for i in range(POD_GROUP_WORKERS)]
+            self._tasks.append(asyncio.create_task(self.forecaster.run(), name="forecast"))
             shared.wake.set()
             await self._stopped.wait()
         finally:
@@ -132,6 +151,8 @@ class Controller:
 
     async def _shutdown(self) -> None:
         self.shared.jobs_queue.shutdown()
+        if self.pod_groups is not None:
+            self.pod_groups.queue.shutdown()
         tasks = [*self._tasks, *self.unit_status.inform_tasks, *self.scheduler.admitting]
         for t in tasks:
             t.cancel()
@@ -139,7 +160,7 @@ class Controller:
         await asyncio.gather(*(i.stop() for i in self._informers()), return_exceptions=True)
 
     def _informers(self) -> list[Informer[Any]]:
-        return self.shared.informers.all()
+        return [*self.shared.informers.all(), *([self.pod_groups.pods] if self.pod_groups is not None else [])]
 
     # --- the dashboard's -------------------------------------------------------------
 
@@ -147,8 +168,12 @@ class Controller:
         """The quota tree, the queues and the recent decisions (the dashboard's JSON)."""
         units = {key: unit for key, unit in self.unit_informer.items()}
         return overview(self.engine, self.quota_sync.quotas, units, self.quota_sync.capacity, self.shared.clock(),
-                        self.recent, queue_quotas=self.quota_sync.queue_quotas)
+                        self.recent, queue_quotas=self.quota_sync.queue_quotas, forecast=self.forecaster.current)
 
     def explain(self, key: str) -> dict[str, Any] | None:
         unit = self.unit_informer.get(key)
-        return None if unit is None else explain(self.engine, self.quota_sync.quotas, unit, self.quota_sync.capacity)
+        if unit is None:
+            return None
+        return explain(self.engine, self.quota_sync.quotas, unit, self.quota_sync.capacity,
+                       forecast=self.forecaster.current, now=self.shared.clock(),
+                       runtime_problem=self.forecaster.problems.get(key))

@@ -66,6 +66,9 @@ class Snapshot:
     queue_quotas: dict[str, str | None] = field(default_factory=dict)  # queue key -> bound quota
     capacity: ResourceList | None = None
     problems: list[str] = field(default_factory=list)  # objects that could not be read
+    priority_classes: dict[str, int] = field(default_factory=dict)  # name -> value
+    # unit key -> its job's annotation koord-queue/expected-runtime and max-exec-time (the forecast's)
+    job_runtimes: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
 
 
 async def read_settings(client: KubeClient, namespace: str) -> tuple[Settings, str, list[str]]:
@@ -131,6 +134,7 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
             snap.problems.append(str(e))
     priority_classes = {key_of(pc): pc["value"] for pc in (await client.list_all(PRIORITY_CLASSES)).items
                         if isinstance(pc.get("value"), int)}
+    snap.priority_classes = priority_classes
     listed: dict[str, list[Object]] = {}  # by kind (a kind not served here: no job of it)
     for kind in sorted(settings.job_kinds & set(JOB_PLURALS)):
         listed[kind] = []
@@ -162,6 +166,7 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
             load_unit(snap.engine, unit, None, now, orphan=orphan)
             continue
         job = jobs[unit.consumer_kind][f"{unit.namespace}/{unit.consumer_name}"]
+        snap.job_runtimes[unit.key] = (job.expected_runtime, job.max_execution_seconds)
         load_unit(snap.engine, unit, unit_info(unit, job), now)
     return snap
 

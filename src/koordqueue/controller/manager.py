@@ -18,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.controller.access import AccessReviewer
-from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.config import ControllerConfig, clock_of
 from koordqueue.controller.controller import Controller
 from koordqueue.controller.dashboard import Dashboard, is_loopback
 from koordqueue.controller.koordapi import KoordAPI, bearer_authorize
@@ -128,7 +128,7 @@ class Manager:
         log.info("%s: leading; queueing %s in namespace %s", self.identity, ", ".join(sorted(self.config.job_kinds)),
                  self.config.system_namespace)
         self.metrics.leading(True)
-        self.controller = Controller(self.client, self.config, self.metrics)
+        self.controller = Controller(self.client, self.config, self.metrics, clock_of(self.config.clock_rate))
         try:
             await self.controller.run()
         finally:

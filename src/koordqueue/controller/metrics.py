@@ -41,6 +41,13 @@ class Metrics:
             ["quota", "resource", "kind"],
             registry=r,
         )
+        self.quota_history = Gauge(
+            "koord_queue_quota_usage_history",
+            "Fairness over weeks (docs/fairness.md), per quota and resource, in resource-hours "
+            "(kind: decayed: decayed past usage; budget_used: used within the budget's window; budget: the budget)",
+            ["quota", "resource", "kind"],
+            registry=r,
+        )
         self.cycle_duration = Histogram(
             "koord_queue_scheduling_cycle_seconds",
             "Wall time of one scheduling cycle of the engine",
@@ -51,6 +58,15 @@ class Metrics:
             "koord_queue_api_writes", "Writes the controller made to the API", ["verb", "resource"], registry=r
         )
         self.is_leader = Gauge("koord_queue_leader", "1 while this replica leads", registry=r)
+        self.forecast_drain = Gauge(
+            "koord_queue_forecast_drain_seconds",
+            "Seconds until the last unit now pending in the queue is expected to start (forecaster.py)",
+            ["queue"],
+            registry=r,
+        )
+        self.forecast_duration = Gauge(
+            "koord_queue_forecast_cpu_seconds", "CPU seconds the last start-time forecast took", registry=r
+        )
         # The write made most (several per job): its child looked up once, not at every write.
         self.unit_status_writes = self.api_writes.labels("patch", "queueunits/status")
 
@@ -62,3 +78,5 @@ class Metrics:
         if not leads:
             self.pending_units.clear()
             self.quota.clear()
+            self.quota_history.clear()
+            self.forecast_drain.clear()

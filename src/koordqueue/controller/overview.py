@@ -12,9 +12,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from koordqueue.api.quantity import format_quantity
+from koordqueue.controller.forecaster import forecast_fields, forecast_words
 from koordqueue.controller.phases import SENT_BACK
 from koordqueue.controller.views import UnitView
 from koordqueue.engine import Engine, messages
+from koordqueue.engine.forecast import Forecast
 from koordqueue.engine.model import QuotaInfo, ResourceList, Standing
 
 Overview = dict[str, Any]
@@ -38,6 +40,7 @@ def overview(
     queue_limit: int = 100,
     queue_quotas: Mapping[str, str | None] | None = None,
     told: Mapping[str, str] | None = None,
+    forecast: Forecast | None = None,
 ) -> Overview:
     """Quotas (flat, each naming its parent), queues with their first pending units,
     the cluster's capacity, and the recent decisions.
@@ -49,11 +52,12 @@ def overview(
     waiting out a back-off are listed with their queue and the reason they were sent back."""
     told = told or {}
     statuses = engine.quota_status()
+    history = engine.fairness_status()  # (empty unless a budget or sharing by history is asked for)
     quota_rows = []
     for name, status in statuses.items():
         info = quotas.get(name)
         resources = sorted(set(status.max) | set(status.min) | set(status.used))
-        quota_rows.append({
+        row: dict[str, Any] = {
             "name": name,
             "namespace": info.namespace if info else "",
             "parent": info.parent if info else None,
@@ -66,7 +70,10 @@ def overview(
                     "runtime": status.runtime.get(r), "demand": status.demand.get(r, 0)}
                 for r in resources
             },
-        })
+        }
+        if name in history:  # decayed usage, effective weight, budgets' use (docs/fairness.md)
+            row["history"] = history[name]
+        quota_rows.append(row)
     backing_off: dict[str, list[dict[str, Any]]] = {}
     for key, unit in units.items():
         if unit.phase in SENT_BACK:
@@ -77,6 +84,11 @@ def overview(
                     "priority": standing.priority, "requeue_at": unit.requeue_at, "message": unit.message,
                 })
     bindings = queue_quotas or {}
+    running_by_queue: dict[str, list[dict[str, Any]]] = {}  # the forecast's running units: (since, expected end)
+    for key, (through, since, until) in sorted((forecast.running if forecast else {}).items(),
+                                               key=lambda kv: (kv[1][2], kv[0])):
+        if through is not None:
+            running_by_queue.setdefault(through, []).append({"unit": key, "since": since, "until": until})
     queue_rows = []
     for key, standings in engine.queue_positions().items():
         pending = []
@@ -89,11 +101,13 @@ def overview(
                 "priority": standing.priority,
                 "age": max(0.0, now - queued.created) if queued else None,
                 "message": told.get(standing.unit, standing.message),
+                **_forecast_of(forecast, standing.unit, now),
             })
         waiting_out = sorted(backing_off.get(key, []), key=lambda b: (b["requeue_at"] or 0.0, b["unit"]))
         queue_rows.append({"key": key, "quota": bindings.get(key) or (standings[0].quota if standings else None),
                            "pending_count": len(standings), "pending": pending,
-                           "backing_off": waiting_out[:queue_limit]})
+                           "backing_off": waiting_out[:queue_limit],
+                           "running": running_by_queue.get(key, [])[:queue_limit]})
     return {
         "time": now,
         "mode": mode_text(engine.koordinator),
@@ -104,12 +118,28 @@ def overview(
     }
 
 
+def _forecast_of(forecast: Forecast | None, key: str, now: float | None) -> dict[str, Any]:
+    """A pending unit's forecast fields (forecaster.py), and its words when ``now`` is given."""
+    if forecast is None:
+        return {}
+    item = forecast.units.get(key)
+    out = forecast_fields(item)
+    out["startsAt"] = item.start if item is not None else None  # (epoch seconds, for the dashboard and status)
+    out["rangeAt"] = [item.earliest, item.latest] if item is not None else None
+    if now is not None:
+        out["forecast"] = forecast_words(item, now)
+    return out
+
+
 def explain(
     engine: Engine, quotas: Mapping[str, QuotaInfo], unit: UnitView, capacity: ResourceList | None,
-    told: Mapping[str, str] | None = None,
+    told: Mapping[str, str] | None = None, forecast: Forecast | None = None, now: float | None = None,
+    runtime_problem: str | None = None,
 ) -> dict[str, Any]:
     """Why one unit waits (worked out now), where it stands, and what would let it in
-    (``advice``, in words). ``told`` as for ``overview``."""
+    (``advice``, in words). ``told`` as for ``overview``; ``forecast``: when it is expected
+    to start (forecaster.py), told in words as of ``now``; ``runtime_problem``: why its
+    expected-runtime annotation was ignored."""
     standing = engine.standing(unit.key)
     info = engine.unit(unit.key)
     request = dict(info.request) if info else dict(unit.request or {})  # the job's, as the engine has it
@@ -135,7 +165,10 @@ def explain(
         "advice": [],
         "admitted": admitted,
         "mode": mode_text(engine.koordinator),
+        **({} if admitted else _forecast_of(forecast, unit.key, now)),
     }
+    if runtime_problem:
+        result["runtimeProblem"] = runtime_problem
     if unit.key in (told or {}):
         result["advice"] = ["nothing more: it fits now"]
         return result

@@ -53,13 +53,14 @@ class QuotaStatusWriter(Part):
     async def run(self) -> None:
         # quota name -> (the uid of the ElasticQuota, the status.used written to it): a quota
         # deleted and made again under its name is written to, though its usage is the same.
-        last_used: dict[str, tuple[object, dict[str, str]]] = {}
+        last_used: dict[str, tuple[object, dict[str, str], dict[str, Any] | None]] = {}
         last_positions: dict[str, Any] = {}
         last_queue_write: dict[str, float] = {}
         last_reasons = self.clock()
         while True:
             await asyncio.sleep(self.config.quota_status_refresh_seconds)
             statuses = self.engine.quota_status()
+            fairness = history_status(self.engine.fairness_status())
             for name, quota in statuses.items():
                 for resource in set(quota.max) | set(quota.used) | set(quota.min):
                     for kind, amounts in (("min", quota.min), ("max", quota.max),
@@ -71,11 +72,12 @@ class QuotaStatusWriter(Part):
                 if namespace is None:
                     continue
                 obj = self.informers.quota.get(f"{namespace}/{name}")
-                written = ((obj or {}).get("metadata") or {}).get("uid"), used
+                extra = fairness.get(name)
+                written = ((obj or {}).get("metadata") or {}).get("uid"), used, extra
                 if last_used.get(name) == written:
                     continue
                 try:
-                    if await self._write_used(name, namespace, used):
+                    if await self._write_used(name, namespace, used, extra):
                         last_used[name] = written
                 except KubeError as e:
                     log.info("status.used of quota %s not written: %s", name, e)
@@ -121,7 +123,8 @@ class QuotaStatusWriter(Part):
                 except KubeError as e:
                     log.info("positions of queue %s not written: %s", queue_key, e)
 
-    async def _write_used(self, name: str, namespace: str, used: dict[str, str]) -> bool:
+    async def _write_used(self, name: str, namespace: str, used: dict[str, str],
+                          extra: dict[str, Any] | None = None) -> bool:
         """A quota's status.used, through its status subresource while the CRD serves one, else
         through the object itself; whether it is written. Koordinator's ElasticQuota CRD has no
         status subresource: its /status answers 404 while the object exists, and a write of
@@ -129,7 +132,7 @@ class QuotaStatusWriter(Part):
         either way is followed: a 404 on /status of a quota that the object write then finds
         (a quota gone raises NotFound there), or an object write whose answer dropped the
         status (the subresource is back)."""
-        body = {"status": {"used": used}}
+        body = {"status": {"used": used, **({c.STATUS_USAGE_HISTORY: extra} if extra else {})}}
         if self.status_subresource:
             try:
                 await self.client.patch_status(QUOTAS, name, body, namespace=namespace)
@@ -219,6 +222,25 @@ def queue_usage(statuses: Mapping[str, QuotaStatus], quotas: Mapping[str, QuotaI
         out[name] = {c.ANNOTATION_QUEUE_USED: status.used, c.ANNOTATION_QUEUE_GUARANTEED_USED: status.used,
                      c.ANNOTATION_QUEUE_SELF_USED: own, c.ANNOTATION_QUEUE_SELF_GUARANTEED_USED: own,
                      c.ANNOTATION_QUEUE_CHILDREN_USED: below, c.ANNOTATION_QUEUE_CHILDREN_GUARANTEED_USED: below}
+    return out
+
+
+def history_status(fairness: Mapping[str, Mapping[str, object]]) -> dict[str, dict[str, Any]]:
+    """Per quota with a usage history, its ``status.usageHistory``: decayed usage and each
+    budget's use within its window, in resource-hours to a tenth (so that a quota's status is
+    written when a figure moves that much, not at every cycle)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, status in fairness.items():
+        decayed = status.get("decayed")
+        budgets = status.get("budgets")
+        entry: dict[str, Any] = {}
+        if isinstance(decayed, dict) and decayed:
+            entry["decayedHours"] = {r: f"{hours:.1f}" for r, hours in sorted(decayed.items())}
+        if isinstance(budgets, dict) and budgets:
+            entry["budgets"] = {r: {"usedHours": f"{use['used']:.1f}", "budgetHours": f"{use['amount']:g}",
+                                    "windowHours": f"{use['window'] / 3600:g}"} for r, use in sorted(budgets.items())}
+        if entry:
+            out[name] = entry
     return out
 
 

@@ -141,8 +141,9 @@ class QuotaSync(Part):
                 self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {reason}")
         self._tell_tree()
         for quota in list(self.quotas.values()):
-            if not quota.is_parent:
+            if self._takes_jobs(quota):
                 await self._ensure_queue_of(quota)
+        self._tell_flavor_problems(set(self.quotas))
         await self._prune_tree_queues()
         if self.tree is not None:  # the Queues of ElasticQuotas set aside while we were away
             for _, obj in self.informers.quota.items():
@@ -192,10 +193,28 @@ class QuotaSync(Part):
         invalid = self.engine.validation_errors().get(quota.name)
         if invalid:
             self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, f"quota not used: {invalid}")
-        if not quota.is_parent:
+        if self._takes_jobs(quota):
             await self._ensure_auto_queue(auto_queue_for(quota))
+        parent = self.quotas.get(quota.parent) if quota.parent is not None else None
+        if quota.node_selector and parent is not None and parent.is_parent:  # a flavor: its parent takes jobs
+            await self._ensure_auto_queue(auto_queue_for(parent))
+        self._tell_flavor_problems({quota.name, *([quota.parent] if quota.parent else [])})
         self._refeed_queues()
         self.wake.set()
+
+    def _takes_jobs(self, quota: QuotaInfo) -> bool:
+        """A quota jobs may be charged to: a leaf, or a parent with flavors (docs/gpus.md)."""
+        return not quota.is_parent or any(q.parent == quota.name and q.node_selector and not q.is_parent
+                                          for q in self.quotas.values())
+
+    def _tell_flavor_problems(self, names: set[str]) -> None:
+        """A Warning event on each of these quotas whose flavors are set wrong (a flavor order
+        naming no flavor of it): it is used all the same, the names ignored."""
+        problems = self.engine.flavor_problems()
+        for name in sorted(names & problems.keys()):
+            obj = self.informers.quota.get(f"{self.quota_namespaces.get(name)}/{name}")
+            if obj is not None:
+                self._event(obj, c.EventType.WARNING, c.EventReason.INVALID_QUOTA, problems[name])
 
     def _quota_in_use(self, name: str) -> Object | None:
         """The ElasticQuota used under ``name``. Quota names are cluster-wide (Koordinator's
@@ -287,8 +306,9 @@ class QuotaSync(Part):
         for name in gone:
             await self._delete_auto_queue(name)
         for quota in parsed.quotas.values():
-            if not quota.is_parent:
+            if self._takes_jobs(quota):
                 await self._ensure_queue_of(quota)
+        self._tell_flavor_problems(set(parsed.quotas))
         await self._prune_tree_queues()
         self._refeed_queues()
         self._charging_changed()  # (the tree's quotas are ours: their pods are charged to them)
@@ -451,7 +471,7 @@ class QuotaSync(Part):
         """Queues made for a tree's quotas (by us or Koord-Queue: label create-by-koordqueue)
         whose quota is no leaf of the tree in use (gone, a parent, or no tree): removed."""
         leaves = {path for name, path in self.tree.paths.items()
-                  if name in self.tree.quotas and not self.tree.quotas[name].is_parent} if self.tree else set()
+                  if name in self.tree.quotas and self._takes_jobs(self.tree.quotas[name])} if self.tree else set()
         for path, objs in self._tree_queues().items():
             if path in leaves:
                 continue

@@ -347,6 +347,8 @@ class JobReconciler(Part):
         self.shared.owed.forgive(unit.job_key)  # it runs no more
         known = self.engine.unit(unit.key)  # (read again: the write above awaited)
         self._remember("finished", unit.key, known.admitted_quota if known else None, f"the job {job.state.value}")
+        if succeeded and known is not None and known.admitted_quota and known.admitted_at is not None:
+            self.shared.runtimes.record(known.admitted_quota, job.name, self.clock() - known.admitted_at)
         self.unit_sync.finished(unit.key)
         record = self.records.unit(unit.key)
         if record is not None:

@@ -60,6 +60,8 @@ class Scheduler(Part):
             if backoff_ends is not None:
                 until = max(0.0, backoff_ends - self.clock())
                 timeout = until if timeout is None else min(timeout, until)
+            if timeout is not None:
+                timeout /= self.config.clock_rate  # (real seconds: the clock may run faster)
             await aio.wait_event(self.wake, timeout)
             self.wake.clear()
             await asyncio.sleep(BATCH_SECONDS)

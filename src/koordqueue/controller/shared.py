@@ -16,6 +16,7 @@ from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.records import Backoffs, OwedSuspensions, RecentDecisions, Records
 from koordqueue.controller.views import Object
 from koordqueue.engine import Engine
+from koordqueue.engine.runtimes import RuntimeBook
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.events import ObjectRef
 from koordqueue.kube.workqueue import WorkQueue
@@ -42,6 +43,8 @@ class Shared:
         self.sync_done = False  # the first sync is over (quotas settled, units loaded)
         self.initial_jobs: set[str] = set()  # the jobs there were then
         self.koordinator_seen = False  # one of Koordinator's own quotas is there (quotasync)
+        # What jobs took, per quota and job-name pattern (the forecast's history; bounded).
+        self.runtimes = RuntimeBook(config.default_expected_runtime_seconds)
 
     @property
     def beside_koordinator(self) -> bool:

@@ -49,6 +49,10 @@ def admitted(spec: Object, quota: str, queue: str, checks: Sequence[str], attemp
             for name in checks
         ] or None,
         "requeueState": None,
+        # (the forecast of its start is over: controller/forecaster.py)
+        c.EXPECTED_START_FIELD: None,
+        c.EXPECTED_START_RANGE_FIELD: None,
+        c.FORECAST_BASIS_FIELD: None,
     }
     return status
 

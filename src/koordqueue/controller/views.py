@@ -19,7 +19,8 @@ from koordqueue.api.quantity import QuantityError, format_resource_list, parse_r
 from koordqueue.engine.model import Held, Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import PLURALS, kind_named
 from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority, quota_of_labels
-from koordqueue.jobs.placement import Written, written_role
+from koordqueue.jobs.placement import Written, pod_set_info, written_role
+from koordqueue.jobs.podrequest import pod_request
 
 Object = dict[str, Any]
 
@@ -86,6 +87,7 @@ class JobView:
     # may be more than the admission gave (raised since); () when not placed.
     live_counts: tuple[tuple[str, int], ...] = ()
     suspend_annotated: bool = False  # annotation scheduling.x-k8s.io/suspend "true" (see JobAdapter.is_suspended)
+    expected_runtime: str | None = None  # annotation koord-queue/expected-runtime, as written (forecaster.py)
 
     @property
     def key(self) -> str:
@@ -179,7 +181,15 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         finishes_once_resumed=finishes_once_resumed,
         live_counts=live,
         suspend_annotated=annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE,
+        expected_runtime=_text_or_none(annotations.get(c.ANNOTATION_EXPECTED_RUNTIME)),
     )
+
+
+def _text_or_none(value: object) -> str | None:
+    """An annotation's value as text; a tenant's non-string (never from a real API server) is kept as text."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)[:64]
 
 
 def priority_classes_changed(job: JobView, priority_classes: Mapping[str, int]) -> bool:
@@ -464,8 +474,23 @@ def bare_unit_info(unit: UnitView, queue_exists: Callable[[str, str], bool]) -> 
         attempts=unit.attempts,
         requeue_at=unit.requeue_at,
         invalid=invalid,
+        pod_sets=_pod_group_sets(unit) if invalid is None else (),
         held=state,
     )
+
+
+def _pod_group_sets(unit: UnitView) -> tuple[PodSetInfo, ...]:
+    """A pod group's unit (controller/podgroups.py, ours alone) is placed on nodes too, whole, as a
+    job's; any other bare unit by its quota alone, as Koord-Queue has it."""
+    if dict(unit.labels).get(c.LABEL_POD_GROUP_UNIT) != c.TRUE:
+        return ()
+    sets = unit.spec.get("podSet")
+    try:
+        return tuple(pod_set_info(str(ps.get("name") or "main"), int(ps.get("count") or 0),
+                                  pod_request(ps.get("template"), unit.key), ps.get("template") or {}, None, unit.key)
+                     for ps in sets if isinstance(ps, Mapping)) if isinstance(sets, list) else ()
+    except (InvalidObject, TypeError, ValueError):
+        return ()
 
 
 def _pod_set_demand(pod_sets: object) -> ResourceList | None:

@@ -37,7 +37,9 @@ from multidict import MultiMapping
 
 from koordqueue.api import constants as c
 from koordqueue.controller.access import AccessReviewer, Caller
+from koordqueue.controller.forecaster import forecast_fields
 from koordqueue.controller.views import UnitView, rfc3339
+from koordqueue.engine.forecast import UnitForecast
 from koordqueue.engine.model import Standing
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import KubeError, NotFound
@@ -150,8 +152,10 @@ def summary(name: str, items: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def item(unit_key: str, unit: UnitView | None, queue: str | None, quota: str | None, position: int | None,
-         priority: int | None) -> dict[str, Any]:
-    """One unit as Koord-Queue's visibility QueueUnit says it, with its position and priority."""
+         priority: int | None, forecast: UnitForecast | None = None) -> dict[str, Any]:
+    """One unit as Koord-Queue's visibility QueueUnit says it, with its position and priority;
+    a pending one with the leader's forecast of its start (expectedStart, expectedStartRange,
+    basis: forecaster.py), when there is one."""
     namespace, _, name = unit_key.partition("/")
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
     out: dict[str, Any] = {"metadata": meta, "queueName": (queue or "").partition("/")[2], "quotaName": quota or "",
@@ -167,6 +171,8 @@ def item(unit_key: str, unit: UnitView | None, queue: str | None, quota: str | N
         out["phase"] = unit.phase or c.Phase.ENQUEUED.value
         running, pending = unit.pod_state or (0, 0)
         out["podState"] = {"running": running, "pending": pending}
+    if position is not None and forecast is not None:
+        out.update(forecast_fields(forecast))
     return out
 
 
@@ -289,7 +295,8 @@ class VisibilityAPI:
         rows = self._queue_rows(controller, name) if plural == "queues" else self._quota_rows(controller, name)
         if rows is None:
             return 404, status(404, "NotFound", f'{plural}.{c.VISIBILITY_GROUP} "{name}" not found')
-        items = [item(key, units.get(key), queue, quota, position, priority)
+        forecaster = controller.forecaster
+        items = [item(key, units.get(key), queue, quota, position, priority, forecaster.of(key))
                  for key, queue, quota, position, priority in rows]
         phase = query.get("phase") or ""
         if phase:

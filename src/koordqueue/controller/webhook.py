@@ -37,9 +37,10 @@ from cryptography.hazmat.primitives import serialization
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import ResourceList, format_quantity
+from koordqueue.controller import gating
 from koordqueue.controller.certs import CertificateFiles, ServingCert, make_serving_cert, needs_rotation
 from koordqueue.controller.config import ControllerConfig
-from koordqueue.controller.resources import UNITS
+from koordqueue.controller.resources import NAMESPACES, UNITS
 from koordqueue.controller.unitsync import grown
 from koordqueue.jobs import adapter_for, kind_named
 from koordqueue.jobs.base import JobAdapter, enqueued_patch, merge_patches
@@ -60,6 +61,7 @@ MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
 CA_CHECK_SECONDS = 60.0
 MAX_CAS = 8  # CAs kept in a caBundle: one per replica, and some for restarts
+SELF_SUBJECT_REVIEWS = Resource("authentication.k8s.io", "v1", "selfsubjectreviews", namespaced=False)
 
 
 def json_patch_for(obj: Mapping[str, Any], merge: Mapping[str, Any], prefix: str = "") -> list[dict[str, Any]]:
@@ -119,6 +121,14 @@ def _adapter(request: Mapping[str, Any], job_kinds: frozenset[str]) -> JobAdapte
     group, version = kind.get("group", ""), kind.get("version", "")
     adapter = adapter_for(f"{group}/{version}" if group else version, str(kind.get("kind", "")))
     return adapter if adapter is not None and adapter.kind in job_kinds else None
+
+
+def _is_pod(request: Mapping[str, Any]) -> bool:
+    kind = request.get("kind") or {}
+    return isinstance(kind, Mapping) and kind.get("group", "") == "" and kind.get("kind") == c.POD_KIND
+
+
+NAMESPACE_TTL = 5.0
 
 
 def _answer(response: dict[str, Any]) -> dict[str, Any]:
@@ -253,6 +263,8 @@ class SuspendWebhook:
         self._ssl = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._runner: web.AppRunner | None = None
         self._keeper: asyncio.Task[None] | None = None
+        self._namespaces: dict[str, tuple[float, Mapping[str, str]]] = {}
+        self._username = ""
 
     async def start(self) -> None:
         self._load_certificate()
@@ -379,7 +391,10 @@ class SuspendWebhook:
     async def _handle(self, request: web.Request) -> web.Response:
         try:
             body = orjson.loads(await request.read())
-            answer = review(body, self.config.job_kinds, await self._owners(_request(body)))
+            if _is_pod(_request(body)):
+                answer = await self.gate(_request(body))
+            else:
+                answer = review(body, self.config.job_kinds, await self._owners(_request(body)))
         except (orjson.JSONDecodeError, ValueError) as e:
             return web.Response(status=400, text=f"bad AdmissionReview: {e}")
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
@@ -400,6 +415,11 @@ class SuspendWebhook:
         a running one (putting back the replicas an admission lowered in the same write)."""
         request = _request(body)
         response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+        if _is_pod(request):
+            said = await self._pod_refusal(request)
+            if said is not None:
+                response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": said})
+            return _answer(response)
         if request.get("subResource") == "scale":
             said = await self._scale_refusal(request) if request.get("operation") == "UPDATE" else None
             if said is not None:
@@ -429,6 +449,70 @@ class SuspendWebhook:
             return _answer(response)
         response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": message})
         return _answer(response)
+
+    async def gate(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A new pod of a managed workload (controller/gating.py) gets our scheduling gate and
+        our mark; any other pod passes unchanged. Never refuses."""
+        response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+        pod = request.get("object")
+        namespace = str(request.get("namespace") or "")
+        if request.get("operation") != "CREATE" or request.get("subResource") or not isinstance(pod, dict) \
+                or namespace in (*c.KUBE_SYSTEM_NAMESPACES, self.config.system_namespace) \
+                or gating.workload_of(pod) not in self.config.workload_kinds \
+                or (pod.get("spec") or {}).get("nodeName") or gating.is_ours(pod):
+            return _answer(response)
+        if not gating.opted_in(pod, None) and not gating.opted_in(pod, await self._namespace_labels(namespace)):
+            return _answer(response)
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(gating.gate_json_patch(pod))).decode()
+        return _answer(response)
+
+    async def _namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        """A namespace's labels, read at most every NAMESPACE_TTL seconds (a Deployment's pods come in bursts)."""
+        now = time.monotonic()
+        known = self._namespaces.get(namespace)
+        if known is not None and now - known[0] < NAMESPACE_TTL:
+            return known[1]
+        try:  # (listed by name: the chart's ClusterRole lists namespaces, never gets them)
+            listed = await self.client.list(NAMESPACES, field_selector=f"metadata.name={namespace}")
+            found = next(iter(listed.items), None) or {}
+            labels = (found.get("metadata") or {}).get("labels") or {}
+        except KubeError:
+            labels = {}
+        self._namespaces[namespace] = (now, labels if isinstance(labels, dict) else {})
+        return self._namespaces[namespace][1]
+
+    async def own_username(self) -> str:
+        """Who the controller is to the API server (a SelfSubjectReview): only it removes our gate."""
+        if not self._username:
+            try:
+                answer = await self.client.create(SELF_SUBJECT_REVIEWS, {
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+                self._username = str(((answer.get("status") or {}).get("userInfo") or {}).get("username") or "")
+            except KubeError as e:
+                log.warning("webhook: cannot learn our own user name (%s): gate removals are refused to all", e)
+        return self._username
+
+    async def _pod_refusal(self, request: Mapping[str, Any]) -> str | None:
+        """An update of a pod we gated by anyone but the controller: removing our gate (its pods
+        would run past the quota), our mark, or changing its Kueue pod group is refused."""
+        old, new = request.get("oldObject"), request.get("object")
+        if request.get("operation") != "UPDATE" or request.get("subResource") or not isinstance(old, dict) \
+                or not isinstance(new, dict) or not gating.is_ours(old):
+            return None
+        ungated = gating.gated(old) and not gating.gated(new)
+        unmarked = not gating.is_ours(new)
+        regrouped = gating.group_of(old).kueue_name != gating.group_of(new).kueue_name
+        if not (ungated or unmarked or regrouped):
+            return None
+        user = str((request.get("userInfo") or {}).get("username") or "")
+        if user and user == await self.own_username():
+            return None
+        meta = new.get("metadata") or {}
+        what = "remove its scheduling gate " + c.SCHEDULING_GATE if ungated else \
+            f"remove its label {c.LABEL_GATED_POD}" if unmarked else f"change its label {c.LABEL_KUEUE_POD_GROUP_NAME}"
+        return (f"pod {meta.get('namespace')}/{meta.get('name')} is queued by Koord-Queue (QueueUnit "
+                f"{gating.group_of(old).unit}): only the controller may {what}; it does so once the unit is admitted")
 
     async def _scale_refusal(self, request: Mapping[str, Any]) -> str | None:
         """What a scale-up of a running queued job through its kind's scale subresource (`kubectl
@@ -499,6 +583,18 @@ class SuspendWebhook:
 
 WEBHOOK_NAME = "jobs.koord-queue.koordinator.sh"
 VALIDATING_WEBHOOK_NAME = "validate-jobs.koord-queue.koordinator.sh"
+POD_WEBHOOK_NAME = "gate-pods.koord-queue.koordinator.sh"
+VALIDATING_POD_WEBHOOK_NAME = "validate-pods.koord-queue.koordinator.sh"
+
+
+def _pod_hook(name: str, client_config: dict[str, Any], operation: str, failure_policy: str,
+              namespace_selector: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The entry that sends pods to us (workloads queued by gate, controller/gating.py)."""
+    return {"name": name, "clientConfig": client_config,
+            "rules": [{"operations": [operation], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                       "scope": "Namespaced"}],
+            "namespaceSelector": dict(namespace_selector or {}), "admissionReviewVersions": ["v1"],
+            "sideEffects": "None", "failurePolicy": failure_policy, "timeoutSeconds": 5}
 
 
 def _rules(job_kinds: frozenset[str], operation: str) -> list[dict[str, Any]]:
@@ -519,11 +615,13 @@ def _rules(job_kinds: frozenset[str], operation: str) -> list[dict[str, Any]]:
 
 def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: frozenset[str],
                           failure_policy: str = "Ignore",
-                          namespace_selector: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                          namespace_selector: Mapping[str, Any] | None = None,
+                          workload_kinds: frozenset[str] = frozenset()) -> dict[str, Any]:
     """A MutatingWebhookConfiguration that sends new jobs of ``job_kinds`` to us
     (what `koord-queue up` registers; the Helm chart renders the same shape), in the
-    namespaces ``namespace_selector`` selects (controller/scope.py; None: all)."""
-    return {
+    namespaces ``namespace_selector`` selects (controller/scope.py; None: all); and new pods,
+    to be gated, when workloads are queued by gate (``workload_kinds``)."""
+    config: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
@@ -538,14 +636,20 @@ def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: f
             "timeoutSeconds": 5,
         }],
     }
+    if workload_kinds:
+        config["webhooks"].append(_pod_hook(POD_WEBHOOK_NAME, client_config, "CREATE", failure_policy,
+                                            namespace_selector))
+    return config
 
 
 def validating_webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: frozenset[str],
                                      failure_policy: str = "Ignore",
-                                     namespace_selector: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                                     namespace_selector: Mapping[str, Any] | None = None,
+                                     workload_kinds: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration that sends updates of jobs of ``job_kinds`` to us
-    (``client_config``: the mutating one's, its path VALIDATE_PATH)."""
-    return {
+    (``client_config``: the mutating one's, its path VALIDATE_PATH); and of pods, whose gate
+    only the controller may remove, when workloads are queued by gate."""
+    config: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": name},
@@ -560,3 +664,7 @@ def validating_webhook_configuration(name: str, client_config: dict[str, Any], j
             "timeoutSeconds": 5,
         }],
     }
+    if workload_kinds:
+        config["webhooks"].append(_pod_hook(VALIDATING_POD_WEBHOOK_NAME, client_config, "UPDATE", failure_policy,
+                                            namespace_selector))
+    return config

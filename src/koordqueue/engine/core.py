@@ -21,8 +21,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from koordqueue.engine import messages, views
+from koordqueue.engine import flavorsets, messages, views
 from koordqueue.engine.cycle import MAX_SCANS_PER_CYCLE, Cycle
+from koordqueue.engine.fairness import Fairness
 from koordqueue.engine.ledger import BLOCKED_WINDOW, Ledger, UnitRecord, UnitState, copy_unit
 from koordqueue.engine.model import (
     CycleResult,
@@ -54,7 +55,9 @@ class Engine:
         self._quotas: dict[str, QuotaInfo] = {}
         self._queues: dict[str, QueueInfo] = {}
         self._reasons: dict[str, str] = {}  # quota -> why it cannot be used (validation)
+        self._flavor_problems: dict[str, str] = {}  # parent quota -> what is wrong with its flavor order
         self._ledger = Ledger(config, self._quotas, self._queues, self._capacity)
+        self._fair = Fairness()  # usage history and budgets (fairness.py): inert unless asked for
 
     @property
     def _rebuild_needed(self) -> bool:
@@ -74,6 +77,7 @@ class Engine:
             return
         ledger = self._ledger
         self._quotas[quota.name] = quota
+        self._fair.planned = False
         ledger.removed_parents.pop(quota.name, None)
         if self._rebuild_needed or old is None or not _limits_only(old, quota) or quota.name in self._reasons:
             self._rebuild_needed = True
@@ -86,7 +90,7 @@ class Engine:
         # unit again. Its siblings' and its own units may find room (or lose it).
         tree = ledger.tree
         node = tree.nodes[quota.name]
-        tree.update(quota)
+        tree.update(self._fair.effective(quota))
         for upper in node.path:
             ledger.wake_node(upper)
         for leaf in tree.leaves_under(node.parent or tree.root):
@@ -98,6 +102,7 @@ class Engine:
         units keep their charge, at its nearest usable ancestor (``Ledger.charged_at``)."""
         removed = self._quotas.pop(name, None)
         if removed is not None:
+            self._fair.planned = False
             self._ledger.removed_parents[name] = removed.parent
             self._rebuild_needed = True
 
@@ -140,6 +145,7 @@ class Engine:
         controller in auto mode turns it on once it sees Koordinator's quotas."""
         if on != self._config.koordinator:
             self._config = replace(self._config, koordinator=on)
+            self._fair.planned = False
             self._ledger.config = self._config
             self._rebuild_needed = True
 
@@ -275,14 +281,64 @@ class Engine:
         result = CycleResult()
         ledger = self._ledger
         ledger.now = now
+        fair = self._fair
+        if fair.active or not fair.planned:
+            self._fairness(now)
         self._sync()
         self._expire(now)
         if ledger.stale:
             Cycle(ledger, now, result).run()
+        if fair.active:
+            fair.snapshot(ledger.tree)
         result.messages = ledger.changed
         ledger.changed = {}
         result.next_wakeup = self._next_wakeup(now)
         return result
+
+    # --- fairness over weeks (fairness.py) ------------------------------------------
+    def _fairness(self, now: float) -> None:
+        """Count usage up to ``now``, and give the quota tree the weights history gives
+        (once a minute); with no budget nor sharing by history, nothing."""
+        fair = self._fair
+        ledger = self._ledger
+        if not fair.planned:
+            fair.plan(self._quotas, self._config)
+            ledger.fair = fair if fair.active else None
+            if not fair.active:
+                return
+        fair.advance(now)
+        if ledger.rebuild_needed:
+            self._rebuild()
+        moved = fair.rescore(now, ledger.tree, self._quotas)
+        tree = ledger.tree
+        for name in moved:
+            node = tree.nodes.get(name)
+            if node is None or node.parent is None:
+                continue
+            tree.update(fair.effective(self._quotas[name]))
+            for upper in node.path:  # (queues whose runtime moves are scanned by ``_sync``)
+                ledger.wake_node(upper)
+
+    def usage_history(self) -> dict[str, object]:
+        """The usage history, JSON-able, for the shell to keep across restarts."""
+        return self._fair.history.dump()
+
+    def load_usage_history(self, data: object) -> str | None:
+        """Take back what ``usage_history`` gave before a restart; returns why not, if not."""
+        return self._fair.history.load(data)
+
+    def fairness_status(self) -> dict[str, dict[str, object]]:
+        """Per tracked quota: its decayed usage (resource-hours), effective weight, and
+        each budget's use within its window (resource-hours) and amount."""
+        fair = self._fair
+        out: dict[str, dict[str, object]] = {}
+        history = fair.history
+        for name in sorted(history.tracks):
+            budgets = {b.resource: {"used": history.in_window(name, b.resource) / 3.6e6, "amount": b.amount / 3.6e6,
+                                    "window": b.window} for b in fair.budgeted.get(name, ())}
+            out[name] = {"decayed": {r: v / 3.6e6 for r, v in history.decayed(name).items()},
+                         "weight": dict(fair.weights.get(name, {})), "budgets": budgets}
+        return out
 
     # --- derived state ----------------------------------------------------------
     def _sync(self) -> None:
@@ -303,14 +359,15 @@ class Engine:
         ledger.rebuild_needed = False
         self._reasons = validate_quotas(self._quotas)
         tree = QuotaTree(
-            [q for q in self._quotas.values() if q.name not in self._reasons], self._capacity,
+            [self._fair.effective(q) for q in self._quotas.values() if q.name not in self._reasons], self._capacity,
             self._config.oversell_rate, self._config.koordinator,
         )
         ledger.reset(tree, build_directory(self._quotas, self._queues, self._reasons))
+        ledger.flavorings, self._flavor_problems = flavorsets.build(tree, self._quotas)
         for key in sorted(self._queues):
             queue = self._queues[key]
             node = tree.nodes.get(queue.quota) if queue.quota is not None else None
-            if node is not None and node.info is not None and not node.info.is_parent:
+            if node is not None and node.info is not None and (not node.info.is_parent or node in ledger.flavorings):
                 ledger.new_queue(queue, node)
         bulk: dict[str, list[tuple[Entry, Shape]]] = {}
         tree.defer()
@@ -428,6 +485,11 @@ class Engine:
         if name is None or quota is None or quota.max_priority is None:
             return None
         return name, quota.max_priority
+
+    def flavor_problems(self) -> dict[str, str]:
+        """Parent quota name -> what is wrong with its flavors (a flavor order naming no flavor of it)."""
+        self._sync()
+        return dict(self._flavor_problems)
 
     def validation_errors(self) -> dict[str, str]:
         """Quota name -> why it cannot be used (validation.py); a unit asking for it is parked."""

@@ -28,7 +28,8 @@ from enum import Enum
 from itertools import islice
 from typing import NamedTuple
 
-from koordqueue.engine import waits
+from koordqueue.engine import flavors, waits
+from koordqueue.engine.fairness import budget_wait
 from koordqueue.engine.fit import Misfit, borrowing, first_misfit
 from koordqueue.engine.ledger import (
     BLOCKED_WINDOW,
@@ -234,10 +235,18 @@ class Cycle:
         record = self.units[entry.key]
         if scan.bar and self.below_bar(scan, record, least_asked):
             return Outcome.BELOW_BAR
-        # 4. It fits but would borrow: as in Kueue, admissions within runtime shares come
-        # first in a cycle, so that a borrower does not take what another quota is about to claim.
+        # 3b. A budget of a quota on its path would be exceeded within its window
+        # (koord-queue/budget): it waits until enough past use ages out (fairness.py).
+        if ledger.fair is not None and ledger.fair.budgeted and self.over_budget(state, record, shape):
+            heads.pop()
+            return Outcome.WAITS
+        # 4. Its quota has flavors: each is tried in turn (flavors.py).
+        if state.flavors is not None:
+            return Outcome[flavors.process(self, state, scan, head)]
         info = record.info
         leaf = state.leaf
+        # 5. It fits but would borrow: as in Kueue, admissions within runtime shares come
+        # first in a cycle, so that a borrower does not take what another quota is about to claim.
         misfit = first_misfit(leaf, info.request, info.priority, preemptible=info.preemptible)
         if misfit is None and not scan.borrows and borrowing(leaf, info.request):
             scan.borrows = True
@@ -246,26 +255,42 @@ class Cycle:
         record.protected = False
         placement: Placement | None = None
         if misfit is not None and not record.elastic:
-            # 5. It does not fit its quota (and cannot with fewer pods): room made by
+            # 6. It does not fit its quota (and cannot with fewer pods): room made by
             # preemption, else it waits.
             admit, placement, by_quota = self.preemptor.preempt_for(record, state, misfit)
             if not admit:
                 return self.wait(state, scan, record, shape,
                                  Attempt(False, None, misfit, None, None, None, None, by_quota))
         elif misfit is not None or (info.pod_sets and state.node_fit and self.room):
-            # 6. Its pods must fit on the nodes, or (elastic) fewer of them its quota: they
+            # 7. Its pods must fit on the nodes, or (elastic) fewer of them its quota: they
             # are placed, or fewer of them, or room is made by preemption; else it waits.
             tried = self.attempt(record, state, misfit)
             if not tried.admit:
                 return self.wait(state, scan, record, shape, tried)
             placement = tried.placement
-        # 7. Admitted; the next unit of its stream becomes a head.
+        # 8. Admitted; the next unit of its stream becomes a head.
         self.admit(record, state, placement)
         following = state.pending.next_of(shape)
         if following is not None:
             heads.push(following, shape)
         scan.admitted = True
         return Outcome.ADMITTED
+
+    def over_budget(self, state: QueueState, record: UnitRecord, shape: Shape) -> bool:
+        """Whether a budget holds ``record`` back; if so it is told why (and the rest of its
+        stream, which waits behind it), and its queue is scanned again when the budget frees up."""
+        ledger = self.ledger
+        assert ledger.fair is not None
+        held = budget_wait(ledger.fair, state.leaf, record.info, self.now)
+        if held is None:
+            return False
+        text, when = held
+        ledger.say(record, text)
+        for follower in state.pending.followers(shape, BLOCKED_WINDOW):
+            ledger.say(self.units[follower.key], text)
+        if when is not None:
+            ledger.retry_later(state, when)
+        return True
 
     def wait(self, state: QueueState, scan: Scan, record: UnitRecord, shape: Shape, tried: Attempt) -> Outcome:
         """A head that was not admitted, as ``process`` goes on: each guard ends in an outcome."""

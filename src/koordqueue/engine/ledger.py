@@ -19,12 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from operator import attrgetter
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import messages
 from koordqueue.engine.backoff import backoff_seconds
 from koordqueue.engine.fit import held_against_borrower
+from koordqueue.engine.flavorsets import Flavoring
+from koordqueue.engine.flavorsets import home as flavor_home
 from koordqueue.engine.model import (
     EngineConfig,
     Placement,
@@ -39,6 +41,9 @@ from koordqueue.engine.placement import NodeRoom, PlacementKey
 from koordqueue.engine.quotanode import Hold, QuotaNode
 from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
 from koordqueue.engine.tree import QuotaTree
+
+if TYPE_CHECKING:
+    from koordqueue.engine.fairness import Fairness
 
 # Units right behind a unit that waits are told why they wait (who blocks them, or the
 # same limit for the same request) when that changes, not when only the amounts in it
@@ -102,6 +107,8 @@ class QueueState:
     misfits_above: bool = False  # a unit of its last scan ran into a limit above its own quota
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
     key: str = field(init=False, default="")  # its Queue's key, kept (read on every turn)
+    # Its quota has flavors (flavors.py): its units are admitted into one of them.
+    flavors: Flavoring | None = None
 
     def __post_init__(self) -> None:
         self.key = self.info.key
@@ -168,10 +175,13 @@ class Ledger:
         # What ``resolve`` said under this directory, by what it reads of a unit.
         self.resolved: dict[tuple[str | None, str | None, str, str | None], Resolved | str] = {}
         self.qs: dict[str, QueueState] = {}
+        # Quotas with flavors (a parent, or a flavor itself) -> them; set by the Engine at a rebuild.
+        self.flavorings: Mapping[QuotaNode, Flavoring] = {}
         self.leaf_queues: dict[QuotaNode, list[QueueState]] = {}
         self.victims: dict[QuotaNode, list[tuple[float, str]]] = {}  # preemptible, by admission time
         self.borrowers: set[QuotaNode] = set()  # quotas using more than their runtime share
         self.used_by_name: dict[str, ResourceList] = {}
+        self.fair: Fairness | None = None  # budgets and usage history, when any (fairness.py)
         self.backoff: list[tuple[float, str]] = []  # (requeue_at, unit)
         self.retry: list[tuple[float, str]] = []  # (when, queue): a queue scanned again then
         self.retry_at: dict[str, float] = {}
@@ -197,6 +207,7 @@ class Ledger:
         self.directory = directory
         self.resolved = {}
         self.qs = {}
+        self.flavorings = {}
         self.leaf_queues = {}
         self.victims = {}
         self.borrowers = set()
@@ -235,6 +246,13 @@ class Ledger:
         state = self.qs.get(found.queue.key)
         if state is None:  # the quota's own queue, not (yet) set by the shell
             state = self.new_queue(found.queue, leaf)
+        if state.flavors is not None:
+            home = flavor_home(state.flavors, info)
+            if isinstance(home, str):
+                record.state = UnitState.PARKED
+                self.say(record, home)
+                return
+            leaf = home  # (its pending request counts at a leaf: the tree keeps demand there)
         record.node = leaf
         record.queue = state
         self.tree.add_pending(leaf, info.request, 1)
@@ -251,7 +269,7 @@ class Ledger:
         else:
             self.join(state, record)
         if previous is not UnitState.QUEUED or not record.message:
-            self.say(record, messages.queued(state.key, leaf.name, state.info.policy))
+            self.say(record, messages.queued(state.key, state.leaf.name, state.info.policy))
             self.tell_as_first(state, record)
 
     def detach(self, record: UnitRecord) -> None:
@@ -508,6 +526,12 @@ class Ledger:
         state = QueueState(queue, leaf, self.threshold(queue), self.node_fit(queue))
         self.qs[queue.key] = state
         self.leaf_queues.setdefault(leaf, []).append(state)
+        flavoring = self.flavorings.get(leaf)
+        if flavoring is not None:
+            state.flavors = flavoring
+            for flavor in flavoring.flavors:  # room or shares moving in a flavor concern it too
+                if flavor.node is not leaf:
+                    self.leaf_queues.setdefault(flavor.node, []).append(state)
         return state
 
     def node_fit(self, queue: QueueInfo) -> bool:

@@ -20,6 +20,7 @@ from koordqueue.api.constants import (
     DEFAULT_PRIORITY_THRESHOLD,
     DEFAULT_PROTECT_SECONDS,
     DEFAULT_TOPOLOGY_LEVELS,
+    DEFAULT_USAGE_HALF_LIFE_SECONDS,
     SYSTEM_NAMESPACE,
     TAINT_NO_SCHEDULE,
     TOLERATION_EQUAL,
@@ -156,6 +157,9 @@ class UnitInfo:
     invalid: str | None = None  # a reason the job itself is unusable (bad quantity, ...)
     pod_sets: tuple[PodSetInfo, ...] = ()  # its pods, for node fit; () : quota alone decides
     placement: Placement | None = None  # set with admitted_quota when placed (or admitted in part)
+    # How long it is expected to run (koord-queue/expected-runtime, else its maximum
+    # execution time): what a budget counts it for (history.py); None: unknown.
+    expected_runtime: float | None = None
     held: Held | None = None  # with ``invalid``: the state behind it, when it is one of these
 
     @property
@@ -181,6 +185,10 @@ class EngineConfig:
     # Beside koord-scheduler (it refuses a pod past its quota's runtime): runtime split by
     # Koordinator's rule, and no unit admitted past its quota's runtime (tree.py, fit.py).
     koordinator: bool = False
+    # The cluster's default for koord-queue/fair-sharing (a quota's annotation wins): share
+    # the spare capacity past min by usage history (docs/fairness.md); off, Koordinator's rule.
+    fair_sharing: bool = False
+    usage_half_life: float = DEFAULT_USAGE_HALF_LIFE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,12 @@ class Directory:
     # quota -> its own Queue in the system namespace, marked as Koord-Queue marks the Queues it
     # makes for a tree's quotas (annotation koord-queue/quota-fullname): where its units go
     own_queues: Mapping[str, QueueInfo] = field(default_factory=dict)
+    # Parent quotas with flavors (flavors.py): a job may be charged to them.
+    flavored: frozenset[str] = frozenset()
+
+    def takes_jobs(self, quota: QuotaInfo) -> bool:
+        """A quota jobs may name: one that is no parent, or a parent with flavors."""
+        return not quota.is_parent or quota.name in self.flavored
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +46,12 @@ def build_directory(
 ) -> Directory:
     living: dict[str, list[str]] = {}
     listing: dict[str, list[str]] = {}
+    flavored = frozenset(q.parent for q in quotas.values()
+                         if q.node_selector and not q.is_parent and q.parent is not None
+                         and q.parent in quotas and quotas[q.parent].is_parent)
     for quota in quotas.values():
-        if quota.is_parent:
+        # A job of the namespace goes to a parent with flavors, not to one of its flavors.
+        if (quota.is_parent and quota.name not in flavored) or (quota.node_selector and quota.parent in flavored):
             continue
         living.setdefault(quota.namespace, []).append(quota.name)
         for namespace in quota.namespaces:
@@ -58,6 +68,7 @@ def build_directory(
         quotas=quotas,
         queues=queues,
         invalid=invalid,
+        flavored=flavored,
         living_in={ns: tuple(sorted(names)) for ns, names in living.items()},
         # Of several quotas listing a namespace, those refused (one listing it already, as
         # koord-manager refuses the second) are no candidates; a lone one is, to say why not.
@@ -99,7 +110,7 @@ def resolve(unit: UnitInfo, directory: Directory) -> Resolved | str:
         return f"quota {name} not found"
     if name in directory.invalid:
         return f"quota {name} is not usable: {directory.invalid[name]}"
-    if quota.is_parent:
+    if not directory.takes_jobs(quota):
         return f"quota {name} is a parent quota; a job must use one of the quotas below it"
     if not bound(quota, unit.namespace):
         return f"quota {name} is not bound to namespace {unit.namespace} (it belongs to namespace {quota.namespace})"
@@ -123,7 +134,7 @@ def named_quota(unit: UnitInfo, directory: Directory) -> str | None:
     else:
         name = unit.quota_name or _by_namespace(unit.namespace, directory)[0]
     quota = directory.quotas.get(name) if name is not None else None
-    if quota is None or quota.is_parent or not bound(quota, unit.namespace):
+    if quota is None or not directory.takes_jobs(quota) or not bound(quota, unit.namespace):
         return None
     return quota.name
 
@@ -138,7 +149,7 @@ def _named_queue(unit: UnitInfo, directory: Directory) -> QueueInfo | None:
 def _by_namespace(namespace: str, directory: Directory) -> tuple[str | None, str]:
     """The quota a job that names none uses, or None and why there is none."""
     own = directory.quotas.get(namespace)
-    if own is not None and not own.is_parent and bound(own, namespace):
+    if own is not None and directory.takes_jobs(own) and bound(own, namespace):
         return own.name, ""
     for candidates, where in (
         (directory.living_in.get(namespace, ()), "live in"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from koordqueue.api.constants import QueuePolicy
-from koordqueue.engine import messages
+from koordqueue.engine import flavors, messages
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.ledger import Ledger, QueueState, UnitRecord, UnitState
 from koordqueue.engine.model import QuotaInfo, QuotaStatus, ResourceList, Standing, UnitInfo
@@ -124,6 +124,8 @@ def live_message(ledger: Ledger, record: UnitRecord, reasons: dict[tuple[Shape, 
         if state.info.policy == QueuePolicy.INTELLIGENT and record.info.priority < state.threshold:
             return messages.band_blocked(blocker.key, state.key, state.threshold)
         return messages.blocked(blocker.key, state.key, str(state.info.policy))
+    if state.flavors is not None:
+        return flavors.live_message(ledger, record, state)
     info = record.info
     protected = is_protected(ledger, record, state)
     key = (record.shape, info.priority, protected)

@@ -3,7 +3,9 @@
 Containers run together, so their requests add up; init containers run one at a time
 before them, so the pod needs the larger of the two; sidecars (init containers with
 ``restartPolicy: Always``) keep running, so they add to both. A resource with a limit
-but no request requests its limit. ``spec.overhead`` (the RuntimeClass's) comes on top.
+but no request requests its limit. ``spec.overhead`` (the RuntimeClass's) comes on top. A container asking for a share of a
+GPU in Koordinator's resources is counted as koord-manager's pod webhook rewrites it before
+koord-scheduler charges it (``as_koord_manager_writes``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from koordqueue.api.constants import (
+    KOORD_GPU,
+    KOORD_GPU_CORE,
+    KOORD_GPU_MEMORY_RATIO,
+    KOORD_GPU_SHARE_RESOURCES,
+    KOORD_GPU_SHARED,
+)
 from koordqueue.api.meta import InvalidObject, section
 from koordqueue.api.quantity import QuantityError, ResourceList, add, maximum, parse_resource_list
 
@@ -27,7 +36,7 @@ def pod_request(template: object, where: str) -> ResourceList:
         raise InvalidObject(f"{where}: template.spec.containers is empty; a pod needs at least one container")
     total: ResourceList = {}
     for index, container in enumerate(containers):
-        total = add(total, _container_request(container, f"{where}: containers[{index}]"))
+        total = add(total, as_koord_manager_writes(_container_request(container, f"{where}: containers[{index}]")))
     sidecars: ResourceList = {}
     init_peak: ResourceList = {}
     for index, container in enumerate(_containers(spec, "initContainers", where)):
@@ -39,6 +48,29 @@ def pod_request(template: object, where: str) -> ResourceList:
             init_peak = maximum(init_peak, add(request, sidecars))
     total = maximum(add(total, sidecars), init_peak)
     return add(total, _resources(spec.get("overhead"), f"{where}: template.spec.overhead"))
+
+
+def as_koord_manager_writes(request: ResourceList) -> ResourceList:
+    """A container's request as koord-manager's pod webhook (v1.8.0, DeviceResourceSpec: its
+    containers only, not init containers) leaves it, which is what koord-scheduler's
+    ElasticQuota plugin charges: ``koordinator.sh/gpu: N`` (percent of a GPU) becomes
+    ``gpu-core: N`` and ``gpu-memory-ratio: N``; ``gpu.shared`` (the GPUs shared), when not
+    asked, is 1, or the memory ratio / 100 when that is a multiple of 100 above 100 (a ratio
+    absent, the same of gpu-core, which the webhook reads from the ratio: 0)."""
+    if not any(name in request for name in KOORD_GPU_SHARE_RESOURCES):
+        return request
+    out = dict(request)
+    gpu = out.pop(KOORD_GPU, None)
+    if gpu is not None:
+        out[KOORD_GPU_CORE] = out[KOORD_GPU_MEMORY_RATIO] = gpu
+    if KOORD_GPU_SHARED not in out:
+        shared = 1
+        ratio, core = out.get(KOORD_GPU_MEMORY_RATIO), out.get(KOORD_GPU_CORE)
+        asked = ratio if ratio is not None else core
+        if asked is not None and asked // 1000 > 100 and (asked // 1000) % 100 == 0:
+            shared = (asked // 1000) // 100 if ratio is not None else 0
+        out[KOORD_GPU_SHARED] = shared * 1000
+    return out
 
 
 def _containers(spec: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:

@@ -32,7 +32,7 @@ from koordqueue.simcluster.kubelet import PODS, SimKubelet, now_rfc3339
 from koordqueue.simcluster.nodes import check_node_sizes, node_name, node_object
 from koordqueue.simcluster.operators import SimOperator, job_kinds
 from koordqueue.simcluster.training_webhook import OperatorWebhook
-from koordqueue.simcluster.workloads import DEPLOYMENTS, REPLICA_SETS, SimWorkloads
+from koordqueue.simcluster.workloads import DEPLOYMENTS, REPLICA_SETS, STATEFUL_SETS, SimWorkloads
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +112,12 @@ class SimCluster:
                                     self.record_events, self.workers, self.service_informer)
         if self.run_workloads and await self._served(DEPLOYMENTS) and await self._served(REPLICA_SETS):
             deployments, replica_sets = Informer(self.client, DEPLOYMENTS), Informer(self.client, REPLICA_SETS)
+            stateful_sets = Informer(self.client, STATEFUL_SETS) if await self._served(STATEFUL_SETS) else None
             self.workload_informers = [deployments, replica_sets]
+            if stateful_sets is not None:
+                self.workload_informers.append(stateful_sets)
             self.workloads = SimWorkloads(self.client, self.pod_informer, deployments, replica_sets,
-                                          self.background, self.record_events)
+                                          self.background, self.record_events, stateful_sets=stateful_sets)
         for informer in self._informers():
             informer.start()
         await asyncio.gather(*(informer.wait_synced(SYNC_TIMEOUT) for informer in self._informers()))

@@ -1,5 +1,7 @@
-"""The simulated Deployment and ReplicaSet controllers (kube-controller-manager's), enough for a
-Deployment to stand as it does on a cluster: its ReplicaSet, its pods, and its READY count.
+"""The simulated Deployment, ReplicaSet and StatefulSet controllers (kube-controller-manager's),
+enough for a Deployment to stand as it does on a cluster: its ReplicaSet, its pods, and its READY
+count; and for a StatefulSet: its pods `<name>-<ordinal>`, one at a time (OrderedReady) or all
+at once (Parallel), removed from the highest ordinal.
 
 A Deployment gets one ReplicaSet per pod template, `<deployment>-<pod-template-hash>`,
 with the Deployment's replica count; the ReplicaSets of earlier templates are scaled to 0
@@ -24,7 +26,7 @@ import orjson
 
 from koordqueue.api import constants as c
 from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.kube.errors import NotFound
+from koordqueue.kube.errors import AlreadyExists, NotFound
 from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
@@ -38,6 +40,7 @@ Object = dict[str, Any]
 Item = tuple[str, str]  # (kind, namespace/name)
 DEPLOYMENTS = Resource("apps", "v1", c.DEPLOYMENTS_PLURAL)
 REPLICA_SETS = Resource("apps", "v1", c.REPLICA_SETS_PLURAL)
+STATEFUL_SETS = Resource("apps", "v1", c.STATEFUL_SETS_PLURAL)
 EXPECTATION_TTL = 30.0  # seconds after which pod creations never seen are no longer waited for
 _SAFE = "bcdfghjklmnpqrstvwxz2456789"  # the characters of generated names (rand.SafeEncodeString)
 
@@ -76,22 +79,29 @@ class SimWorkloads:
         background: Background,
         record_events: bool = True,
         workers: int = 2,
+        stateful_sets: Informer[Object] | None = None,
     ) -> None:
         self.client = client
         self.pods = pods
         self.deployments = deployments
         self.replica_sets = replica_sets
+        self.stateful_sets = stateful_sets
         self.background = background
         self.recorders = {c.DEPLOYMENT_KIND: EventRecorder(client, c.DEPLOYMENT_CONTROLLER),
-                          c.REPLICA_SET_KIND: EventRecorder(client, c.REPLICA_SET_CONTROLLER)} \
+                          c.REPLICA_SET_KIND: EventRecorder(client, c.REPLICA_SET_CONTROLLER),
+                          c.STATEFUL_SET_KIND: EventRecorder(client, c.STATEFUL_SET_CONTROLLER)} \
             if record_events else {}
         self.workers = workers
         self.queue: WorkQueue[Item] = WorkQueue()
         self._expected: dict[str, tuple[int, float]] = {}  # ReplicaSet -> (pods created, not yet seen; since)
         self._tasks: list[asyncio.Task[None]] = []
         pods.on_add(self._on_pod_added)
-        pods.on_update(lambda _old, new: self._on_owned(new, c.REPLICA_SET_KIND))
-        pods.on_delete(lambda pod: self._on_owned(pod, c.REPLICA_SET_KIND))
+        pods.on_update(lambda _old, new: self._on_pod(new))
+        pods.on_delete(self._on_pod)
+        if stateful_sets is not None:
+            for handler in (stateful_sets.on_add, stateful_sets.on_delete):
+                handler(functools.partial(self._on, c.STATEFUL_SET_KIND))
+            stateful_sets.on_update(lambda _old, new: self._on(c.STATEFUL_SET_KIND, new))
         replica_sets.on_add(self._on_replica_set)
         replica_sets.on_update(lambda _old, new: self._on_replica_set(new))
         replica_sets.on_delete(self._on_replica_set)
@@ -120,6 +130,10 @@ class SimWorkloads:
         if ref is not None and ref.get("kind") == owner_kind and ref.get("apiVersion") == c.APPS_API_VERSION:
             self.queue.add((owner_kind, f"{obj['metadata'].get('namespace', '')}/{ref.get('name', '')}"))
 
+    def _on_pod(self, pod: Object) -> None:
+        self._on_owned(pod, c.REPLICA_SET_KIND)
+        self._on_owned(pod, c.STATEFUL_SET_KIND)
+
     def _on_pod_added(self, pod: Object) -> None:
         ref = controller_of(pod)
         if ref is not None and ref.get("kind") == c.REPLICA_SET_KIND:
@@ -129,7 +143,7 @@ class SimWorkloads:
                 self._expected[owner] = (count - 1, since)
             else:
                 self._expected.pop(owner, None)
-        self._on_owned(pod, c.REPLICA_SET_KIND)
+        self._on_pod(pod)
 
     def _on_replica_set(self, rs: Object) -> None:
         self._on(c.REPLICA_SET_KIND, rs)
@@ -143,6 +157,10 @@ class SimWorkloads:
             deployment = self.deployments.get(key)
             if deployment is not None and not is_deleting(deployment):
                 await self._sync_deployment(deployment)
+        elif kind == c.STATEFUL_SET_KIND:
+            sts = self.stateful_sets.get(key) if self.stateful_sets is not None else None
+            if sts is not None and not is_deleting(sts):
+                await self._sync_stateful_set(sts)
         else:
             rs = self.replica_sets.get(key)
             if rs is not None and not is_deleting(rs):
@@ -272,6 +290,59 @@ class SimWorkloads:
         if status != old_status:
             await self._write_status(REPLICA_SETS, rs, {"status": merge_patch(old_status, status)})
 
+    async def _sync_stateful_set(self, sts: Object) -> None:
+        """Pods `<name>-<ordinal>`: OrderedReady makes the next one only when every one before it
+        is Running and Ready, and removes from the highest ordinal, one at a time; Parallel makes
+        and removes all at once (kube-controller-manager's StatefulSet controller, without
+        revisions or volume claims)."""
+        meta, spec = sts["metadata"], sts.get("spec") or {}
+        name = meta["name"]
+        parallel = spec.get("podManagementPolicy") == "Parallel"
+        wanted = _replicas(sts)
+        pods = {pod["metadata"]["name"]: pod for pod in self._owned(self.pods, sts)}
+        live = {n: p for n, p in pods.items() if not is_deleting(p)}
+        for ordinal in range(wanted):
+            pod_name = f"{name}-{ordinal}"
+            if pod_name in pods:
+                if not parallel and not is_ready(pods[pod_name]):
+                    break
+                continue
+            await self._create_stateful_pod(sts, pod_name, ordinal)
+            if not parallel:
+                break
+        extra = sorted((n for n in live if _ordinal(n, name) >= wanted), key=lambda n: -_ordinal(n, name))
+        for pod_name in extra if parallel else extra[:1]:
+            await self._delete_pod(sts, live[pod_name])
+        ready = sum(1 for n, p in live.items() if _ordinal(n, name) < wanted and is_ready(p))
+        replicas = sum(1 for n in live if _ordinal(n, name) < wanted)
+        status: Object = {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready,
+                          "currentReplicas": replicas, "updatedReplicas": replicas,
+                          "observedGeneration": meta.get("generation", 1)}
+        old = sts.get("status") or {}
+        if any(old.get(k) != v for k, v in status.items()):
+            await self._write_status(STATEFUL_SETS, sts, {"status": status})
+
+    async def _create_stateful_pod(self, sts: Object, pod_name: str, ordinal: int) -> None:
+        meta = sts["metadata"]
+        template = (sts.get("spec") or {}).get("template") or {}
+        tmeta = template.get("metadata") or {}
+        labels = {**dict(tmeta.get("labels") or {}), c.LABEL_STATEFUL_SET_POD_NAME: pod_name,
+                  c.LABEL_POD_INDEX: str(ordinal)}
+        body: Object = {
+            "apiVersion": c.CORE_API_VERSION, "kind": c.POD_KIND,
+            "metadata": {"name": pod_name, "namespace": meta["namespace"], "labels": labels,
+                         "ownerReferences": [_owner(sts)]},
+            "spec": {**copy.deepcopy(template.get("spec") or {}), "hostname": pod_name},
+        }
+        if tmeta.get("annotations"):
+            body["metadata"]["annotations"] = dict(tmeta["annotations"])
+        try:
+            await self.client.create(PODS, body, namespace=meta["namespace"])
+        except (NotFound, AlreadyExists):
+            return
+        self._event(sts, c.EVENT_BATCH_SUCCESSFUL_CREATE,
+                    f"create Pod {pod_name} in StatefulSet {meta['name']} successful")
+
     def _creations_in_flight(self, key: str) -> bool:
         expected = self._expected.get(key)
         if expected is None:
@@ -319,6 +390,11 @@ class SimWorkloads:
         recorder = self.recorders.get(str(obj.get("kind")))
         if recorder is not None:
             self.background.spawn(recorder.record(obj, c.EventType.NORMAL, reason, message))
+
+
+def _ordinal(pod_name: str, sts_name: str) -> int:
+    tail = pod_name[len(sts_name) + 1:]
+    return int(tail) if pod_name.startswith(f"{sts_name}-") and tail.isdigit() else -1
 
 
 def _owner(obj: Object) -> Object:

@@ -52,6 +52,58 @@
       h("span", { class: "figures", "aria-hidden": "true" }, parts.join(" · ")));
   }
 
+  // Decayed usage per quota and resource, sampled as the overview streams in: the chart
+  // of each quota's recent history (kept in the page only, the last SAMPLES of it).
+  const SAMPLES = 120;
+  const decayedSeen = new Map();
+
+  function sparkline(points, label) {
+    const width = 120, height = 24;
+    const top = Math.max(...points, 1e-9);
+    const step = points.length > 1 ? width / (points.length - 1) : 0;
+    const path = points.map((v, i) => `${(i * step).toFixed(1)},${(height - (height * v) / top).toFixed(1)}`).join(" ");
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", label);
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("points", path);
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", "currentColor");
+    svg.append(line);
+    return svg;
+  }
+
+  function historyItems(quota) {
+    const history = quota.history;
+    if (!history) return [];
+    const items = [];
+    for (const [resource, hours] of Object.entries(history.decayed || {}).sort(([a], [b]) => resourceOrder(a, b))) {
+      const key = `${quota.name}/${resource}`;
+      const seen = decayedSeen.get(key) || [];
+      seen.push(hours);
+      if (seen.length > SAMPLES) seen.shift();
+      decayedSeen.set(key, seen);
+      const label = `${quota.name}, ${resource}: decayed usage ${hours.toFixed(1)} resource-hours`;
+      items.push(h("li", { class: "history", "data-history": resource },
+        h("span", { class: "rname" }, `${resource} history`), sparkline(seen, label),
+        h("span", { class: "figures" }, `decayed usage ${hours.toFixed(1)} h`)));
+    }
+    for (const [resource, use] of Object.entries(history.budgets || {}).sort(([a], [b]) => resourceOrder(a, b))) {
+      const label = `${quota.name}, ${resource}: budget ${use.used.toFixed(1)} of ${use.amount} resource-hours ` +
+        `in ${use.window / 3600} h`;
+      items.push(h("li", { class: "resource", "data-budget": resource },
+        h("span", { class: "rname" }, `${resource} budget`),
+        h("div", { class: "bar", role: "img", "aria-label": label, title: label },
+          h("span", { class: use.used > use.amount ? "over" : "used", style: { width: pct(use.used, use.amount) } })),
+        h("span", { class: "figures", "aria-hidden": "true" },
+          `${use.used.toFixed(1)} / ${use.amount} h in ${use.window / 3600} h`)));
+    }
+    return items;
+  }
+
   function quotaItem(quota, children, capacity) {
     const resources = Object.keys(quota.resources).sort(resourceOrder);
     const headingId = `quota-${quota.name}`;
@@ -64,7 +116,7 @@
         h("h3", { id: headingId }, quota.name, h("span", { class: "muted" }, notes.length ? ` (${notes.join(", ")})` : "")),
         quota.valid ? null : h("p", { class: "warning" }, `Not used: ${quota.reason}`),
         h("ul", { class: "resources", "aria-label": `Resources of ${quota.name}` },
-          resources.map((r) => resourceBar(quota.name, r, quota.resources[r], capacity)))),
+          resources.map((r) => resourceBar(quota.name, r, quota.resources[r], capacity)), historyItems(quota))),
       (children.get(quota.name) || []).length
         ? h("ul", { class: "tree" }, children.get(quota.name).map((child) => quotaItem(child, children, capacity)))
         : null);
@@ -119,13 +171,60 @@
           h("thead", {}, h("tr", {},
             h("th", { scope: "col" }, "Position"), h("th", { scope: "col" }, "QueueUnit"),
             h("th", { scope: "col" }, "Job"), h("th", { scope: "col" }, "Priority"),
-            h("th", { scope: "col" }, "Waiting"), h("th", { scope: "col" }, "Why it waits"))),
+            h("th", { scope: "col" }, "Waiting"), h("th", { scope: "col" }, "Expected start"),
+            h("th", { scope: "col" }, "Why it waits"))),
           h("tbody", {}, queue.pending.map((item) => h("tr", { "data-unit": item.unit },
             h("td", { class: "num" }, item.position), h("td", {}, unitButton(item.unit, "queue")),
             h("td", {}, item.job), h("td", { class: "num" }, item.priority),
-            h("td", { class: "num" }, formatAge(item.age)), h("td", { class: "message" }, item.message))))),
+            h("td", { class: "num" }, formatAge(item.age)),
+            h("td", { class: "forecast", title: item.forecast ?? "no forecast yet" }, formatStart(item, view.time)),
+            h("td", { class: "message" }, item.message))))),
+        timeline(queue, view.time),
         more > 0 ? h("p", { class: "muted" }, `… and ${more} more.`) : null);
     }));
+  }
+
+  // A forecast's span, as roughly as it is known: "25m", "1h10m", "3d".
+  function formatSpan(seconds) {
+    const m = Math.round(Math.max(0, seconds) / 60);
+    if (m < 120) return `${m}m`;
+    if (m < 48 * 60) return `${Math.floor(m / 60)}h${m % 60 ? `${m % 60}m` : ""}`;
+    return `${Math.round(m / 1440)}d`;
+  }
+
+  // The forecast of a pending unit (controller/forecaster.py): "in ~25m (10m–1h10m)", "never", "later".
+  function formatStart(item, now) {
+    if (!("startsAt" in item)) return "–";
+    if (item.startsAt === null) return item.basis === "never-fits" ? "never" : "later";
+    const [low, high] = item.rangeAt ?? [null, null];
+    const span = low !== null && high !== null
+      ? ` (${formatSpan(Math.max(0, low - now))}–${formatSpan(Math.max(0, high - now))})` : "";
+    return item.startsAt - now < 60 ? `now${span}` : `in ~${formatSpan(item.startsAt - now)}${span}`;
+  }
+
+  // A small timeline of the quota's queue: now on the left; above, each running unit's expected
+  // end; below, each listed unit's expected start (a mark; its range a band).
+  function timeline(queue, now) {
+    const items = queue.pending.filter((item) => item.startsAt !== undefined && item.startsAt !== null);
+    const running = queue.running || [];
+    if (!items.length) return null;
+    const end = Math.max(...items.map((item) => (item.rangeAt && item.rangeAt[1]) || item.startsAt),
+      ...running.map((r) => r.until), now + 60);
+    const at = (t) => `${(100 * Math.max(0, t - now) / (end - now)).toFixed(2)}%`;
+    const ends = running.map((r) => `${r.unit} ends in ~${formatSpan(r.until - now)}`);
+    return h("figure", { class: "timeline", "data-queue": queue.key },
+      h("figcaption", {}, `Forecast over the next ${formatSpan(end - now)}: ${running.length} running `
+        + `(their expected ends), ${items.length} to start`),
+      h("div", { class: "track running", role: "img", "aria-label": ends.join("; ") || "nothing running" },
+        ...running.map((r) => h("span", { class: "run", "data-unit": r.unit, title: `${r.unit}: expected to end in `
+          + `~${formatSpan(r.until - now)}`, style: { width: at(r.until) } }))),
+      h("div", { class: "track", role: "img",
+        "aria-label": items.map((item) => `${item.unit} ${formatStart(item, now)}`).join("; ") },
+        ...items.map((item) => h("span", { class: "band", "data-unit": item.unit, style: {
+          left: at(item.rangeAt?.[0] ?? item.startsAt),
+          width: `calc(${at(item.rangeAt?.[1] ?? item.startsAt)} - ${at(item.rangeAt?.[0] ?? item.startsAt)})` } })),
+        ...items.map((item) => h("span", { class: "mark", "data-unit": item.unit, title: `${item.unit}: ${item.forecast}`,
+          style: { left: at(item.startsAt) } }))));
   }
 
   function renderRecent(view) {
@@ -162,6 +261,9 @@
       return [title, h("p", {}, `It holds quota ${why.quota}: `, h("span", { id: "explain-why" }, why.message))];
     }
     const rows = [h("dt", {}, "Why"), h("dd", { id: "explain-why" }, why.message || "-")];
+    if (why.forecast) {
+      rows.push(h("dt", {}, "When"), h("dd", { id: "explain-when" }, why.forecast));
+    }
     if (why.queue) {
       const where = why.position ? `position ${why.position}` : "not in line (backing off or parked)";
       rows.push(h("dt", {}, "Queue"), h("dd", {}, `${why.queue}, quota ${why.quota}, ${where}, priority ${why.priority}`));

@@ -2,7 +2,7 @@
 Queues, units, nodes), runs a scheduling cycle when asked, and answers the views.
 
 Inputs are idempotent upserts; a change of quotas or queues rebuilds the derived state
-(the ledger, ledger.py) at the next cycle (rare), a change of a unit is applied at once
+(the ledger, ledger.py, by rebuild.py) at the next cycle (rare), a change of a unit is applied at once
 in O(log n). A cycle (cycle.py) only looks at *stale* queues: those whose pending units
 changed, or that wait on a node of the quota tree where room appeared, or whose runtime
 share moved, or whose time (back-off, protection of victims) came. Within a cycle
@@ -18,10 +18,9 @@ already applied to the engine's own state when ``schedule`` returns.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import replace
 
-from koordqueue.engine import flavorsets, messages, views
+from koordqueue.engine import timers, views
 from koordqueue.engine.cycle import MAX_SCANS_PER_CYCLE, Cycle
 from koordqueue.engine.fairness import Fairness
 from koordqueue.engine.ledger import BLOCKED_WINDOW, Ledger, UnitRecord, UnitState, copy_unit
@@ -37,9 +36,9 @@ from koordqueue.engine.model import (
     Standing,
     UnitInfo,
 )
-from koordqueue.engine.pending import Entry, Shape, shape_of
-from koordqueue.engine.tenancy import build_directory, named_quota
-from koordqueue.engine.tree import QuotaTree
+from koordqueue.engine.pending import Entry, shape_of
+from koordqueue.engine.rebuild import rebuild
+from koordqueue.engine.tenancy import named_quota
 from koordqueue.engine.validation import validate_quotas
 
 __all__ = ["BLOCKED_WINDOW", "DEFAULT_CONFIG", "MAX_SCANS_PER_CYCLE", "Engine", "copy_unit"]
@@ -208,7 +207,7 @@ class Engine:
             ledger.room.track(key, unit.pod_sets)
         starting = ledger.starting.get(key)
         if starting is not None and (unit.admitted_quota is None or starting != unit.admitted_queue):
-            ledger.not_starting(key)
+            ledger.starting.stop(key)
         if not ledger.rebuild_needed:
             ledger.attach(record, previous)
 
@@ -219,7 +218,7 @@ class Engine:
         record = ledger.units.pop(key, None)
         if record is not None:
             if key in ledger.starting:
-                ledger.not_starting(key)
+                ledger.starting.stop(key)
             ledger.detach(record)
             if record.info.pod_sets:
                 ledger.room.forget(key)
@@ -246,9 +245,9 @@ class Engine:
         info = record.info if record is not None else None
         before = ledger.starting.get(key)
         if running or info is None or info.admitted_quota is None or info.admitted_queue is None:
-            ledger.not_starting(key)
+            ledger.starting.stop(key)
         else:
-            ledger.now_starting(key, info.admitted_queue)
+            ledger.starting.start(key, info.admitted_queue)
         return ledger.starting.get(key) != before
 
     def revert_admission(self, key: str) -> None:
@@ -259,7 +258,7 @@ class Engine:
         record = ledger.units.get(key)
         if record is None or record.info.admitted_quota is None:
             return
-        ledger.not_starting(key)
+        ledger.starting.stop(key)
         if ledger.rebuild_needed:
             record.info.admitted_quota = record.info.admitted_queue = record.info.admitted_at = None
             record.info.placement = None
@@ -286,14 +285,14 @@ class Engine:
         if fair.active or not fair.planned:
             self._fairness(now)
         self._sync()
-        self._expire(now)
+        timers.expire(ledger, now)
         if ledger.stale:
             Cycle(ledger, now, result).run()
         if fair.active:
             fair.snapshot(ledger.tree)
         result.messages = ledger.changed
         ledger.changed = {}
-        result.next_wakeup = self._next_wakeup(now)
+        result.next_wakeup = timers.next_wakeup(ledger, now)
         return result
 
     # --- fairness over weeks (fairness.py) ------------------------------------------
@@ -331,15 +330,7 @@ class Engine:
     def fairness_status(self) -> dict[str, dict[str, object]]:
         """Per tracked quota: its decayed usage (resource-hours), effective weight, and
         each budget's use within its window (resource-hours) and amount."""
-        fair = self._fair
-        out: dict[str, dict[str, object]] = {}
-        history = fair.history
-        for name in sorted(history.tracks):
-            budgets = {b.resource: {"used": history.in_window(name, b.resource) / 3.6e6, "amount": b.amount / 3.6e6,
-                                    "window": b.window} for b in fair.budgeted.get(name, ())}
-            out[name] = {"decayed": {r: v / 3.6e6 for r, v in history.decayed(name).items()},
-                         "weight": dict(fair.weights.get(name, {})), "budgets": budgets}
-        return out
+        return views.fairness_status(self._fair)
 
     # --- derived state ----------------------------------------------------------
     def _sync(self) -> None:
@@ -355,85 +346,9 @@ class Engine:
                 ledger.touch(state)
 
     def _rebuild(self) -> None:
-        """Derive everything from the inputs again (after quotas or queues changed)."""
-        ledger = self._ledger
-        ledger.rebuild_needed = False
-        self._reasons = validate_quotas(self._quotas)
-        tree = QuotaTree(
-            [self._fair.effective(q) for q in self._quotas.values() if q.name not in self._reasons], self._capacity,
-            self._config.oversell_rate, self._config.koordinator,
-        )
-        ledger.reset(tree, build_directory(self._quotas, self._queues, self._reasons))
-        ledger.flavorings, self._flavor_problems = flavorsets.build(tree, self._quotas)
-        for key in sorted(self._queues):
-            queue = self._queues[key]
-            node = tree.nodes.get(queue.quota) if queue.quota is not None else None
-            if node is not None and node.info is not None and (not node.info.is_parent or node in ledger.flavorings):
-                ledger.new_queue(queue, node)
-        bulk: dict[str, list[tuple[Entry, Shape]]] = {}
-        tree.defer()
-        units = ledger.units
-        for record in units.values():
-            previous = record.state
-            record.state = UnitState.PARKED
-            record.queue = None
-            record.node = None
-            ledger.attach(record, previous, bulk=bulk)
-        removed = ledger.removed_parents
-        if removed:  # keep those still named by admitted units, and those between
-            kept: dict[str, str | None] = {}
-            for record in units.values():
-                current = record.info.admitted_quota
-                while current in removed and current not in kept:
-                    kept[current] = parent = removed[current]
-                    current = parent
-            ledger.removed_parents = kept
-        tree.settle()
-        for key, items in bulk.items():
-            ledger.qs[key].pending.load(items)
-        ledger.stale = set(ledger.qs)
-
-    def _expire(self, now: float) -> None:
-        """Back-offs that ended queue their units again; queues whose retry time came are scanned."""
-        ledger = self._ledger
-        backoff = ledger.backoff
-        while backoff and backoff[0][0] <= now:
-            when, key = heapq.heappop(backoff)
-            record = ledger.units.get(key)
-            if record is None or record.state is not UnitState.BACKOFF or record.info.requeue_at != when:
-                continue
-            state = record.queue
-            assert state is not None
-            record.state = UnitState.QUEUED
-            ledger.join(state, record)
-            assert record.node is not None
-            ledger.say(record, messages.queued(state.key, record.node.name, state.info.policy))
-            ledger.tell_as_first(state, record)
-        retry = ledger.retry
-        while retry and retry[0][0] <= now:
-            when, key = heapq.heappop(retry)
-            if ledger.retry_at.get(key) == when:
-                del ledger.retry_at[key]
-                state = ledger.qs.get(key)
-                if state is not None:
-                    ledger.touch(state)
-
-    def _next_wakeup(self, now: float) -> float | None:
-        ledger = self._ledger
-        if ledger.stale:
-            return now
-        backoff = ledger.backoff
-        while backoff:
-            when, key = backoff[0]
-            record = ledger.units.get(key)
-            if record is not None and record.state is UnitState.BACKOFF and record.info.requeue_at == when:
-                break
-            heapq.heappop(backoff)
-        retry = ledger.retry
-        while retry and ledger.retry_at.get(retry[0][1]) != retry[0][0]:
-            heapq.heappop(retry)
-        times = [heap[0][0] for heap in (backoff, retry) if heap]
-        return min(times) if times else None
+        """Derive everything from the inputs again (after quotas or queues changed; rebuild.py)."""
+        self._reasons, self._flavor_problems = rebuild(
+            self._ledger, self._quotas, self._queues, self._capacity, self._config, self._fair)
 
     # --- views --------------------------------------------------------------------
     def unit(self, key: str) -> UnitInfo | None:
@@ -464,12 +379,8 @@ class Engine:
         """The protect time, when the queued unit ``key`` could preempt for room but for
         its victims' protect time (by its last scan, or that of the first unit of its
         request); else None."""
-        ledger = self._ledger
         self._sync()
-        record = ledger.units.get(key)
-        if record is None or record.state is not UnitState.QUEUED or record.queue is None:
-            return None
-        return ledger.protect(views.is_protected(ledger, record, record.queue))
+        return views.protect_wait(self._ledger, key)
 
     def named_quota(self, info: UnitInfo) -> str | None:
         """The leaf quota ``info`` asks for, usable or not (``tenancy.named_quota``)."""
@@ -493,15 +404,7 @@ class Engine:
         charges it where it was admitted, not to its first flavor. None: its quota has no
         flavors, or no flavor's selector is among those labels."""
         self._sync()
-        record = self._ledger.units.get(key)
-        state = record.queue if record is not None else None
-        if state is None or state.flavors is None or placement is None:
-            return None
-        pinned = {label: value for _, _, chain in placement.domains for label, value in chain}
-        for flavor in state.flavors.flavors:
-            if all(pinned.get(label) == value for label, value in flavor.selector):
-                return flavor.node.name
-        return None
+        return views.flavor_of(self._ledger, key, placement)
 
     def flavor_problems(self) -> dict[str, str]:
         """Parent quota name -> what is wrong with its flavors (a flavor order naming no flavor of it)."""

@@ -473,7 +473,7 @@ class Cycle:
         record.pinned = not info.preemptible
         ledger.charge(record, 1, pending=True)
         self.admitted_now.add(record.key)
-        ledger.now_starting(record.key, state.key, touch=False)  # (its scan looks before the next unit)
+        ledger.starting.start(record.key, state.key, touch=False)  # (its scan looks before the next unit)
         record.message = ""
         ledger.changed.pop(record.key, None)
         # The placement decided, not the nodes guessed for a unit admitted on quota alone.

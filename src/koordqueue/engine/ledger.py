@@ -39,6 +39,7 @@ from koordqueue.engine.model import (
 from koordqueue.engine.pending import Entry, PendingQueue, Shape
 from koordqueue.engine.placement import NodeRoom, PlacementKey
 from koordqueue.engine.quotanode import Hold, QuotaNode
+from koordqueue.engine.starting import Starting
 from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
 from koordqueue.engine.tree import QuotaTree
 
@@ -195,11 +196,7 @@ class Ledger:
         # Queues whose units wait for room on the nodes, with the placements that failed for them.
         self.node_waiters: dict[str, dict[PlacementKey, NodeWait]] = {}
         self.room_grew = False  # since the waiters were last looked at
-        # Admitted units whose pods do not all run yet, with the key of the Queue they were
-        # admitted through, and the same by Queue in admission order: a Queue with
-        # koord-queue/wait-for-pods-running admits nothing more while it has one.
-        self.starting: dict[str, str] = {}
-        self.starting_in: dict[str, dict[str, None]] = {}
+        self.starting = Starting(self.pods_changed)  # admitted units whose pods do not all run yet
 
     def reset(self, tree: QuotaTree, directory: Directory) -> None:
         """Forget everything derived from quotas and queues (units are attached again after)."""
@@ -335,7 +332,7 @@ class Ledger:
         """Release the unit's quota (if any) and put it in back-off; return requeue_at."""
         info = record.info
         queue = self.queues.get(info.admitted_queue) if info.admitted_queue is not None else None
-        self.not_starting(record.key)
+        self.starting.stop(record.key)
         self.detach(record)
         info.admitted_quota = info.admitted_queue = info.admitted_at = None
         info.placement = None
@@ -425,28 +422,7 @@ class Ledger:
                 return
         self.borrowers.discard(node)
 
-    # --- units whose pods do not all run yet (wait-for-pods-running) ---------------
-    def now_starting(self, key: str, queue: str, touch: bool = True) -> None:
-        before = self.starting.get(key)
-        if before == queue:
-            return
-        if before is not None:
-            self.not_starting(key)
-        self.starting[key] = queue
-        self.starting_in.setdefault(queue, {})[key] = None
-        if touch:
-            self.pods_changed(queue)
-
-    def not_starting(self, key: str) -> None:
-        queue = self.starting.pop(key, None)
-        if queue is None:
-            return
-        units = self.starting_in[queue]
-        del units[key]
-        if not units:
-            del self.starting_in[queue]
-        self.pods_changed(queue)
-
+    # --- units whose pods do not all run yet (wait-for-pods-running, starting.py) ----
     def pods_changed(self, queue: str) -> None:
         """A unit of ``queue`` started or stopped waiting for its pods: scan it again if it waits for them."""
         state = self.qs.get(queue)
@@ -458,8 +434,7 @@ class Ledger:
         its Queue waits for them (koord-queue/wait-for-pods-running)."""
         if not state.info.wait_for_pods_running:
             return None
-        units = self.starting_in.get(state.key)
-        return next(iter(units)) if units else None
+        return self.starting.first(state.key)
 
     # --- which queues to scan -----------------------------------------------------
     def touch(self, state: QueueState, rescan: bool = True) -> None:

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import flavors, messages
-from koordqueue.engine.fairness import budget_wait
+from koordqueue.engine.fairness import Fairness, budget_wait
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.ledger import Ledger, QueueState, UnitRecord, UnitState
-from koordqueue.engine.model import QuotaInfo, QuotaStatus, ResourceList, Standing, UnitInfo
+from koordqueue.engine.model import Placement, QuotaInfo, QuotaStatus, ResourceList, Standing, UnitInfo
 from koordqueue.engine.pending import Shape
 from koordqueue.engine.placement import Unplaced
 
@@ -171,3 +171,38 @@ def _least(info: UnitInfo) -> tuple[ResourceList, dict[str, int]]:
             for name, amount in ps.request.items():
                 request[name] = request.get(name, 0) - (ps.count - ps.min_count) * amount
     return request, counts
+
+
+def protect_wait(ledger: Ledger, key: str) -> float | None:
+    """The protect time, when the queued unit ``key`` could preempt for room but for its
+    victims' protect time; else None (``Engine.protect_wait``)."""
+    record = ledger.units.get(key)
+    if record is None or record.state is not UnitState.QUEUED or record.queue is None:
+        return None
+    return ledger.protect(is_protected(ledger, record, record.queue))
+
+
+def flavor_of(ledger: Ledger, key: str, placement: Placement | None) -> str | None:
+    """The flavor whose selector is among the node labels ``placement`` pinned, for a unit of
+    a quota with flavors (``Engine.flavor_of``)."""
+    record = ledger.units.get(key)
+    state = record.queue if record is not None else None
+    if state is None or state.flavors is None or placement is None:
+        return None
+    pinned = {label: value for _, _, chain in placement.domains for label, value in chain}
+    for flavor in state.flavors.flavors:
+        if all(pinned.get(label) == value for label, value in flavor.selector):
+            return flavor.node.name
+    return None
+
+
+def fairness_status(fair: Fairness) -> dict[str, dict[str, object]]:
+    """Per tracked quota: decayed usage, weight and budgets, in resource-hours (``Engine.fairness_status``)."""
+    out: dict[str, dict[str, object]] = {}
+    history = fair.history
+    for name in sorted(history.tracks):
+        budgets = {b.resource: {"used": history.in_window(name, b.resource) / 3.6e6, "amount": b.amount / 3.6e6,
+                                "window": b.window} for b in fair.budgeted.get(name, ())}
+        out[name] = {"decayed": {r: v / 3.6e6 for r, v in history.decayed(name).items()},
+                     "weight": dict(fair.weights.get(name, {})), "budgets": budgets}
+    return out

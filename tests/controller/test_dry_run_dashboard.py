@@ -66,7 +66,7 @@ async def test_the_dashboards_dry_run_answers_as_explain_f_does_and_creates_noth
         for answer in (dry, told):
             assert abs(epoch(answer[c.EXPECTED_START_FIELD]) - (admitted_at + 1800)) <= 2
             assert [abs(epoch(t) - e) <= 2 for t, e in zip(answer[c.EXPECTED_START_RANGE_FIELD],
-                                                         (admitted_at + 900, admitted_at + 3600))] == [True] * 2
+                                                         (admitted_at + 900, admitted_at + 3600), strict=True)] == [True] * 2
             assert abs(answer["startsAt"] - (admitted_at + 1800)) <= 2
             assert answer["basis"] == c.BASIS_ANNOTATION
             assert answer["forecast"].startswith("expected to start in about ")

@@ -75,7 +75,7 @@ def load_manifests(text: str, max_bytes: int) -> list[Any]:
     try:
         docs = []
         while loader.check_data():  # type: ignore[no-untyped-call]
-            docs.append(loader.get_data())  # type: ignore[no-untyped-call]
+            docs.append(loader.get_data())
         return docs
     except yaml.YAMLError:
         raise

@@ -95,3 +95,33 @@ async def test_the_dashboards_dry_run_answers_as_explain_f_does_and_creates_noth
 
         assert (await names(system, "pytorchjobs"), await names(system, "queueunits")) == (jobs_before, units_before)
         assert await system.phase("second-py-qu") == c.Phase.ENQUEUED  # the live engine untouched
+
+
+async def test_at_most_max_dry_runs_run_at_once_and_one_more_is_told_to_come_back() -> None:
+    """Each dry run clones the engine and plays the forecast: a few at once, the next one 429."""
+    from koordqueue.controller.dashboard import MAX_DRY_RUNS, Dashboard
+
+    release, started = asyncio.Event(), asyncio.Queue[str]()
+
+    class Leader:
+        sync_done = True
+
+        async def dry_run(self, obj: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+            await started.put(where)
+            await release.wait()
+            return {"unit": where}
+
+    dashboard = Dashboard(lambda: Leader(), "127.0.0.1", 0)  # type: ignore[arg-type,return-value]
+    await dashboard.start()
+    try:
+        manifest = yaml.safe_dump(pytorch_job("fourth"))
+        slow = [asyncio.create_task(post(dashboard.port, manifest)) for _ in range(MAX_DRY_RUNS)]
+        for _ in range(MAX_DRY_RUNS):
+            await asyncio.wait_for(started.get(), 10)
+        code, busy = await post(dashboard.port, manifest)
+        assert code == 429 and f"{MAX_DRY_RUNS} dry runs are under way" in busy["message"]
+        release.set()
+        assert [await task for task in slow] == [(200, {"unit": "PyTorchJob/default/fourth"})] * MAX_DRY_RUNS
+        assert (await post(dashboard.port, manifest))[0] == 200  # the places are given back
+    finally:
+        await dashboard.stop()

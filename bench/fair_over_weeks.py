@@ -31,6 +31,14 @@ HOUR = 3600
 DAY = 24 * HOUR
 WEEKS = 4
 GPU = "nvidia.com/gpu"
+MIN_GPU = int(__import__("os").environ.get("MIN_GPU", "0"))
+STEADY_GPUS = int(__import__("os").environ.get("STEADY_GPUS", "1"))
+BURST_GPUS = int(__import__("os").environ.get("BURST_GPUS", "2"))
+RUNTIMES = [h * HOUR for h in (1, 2, 3, 4)]
+STEADY_DAY = float(__import__("os").environ.get("STEADY_DAY", "0.5"))
+STEADY_NIGHT = float(__import__("os").environ.get("STEADY_NIGHT", "1.5"))
+BURST_JOBS = int(__import__("os").environ.get("BURST_JOBS", "250"))
+BURST_DAYS = float(__import__("os").environ.get("BURST_DAYS", "1"))
 
 HEADER = """\
 # Fair sharing by usage history over four weeks (docs/fairness.md): one bursty team and
@@ -76,14 +84,16 @@ def build() -> dict[str, Any]:
     jobs: list[dict[str, Any]] = []
     at, index = 0.0, 0
     while at < WEEKS * 7 * DAY:
-        jobs.append({"at": round(at), "runtime": 4 * HOUR, "manifest": _job("steady", index, 2)})
+        hour = (at % DAY) / HOUR
+        busy = 8 <= hour < 20  # office hours: more submissions
+        jobs.append({"at": round(at), "runtime": rng.choice(RUNTIMES), "manifest": _job("steady", index, STEADY_GPUS)})
         index += 1
-        at += rng.expovariate(1 / (1.5 * HOUR))
+        at += rng.expovariate(1 / ((STEADY_DAY if busy else STEADY_NIGHT) * HOUR))
     index = 0
     for week in (0, 2):
-        for _ in range(60):
-            start = week * 7 * DAY + rng.uniform(0, DAY)
-            jobs.append({"at": round(start), "runtime": 8 * HOUR, "manifest": _job("bursty", index, 4)})
+        for _ in range(BURST_JOBS):
+            start = week * 7 * DAY + rng.uniform(0, BURST_DAYS * DAY)
+            jobs.append({"at": round(start), "runtime": rng.choice(RUNTIMES), "manifest": _job("bursty", index, BURST_GPUS)})
             index += 1
     jobs.sort(key=lambda job: job["at"])
     return {
@@ -91,8 +101,8 @@ def build() -> dict[str, Any]:
         "objects": [
             _quota("research", None, 16, 16, {ANNOTATION_FAIR_SHARING: "usage-history",
                                               "koord-queue/usage-half-life": "168h"}, is_parent=True),
-            _quota("steady", "research", 4, 16),
-            _quota("bursty", "research", 4, 16),
+            _quota("steady", "research", MIN_GPU, 16),
+            _quota("bursty", "research", MIN_GPU, 16),
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "steady"}},
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bursty"}},
         ],
@@ -135,7 +145,10 @@ def main() -> None:
         TRACE.write_text(HEADER + yaml.safe_dump(document, sort_keys=False, width=200))
         print(f"wrote {TRACE} ({len(document['jobs'])} jobs)")
         return
-    document = yaml.safe_load(TRACE.read_text())
+    document = yaml.safe_load(TRACE.read_text()) if not __import__("os").environ.get("FRESH") else build()
+    if __import__("os").environ.get("U0"):
+        import koordqueue.engine.fairness as fairness
+        fairness.U0 = float(__import__("os").environ["U0"])
     results = {"off": simulate(parse_trace(_off(document))), "on": simulate(parse_trace(document))}
     print("| history | team | jobs | admitted | mean wait (h) | preemptions | team GPU-hours |")
     print("|---|---|---|---|---|---|---|")

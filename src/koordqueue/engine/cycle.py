@@ -50,9 +50,10 @@ MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most
 _Held = dict[tuple[str, int, bool], int]
 """What a queue's holds at one node keep: (resource, priority, ripe) -> amount."""
 
-_Turn = tuple[int, bool, float, str, int, int]
-"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version,
-the ledger's charges then: when they are the same at its turn, its share is too)."""
+_Turn = tuple[int, bool, float, int, str, int, int]
+"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, -its effective
+weight under fair sharing by history (0 without: ``tie``), key, version, the ledger's
+charges then: when they are the same at its turn, its share is too)."""
 
 
 @dataclass(slots=True)
@@ -141,7 +142,7 @@ class Cycle:
                 if state is not None:
                     self.push(state)
             while heap:
-                _, _, last_share, key, version, charges = heapq.heappop(heap)
+                _, _, last_share, _, key, version, charges = heapq.heappop(heap)
                 state = self.qs[key]
                 if version != state.version:
                     continue
@@ -158,8 +159,18 @@ class Cycle:
         state.version += 1
         scan = self.scans.get(state.key)
         borrows = scan is not None and scan.borrows
-        heapq.heappush(self.heap, (-state.info.priority, borrows, share(state.leaf), state.key, state.version,
-                                   self.ledger.charges))
+        heapq.heappush(self.heap, (-state.info.priority, borrows, share(state.leaf), self.tie(state.leaf), state.key,
+                                   state.version, self.ledger.charges))
+
+    def tie(self, leaf: QuotaNode) -> int:
+        """Between quotas equally far into their runtime shares (none used yet, say), the
+        one that used less lately, for its weight, goes first: minus its effective weight
+        under fair sharing by history (fairness.py); 0 for every quota without it."""
+        fair = self.ledger.fair
+        if fair is None or not fair.weights:
+            return 0
+        weight = fair.weights.get(leaf.name)
+        return -max(weight.values(), default=0) if weight else 0
 
     def touch(self, state: QueueState, rescan: bool) -> None:
         """The ledger's ``touch`` within a cycle: give the queue another turn, or scan it

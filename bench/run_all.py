@@ -56,6 +56,7 @@ LEFT_OUT = {
     "greedy_sim.py": "the yardstick sim_speed.py runs, not a benchmark",
     "harness.py": "the processes the whole-system benchmarks start, not a benchmark",
     "run_all.py": "this file",
+    "engine_flavors.py": "an A/B pair (--flavors 3 against --flavors 0) run alternating, as bench/RESULTS.md says",
 }
 
 

@@ -58,8 +58,8 @@ def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: P
     info.placement = placement
     engine.set_unit(capped(engine, info))
     standing = engine.standing(info.key)
-    info.admitted_quota = (standing.quota if standing and standing.quota else None) or engine.named_quota(info) \
-        or UNRESOLVED
+    info.admitted_quota = engine.flavor_of(info.key, placement) or \
+        (standing.quota if standing and standing.quota else None) or engine.named_quota(info) or UNRESOLVED
     info.admitted_queue = standing.queue if standing else None
     info.admitted_at = since
     engine.set_unit(info)

@@ -245,6 +245,11 @@ class Ledger:
         state = self.qs.get(found.queue.key)
         if state is None:  # the quota's own queue, not (yet) set by the shell
             state = self.new_queue(found.queue, leaf)
+        if state.flavors is None and leaf.children:  # (a parent whose flavors are all unusable)
+            record.state = UnitState.PARKED
+            self.say(record, f"quota {leaf.name} is a parent quota with no usable flavor; a job must use one "
+                             "of the quotas below it")
+            return
         if state.flavors is not None:
             home = flavor_home(state.flavors, info)
             if isinstance(home, str):

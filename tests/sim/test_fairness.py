@@ -45,8 +45,8 @@ def test_history_on_shortens_the_steady_teams_wait_at_the_same_gpu_hours() -> No
     of the GPUs and the first turns when they free up: its mean wait falls by more than
     half (0.12 h to 0.05 h), the bursty team's rises (79.9 h to 81.9 h), and what the
     quotas hold (work done, plus runs cut short by reclaim) stays within 1 % of history
-    off (+0.6 %). Before the turns were ordered by effective weight too, and on the old
-    trace (mins of 4, 8-hour jobs), history on changed nothing."""
+    off (+0.6 %). On the trace before this one (mins of 4, 8-hour jobs) history on
+    changed nothing, and the first two assertions failed."""
     document = _trace("fair-over-weeks.yaml")
     off = yaml.safe_load(yaml.safe_dump(document))
     off["objects"][0]["metadata"]["annotations"][ANNOTATION_FAIR_SHARING] = FAIR_SHARING_NONE

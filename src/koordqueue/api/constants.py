@@ -640,6 +640,8 @@ STATEFUL_SET_CONTROLLER = "statefulset-controller"
 LABEL_STATEFUL_SET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # the StatefulSet controller's, on its pods
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet
+LABEL_LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"  # which of its groups (leader + workers)
+ANNOTATION_LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"  # the pods of one group
 # The chart's extension.<name> switches of the workloads queued by gate (controller/gating.py).
 WORKLOAD_POD = "pod"
 WORKLOAD_DEPLOYMENT = "deployment"

@@ -29,7 +29,8 @@ from koordqueue.api.fairness import Budget
 from koordqueue.engine.history import LN2, MINUTE, UsageHistory
 from koordqueue.engine.messages import _duration, _q
 from koordqueue.engine.model import EngineConfig, QuotaInfo, ResourceList, UnitInfo
-from koordqueue.engine.tree import ROOT, QuotaNode, QuotaTree
+from koordqueue.engine.quotanode import ROOT, QuotaNode
+from koordqueue.engine.tree import QuotaTree
 
 SCALE = 1000  # the largest effective weight among siblings
 U0 = 0.1  # a child with no history weighs as one that used 10 % of its parent

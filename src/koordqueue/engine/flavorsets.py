@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from koordqueue.engine.model import PodSetInfo, QuotaInfo, Requirement, UnitInfo
-from koordqueue.engine.tree import QuotaNode, QuotaTree
+from koordqueue.engine.quotanode import QuotaNode
+from koordqueue.engine.tree import QuotaTree
 
 Selector = tuple[tuple[str, str], ...]
 

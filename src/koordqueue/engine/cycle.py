@@ -29,7 +29,6 @@ from itertools import islice
 from typing import NamedTuple
 
 from koordqueue.engine import flavors, waits
-from koordqueue.engine.fairness import budget_wait
 from koordqueue.engine.fit import Misfit, borrowing, first_misfit
 from koordqueue.engine.ledger import (
     BLOCKED_WINDOW,
@@ -248,8 +247,8 @@ class Cycle:
         if scan.bar and self.below_bar(scan, record, least_asked):
             return Outcome.BELOW_BAR
         # 3b. A budget of a quota on its path would be exceeded within its window
-        # (koord-queue/budget): it waits until enough past use ages out (fairness.py).
-        if ledger.fair is not None and ledger.fair.budgeted and self.over_budget(state, record, shape):
+        # (koord-queue/budget): it waits until enough past use ages out (fairness.py, waits.py).
+        if ledger.fair is not None and ledger.fair.budgeted and waits.over_budget(ledger, state, record, shape, self.now):
             heads.pop()
             return Outcome.WAITS
         # 4. Its quota has flavors: each is tried in turn (flavors.py).
@@ -287,22 +286,6 @@ class Cycle:
             heads.push(following, shape)
         scan.admitted = True
         return Outcome.ADMITTED
-
-    def over_budget(self, state: QueueState, record: UnitRecord, shape: Shape) -> bool:
-        """Whether a budget holds ``record`` back; if so it is told why (and the rest of its
-        stream, which waits behind it), and its queue is scanned again when the budget frees up."""
-        ledger = self.ledger
-        assert ledger.fair is not None
-        held = budget_wait(ledger.fair, state.leaf, record.info, self.now)
-        if held is None:
-            return False
-        text, when = held
-        ledger.say(record, text)
-        for follower in state.pending.followers(shape, BLOCKED_WINDOW):
-            ledger.say(self.units[follower.key], text)
-        if when is not None:
-            ledger.retry_later(state, when)
-        return True
 
     def wait(self, state: QueueState, scan: Scan, record: UnitRecord, shape: Shape, tried: Attempt) -> Outcome:
         """A head that was not admitted, as ``process`` goes on: each guard ends in an outcome."""

@@ -12,9 +12,20 @@ from __future__ import annotations
 import math
 
 from koordqueue.engine import messages
+from koordqueue.engine.fairness import budget_wait
 from koordqueue.engine.fit import Misfit, borrowing, headroom
-from koordqueue.engine.ledger import Ledger, NodeWait, QueueState, Reason, UnitRecord, UnitState, has_room
+from koordqueue.engine.ledger import (
+    BLOCKED_WINDOW,
+    Ledger,
+    NodeWait,
+    QueueState,
+    Reason,
+    UnitRecord,
+    UnitState,
+    has_room,
+)
 from koordqueue.engine.model import ResourceList
+from koordqueue.engine.pending import Shape
 from koordqueue.engine.placement import PlacementKey, Unplaced
 from koordqueue.engine.quotanode import Hold
 
@@ -153,3 +164,19 @@ def _kind(unplaced: object) -> tuple[object, ...]:
     if not isinstance(unplaced, Unplaced):
         return ()
     return (unplaced.pod_set, unplaced.asked, unplaced.resource, bool(unplaced.shut_out), unplaced.level)
+
+
+def over_budget(ledger: Ledger, state: QueueState, record: UnitRecord, shape: Shape, now: float) -> bool:
+    """Whether a budget holds ``record`` back; if so it is told why (and the rest of its
+    stream, which waits behind it), and its queue is scanned again when the budget frees up."""
+    assert ledger.fair is not None
+    held = budget_wait(ledger.fair, state.leaf, record.info, now)
+    if held is None:
+        return False
+    text, when = held
+    ledger.say(record, text)
+    for follower in state.pending.followers(shape, BLOCKED_WINDOW):
+        ledger.say(ledger.units[follower.key], text)
+    if when is not None:
+        ledger.retry_later(state, when)
+    return True

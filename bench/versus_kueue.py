@@ -10,8 +10,9 @@ built from its Go module (e2e/kueue, sigs.k8s.io/kueue v0.17.0):
    config, against its minimal manager (minimalkueue) started by us on the same
    kube-apiserver. Its summary: wall, quota usage, time to admission per class,
    checked against its rangespec.
-2. Like for like, alternating A/B (ours, Kueue, Kueue, ours, ...), each run on a
-   fresh cluster of the same build: one generator (ours, this process) creates the
+2. Like for like, in pairs (a pair: one run of each runner; the order reversed every
+   other pair: ours, Kueue tuned, Kueue as shipped, the floor, then the floor first ...),
+   each run on a fresh cluster of the same build: one generator (ours, this process) creates the
    same stream of suspended batch Jobs (or PyTorchJobs: --kind) at Kueue's pacing (the baseline shape: per
    queue 350 small, 100 medium, 50 large; 5 x 6 queues), each Job labelled for
    Kueue's LocalQueue or annotated for our quota; Kueue runs as cmd/kueue with its
@@ -24,7 +25,19 @@ built from its Go module (e2e/kueue, sigs.k8s.io/kueue v0.17.0):
    identity (a client certificate in system:masters); kube-apiserver's audit log
    records each one's requests, and nothing else's.
 
-Figures, the same code for both: wall from the first Job's creation to the last
+The runners, all with Kueue's baseline preemption settings (within a ClusterQueue by priority,
+reclaim within a cohort; ours: Queues preempting lower priority within a quota, no protection
+time, a parent's lent quota reclaimed as always):
+- `ours`: `koord-queue controller` (16 job workers, client 5000/10000);
+- `kueue`: Kueue tuned as its Configuration reference allows
+  (https://kueue.sigs.k8s.io/docs/reference/kueue-config.v1beta2/): `controller.groupKindConcurrency`
+  of its job reconciler (Job.batch) = ours' 16 workers, `clientConnection.qps`/`burst` = ours;
+- `kueue_default`: Kueue as shipped (5 workers per reconciler, client 50/100);
+- `floor`: bench/floor.py, a per-quota counter, FIFO, no policies: what the control plane allows.
+Every ratio of the headline is computed within a pair; the table gives each figure's mean and
+its spread (min-max) across pairs.
+
+Figures, the same code for all: wall from the first Job's creation to the last
 Job seen Complete; time to admission from a Job's creation to the generator's watch
 seeing it unsuspended (and, second, to the system's own record of admission: a
 Workload's QuotaReserved, a QueueUnit holding quota); quota usage as Kueue's test
@@ -38,6 +51,8 @@ every Job Complete.
     .venv/bin/python bench/versus_kueue.py                 # the whole thing (about 30 minutes)
     .venv/bin/python bench/versus_kueue.py --divisor 10    # 1/10 of the jobs per queue
     .venv/bin/python bench/versus_kueue.py --no-perf --rounds 1 --json
+    .venv/bin/python bench/versus_kueue.py --divisor 10 --rounds 3 --no-perf   # the headline at 1/10
+    ... --systems ours,floor                                # some runners only
     KOORD_QUEUE_TOOLS=/work/main/.tools ...                # binaries built elsewhere
 """
 

@@ -39,9 +39,12 @@ MUTATORS: dict[str, frozenset[str]] = {
                          "set_koordinator"}),
     "nodes": frozenset({"set_node", "remove_node", "set_node_usage"}),
     "cycle": frozenset({"schedule"}),
+    # what the engine has learnt over time, given back after a restart
+    "history": frozenset({"load_usage_history"}),
 }
 VIEWS = frozenset({"unit", "standing", "quota_status", "queue_positions", "protect_wait", "named_quota",
-                   "priority_cap", "validation_errors", "node_free", "koordinator"})
+                   "priority_cap", "validation_errors", "node_free", "koordinator", "usage_history",
+                   "fairness_status", "flavor_problems"})
 UNIT_MUTATORS = MUTATORS["units"]
 
 
@@ -95,7 +98,7 @@ def engine_methods(src: Path = SRC) -> dict[str, bool]:
 
 
 def kind_of(method: str) -> str:
-    """'units', 'quotas', 'nodes', 'cycle' (a mutator), 'view', or 'unclassified'."""
+    """'units', 'quotas', 'nodes', 'cycle', 'history' (a mutator), 'view', or 'unclassified'."""
     for kind, names in MUTATORS.items():
         if method in names:
             return kind

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import parse_elastic_quota
 from koordqueue.jobs.unit import expected_runtime
 
@@ -44,9 +43,9 @@ def test_a_bad_value_is_ignored_and_said(key: str, value: str, said: str) -> Non
 
 
 def test_expected_runtime_from_the_annotation_else_the_maximum_execution_time() -> None:
-    assert expected_runtime({c.ANNOTATION_EXPECTED_RUNTIME: "90m"}, "Job a/b", 60) == 5400.0
-    assert expected_runtime({}, "Job a/b", 60) == 60.0
-    assert expected_runtime({}, "Job a/b", None) is None
-    for bad in ("soon", "0", "-1h", "1e9h"):
-        with pytest.raises(InvalidObject, match=f"Job a/b: annotation {c.ANNOTATION_EXPECTED_RUNTIME}"):
-            expected_runtime({c.ANNOTATION_EXPECTED_RUNTIME: bad}, "Job a/b", None)
+    assert expected_runtime({c.ANNOTATION_EXPECTED_RUNTIME: "90m"}, 60) == 5400.0
+    assert expected_runtime({}, 60) == 60.0
+    assert expected_runtime({}, None) is None
+    for bad in ("soon", "0", "-1h", "1e9h", "9" * 400):  # ignored, as the forecast ignores them
+        assert expected_runtime({c.ANNOTATION_EXPECTED_RUNTIME: bad}, 60) == 60.0
+        assert expected_runtime({c.ANNOTATION_EXPECTED_RUNTIME: bad}, None) is None

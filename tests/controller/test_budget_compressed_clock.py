@@ -46,6 +46,18 @@ async def test_a_budgeted_team_stops_and_resumes_under_a_compressed_clock(start_
         message = await system.wait_for(told, 20, "three told it waits for the budget")
         assert "(nvidia.com/gpu=4m/10m)" in message and "frees up in about" in message
         assert await system.phase("three-py-qu", "team") != c.Phase.RUNNING
+
+        # The quota's status and the dashboard's overview show the budget's use.
+        async def in_status() -> dict[str, object]:
+            obj = await system.get_json("elasticquota", "team", "-n", "team")
+            shown = obj.get("status", {}).get(c.STATUS_USAGE_HISTORY, {})
+            return shown if "usedHours" in shown.get("budgets", {}).get(c.GPU, {}) else {}  # type: ignore[no-any-return]
+
+        shown = await system.wait_for(in_status, 10, "the budget's use in the quota's status")
+        assert shown["budgets"][c.GPU]["budgetHours"] == "0.0666667"  # type: ignore[index]
+        row = next(q for q in system.controller.overview()["quotas"] if q["name"] == "team")
+        assert row["history"]["budgets"][c.GPU]["amount"] == pytest.approx(4 / 60)
+        assert row["history"]["decayed"][c.GPU] > 0 and row["history"]["budgets"][c.GPU]["used"] > 0
         # The first minutes of one's and two's use leave the 10-minute window some 10 real seconds on.
         await system.wait_phase("three-py-qu", c.Phase.RUNNING, namespace="team", timeout=40)
         waited = asyncio.get_running_loop().time() - started
@@ -58,14 +70,3 @@ async def test_a_budgeted_team_stops_and_resumes_under_a_compressed_clock(start_
         history = await system.wait_for(kept, 10, "the usage history kept in its ConfigMap")
         assert c.GPU in history["quotas"]["team"]["windows"]
 
-        async def in_status() -> dict[str, object]:
-            obj = await system.get_json("elasticquota", "team", "-n", "team")
-            return obj.get("status", {}).get(c.STATUS_USAGE_HISTORY, {})  # type: ignore[no-any-return]
-
-        # The dashboard's overview carries the same figures (its budget bar and history chart).
-        row = next(q for q in system.controller.overview()["quotas"] if q["name"] == "team")
-        assert row["history"]["budgets"][c.GPU]["amount"] == pytest.approx(4 / 60)
-        assert row["history"]["decayed"][c.GPU] > 0
-        shown = await system.wait_for(in_status, 10, "the budget's use in the quota's status")
-        assert shown["budgets"][c.GPU]["budgetHours"] == "0.0666667"  # type: ignore[index]
-        assert float(shown["budgets"][c.GPU]["usedHours"]) > 0  # type: ignore[index]

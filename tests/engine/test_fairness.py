@@ -165,3 +165,30 @@ def test_status_shows_decayed_usage_and_budget_use() -> None:
     status = engine.fairness_status()["team"]
     assert status["budgets"] == {GPU: {"used": pytest.approx(4.0), "amount": 100.0, "window": 10 * HOUR}}
     assert status["decayed"][GPU] == pytest.approx(4.0, rel=0.01)  # type: ignore[index]
+
+
+def test_the_forecast_plays_budgets_forward_from_the_same_history() -> None:
+    from koordqueue.engine.forecast import clone
+
+    engine = _budgeted("nvidia.com/gpu=4h/10h")
+    engine.set_unit(replace(unit("first", 2, "team"), expected_runtime=2 * HOUR))
+    engine.schedule(0.0)
+    engine.remove_unit("default/first")
+    engine.schedule(2 * HOUR)
+    copy = clone(engine)
+    copy.set_unit(replace(unit("second", 1, "team", created=2 * HOUR), expected_runtime=HOUR))
+    assert copy.schedule(2 * HOUR).admitted == []  # the clone knows the budget is spent
+    assert engine.fairness_status()["team"]["budgets"] == copy.fairness_status()["team"]["budgets"]
+
+
+def test_the_budget_reason_is_said_afresh_as_time_passes() -> None:
+    engine = _budgeted("nvidia.com/gpu=4h/10h")
+    engine.set_unit(replace(unit("first", 2, "team"), expected_runtime=2 * HOUR))
+    engine.schedule(0.0)
+    engine.remove_unit("default/first")
+    engine.set_unit(replace(unit("second", 1, "team", created=2 * HOUR), expected_runtime=HOUR))
+    told = engine.schedule(2 * HOUR).messages["default/second"]
+    assert told.endswith("frees up in about 8h30m")  # when the first half hour of use leaves the window
+    engine.schedule(5 * HOUR)
+    standing = engine.standing("default/second")
+    assert standing is not None and standing.message.endswith("frees up in about 5h30m")

@@ -218,8 +218,6 @@ DEFAULT_USAGE_HALF_LIFE_SECONDS = 168 * 3600.0
 # comma-separated; ";exempt-min" after one: what fits within min is not held to it).
 ANNOTATION_BUDGET = "koord-queue/budget"
 BUDGET_EXEMPT_MIN = "exempt-min"
-# On a job: how long it is expected to run (seconds or 30s/2m/1h), for budgets (and forecasts).
-ANNOTATION_EXPECTED_RUNTIME = "koord-queue/expected-runtime"
 # Kueue's annotations on a pod template, so users' manifests carry over: the pods of the
 # pod set go into one domain of the level this node label names (required), or as close
 # as the nodes allow, level by level upwards (preferred).

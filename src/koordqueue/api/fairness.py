@@ -100,12 +100,4 @@ def parse_half_life(text: str) -> float:
     return seconds
 
 
-def parse_expected_runtime(text: str) -> float:
-    """``koord-queue/expected-runtime`` in seconds; ValueError unless positive and within a year."""
-    seconds = parse_duration(text)
-    if not 0 < seconds <= MAX_WINDOW_SECONDS:
-        raise ValueError(f"{text!r}: an expected runtime must be positive and at most a year")
-    return seconds
-
-
-__all__ = ["Budget", "parse_budgets", "parse_expected_runtime", "parse_fair_sharing", "parse_half_life"]
+__all__ = ["Budget", "parse_budgets", "parse_fair_sharing", "parse_half_life"]

@@ -217,17 +217,14 @@ REFERENCE: tuple[Key, ...] = (
                 Origin.KOORD_QUEUE),
     _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration (`90s`, `45m`, `2h`)",
                 "How long the job is expected to run, for the start-time forecast of the jobs behind it "
-                "(`koord-queue explain`, docs/forecast.md). A bad value is ignored with a message; "
-                "`max-exec-time-seconds` bounds it.", Origin.OURS),
+                "(`koord-queue explain`, docs/forecast.md), and what a quota's `koord-queue/budget` counts it "
+                "for (else its maximum execution time, else an hour; docs/fairness.md). A bad value is ignored "
+                "with a message; `max-exec-time-seconds` bounds it.", Origin.OURS),
     _annotation(c.ANNOTATION_MAX_EXEC_TIME_SECONDS, Where.JOB, "positive integer (seconds)",
                 "How long the job's pods may run, summed over its admissions (a preempted job keeps what it ran, "
                 "in its unit's `status.accumulatedPastExecutionTimeSeconds`). Past it, the job is suspended, its "
                 "quota released, and its unit made inactive (`spec.active: false`): nothing is deleted.",
                 Origin.KOORD_QUEUE),
-    _annotation(c.ANNOTATION_EXPECTED_RUNTIME, Where.JOB, "duration, e.g. `6h` or `90m`",
-                "How long the job is expected to run: what a quota's budget counts it for (else its maximum "
-                "execution time, else a minute). A value that is not a duration leaves the job unusable, told why.",
-                Origin.OURS),
     _annotation(c.ANNOTATION_JOB_HAS_ENQUEUED, Where.JOB, f'`"{c.TRUE}"`',
                 "The job is queued (set when it is created, or when its QueueUnit is).", Origin.KOORD_QUEUE,
                 "koord-queue"),

@@ -22,6 +22,7 @@ from koordqueue.jobs import PLURALS, kind_named
 from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority, quota_of_labels
 from koordqueue.jobs.placement import Written, pod_set_info, written_role
 from koordqueue.jobs.podrequest import pod_request
+from koordqueue.jobs.unit import expected_runtime
 
 Object = dict[str, Any]
 
@@ -447,6 +448,9 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         invalid=missing_class_reason(missing) if missing else
         None if unit_active(unit, job) else inactive_reason(job),
         pod_sets=job.pod_sets,
+        expected_runtime=expected_runtime(
+            {} if job.expected_runtime is None else {c.ANNOTATION_EXPECTED_RUNTIME: job.expected_runtime},
+            job.max_execution_seconds),
     )
 
 

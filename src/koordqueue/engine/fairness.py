@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 
+from koordqueue.api.constants import DEFAULT_EXPECTED_RUNTIME_SECONDS
 from koordqueue.api.fairness import Budget
 from koordqueue.engine.history import LN2, MINUTE, UsageHistory
 from koordqueue.engine.messages import _duration, _q
@@ -146,8 +147,8 @@ def budget_wait(fair: Fairness, leaf: QuotaNode, info: UnitInfo, now: float) -> 
     """Why ``info`` may not be admitted into ``leaf`` now for a budget of a quota on its
     path, and when to look again (None: never, alone); None when no budget holds it back.
 
-    The job counts as its request for its expected runtime (else a minute, the history's
-    resolution); what the quota holds now counts as held as long (an estimate on the
+    The job counts as its request for its expected runtime (else the forecast's default,
+    an hour); what the quota holds now counts as held as long (an estimate on the
     safe side: those jobs may end sooner, and old use ages out meanwhile)."""
     budgeted = fair.budgeted
     for node in leaf.path:
@@ -162,7 +163,7 @@ def budget_wait(fair: Fairness, leaf: QuotaNode, info: UnitInfo, now: float) -> 
             held = node.used.get(resource, 0)
             if budget.exempt_min and held + ask <= node.min.get(resource, 0):
                 continue
-            runtime = min(info.expected_runtime or MINUTE, budget.window)
+            runtime = min(info.expected_runtime or DEFAULT_EXPECTED_RUNTIME_SECONDS, budget.window)
             used = fair.history.in_window(node.name, resource)
             adds = (ask + held) * runtime
             excess = used + adds - budget.amount

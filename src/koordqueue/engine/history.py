@@ -167,6 +167,16 @@ class UsageHistory:
         window = track.windows.get(resource) if track is not None else None
         return now if window is None else window.freed_at(excess, now)
 
+    def copy(self) -> UsageHistory:
+        """An independent copy (the forecast plays a clone of the engine forward)."""
+        other = UsageHistory()
+        other.since = self.since
+        other.tracks = {name: Track(t.half_life, dict(t.rates), dict(t.decayed),
+                                    {r: Window(w.span, w.width, deque([list(b) for b in w.buckets]), w.total)
+                                     for r, w in t.windows.items()})
+                        for name, t in self.tracks.items()}
+        return other
+
     # --- across restarts ------------------------------------------------------------
     def dump(self) -> dict[str, Any]:
         """A JSON-able copy (bounded as the history is)."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import flavors, messages
+from koordqueue.engine.fairness import budget_wait
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.ledger import Ledger, QueueState, UnitRecord, UnitState
 from koordqueue.engine.model import QuotaInfo, QuotaStatus, ResourceList, Standing, UnitInfo
@@ -124,9 +125,14 @@ def live_message(ledger: Ledger, record: UnitRecord, reasons: dict[tuple[Shape, 
         if state.info.policy == QueuePolicy.INTELLIGENT and record.info.priority < state.threshold:
             return messages.band_blocked(blocker.key, state.key, state.threshold)
         return messages.blocked(blocker.key, state.key, str(state.info.policy))
+    info = record.info
+    fair = ledger.fair
+    if fair is not None and fair.budgeted:  # a budget holds it back: said afresh, with when it frees up
+        held = budget_wait(fair, state.leaf, info, ledger.now)
+        if held is not None:
+            return held[0]
     if state.flavors is not None:
         return flavors.live_message(ledger, record, state)
-    info = record.info
     protected = is_protected(ledger, record, state)
     key = (record.shape, info.priority, protected)
     text = reasons.get(key) if reasons is not None else None

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from koordqueue.api.constants import ANNOTATION_EXPECTED_RUNTIME
-from koordqueue.api.fairness import parse_expected_runtime
-from koordqueue.api.meta import InvalidObject
 from koordqueue.engine.model import UnitInfo
+from koordqueue.engine.runtimes import parse_expected_runtime
 from koordqueue.jobs.base import Job, JobAdapter
 
 
@@ -29,19 +28,16 @@ def unit_info(job: Job, adapter: JobAdapter, priority_classes: Mapping[str, int]
         preemptible=adapter.preemptible(job, meta),
         pod_sets=adapter.pod_set_infos(sets, meta) if placed or any(
             ps.min_count is not None and ps.min_count < ps.count for ps in sets) else (),
-        expected_runtime=expected_runtime(meta.annotations, meta.describe(),
-                                          adapter.max_execution_seconds(job, meta)),
+        expected_runtime=expected_runtime(meta.annotations, adapter.max_execution_seconds(job, meta)),
     )
 
 
-def expected_runtime(annotations: Mapping[str, str], where: str, max_seconds: int | None) -> float | None:
-    """``koord-queue/expected-runtime``, else the job's maximum execution time, else None;
-    raises ``InvalidObject`` for a value that is not a duration (a tenant's input: the job
-    is parked, told why)."""
+def expected_runtime(annotations: Mapping[str, str], max_seconds: int | None) -> float | None:
+    """``koord-queue/expected-runtime``, else the job's maximum execution time, else None: what
+    a budget counts the job for. A value that is not a runtime is ignored here, as the
+    forecast ignores it (the forecaster tells the job why: controller/forecaster.py)."""
     text = annotations.get(ANNOTATION_EXPECTED_RUNTIME)
-    if text is None:
-        return float(max_seconds) if max_seconds is not None else None
-    try:
-        return parse_expected_runtime(text)
-    except ValueError as err:
-        raise InvalidObject(f"{where}: annotation {ANNOTATION_EXPECTED_RUNTIME}: {err}") from None
+    seconds = parse_expected_runtime(text)[0] if text is not None else None
+    if seconds is None and max_seconds is not None:
+        return float(max_seconds)
+    return seconds

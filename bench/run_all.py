@@ -43,6 +43,8 @@ BENCHMARKS = (
     Bench("apiserver_throughput.py", (), "the embedded API server's writes/s (10 s)"),
     Bench("sim_speed.py", ("--rounds", "1"), "`koord-queue simulate` against a greedy loop, 4 trace files"),
     Bench("kueue_baseline.py", (), "Kueue's baseline shape through the whole system (about 1.5 minutes)"),
+    Bench("gated_workloads.py", ("--n", "60", "--rounds", "2"),
+          "Deployments queued by gate beside PyTorchJobs: requests per unit, CPU per pod"),
 )
 
 # Every other script in bench/, and why `make bench` does not run it.
@@ -56,6 +58,7 @@ LEFT_OUT = {
     "greedy_sim.py": "the yardstick sim_speed.py runs, not a benchmark",
     "harness.py": "the processes the whole-system benchmarks start, not a benchmark",
     "run_all.py": "this file",
+    "engine_flavors.py": "an A/B pair (--flavors 3 against --flavors 0) run alternating, as bench/RESULTS.md says",
 }
 
 

@@ -39,6 +39,8 @@ class Settings:
     # The default of koord-queue/fair-sharing (docs/fairness.md): off, Koordinator's rule.
     fair_sharing: bool = False
     usage_half_life: float = c.DEFAULT_USAGE_HALF_LIFE_SECONDS
+    # The forecast's runtime of a job with no annotation nor history (docs/forecast.md).
+    default_expected_runtime: float = c.DEFAULT_EXPECTED_RUNTIME_SECONDS
 
     def engine_config(self, koordinator_seen: bool = False) -> EngineConfig:
         """``koordinator_seen``: Koordinator's own quotas are there (auto mode turns on)."""
@@ -83,6 +85,7 @@ class Settings:
             c.SETTING_KOORDINATOR: self.koordinator.value,
             c.SETTING_FAIR_SHARING: c.FAIR_SHARING_USAGE_HISTORY if self.fair_sharing else c.FAIR_SHARING_NONE,
             c.SETTING_USAGE_HALF_LIFE_SECONDS: f"{self.usage_half_life:g}",
+            c.SETTING_DEFAULT_EXPECTED_RUNTIME_SECONDS: f"{self.default_expected_runtime:g}",
         }
 
     @classmethod
@@ -128,5 +131,7 @@ class Settings:
                        number(c.SETTING_BACKOFF_BASE_SECONDS, default.backoff_base),
                        number(c.SETTING_BACKOFF_CAP_SECONDS, default.backoff_cap), kinds, mode,
                        str(data.get(c.SETTING_FAIR_SHARING, "")).strip() == c.FAIR_SHARING_USAGE_HISTORY,
-                       number(c.SETTING_USAGE_HALF_LIFE_SECONDS, default.usage_half_life) or default.usage_half_life)
+                       number(c.SETTING_USAGE_HALF_LIFE_SECONDS, default.usage_half_life) or default.usage_half_life,
+                       number(c.SETTING_DEFAULT_EXPECTED_RUNTIME_SECONDS, default.default_expected_runtime)
+                       or default.default_expected_runtime)
         return settings, problems

@@ -130,11 +130,11 @@ async def _snapshot(client: KubeClient, controller_namespace: str) -> tuple[Snap
 
 def snapshot_forecast(snap: Snapshot, now: float) -> tuple[Forecast, dict[str, str]]:
     """The start-time forecast from the snapshot (controller/forecaster.py): the jobs'
-    annotations, else the default runtime (the history of runtimes is the leader's, in its
-    memory), and why an annotation was ignored."""
-    book = RuntimeBook(c.DEFAULT_EXPECTED_RUNTIME_SECONDS)
-    runtimes, problems = estimate_runtimes(snap.engine, book, snap.job_runtimes.get)
-    result, _ = run_forecast(snap.engine, now, runtimes, c.DEFAULT_EXPECTED_RUNTIME_SECONDS)
+    annotations, else the controller's default runtime (the history of runtimes is the
+    leader's, in its memory), and why an annotation was ignored."""
+    default = snap.settings.default_expected_runtime
+    runtimes, problems = estimate_runtimes(snap.engine, RuntimeBook(default), snap.job_runtimes.get)
+    result, _ = run_forecast(snap.engine, now, runtimes, default)
     return result, problems
 
 

@@ -97,3 +97,10 @@ def test_placement_in_small_places_within_the_nodes_in_both_modes() -> None:
             assert number(figures[key]) and figures[key] > 0, key
         assert figures["nodes_over_allocatable"] == figures["pods_where_forbidden"] == []
         assert figures["required_racks_split"] == []
+
+
+def test_gated_workloads_in_small_admits_every_pod_and_every_job() -> None:
+    out = run("gated_workloads.py", "--n", "3", "--r", "2", "--rounds", "1", timeout=300)
+    assert [r["admitted"] for r in out["deployments"]] == [12] and [r["admitted"] for r in out["jobs"]] == [3]
+    assert all(r["requests"] > 0 and r["cpu_seconds"] > 0 for r in out["deployments"] + out["jobs"])
+    assert set(out["summary"]) == {"requests_per_admitted_unit", "requests_per_pod", "cpu_ms_per_pod"}

@@ -82,7 +82,8 @@ async def test_status_and_explain_answer_as_the_controller_with_its_settings(sta
     """The controller runs with an oversell rate and a default policy of its own: `status`
     and `explain` load the objects with the settings it published, and say what its own
     views say (they once took the cluster for half its size and the quota for Priority)."""
-    config = quick_config(oversell_rate=2.0, default_queue_policy=c.QueuePolicy.BLOCK)
+    config = quick_config(oversell_rate=2.0, default_queue_policy=c.QueuePolicy.BLOCK,
+                          default_expected_runtime_seconds=1800.0)  # (the forecast's: the commands use it too)
     async with start_system(config=config) as system:  # 4 nodes of 8 GPUs: 64 to share
         # No policy label: the controller's default, Block. Oversold: it admits past the nodes (node fit off),
         # and past its max: 20 x 2 = 40.

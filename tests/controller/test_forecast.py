@@ -91,6 +91,15 @@ async def test_a_waiting_job_is_told_when_it_starts_without_a_write_storm_and_dr
         third = await asyncio.to_thread(cli, system, "explain", "pytorchjob/third")
         assert f"  Note: annotation {c.ANNOTATION_EXPECTED_RUNTIME} ignored: 'soon' is not a duration" \
             in third.stdout
+        # ... on its unit, and in an event on its job
+        note = (await system.unit("third-py-qu"))["status"][c.FORECAST_NOTE_FIELD]
+        assert note.startswith(f"annotation {c.ANNOTATION_EXPECTED_RUNTIME} ignored: 'soon' is not a duration")
+
+        async def warned() -> bool:
+            events = await system.events("third")
+            return any(e["reason"] == c.EventReason.INVALID_EXPECTED_RUNTIME and e["message"] == note for e in events)
+
+        await system.wait_for(warned, what="an InvalidExpectedRuntime event on the job")
         # third waits for second (20 min) after first: 30 min after first's admission
         assert abs(epoch(json.loads((await asyncio.to_thread(
             cli, system, "explain", "pytorchjob/third", "--json")).stdout)[c.EXPECTED_START_FIELD])
@@ -146,3 +155,46 @@ def test_a_forecast_is_written_again_only_when_it_moves_materially() -> None:
     assert not material(2000.0, 2050.0, now)  # under a minute
     assert not material(now + 7200, now + 7200 + 600, now)  # 10 min of 2 h: under 10 %
     assert material(now + 7200, now + 7200 + 900, now)  # 15 min of 2 h
+
+
+async def test_what_a_job_took_is_the_history_of_the_jobs_named_like_it(system: System) -> None:
+    """A job that succeeds leaves its runtime (admission to end) under its quota and name
+    pattern: the next job of that pattern is forecast with it (basis history)."""
+    await system.apply(quota("team-h", 2, 2))
+    await system.apply(pytorch_job("nightly-101", quota_name="team-h", duration=2))
+    await system.wait_phase("nightly-101-py-qu", c.Phase.SUCCEED, timeout=60)
+    book = system.controller.shared.runtimes
+
+    async def recorded() -> float | None:
+        return book.history("team-h", "nightly-102")
+
+    took = await system.wait_for(recorded, what="the run recorded")
+    assert 2 <= took < 30
+    estimate = book.estimate("team-h", "nightly-7f3a9", None, None)
+    assert (estimate.seconds, estimate.basis) == (took, c.BASIS_HISTORY)
+
+
+def test_explain_f_refuses_what_is_not_one_job_before_asking_the_cluster(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from koordqueue.cli import main
+
+    cases = {
+        "two.yaml": "kind: PyTorchJob\nmetadata: {name: a}\n---\nkind: PyTorchJob\nmetadata: {name: b}\n",
+        "pod.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+        "noname.yaml": "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {}\n",
+        "broken.yaml": "kind: [\n",
+    }
+    said = {}
+    for name, text in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        result = CliRunner().invoke(main, ["explain", "-f", str(path), "--kubeconfig", str(tmp_path / "none")])
+        assert result.exit_code == 1, result.output
+        said[name] = result.output
+    assert "give one job (found 2 documents)" in said["two.yaml"]
+    assert "kind 'Pod' is not a job kind we queue" in said["pod.yaml"]
+    assert "the job has no metadata.name" in said["noname.yaml"]
+    assert said["broken.yaml"].startswith("Error: ")
+    usage = CliRunner().invoke(main, ["explain"])
+    assert usage.exit_code == 2 and "give KIND/NAME, or -f job.yaml" in usage.output

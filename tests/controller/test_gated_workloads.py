@@ -282,3 +282,24 @@ async def test_an_ordered_statefulset_of_three_in_a_quota_of_two_runs_two_and_sc
             == ["db-0"]
 
     await system.wait_for(one_left, 90, "db-0 alone, with its unit")
+
+
+async def test_a_plain_pod_that_finishes_gives_its_quota_back(system: System) -> None:
+    await system.apply(managed("oneshot"), quota("q-oneshot", 1, 1, namespace="oneshot"))
+    first = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "first", "namespace": "oneshot"},
+             "spec": {**pod_spec(), "restartPolicy": "Never"}}
+    # (the simulated kubelet, and kwok's stages on kube, end a pod after this long)
+    first["metadata"]["annotations"] = {c.ANNOTATION_SIM_DURATION: "1"}
+    second = {**first, "metadata": {**first["metadata"], "name": "second"}}
+    await system.apply(first, second)
+
+    async def both_done() -> bool:
+        found = {p["metadata"]["name"]: p["status"].get("phase") for p in await pods(system, "oneshot")}
+        return found == {"first": c.POD_SUCCEEDED, "second": c.POD_SUCCEEDED}
+
+    await system.wait_for(both_done, 60, "one pod after the other, each in the quota of 1, both Succeeded")
+
+    async def no_units() -> bool:
+        return not (await system.get_json("queueunits", "-n", "oneshot"))["items"]
+
+    await system.wait_for(no_units, 30, "their units gone")

@@ -85,3 +85,21 @@ async def test_the_webhook_leaves_system_namespaces_bound_pods_and_job_kinds_alo
                     review(pod(labels={c.LABEL_KUEUE_QUEUE_NAME: "q"}, owner="PyTorchJob")),
                     review(opted, operation="UPDATE")):
         assert "patch" not in (await hook.gate(request))["response"], request
+
+
+def test_a_leaderworkerset_group_is_one_gang_of_its_size() -> None:
+    labels = {c.LABEL_LWS_NAME: "llm", c.LABEL_LWS_GROUP_INDEX: "1"}
+    leader = pod(labels=labels, annotations={c.ANNOTATION_LWS_SIZE: "4"}, owner="StatefulSet")
+    assert gating.workload_of(leader) == c.WORKLOAD_LEADERWORKERSET
+    assert gating.group_of(leader) == gating.Group("llm-1-group", "llm-1", 4)
+    unsized = gating.group_of(pod(labels=labels))
+    assert unsized.total == 0 and "no leaderworkerset.sigs.k8s.io/size" in (unsized.invalid or "")
+    assert gating.group_of(pod(labels={c.LABEL_LWS_NAME: "llm"})).unit == "p-pod"  # no group index: a pod alone
+
+
+def test_a_unit_name_stays_within_253_characters() -> None:
+    long = "a" * 253
+    named = gating.group_of({**pod(), "metadata": {"name": long}}).unit
+    assert len(named) == 253 and named.endswith("-pod")
+    assert named != gating.group_of({**pod(), "metadata": {"name": long[:-1] + "b"}}).unit
+    assert gating.unit_name("short", "-pod") == "short-pod"

@@ -120,3 +120,39 @@ async def test_a_flavor_with_a_bad_selector_is_not_used_and_says_why(system: Sys
 
     await system.wait_for(told, 30, "a Warning event on odd-h100")
     assert any("'gpu in (h100)' is not a node label equality term key=value" in m for m in said), said
+
+
+async def test_an_h100_lent_to_another_team_is_taken_back(system: System) -> None:
+    nodes = await gpu_nodes(system)
+    model = {nodes[0]: H100, nodes[1]: A100}  # one node of each model, 8 GPUs each; the others have none
+    for node, product in model.items():
+        await system.akubectl("label", "node", node, "--overwrite", f"{PRODUCT}={product}")
+
+    def flavored(team: str) -> list[dict[str, Any]]:
+        return [
+            quota(team, 8, 16, is_parent=True, annotations={c.ANNOTATION_FLAVOR_ORDER: f"{team}-h100,{team}-a100"}),
+            quota(f"{team}-h100", 4, 8, parent=team, annotations={c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={H100}"}),
+            quota(f"{team}-a100", 4, 8, parent=team, annotations={c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={A100}"}),
+        ]
+
+    try:
+        await system.apply(*flavored("alpha"), *flavored("beta"))
+        # beta takes the whole H100 node: 4 of its own min, 4 of alpha's, lent while alpha is idle.
+        borrowed = [f"b{i}" for i in range(8)]
+        await system.apply(*(selecting(pytorch_job(name, gpus_per_pod=1, workers=0, quota_name="beta"), H100)
+                             for name in borrowed))
+        for name in borrowed:
+            await system.wait_phase(f"{name}-py-qu", c.Phase.RUNNING, timeout=90)
+        # alpha wants one H100 back, within its min: one of beta's is preempted for it.
+        await system.apply(selecting(pytorch_job("mine", gpus_per_pod=1, workers=0, quota_name="alpha"), H100))
+        await system.wait_phase("mine-py-qu", c.Phase.RUNNING, timeout=90)
+        phases = [await system.phase(f"{name}-py-qu") for name in borrowed]
+        assert phases.count(c.Phase.RUNNING) == 7, phases
+        (victim,) = [name for name, phase in zip(borrowed, phases, strict=True) if phase != c.Phase.RUNNING]
+        assert (await system.unit(f"{victim}-py-qu"))["status"]["attempts"] == 1
+        told = [e.get("message", "") for e in await system.events(f"{victim}-py-qu")
+                if e.get("reason") == c.EventReason.PREEMPTED]
+        assert any("beta-h100" in m and "default/mine" in m for m in told), told
+    finally:
+        for node in model:
+            await system.akubectl("label", "node", node, f"{PRODUCT}-", check=False)

@@ -5,8 +5,10 @@ kube-apiserver's aggregation layer: tests/kubecluster/test_visibility.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,13 @@ async def test_kubectl_get_raw_lists_a_queues_pending_units_in_order_and_a_tenan
     summary = await system.wait_for(all_pending, what="the three pending units in order")
     assert summary["kind"] == c.VISIBILITY_SUMMARY_KIND
     assert summary["items"][0]["quotaName"] == "shared" and summary["items"][0]["phase"] == c.Phase.ENQUEUED
+    # With the leader's forecast (controller/forecaster.py): one after another, the default hour each.
+    await system.controller.forecaster.refresh()
+    forecast = json.loads(await system.akubectl("get", "--raw", f"{BASE}/queues/shared/queueunits"))["items"]
+    starts = [datetime.fromisoformat(i[c.EXPECTED_START_FIELD].replace("Z", "+00:00")).timestamp() for i in forecast]
+    assert [round(later - earlier) for earlier, later in itertools.pairwise(starts)] == [3600, 3600]
+    assert [i["basis"] for i in forecast] == [c.BASIS_DEFAULT] * 3
+    assert all(len(i[c.EXPECTED_START_RANGE_FIELD]) == 2 for i in forecast)
 
     async def status_agrees() -> bool:  # the order the Queue's status lists (written every 0.5 s here)
         queue = await system.get_json("queue", "shared", "-n", c.SYSTEM_NAMESPACE)

@@ -10,6 +10,7 @@ import pytest
 from koordqueue.api.fairness import Budget, parse_budgets
 from koordqueue.api.objects import QuotaInfo
 from koordqueue.engine import Engine
+from koordqueue.engine.fairness import U0
 from koordqueue.engine.history import MAX_BUCKETS, UsageHistory, Window
 from tests.engine.builders import GPU, G, engine_with, keys, parent, quota, runtime, settle, unit
 
@@ -104,6 +105,27 @@ def test_history_gives_the_spare_capacity_to_the_quota_that_used_less() -> None:
     shares = _history_then_contention(True)
     assert shares["a"] + shares["b"] == 16
     assert shares["b"] > 8 > shares["a"] >= 2  # min stays guaranteed
+
+
+def test_effective_weights_follow_the_formula_and_do_not_compound_minute_after_minute() -> None:
+    """w' = w / (u + U0) from each quota's own weight, however many minutes it is worked
+    out again: dividing last minute's effective weight again drove the team that used a
+    little more to 1 against 1000 within hours (and reclaim followed that split)."""
+    research, a, b = _teams(True)
+    engine = engine_with(research, a, b, capacity=16)
+    engine.set_unit(unit("a-run", 4, "a"))
+    engine.set_unit(unit("b-run", 2, "b"))
+    settle(engine, 0.0)
+    tau = 168 * HOUR / math.log(2)
+    for minute in range(1, 6 * 60 + 1):  # six hours, scored once a minute
+        engine.schedule(minute * 60.0)
+    status = engine.fairness_status()
+    used = {team: status[team]["decayed"][GPU] * HOUR / (16 * tau) for team in ("a", "b")}  # type: ignore[index]
+    expected = (used["b"] + U0) / (used["a"] + U0)  # w'_a / w'_b, the same base weights
+    weights = {team: status[team]["weight"][GPU] for team in ("a", "b")}  # type: ignore[index]
+    assert weights["b"] == 1000
+    assert weights["a"] == pytest.approx(1000 * expected, abs=1)
+    assert 900 < weights["a"] < 1000  # a used twice as much for six hours of a week's half-life: a little less
 
 
 def test_the_cluster_default_applies_and_a_parent_may_opt_out() -> None:

@@ -228,3 +228,35 @@ def test_mig_slices_are_ordinary_resources_placed_where_advertised() -> None:
     assert admission.placement is not None and {n for _, n, _ in admission.placement.nodes} == {"mig-0"}
     assert engine.standing("default/b").message == (
         "waiting for quota team: nvidia.com/mig-1g.10gb asks 4, used 4 of max 7")
+
+
+def test_a_restarted_controller_charges_a_unit_where_its_status_says_it_was_admitted() -> None:
+    from koordqueue.controller.unitsync import count_as_admitted
+    from koordqueue.engine.model import Placement
+
+    engine = with_nodes(engine_with(*team()), *gpu_nodes())
+    info = one_gpu("job")
+    # Its status: admitted with its pods pinned to A100 (as read back, one chain of labels).
+    count_as_admitted(engine, info, 5.0, Placement(counts=(("worker", 1),),
+                                                   domains=(("worker", PRODUCT, ((PRODUCT, A100),)),)))
+    assert engine.unit("default/job").admitted_quota == "team-a100"
+    assert used(engine) == {"team": 1, "team-h100": 0, "team-a100": 1}
+
+
+def test_affinity_not_in_a_model_leaves_the_others() -> None:
+    engine = with_nodes(engine_with(*team()), *gpu_nodes())
+    engine.set_unit(one_gpu("job", affinity=((Requirement(PRODUCT, "NotIn", (H100,)),),)))
+    engine.set_unit(one_gpu("any", affinity=((Requirement(PRODUCT, "DoesNotExist"),),
+                                             (Requirement(PRODUCT, "In", (H100,)),))))
+    assert admitted_into(engine) == {"job": "team-a100", "any": "team-h100"}
+
+
+def test_a_parent_whose_flavors_are_all_unusable_takes_no_job() -> None:
+    quotas = team()
+    quotas[1] = replace(quotas[1], min={GPU: -1000})  # unusable (a negative min)
+    quotas[2] = replace(quotas[2], min={GPU: -1000})
+    engine = with_nodes(engine_with(*quotas), *gpu_nodes())
+    engine.set_unit(one_gpu("job"))
+    assert admitted_into(engine) == {}
+    assert engine.standing("default/job").message == (
+        "quota team is a parent quota; a job must use one of the quotas below it")

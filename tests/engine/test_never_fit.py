@@ -22,6 +22,7 @@ from .builders import (
     pod_set,
     queue_of,
     quota,
+    res,
     settle,
     unit,
     with_nodes,
@@ -120,3 +121,32 @@ def test_a_quota_that_grows_lets_the_passed_over_unit_in() -> None:
     assert engine.schedule(0.0).admitted == []
     engine.set_quota(quota("team", 0, 12, policy=BLOCK))
     assert keys(engine.schedule(1.0).admitted) == ["default/huge"]
+
+
+def test_a_parent_max_that_shrinks_past_a_waiting_unit_makes_it_never_fit() -> None:
+    """The least limits on a quota's path are kept between cycles (fit.never_fits); a
+    parent's max edited in place below a waiting unit's request is seen at the next one."""
+    a = quota("a", 0, 8, "pool", policy=BLOCK)
+    engine = engine_with(parent("pool", 0, 10), a)
+    engine.set_unit(unit("running", 4, "a", created=-1))
+    engine.schedule(0.0)
+    engine.set_unit(unit("big", 6, "a", priority=5, created=0))
+    engine.set_unit(unit("small", 1, "a", priority=1, created=1))
+    assert engine.schedule(1.0).admitted == []  # big waits for running, and blocks small
+    engine.set_quota(parent("pool", 0, 5))
+    result = engine.schedule(2.0)
+    assert keys(result.admitted) == ["default/small"]
+    assert result.messages["default/big"] == "can never fit quota a: nvidia.com/gpu asks 6, more than the 5 of quota pool"
+
+
+def test_a_cluster_that_shrinks_past_a_waiting_unit_makes_it_never_fit() -> None:
+    engine = team(BLOCK, max_=12, capacity=16)
+    engine.set_unit(unit("running", 10, "team", created=-1))
+    engine.schedule(0.0)
+    engine.set_unit(unit("big", 8, "team", priority=5, created=0))
+    engine.set_unit(unit("small", 1, "team", priority=1, created=1))
+    assert engine.schedule(1.0).admitted == []
+    engine.set_cluster_capacity(res(7))  # its quota's max is still the first limit it waits for
+    result = engine.schedule(2.0)
+    assert result.messages["default/big"].startswith("can never fit quota team")
+    assert "default/big" not in keys(result.admitted)

@@ -22,7 +22,8 @@ from koordqueue.engine import Engine
 from koordqueue.engine import tree as tree_module
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.model import CycleResult, EngineConfig, QueueInfo, QuotaInfo, ResourceList, UnitInfo
-from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
+from koordqueue.engine.quotanode import Hold, QuotaNode
+from koordqueue.engine.tree import QuotaTree
 from koordqueue.engine.validation import validate_quotas
 from koordqueue.engine.waterfill import Level, fill_level, water_fill
 

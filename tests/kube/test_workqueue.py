@@ -7,11 +7,44 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 import pytest
 
 from koordqueue.kube.workqueue import ShutDown, WorkQueue
 from tests.kube.virtualtime import run_on_virtual_clock
+
+
+class Workers:
+    """``count`` workers taking items of ``q``, each held a random while (up to 2 ms, drawn
+    from ``rng``), noting an item taken while another worker holds it (``overlaps``);
+    ``started`` is told each item as its processing starts."""
+
+    def __init__(self, q: WorkQueue[int], rng: random.Random, count: int,
+                 started: Callable[[int], None] | None = None) -> None:
+        self.q, self.rng, self.started = q, rng, started
+        self.in_progress: set[int] = set()
+        self.overlaps: list[int] = []
+        self.tasks = [asyncio.create_task(self._work()) for _ in range(count)]
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                k = await self.q.get()
+            except ShutDown:
+                return
+            if k in self.in_progress:
+                self.overlaps.append(k)
+            self.in_progress.add(k)
+            if self.started is not None:
+                self.started(k)
+            await asyncio.sleep(self.rng.random() * 0.002)
+            self.in_progress.discard(k)
+            self.q.done(k)
+
+    async def stop(self) -> None:
+        self.q.shutdown()
+        await asyncio.gather(*self.tasks)
 
 
 async def test_an_item_added_twice_while_waiting_is_queued_once() -> None:
@@ -64,30 +97,17 @@ def test_concurrent_workers_never_share_an_item_and_lose_no_add() -> None:
     async def main() -> None:
         q: WorkQueue[int] = WorkQueue()
         keys = range(5)
-        in_progress: set[int] = set()
         last_add: dict[int, int] = {}
         last_start: dict[int, int] = {}
         clock = 0
-        overlaps = []
         rng = random.Random(7)
 
-        async def worker() -> None:
+        def started(k: int) -> None:
             nonlocal clock
-            while True:
-                try:
-                    k = await q.get()
-                except ShutDown:
-                    return
-                if k in in_progress:
-                    overlaps.append(k)
-                in_progress.add(k)
-                clock += 1
-                last_start[k] = clock
-                await asyncio.sleep(rng.random() * 0.002)
-                in_progress.discard(k)
-                q.done(k)
+            clock += 1
+            last_start[k] = clock
 
-        workers = [asyncio.create_task(worker()) for _ in range(8)]
+        workers = Workers(q, rng, 8, started)
         for _ in range(400):
             k = rng.choice(keys)
             clock += 1
@@ -96,11 +116,10 @@ def test_concurrent_workers_never_share_an_item_and_lose_no_add() -> None:
             if rng.random() < 0.3:
                 await asyncio.sleep(0)
         async with asyncio.timeout(5):
-            while len(q) or in_progress or any(last_start.get(k, 0) < last_add[k] for k in last_add):
+            while len(q) or workers.in_progress or any(last_start.get(k, 0) < last_add[k] for k in last_add):
                 await asyncio.sleep(0.005)
-        q.shutdown()
-        await asyncio.gather(*workers)
-        assert overlaps == []
+        await workers.stop()
+        assert workers.overlaps == []
         assert all(last_start[k] > last_add[k] for k in last_add)
 
     run_on_virtual_clock(main)
@@ -239,36 +258,17 @@ async def test_an_urgent_add_while_processing_is_requeued_urgently_after_done() 
 def test_urgent_and_plain_adds_never_share_an_item_between_workers() -> None:
     async def main() -> None:
         q: WorkQueue[int] = WorkQueue()
-        in_progress: set[int] = set()
-        overlaps: list[int] = []
-        handled: list[int] = []
         rng = random.Random(11)
-
-        async def worker() -> None:
-            while True:
-                try:
-                    k = await q.get()
-                except ShutDown:
-                    return
-                if k in in_progress:
-                    overlaps.append(k)
-                in_progress.add(k)
-                await asyncio.sleep(rng.random() * 0.002)
-                in_progress.discard(k)
-                handled.append(k)
-                q.done(k)
-
-        workers = [asyncio.create_task(worker()) for _ in range(6)]
+        workers = Workers(q, rng, 6)
         for _ in range(500):
             q.add(rng.randrange(8), urgent=rng.random() < 0.4)
             if rng.random() < 0.3:
                 await asyncio.sleep(0)
         async with asyncio.timeout(5):
-            while len(q) or in_progress:
+            while len(q) or workers.in_progress:
                 await asyncio.sleep(0.005)
-        q.shutdown()
-        await asyncio.gather(*workers)
-        assert overlaps == []
+        await workers.stop()
+        assert workers.overlaps == []
         assert len(q) == 0
 
     run_on_virtual_clock(main)

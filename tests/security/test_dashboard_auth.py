@@ -189,11 +189,13 @@ async def test_on_loopback_the_dashboard_asks_for_no_token() -> None:
 
 def test_the_overview_is_cut_to_the_namespaces_allowed() -> None:
     doc = {"queues": [{"key": "q", "pending_count": 2,
-                       "pending": [{"unit": "a/x"}, {"unit": "b/y"}], "backing_off": [{"unit": "b/z"}]}],
+                       "pending": [{"unit": "a/x"}, {"unit": "b/y"}], "backing_off": [{"unit": "b/z"}],
+                       "running": [{"unit": "c/r", "since": 0.0, "until": 60.0}]}],  # (the forecast's timeline)
            "recent": [{"unit": "a/x"}, {"unit": "b/y"}, {"unit": None}], "quotas": []}
-    assert unit_namespaces(doc) == {"a", "b"}
+    assert unit_namespaces(doc) == {"a", "b", "c"}
     cut = only_namespaces(doc, {"a"})
     assert cut["queues"][0]["pending"] == [{"unit": "a/x"}] and cut["queues"][0]["backing_off"] == []
+    assert cut["queues"][0]["running"] == []
     assert cut["recent"] == [{"unit": "a/x"}]
 
 

@@ -127,6 +127,27 @@ async def running_c(system: System) -> Tenant:
     return team
 
 
+async def running_batch_jobs(system: System) -> Tenant:
+    """q-t2 max 4 GPUs; batch Jobs grows and shrinks admitted with parallelism 2 (1 GPU each), running."""
+    team = await tenant(system, "t2")
+    await system.apply(quota("q-t2", 4, 4, namespace="t2"))
+    await team.apply(in_quota(batch_job("grows", parallelism=2, completions=8, gpus=1), "t2", "q-t2"),
+                     in_quota(batch_job("shrinks", parallelism=2, completions=8, gpus=1), "t2", "q-t2"))
+    for name in ("grows", "shrinks"):
+        await system.wait_phase(name, c.Phase.RUNNING, namespace="t2")
+    return team
+
+
+async def shrink_one(system: System, team: Tenant) -> None:
+    """The tenant lowers shrinks' parallelism from 2 to 1: q-t2 is charged 3 GPUs then."""
+    await team.patch("job", "shrinks", {"spec": {"parallelism": 1}})
+
+    async def charged_less() -> bool:
+        return await used_gpus(system, "t2", "q-t2") == "3"
+
+    await system.wait_for(charged_less, 30, "q-t2 charged 3 once shrinks asks 1")
+
+
 def is_refused(said: str, job: str, grew: str) -> None:
     assert refused(said) and f"{job} is running" in said and f"this update asks for more ({grew})" in said and \
         "in the same update" in said and "or delete it and submit it anew" in said, said
@@ -181,19 +202,9 @@ async def test_a_running_pytorchjob_is_not_grown_through_its_scale_subresource(s
 async def test_a_tenant_cannot_raise_a_running_batch_jobs_parallelism_but_may_lower_it(system: System) -> None:
     """A batch Job admitted with parallelism 2 (1 GPU each) raised to 8: refused. Another
     lowered from 2 to 1 runs on, charged 1."""
-    team = await tenant(system, "t2")
-    await system.apply(quota("q-t2", 4, 4, namespace="t2"))
-    await team.apply(in_quota(batch_job("grows", parallelism=2, completions=8, gpus=1), "t2", "q-t2"),
-                     in_quota(batch_job("shrinks", parallelism=2, completions=8, gpus=1), "t2", "q-t2"))
-    for name in ("grows", "shrinks"):
-        await system.wait_phase(name, c.Phase.RUNNING, namespace="t2")
+    team = await running_batch_jobs(system)
     async with GpuSampler(system, [("t2", "q-t2")]) as sampler:
-        await team.patch("job", "shrinks", {"spec": {"parallelism": 1}})
-
-        async def charged_less() -> bool:
-            return await used_gpus(system, "t2", "q-t2") == "3"
-
-        await system.wait_for(charged_less, 30, "q-t2 charged 3 once shrinks asks 1")
+        await shrink_one(system, team)
         is_refused(await team.try_patch("job", "grows", {"spec": {"parallelism": 8}}), "Job t2/grows",
                    "main 8 pods (had 2)")
         is_refused(await team.try_patch("job", "shrinks", {"spec": {"parallelism": 2}}), "Job t2/shrinks",
@@ -248,20 +259,10 @@ async def test_without_the_webhook_a_batch_job_whose_parallelism_a_tenant_raises
         system: System) -> None:
     """The fallback: a batch Job admitted with parallelism 2 (1 GPU each) raised to 8 with the
     validating webhook off: sent back. Another shrunk from 2 to 1 runs on, charged 1."""
-    team = await tenant(system, "t2")
-    await system.apply(quota("q-t2", 4, 4, namespace="t2"))
-    await team.apply(in_quota(batch_job("grows", parallelism=2, completions=8, gpus=1), "t2", "q-t2"),
-                     in_quota(batch_job("shrinks", parallelism=2, completions=8, gpus=1), "t2", "q-t2"))
-    for name in ("grows", "shrinks"):
-        await system.wait_phase(name, c.Phase.RUNNING, namespace="t2")
+    team = await running_batch_jobs(system)
     await validating_webhook_off(system)
     async with GpuSampler(system, [("t2", "q-t2")]) as sampler:
-        await team.patch("job", "shrinks", {"spec": {"parallelism": 1}})
-
-        async def charged_less() -> bool:
-            return await used_gpus(system, "t2", "q-t2") == "3"
-
-        await system.wait_for(charged_less, 30, "q-t2 charged 3 once shrinks asks 1")
+        await shrink_one(system, team)
         await patch_through(system, team, "job", "grows", {"spec": {"parallelism": 8}})
 
         async def released() -> bool:

@@ -1,5 +1,5 @@
-"""Fairness over weeks in the simulator: a budget stops and resumes a team; history
-shifts waits from the steady team to the bursty one (examples/traces, docs/fairness.md)."""
+"""Fairness over weeks in the simulator: a budget stops and resumes a team; sharing by
+history costs no GPU-hours and never favours the bursty team (examples/traces, docs/fairness.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from koordqueue.sim.trace import parse_trace
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "traces"
 HOUR = 3600.0
+GPU = "nvidia.com/gpu"
 
 
 def _trace(name: str) -> dict:  # type: ignore[type-arg]
@@ -38,7 +39,12 @@ def test_a_budgeted_team_stops_and_resumes_as_its_use_ages_out() -> None:
     assert resumed[-1] < 30 * HOUR
 
 
-def test_history_on_lowers_the_steady_teams_wait_and_raises_the_bursty_ones() -> None:
+def test_history_on_holds_the_same_gpu_hours_and_never_favours_the_bursty_team() -> None:
+    """Four weeks (docs/fairness.md's table). Sharing by history must not cost GPU-hours:
+    what the quotas hold (work done, plus runs cut short by reclaim, which start again from
+    zero) stays within 1 % of history off. When effective weights compounded minute after
+    minute (the bursty team at 1 against 1000), reclaim took 130 runs instead of 61 and
+    the quotas held 5.5 % more for the same work."""
     document = _trace("fair-over-weeks.yaml")
     off = yaml.safe_load(yaml.safe_dump(document))
     off["objects"][0]["metadata"]["annotations"][ANNOTATION_FAIR_SHARING] = FAIR_SHARING_NONE
@@ -48,7 +54,11 @@ def test_history_on_lowers_the_steady_teams_wait_and_raises_the_bursty_ones() ->
                  if job.quota == team and job.admitted is not None and job.submitted is not None]
         return sum(waits) / len(waits)
 
+    def held(result: object) -> float:
+        return result.usage.quotas["research"].area[GPU]  # type: ignore[attr-defined,no-any-return]
+
     with_history, without = simulate(parse_trace(document)), simulate(parse_trace(off))
-    assert mean_wait(with_history, "steady") < mean_wait(without, "steady") / 5
-    assert mean_wait(with_history, "bursty") > mean_wait(without, "bursty")
+    assert abs(held(with_history) - held(without)) <= 0.01 * held(without)
+    assert mean_wait(with_history, "steady") <= mean_wait(without, "steady")
+    assert mean_wait(with_history, "bursty") >= mean_wait(without, "bursty")
     assert all(job.admitted is not None for job in with_history.jobs + without.jobs)  # within the four weeks

@@ -470,6 +470,8 @@ class EventReason(StrEnum):
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.
     QUEUE_UNIT_NAME_TAKEN = "QueueUnitNameTaken"
     PRIORITY_CAPPED = "PriorityCapped"  # a job asking more than its quota's max-priority is queued at that
+    # A job's koord-queue/expected-runtime is not a runtime: the forecast ignores it (forecaster.py).
+    INVALID_EXPECTED_RUNTIME = "InvalidExpectedRuntime"
     UNGATED = "Ungated"  # a gated pod's unit was admitted: its scheduling gate removed (controller/podgroups.py)
     EVICTED = "Evicted"  # a gated workload's pod deleted: its unit was preempted, or it ran unadmitted
 
@@ -515,6 +517,7 @@ SETTING_OVERSELL_RATE = "oversellRate"
 SETTING_PROTECT_SECONDS = "protectSeconds"
 SETTING_FAIR_SHARING = "fairSharing"  # usage-history or none: the default of koord-queue/fair-sharing
 SETTING_USAGE_HALF_LIFE_SECONDS = "usageHalfLifeSeconds"
+SETTING_DEFAULT_EXPECTED_RUNTIME_SECONDS = "defaultExpectedRuntimeSeconds"  # the forecast's (forecaster.py)
 SETTING_BACKOFF_BASE_SECONDS = "backoffBaseSeconds"
 SETTING_BACKOFF_CAP_SECONDS = "backoffCapSeconds"
 SETTING_JOB_KINDS = "jobKinds"  # comma-separated
@@ -637,6 +640,8 @@ STATEFUL_SET_CONTROLLER = "statefulset-controller"
 LABEL_STATEFUL_SET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # the StatefulSet controller's, on its pods
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # on every pod of a LeaderWorkerSet
+LABEL_LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"  # which of its groups (leader + workers)
+ANNOTATION_LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"  # the pods of one group
 # The chart's extension.<name> switches of the workloads queued by gate (controller/gating.py).
 WORKLOAD_POD = "pod"
 WORKLOAD_DEPLOYMENT = "deployment"
@@ -667,3 +672,4 @@ BASIS_BEYOND = "beyond-horizon"
 EXPECTED_START_FIELD = "expectedStart"  # QueueUnit status, explain --json, visibility items
 EXPECTED_START_RANGE_FIELD = "expectedStartRange"
 FORECAST_BASIS_FIELD = "forecastBasis"
+FORECAST_NOTE_FIELD = "forecastNote"  # why the job's expected-runtime annotation is ignored

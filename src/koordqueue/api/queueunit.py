@@ -235,6 +235,8 @@ class QueueUnitStatus(_Model):
     forecast_basis: str | None = None
     """Where the forecast's runtimes came from: annotation, history, default (joined with +), or
     never-fits / beyond-horizon when it has no expected start."""
+    forecast_note: str | None = None
+    """Why the job's koord-queue/expected-runtime annotation is ignored by the forecast (not a runtime)."""
 
 
 class QueueUnit(_Model):

@@ -310,6 +310,12 @@ REFERENCE: tuple[Key, ...] = (
                 "through. Absent or not a count: the group is held inactive and told why.", Origin.KUEUE),
     _label(c.LABEL_LWS_NAME, Where.POD, "a LeaderWorkerSet's name",
            "Marks a LeaderWorkerSet's pod (extension.leaderworkerset).", Origin.KUBERNETES, "the LWS controller"),
+    _label(c.LABEL_LWS_GROUP_INDEX, Where.POD, "integer",
+           "A LeaderWorkerSet's group: its leader and workers are one QueueUnit "
+           "(`<name>-<index>-group`), admitted whole.", Origin.KUBERNETES, "the LWS controller"),
+    _annotation(c.ANNOTATION_LWS_SIZE, Where.POD, "integer, 1 to 10000",
+                "The pods of a LeaderWorkerSet's group (leader included): its unit's size.", Origin.KUBERNETES,
+                "the LWS controller"),
     _label(c.LABEL_GATED_POD, Where.POD, f'`"{c.TRUE}"`',
            "The webhook gated this pod: its QueueUnit holds quota for it once admitted. Only the controller "
            "may remove it (or the gate).", Origin.OURS, "Koord-Queue"),

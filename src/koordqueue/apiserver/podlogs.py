@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.api.duration import parse_duration
+from koordqueue.api.duration import parse_duration, parse_rfc3339
 from koordqueue.apiserver import errors
 
 Object = dict[str, Any]
@@ -92,20 +92,11 @@ def parse_options(name: str, query: Mapping[str, str], now: float) -> Options:
     if since_seconds is not None:
         since = now - since_seconds
     elif since_time is not None:
-        since = parse_time(since_time)
+        since = parse_rfc3339(since_time)
         if since is None:
             raise errors.bad_request(f'sinceTime: Invalid value: "{since_time}": not an RFC 3339 time')
     return Options(query.get("container", ""), _flag(query, "follow"), _flag(query, "previous"),
                    _flag(query, "timestamps"), tail, limit, since)
-
-
-def parse_time(text: object) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def timestamp(at: float) -> str:
@@ -173,9 +164,9 @@ def container_run(pod: Mapping[str, Any], container: str, previous: bool) -> Run
 
 
 def _run(state: Mapping[str, Any], init: bool) -> Run:
-    started = parse_time(state.get("startedAt")) or time.time()
+    started = parse_rfc3339(state.get("startedAt")) or time.time()
     code = state.get("exitCode")
-    return Run(started, parse_time(state.get("finishedAt")) if "exitCode" in state else None,
+    return Run(started, parse_rfc3339(state.get("finishedAt")) if "exitCode" in state else None,
                int(code) if isinstance(code, int) else None, init)
 
 

@@ -114,7 +114,8 @@ class ControllerConfig:
         """What of these the objects are loaded into the engine with (loader.py); the
         controller publishes them for `koord-queue status` and `explain`."""
         return Settings(self.default_queue_policy, self.oversell_rate, self.protect_seconds, self.backoff_base,
-                        self.backoff_cap, self.job_kinds, self.koordinator, self.fair_sharing, self.usage_half_life)
+                        self.backoff_cap, self.job_kinds, self.koordinator, self.fair_sharing, self.usage_half_life,
+                        self.default_expected_runtime_seconds)
 
 
 def clock_of(rate: float) -> Callable[[], float]:

@@ -291,7 +291,7 @@ class Dashboard:
 def unit_namespaces(doc: dict[str, Any]) -> set[str]:
     """The namespaces of the units an overview names."""
     keys = [p["unit"] for q in doc.get("queues") or ()
-            for p in [*(q.get("pending") or ()), *(q.get("backing_off") or ())]]
+            for p in [*(q.get("pending") or ()), *(q.get("backing_off") or ()), *(q.get("running") or ())]]
     keys += [r["unit"] for r in doc.get("recent") or () if r.get("unit")]
     return {str(k).partition("/")[0] for k in keys}
 
@@ -304,6 +304,7 @@ def only_namespaces(doc: dict[str, Any], allowed: set[str]) -> dict[str, Any]:
     for queue in doc.get("queues") or ():
         queue["pending"] = [p for p in queue.get("pending") or () if shown(p["unit"])]
         queue["backing_off"] = [b for b in queue.get("backing_off") or () if shown(b["unit"])]
+        queue["running"] = [r for r in queue.get("running") or () if shown(r["unit"])]  # (the forecast's timeline)
     doc["recent"] = [r for r in doc.get("recent") or () if r.get("unit") and shown(r["unit"])]
     return doc
 

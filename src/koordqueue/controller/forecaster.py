@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.controller.eventline import job_ref
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.views import rfc3339
@@ -136,6 +137,8 @@ class Forecaster(Part):
         self.problems: dict[str, str] = {}  # unit -> why its annotation was ignored
         self.written: dict[str, float | None] = {}  # unit -> the expected start last written on it
         self.writes = 0  # forecast writes made (tests count them)
+        self.noted: dict[str, str | None] = {}  # unit -> the forecastNote last written on it
+        self.told: dict[str, str] = {}  # unit -> the annotation problem its job was told of (one event each)
 
     def job_runtime(self, key: str) -> JobRuntime | None:
         unit = self.informers.unit.get(key)
@@ -177,10 +180,25 @@ class Forecaster(Part):
         result, cpu = await asyncio.to_thread(run_forecast, base, now, runtimes,
                                               self.config.default_expected_runtime_seconds)
         self.current, self.problems = result, problems
+        self._tell(problems)
         self.metrics.forecast_duration.set(cpu)
         self._drain(result, now)
         await self._write(result, now)
         return result
+
+    def _tell(self, problems: dict[str, str]) -> None:
+        """A Warning event on the job once per bad expected-runtime annotation (its unit's
+        status.forecastNote says it too, with the forecast)."""
+        for key in [k for k in self.told if k not in problems]:
+            del self.told[key]
+        for key, why in problems.items():
+            if self.told.get(key) == why:
+                continue
+            unit = self.informers.unit.get(key)
+            job = self.informers.job_of(unit) if unit is not None else None
+            if job is not None:
+                self.told[key] = why
+                self.shared.events.emit(job_ref(job), c.EventType.WARNING, c.EventReason.INVALID_EXPECTED_RUNTIME, why)
 
     def _drain(self, result: Forecast, now: float) -> None:
         drains: dict[str, float] = {}
@@ -195,10 +213,12 @@ class Forecaster(Part):
         ledger = self.engine._ledger
         for key in [k for k in self.written if k not in result.units]:
             del self.written[key]  # admitted (its admission's write cleared the fields) or gone
+            self.noted.pop(key, None)
         due = []
         for key, item in result.units.items():
             old = self.written.get(key, _UNWRITTEN)
-            if old is _UNWRITTEN or material(old if isinstance(old, float) else None, item.start, now):
+            if old is _UNWRITTEN or material(old if isinstance(old, float) else None, item.start, now) or \
+                    self.noted.get(key) != self.problems.get(key):
                 due.append((key, item))
             if len(due) >= FORECAST_WRITES_PER_ROUND:
                 break
@@ -216,10 +236,12 @@ class Forecaster(Part):
             patch = {c.EXPECTED_START_FIELD: fields[c.EXPECTED_START_FIELD],
                      c.EXPECTED_START_RANGE_FIELD: [t for t in fields[c.EXPECTED_START_RANGE_FIELD] or () if t]
                      or None,
-                     c.FORECAST_BASIS_FIELD: item.basis}
+                     c.FORECAST_BASIS_FIELD: item.basis,
+                     c.FORECAST_NOTE_FIELD: self.problems.get(key)}
             try:
                 if await self.status.write(key, patch, touch=False, limit=self.status.message_limit, still=still):
                     self.written[key] = item.start
+                    self.noted[key] = patch[c.FORECAST_NOTE_FIELD]
                     self.writes += 1
             except KubeError as err:
                 log.debug("forecast of %s not written: %s", key, err)

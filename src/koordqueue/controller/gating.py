@@ -19,6 +19,7 @@ reason, never an exception.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from koordqueue.jobs import KIND_NAMES, POD_LABELS
 
 UNIT_SUFFIX_POD = "-pod"
 UNIT_SUFFIX_GROUP = "-group"
+MAX_NAME = 253  # an object's name
 MAX_GROUP = 10_000  # pods in one Kueue pod group we read (beyond: refused, said on the unit)
 
 
@@ -102,7 +104,7 @@ def gate_json_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """A pod group: its QueueUnit's name, its Kueue group name ("" for a pod alone), its size."""
+    """A pod group: its QueueUnit's name, the group's name ("" for a pod alone), its size."""
 
     unit: str
     kueue_name: str
@@ -111,22 +113,39 @@ class Group:
 
 
 def group_of(pod: Mapping[str, Any]) -> Group:
+    """Kueue's pod group, else a LeaderWorkerSet's group (its leader and workers), else the pod alone."""
     meta = _map(pod.get("metadata"))
     labels, annotations = _map(meta.get("labels")), _map(meta.get("annotations"))
     name = str(labels.get(c.LABEL_KUEUE_POD_GROUP_NAME) or "")
-    if not name:
-        return Group(f"{meta.get('name')}{UNIT_SUFFIX_POD}", "", 1)
-    text = annotations.get(c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT) or labels.get(
-        c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT)
-    unit = f"{name}{UNIT_SUFFIX_GROUP}"
+    if name:
+        text = annotations.get(c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT) or labels.get(
+            c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT)
+        return _sized(name, text, c.LABEL_KUEUE_POD_GROUP_NAME, c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT)
+    lws, index = labels.get(c.LABEL_LWS_NAME), labels.get(c.LABEL_LWS_GROUP_INDEX)
+    if lws and index is not None:
+        return _sized(f"{lws}-{index}", annotations.get(c.ANNOTATION_LWS_SIZE), c.LABEL_LWS_GROUP_INDEX,
+                      c.ANNOTATION_LWS_SIZE)
+    return Group(unit_name(str(meta.get("name")), UNIT_SUFFIX_POD), "", 1)
+
+
+def unit_name(base: str, suffix: str) -> str:
+    """``base + suffix``, within an object name's 253 characters: a longer base is cut and told
+    apart by a hash of it (a pod's name may take all 253)."""
+    name = base + suffix
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(base.encode()).hexdigest()[:10]
+    return f"{base[:MAX_NAME - len(suffix) - 11].rstrip('-.')}-{digest}{suffix}"
+
+
+def _sized(name: str, text: object, named_by: str, sized_by: str) -> Group:
+    unit = unit_name(name, UNIT_SUFFIX_GROUP)
     if text is None:
-        return Group(unit, name, 0, f"its pods carry {c.LABEL_KUEUE_POD_GROUP_NAME} but no "
-                                    f"{c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT}: how many pods it has is not said")
+        return Group(unit, name, 0, f"its pods carry {named_by} but no {sized_by}: how many pods it has is not said")
     try:
         total = int(str(text).strip())
     except ValueError:
         total = -1
     if not 1 <= total <= min(MAX_GROUP, INT32_MAX):
-        return Group(unit, name, 0, f"{c.ANNOTATION_KUEUE_POD_GROUP_TOTAL_COUNT} {str(text)[:40]!r} is not a count "
-                                    f"of pods from 1 to {MAX_GROUP}")
+        return Group(unit, name, 0, f"{sized_by} {str(text)[:40]!r} is not a count of pods from 1 to {MAX_GROUP}")
     return Group(unit, name, total)

@@ -24,8 +24,9 @@ class Lifetime(Part):
         self.scheduler = scheduler
         self.status = status
 
-    async def check(self, item: str, unit: UnitView, job: JobView) -> bool:
-        """Whether the unit was sent back here (the rest of its reconcile waits for that to land)."""
+    async def enforce(self, item: str, unit: UnitView, job: JobView) -> bool:
+        """Send back a job that is inactive or ran past its maximum (or time the next look);
+        whether the unit was sent back here (the rest of its reconcile waits for that to land)."""
         if unit.phase in FINISHED or job.state.ended:
             return False
         await self._mirror(unit, job)

@@ -3,7 +3,8 @@ bare QueueUnit, admitted whole by the engine like any, and its pods' gates are r
 that unit is Dequeued.
 
 The pods are the source: a group's unit is made when its first gated pod is seen, and deleted
-when its last pod is gone (a Deployment scaled down gives its quota back as its pods go). The
+when its last pod has ended or is gone (a Deployment scaled down gives its quota back as its
+pods go; a plain pod that finished, at once). The
 unit names the pods as its owners, so that the garbage collector removes it too when the
 controller is down. What is done, per group, each time its pods or its unit change:
 
@@ -36,7 +37,7 @@ from koordqueue.controller.resources import PODS, UNITS
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import UnitView
 from koordqueue.jobs.podrequest import pod_request
-from koordqueue.kube.errors import Conflict, KubeError, NotFound
+from koordqueue.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from koordqueue.kube.events import ObjectRef
 from koordqueue.kube.informer import Informer
 from koordqueue.kube.workqueue import WorkQueue
@@ -187,7 +188,7 @@ class PodGroups(Part):
         unit = self.informers.unit.get(key)
         ours = unit is not None and dict(unit.labels).get(c.LABEL_POD_GROUP_UNIT) == c.TRUE
         if not live:
-            if unit is not None and ours and not pods:  # every pod gone: its quota back
+            if unit is not None and ours:  # every pod ended or gone: its quota back
                 await self._delete_unit(unit)
             return
         holding = ours and unit is not None and unit.phase in _HOLDING
@@ -235,7 +236,7 @@ class PodGroups(Part):
                             f"{group.invalid}; its QueueUnit {group.unit} is held inactive")
         try:
             await self.client.create(UNITS, manifest, namespace=pods[0].namespace)
-        except Conflict:
+        except (Conflict, AlreadyExists):
             pass  # made meanwhile (our informer lags): its update brings us back
 
     async def _delete_unit(self, unit: UnitView) -> None:

@@ -26,7 +26,6 @@ from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import PENDING_INFORM_SECONDS, UnitStatusWriter
 from koordqueue.controller.unitsync import Situation, UnitSync, grown
 from koordqueue.controller.views import (
-    Held,
     JobView,
     Object,
     UnitView,
@@ -38,7 +37,7 @@ from koordqueue.controller.views import (
     unit_info,
     unit_view,
 )
-from koordqueue.engine.model import UnitInfo
+from koordqueue.engine.model import Held, UnitInfo
 from koordqueue.jobs.base import JobAdapter, JobState, quota_of_labels
 from koordqueue.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 from koordqueue.kube.events import ObjectRef
@@ -116,7 +115,7 @@ class JobReconciler(Part):
         if not now.current:
             return
         # 9. Inactive, or run past its maximum: sent back, its job suspended when that lands.
-        if await self.lifetime.check(item, unit, job):
+        if await self.lifetime.enforce(item, unit, job):
             return
         # 10. Asks for more than it was admitted with: sent back, queued again at its new size.
         if await self._send_back_grown(unit, job, now):

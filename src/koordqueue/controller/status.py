@@ -53,6 +53,7 @@ def admitted(spec: Object, quota: str, queue: str, checks: Sequence[str], attemp
         c.EXPECTED_START_FIELD: None,
         c.EXPECTED_START_RANGE_FIELD: None,
         c.FORECAST_BASIS_FIELD: None,
+        c.FORECAST_NOTE_FIELD: None,
     }
     return status
 

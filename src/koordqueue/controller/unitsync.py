@@ -23,7 +23,6 @@ from koordqueue.controller.phases import FINISHED, HOLDING, RUNNABLE, SENT_BACK
 from koordqueue.controller.pods import NodeUsage, PodView
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.views import (
-    Held,
     JobView,
     UnitView,
     admitted_placement,
@@ -33,7 +32,7 @@ from koordqueue.controller.views import (
     with_priority_classes,
 )
 from koordqueue.engine import Engine
-from koordqueue.engine.model import Placement, ResourceList, UnitInfo
+from koordqueue.engine.model import Held, Placement, ResourceList, UnitInfo
 
 UNRESOLVED = "(unresolved)"  # a unit held in a quota that is gone: charged to the cluster total
 
@@ -58,8 +57,8 @@ def count_as_admitted(engine: Engine, info: UnitInfo, since: float, placement: P
     info.placement = placement
     engine.set_unit(capped(engine, info))
     standing = engine.standing(info.key)
-    info.admitted_quota = (standing.quota if standing and standing.quota else None) or engine.named_quota(info) \
-        or UNRESOLVED
+    info.admitted_quota = engine.flavor_of(info.key, placement) or \
+        (standing.quota if standing and standing.quota else None) or engine.named_quota(info) or UNRESOLVED
     info.admitted_queue = standing.queue if standing else None
     info.admitted_at = since
     engine.set_unit(info)

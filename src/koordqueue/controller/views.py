@@ -11,13 +11,12 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import INT32_MAX, InvalidObject
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
-from koordqueue.engine.model import Placement, PodSetInfo, ResourceList, UnitInfo
+from koordqueue.engine.model import Held, Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import PLURALS, kind_named
 from koordqueue.jobs.base import JobAdapter, JobState, PodSet, class_priority, quota_of_labels
 from koordqueue.jobs.placement import Written, pod_set_info, written_role
@@ -395,24 +394,10 @@ INACTIVE = "it is inactive"  # how the reason an inactive unit waits begins
 ORPHAN = "this QueueUnit stands for no job"  # how the reason of a unit without one begins
 
 
-class Held(Enum):
-    """Why a unit the engine has waits whatever room there is, when it is one of these two
-    (other unusable units have no state of their own: their reason is all there is)."""
-
-    ORPHAN = "orphan"  # stands for no job we queue (orphans.py): waits, holding nothing
-    INACTIVE = "inactive"  # its job's active annotation, or its own spec.active, is false
-
-
 def held(info: UnitInfo | None) -> Held | None:
-    """The held state of a unit, the engine's copy or one made from our views. The one place
-    that reads it from the reason's opening words: the engine's UnitInfo has no field for it
-    yet (engine/model.py; a ``held`` field there would make this a read of that field)."""
-    reason = info.invalid if info is not None else None
-    if reason is None:
-        return None
-    if reason.startswith(ORPHAN):
-        return Held.ORPHAN
-    return Held.INACTIVE if reason.startswith(INACTIVE) else None
+    """The held state of a unit, the engine's copy or one made from our views: its field,
+    set where the unit info is made (unit_info, bare_unit_info, orphan_info)."""
+    return info.held if info is not None else None
 
 
 def inactive_reason(job: JobView) -> str:
@@ -433,6 +418,7 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
                         invalid=job.invalid or "unreadable")
     labels = dict(job.unit_labels)
     missing = job.missing_priority_classes
+    active = unit_active(unit, job)
     return UnitInfo(
         namespace=unit.namespace,
         name=unit.name,
@@ -446,11 +432,12 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         requeue_at=unit.requeue_at,
         # held: it waits, saying why
         invalid=missing_class_reason(missing) if missing else
-        None if unit_active(unit, job) else inactive_reason(job),
+        None if active else inactive_reason(job),
         pod_sets=job.pod_sets,
         expected_runtime=expected_runtime(
             {} if job.expected_runtime is None else {c.ANNOTATION_EXPECTED_RUNTIME: job.expected_runtime},
             job.max_execution_seconds),
+        held=None if missing or active else Held.INACTIVE,
     )
 
 
@@ -470,12 +457,13 @@ def bare_unit_info(unit: UnitView, queue_exists: Callable[[str, str], bool]) -> 
     priority = unit.spec.get("priority")
     if not isinstance(priority, int) or isinstance(priority, bool) or not -INT32_MAX - 1 <= priority <= INT32_MAX:
         priority = 0
-    invalid = None
+    invalid, state = None, None
     request = unit.request if unit.spec.get("resource") else _pod_set_demand(unit.spec.get("podSet"))
     if request is None:
         invalid = f"{BARE}: its spec.resource and spec.podSet give no readable request"
     elif unit.spec.get("active") is False:
         invalid = f"{INACTIVE} (its spec.active is false); it is admitted once active again"
+        state = Held.INACTIVE
     queue = unit.spec.get("queue")
     queue = queue if isinstance(queue, str) and queue and queue_exists(queue, unit.namespace) else None
     return UnitInfo(
@@ -491,6 +479,7 @@ def bare_unit_info(unit: UnitView, queue_exists: Callable[[str, str], bool]) -> 
         requeue_at=unit.requeue_at,
         invalid=invalid,
         pod_sets=_pod_group_sets(unit) if invalid is None else (),
+        held=state,
     )
 
 
@@ -556,7 +545,7 @@ def orphan_info(unit: UnitView, reason: str) -> UnitInfo:
     """The engine's view of a unit that stands for no usable job: it waits, saying ``reason``,
     and asks for nothing (so nothing on it can be edited to any effect)."""
     return UnitInfo(namespace=unit.namespace, name=unit.name, priority=0, created=unit.created, request={},
-                    attempts=unit.attempts, requeue_at=unit.requeue_at, invalid=reason)
+                    attempts=unit.attempts, requeue_at=unit.requeue_at, invalid=reason, held=Held.ORPHAN)
 
 
 def _phase(value: object) -> str:

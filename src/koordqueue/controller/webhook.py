@@ -502,7 +502,7 @@ class SuspendWebhook:
             return None
         ungated = gating.gated(old) and not gating.gated(new)
         unmarked = not gating.is_ours(new)
-        regrouped = gating.group_of(old).kueue_name != gating.group_of(new).kueue_name
+        regrouped = gating.group_of(old).unit != gating.group_of(new).unit
         if not (ungated or unmarked or regrouped):
             return None
         user = str((request.get("userInfo") or {}).get("username") or "")
@@ -510,7 +510,7 @@ class SuspendWebhook:
             return None
         meta = new.get("metadata") or {}
         what = "remove its scheduling gate " + c.SCHEDULING_GATE if ungated else \
-            f"remove its label {c.LABEL_GATED_POD}" if unmarked else f"change its label {c.LABEL_KUEUE_POD_GROUP_NAME}"
+            f"remove its label {c.LABEL_GATED_POD}" if unmarked else "change the pod group it is in"
         return (f"pod {meta.get('namespace')}/{meta.get('name')} is queued by Koord-Queue (QueueUnit "
                 f"{gating.group_of(old).unit}): only the controller may {what}; it does so once the unit is admitted")
 

@@ -29,6 +29,7 @@ from koordqueue.engine.model import (
     CycleResult,
     EngineConfig,
     NodeInfo,
+    Placement,
     QueueInfo,
     QuotaInfo,
     QuotaStatus,
@@ -485,6 +486,22 @@ class Engine:
         if name is None or quota is None or quota.max_priority is None:
             return None
         return name, quota.max_priority
+
+    def flavor_of(self, key: str, placement: Placement | None) -> str | None:
+        """The flavor a unit of a quota with flavors was admitted into, by the node labels its
+        admission pinned (``placement``, as its status says them): how a restarted controller
+        charges it where it was admitted, not to its first flavor. None: its quota has no
+        flavors, or no flavor's selector is among those labels."""
+        self._sync()
+        record = self._ledger.units.get(key)
+        state = record.queue if record is not None else None
+        if state is None or state.flavors is None or placement is None:
+            return None
+        pinned = {label: value for _, _, chain in placement.domains for label, value in chain}
+        for flavor in state.flavors.flavors:
+            if all(pinned.get(label) == value for label, value in flavor.selector):
+                return flavor.node.name
+        return None
 
     def flavor_problems(self) -> dict[str, str]:
         """Parent quota name -> what is wrong with its flavors (a flavor order naming no flavor of it)."""

@@ -11,7 +11,7 @@ Words used here:
 - *scan*: one pass over a queue's pending units in order, resumed at each of its turns
   (``Scan``); a queue is scanned at most ``MAX_SCANS_PER_CYCLE`` times per cycle.
 - *hold*: room a unit that lacks room at a quota above its own keeps there from
-  borrowers of other quotas (tree.py ``Hold``); it is *ripe* once the unit has waited
+  borrowers of other quotas (quotanode.py ``Hold``); it is *ripe* once the unit has waited
   past its Queue's hold-room-after, and then holds against borrowers of its priority too.
 - *woken*: a queue scanned again only because room appeared where it waits; its turn
   checks that room is still there before scanning (``room_left``, ``nodes_left``).
@@ -40,9 +40,9 @@ from koordqueue.engine.ledger import (
 )
 from koordqueue.engine.model import Admission, CycleResult, Placement
 from koordqueue.engine.pending import Head, Heads, Shape
-from koordqueue.engine.placement import CheckKey, Unplaced, check_key
+from koordqueue.engine.placement import PlacementKey, Unplaced, placement_key
 from koordqueue.engine.preemption import Preemptor
-from koordqueue.engine.tree import Hold, QuotaNode
+from koordqueue.engine.quotanode import Hold, QuotaNode
 from koordqueue.engine.views import live_message
 
 MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most this often
@@ -50,9 +50,17 @@ MAX_SCANS_PER_CYCLE = 3  # a queue woken again within a cycle is scanned at most
 _Held = dict[tuple[str, int, bool], int]
 """What a queue's holds at one node keep: (resource, priority, ripe) -> amount."""
 
-_Turn = tuple[int, bool, float, str, int, int]
-"""A queue's turn in a cycle: (-Queue priority, its next unit borrows, share, key, version,
-the ledger's charges then: when they are the same at its turn, its share is too)."""
+
+class Turn(NamedTuple):
+    """A queue's turn in a cycle, on the cycle's heap (compared field by field: the Queue of
+    highest priority first, then one whose next unit does not borrow, then the least share)."""
+
+    neg_priority: int  # -the Queue's priority
+    borrows: bool  # its next unit would borrow (Kueue: admissions within shares first)
+    share: float  # its quota's usage over its share when pushed
+    key: str  # the Queue's
+    version: int  # the queue's version when pushed: an older turn is dropped
+    charges: int  # the ledger's charges then: when the same at its turn, its share is too
 
 
 @dataclass(slots=True)
@@ -93,8 +101,8 @@ class Attempt(NamedTuple):
     placement: Placement | None  # where its pods go, when they are placed (or fewer of them: in part)
     misfit: Misfit | None  # why its request (or, elastic, its least) does not fit its quota
     unplaced: Unplaced | None  # why its pods (or its least) have no nodes
-    waits: CheckKey | None  # the failed placement check whose room it waits for
-    waits_counts: dict[str, int] | None  # its pod counts in that check, when not all of them
+    waits: PlacementKey | None  # the failed placement whose room it waits for
+    waits_counts: dict[str, int] | None  # its pod counts in that placement, when not all of them
     least: Misfit | Unplaced | None  # an elastic unit: why not even its least
     by_quota: bool  # it fits neither its quota nor by preemption, whatever its pods
 
@@ -123,7 +131,7 @@ class Cycle:
         self.qs = ledger.qs
         self.room = ledger.room
         self.config = ledger.config
-        self.heap: list[_Turn] = []
+        self.heap: list[Turn] = []
         self.scans: dict[str, Scan] = {}
         self.admitted_now: set[str] = set()  # units admitted in this cycle: never its victims
         self.preemptor = Preemptor(ledger, now, result, self.admitted_now)
@@ -141,12 +149,12 @@ class Cycle:
                 if state is not None:
                     self.push(state)
             while heap:
-                _, _, last_share, key, version, charges = heapq.heappop(heap)
-                state = self.qs[key]
-                if version != state.version:
+                turn = heapq.heappop(heap)
+                state = self.qs[turn.key]
+                if turn.version != state.version:
                     continue
                 # Others of its quota were admitted meanwhile (no usage moved: no share did).
-                if charges != ledger.charges and share(state.leaf) > last_share:
+                if turn.charges != ledger.charges and share(state.leaf) > turn.share:
                     self.push(state)
                     continue
                 if self.step(state):
@@ -158,8 +166,8 @@ class Cycle:
         state.version += 1
         scan = self.scans.get(state.key)
         borrows = scan is not None and scan.borrows
-        heapq.heappush(self.heap, (-state.info.priority, borrows, share(state.leaf), state.key, state.version,
-                                   self.ledger.charges))
+        heapq.heappush(self.heap, Turn(-state.info.priority, borrows, share(state.leaf), state.key, state.version,
+                                       self.ledger.charges))
 
     def touch(self, state: QueueState, rescan: bool) -> None:
         """The ledger's ``touch`` within a cycle: give the queue another turn, or scan it
@@ -331,15 +339,15 @@ class Cycle:
         info = record.info
         placement: Placement | None = None
         unplaced: Unplaced | None = None
-        waits: CheckKey | None = None
+        waits: PlacementKey | None = None
         waits_counts: dict[str, int] | None = None
         if misfit is None and state.node_fit and info.pod_sets and self.room:  # (``Ledger.places``)
-            if record.check is None:
-                record.check = check_key(info.pod_sets)
-            found = self.room.place(info.pod_sets, key=record.check)
+            if record.placement_key is None:
+                record.placement_key = placement_key(info.pod_sets)
+            found = self.room.place(info.pod_sets, key=record.placement_key)
             if isinstance(found, Unplaced):
                 unplaced = found
-                waits = record.check
+                waits = record.placement_key
             else:
                 placement = found
         admit = misfit is None and unplaced is None
@@ -350,7 +358,7 @@ class Cycle:
             if isinstance(least, Unplaced):  # no fewer pods fit either: it waits for room for its least
                 elastic = next(ps for ps in info.pod_sets if ps.elastic)
                 waits_counts = {elastic.name: elastic.min_count or 0}
-                waits = check_key(info.pod_sets, waits_counts)
+                waits = placement_key(info.pod_sets, waits_counts)
         by_quota = False
         if not admit and misfit is not None:
             admit, placement, by_quota = self.preemptor.preempt_for(record, state, misfit)

@@ -29,7 +29,8 @@ from koordqueue.api.fairness import Budget
 from koordqueue.engine.history import LN2, MINUTE, UsageHistory
 from koordqueue.engine.messages import _duration, _q
 from koordqueue.engine.model import EngineConfig, QuotaInfo, ResourceList, UnitInfo
-from koordqueue.engine.tree import ROOT, QuotaNode, QuotaTree
+from koordqueue.engine.quotanode import ROOT, QuotaNode
+from koordqueue.engine.tree import QuotaTree
 
 SCALE = 1000  # the largest effective weight among siblings
 U0 = 0.1  # a child with no history weighs as one that used 10 % of its parent
@@ -109,7 +110,10 @@ class Fairness:
             parent = tree.nodes.get(parent_name)
             if parent is None:
                 continue
-            kids = [kid for kid in parent.children if kid.info is not None]
+            # The quotas' own weights, never the tree's copy: that carries the effective
+            # weight given last time, and dividing it again would compound (a child that
+            # used a little more would end at a weight of 1 against 1000).
+            kids = [quotas[kid.name] for kid in parent.children if kid.name in quotas]
             for name, weight in _weights(self.history, parent, kids, half_life).items():
                 if self.weights.get(name) != weight:
                     self.weights[name] = weight
@@ -118,13 +122,10 @@ class Fairness:
         return moved
 
 
-def _weights(history: UsageHistory, parent: QuotaNode, kids: list[QuotaNode], half_life: float
+def _weights(history: UsageHistory, parent: QuotaNode, kids: list[QuotaInfo], half_life: float
              ) -> dict[str, ResourceList]:
     tau = half_life / LN2
-    bases = {}
-    for kid in kids:
-        assert kid.info is not None
-        bases[kid.name] = kid.info.shared_weight if kid.info.shared_weight is not None else kid.info.max
+    bases = {kid.name: kid.shared_weight if kid.shared_weight is not None else kid.max for kid in kids}
     resources = sorted({resource for base in bases.values() for resource in base})
     out: dict[str, ResourceList] = {name: {} for name in bases}
     for resource in resources:

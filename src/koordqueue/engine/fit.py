@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from koordqueue.engine.model import ResourceList
-from koordqueue.engine.tree import MILLI_COUNTED, Hold, QuotaNode
+from koordqueue.engine.quotanode import MILLI_COUNTED, Hold, QuotaNode
 from koordqueue.engine.waterfill import WHOLE, koordinator_fill
 
 Released = dict[QuotaNode, ResourceList]
@@ -92,7 +92,53 @@ def first_misfit(
 
 def never_fits(leaf: QuotaNode, request: ResourceList, preemptible: bool = True) -> Misfit | None:
     """The first limit on ``leaf``'s path that ``request`` is more than by itself (a max,
-    the cluster's capacity, or for a non-preemptible unit a min), whatever is used."""
+    the cluster's capacity, or for a non-preemptible unit a min), whatever is used. Asked
+    of every unit that does not fit: the least limits on the path (cached on the leaf) say
+    at once that most fit some day, and only a unit past one walks the path for the first."""
+    ceiling = leaf.ceiling
+    if ceiling is None:
+        ceiling = leaf.ceiling = _ceiling(leaf)
+    for name, asked in request.items():
+        cap = ceiling.get(name)
+        if cap is not None and asked > cap:
+            return _first_max_past(leaf, request)
+    if preemptible:
+        return None
+    floors = leaf.floor_ceiling
+    if floors is None:
+        floors = leaf.floor_ceiling = _floor_ceiling(leaf)
+    for name, asked in request.items():
+        floor = floors.get(name)
+        if floor is not None and asked > floor:
+            return _first_min_past(leaf, request)
+    return None
+
+
+def _ceiling(leaf: QuotaNode) -> ResourceList:
+    """Per resource, the least limit on ``leaf``'s path."""
+    ceiling: ResourceList = {}
+    for node in leaf.path:
+        for name, cap in node.limit.items():
+            if cap < ceiling.get(name, cap + 1):
+                ceiling[name] = cap
+    return ceiling
+
+
+def _floor_ceiling(leaf: QuotaNode) -> ResourceList:
+    """Per resource, the least min a non-preemptible unit is held to on ``leaf``'s path
+    below the cluster (0 where a quota limits a resource but names no min of it)."""
+    floors: ResourceList = {}
+    for node in leaf.path[:-1]:
+        floor = node.min_limit
+        for name in (*node.limit, *floor):
+            cap = floor.get(name, 0)
+            if cap < floors.get(name, cap + 1):
+                floors[name] = cap
+    return floors
+
+
+def _first_max_past(leaf: QuotaNode, request: ResourceList) -> Misfit:
+    """``never_fits`` for a request past some limit on the path: the first, from the leaf up."""
     for node in leaf.path:
         limit = node.limit
         if limit:
@@ -100,13 +146,17 @@ def never_fits(leaf: QuotaNode, request: ResourceList, preemptible: bool = True)
                 cap = limit.get(name)
                 if cap is not None and asked > cap:
                     return Misfit(node, name, asked, node.used.get(name, 0), cap)
-    if not preemptible:
-        for node in leaf.path[:-1]:
-            limit, floor = node.limit, node.min_limit
-            for name, asked in request.items():
-                if (name in limit or name in floor) and asked > floor.get(name, 0):
-                    return Misfit(node, name, asked, node.pinned.get(name, 0), floor.get(name, 0), pinned=True)
-    return None
+    raise AssertionError("no limit passed")  # pragma: no cover - the ceiling said one is
+
+
+def _first_min_past(leaf: QuotaNode, request: ResourceList) -> Misfit:
+    """``never_fits`` for a non-preemptible request past some min on the path: the first."""
+    for node in leaf.path[:-1]:
+        limit, floor = node.limit, node.min_limit
+        for name, asked in request.items():
+            if (name in limit or name in floor) and asked > floor.get(name, 0):
+                return Misfit(node, name, asked, node.pinned.get(name, 0), floor.get(name, 0), pinned=True)
+    raise AssertionError("no min passed")  # pragma: no cover - the ceiling said one is
 
 
 def _past_min(leaf: QuotaNode, request: ResourceList) -> Misfit | None:

@@ -30,9 +30,9 @@ from koordqueue.engine.flavorsets import Flavor, Flavoring, Selector, agrees, bu
 from koordqueue.engine.ledger import BLOCKED_WINDOW, Ledger, NodeWait, QueueState, UnitRecord
 from koordqueue.engine.model import Placement, PodSetInfo, Preemption, UnitInfo
 from koordqueue.engine.pending import Entry, Head, Heads, Shape
-from koordqueue.engine.placement import Unplaced, check_key
+from koordqueue.engine.placement import Unplaced, placement_key
 from koordqueue.engine.preemption import Preemptor
-from koordqueue.engine.tree import QuotaNode
+from koordqueue.engine.quotanode import QuotaNode
 
 # How a head of a flavored queue's scan ended: the names of cycle.Outcome's members.
 ADMITTED, BORROWS_LATER, BLOCKS, WAITS = "ADMITTED", "BORROWS_LATER", "BLOCKS", "WAITS"
@@ -113,7 +113,7 @@ def process(cycle: CycleLike, state: QueueState, scan: ScanLike, head: Head) -> 
         placement: Placement | None = None
         if places:
             pods = pinned(info.pod_sets, flavor.selector)
-            got = ledger.room.place(pods, key=check_key(pods))
+            got = ledger.room.place(pods, key=placement_key(pods))
             if isinstance(got, Unplaced):
                 refused.append((flavor, messages.unplaced(node, got)))
                 unplaced_waits.append((flavor, pods))
@@ -283,7 +283,7 @@ def _wait(cycle: CycleLike, state: QueueState, scan: ScanLike, record: UnitRecor
     if unplaced:
         waiting = ledger.node_waiters.setdefault(state.key, {})
         for _, pods in unplaced:
-            key = check_key(pods)
+            key = placement_key(pods)
             wait = waiting.get(key)
             if wait is None:
                 waiting[key] = NodeWait(pods, None, [record.key])

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from koordqueue.engine.model import PodSetInfo, QuotaInfo, UnitInfo
-from koordqueue.engine.tree import QuotaNode, QuotaTree
+from koordqueue.engine.model import PodSetInfo, QuotaInfo, Requirement, UnitInfo
+from koordqueue.engine.quotanode import QuotaNode
+from koordqueue.engine.tree import QuotaTree
 
 Selector = tuple[tuple[str, str], ...]
 
@@ -75,14 +76,14 @@ def agrees(selector: Selector, pod_sets: Sequence[PodSetInfo]) -> bool:
     return True
 
 
-def _term_agrees(term: Sequence[object], wanted: Mapping[str, str]) -> bool:
+def _term_agrees(term: Sequence[Requirement], wanted: Mapping[str, str]) -> bool:
+    """Whether a required node affinity term lets pods on nodes labelled ``wanted``."""
     for req in term:
-        key = getattr(req, "key", "")
-        if getattr(req, "field", False) or key not in wanted:
+        if req.field or req.key not in wanted:
             continue
-        value, values, operator = wanted[key], getattr(req, "values", ()), getattr(req, "operator", "")
-        if (operator == "In" and value not in values) or (operator == "NotIn" and value in values) or \
-                operator == "DoesNotExist":
+        value = wanted[req.key]
+        if (req.operator == "In" and value not in req.values) or (req.operator == "NotIn" and value in req.values) \
+                or req.operator == "DoesNotExist":
             return False
     return True
 

@@ -37,9 +37,10 @@ from koordqueue.engine.model import (
     UnitInfo,
 )
 from koordqueue.engine.pending import Entry, PendingQueue, Shape
-from koordqueue.engine.placement import CheckKey, NodeRoom
+from koordqueue.engine.placement import NodeRoom, PlacementKey
+from koordqueue.engine.quotanode import Hold, QuotaNode
 from koordqueue.engine.tenancy import Directory, Resolved, build_directory, resolve
-from koordqueue.engine.tree import Hold, QuotaNode, QuotaTree
+from koordqueue.engine.tree import QuotaTree
 
 if TYPE_CHECKING:
     from koordqueue.engine.fairness import Fairness
@@ -75,7 +76,7 @@ class UnitRecord:
     node: QuotaNode | None = None  # resolved quota (queued, back-off); charged node (admitted)
     message: str = ""
     reason: Reason | None = None  # why it last waited, and its text, not to format it again
-    check: CheckKey | None = None  # what a check of all its pods depends on (once asked for)
+    placement_key: PlacementKey | None = None  # what placing all its pods depends on (once asked for)
     protected: bool = False  # its last scan found units it could preempt, but within their protect time
     # It holds quota as a non-preemptible unit: never a victim, its request in ``pinned``
     # (tree.py). Set at admission: a label changed afterwards does not make a borrower safe.
@@ -100,8 +101,8 @@ class QueueState:
     # it asked there and, for room held, the priority it was held against: None when not
     # held); nothing else that could change its decisions happened.
     woken: list[tuple[QuotaNode, ResourceList, int | None]] = field(default_factory=list)
-    # Likewise its failed placement checks that room grown on the nodes may let pass now.
-    node_woken: dict[CheckKey, NodeWait] = field(default_factory=dict)
+    # Likewise its failed placements that room grown on the nodes may let pass now.
+    node_woken: dict[PlacementKey, NodeWait] = field(default_factory=dict)
     rescan: bool = True  # something other than room woke it: scan it in any case
     misfits_above: bool = False  # a unit of its last scan ran into a limit above its own quota
     reclaims: bool = False  # a unit of its last scan looked for capacity to reclaim
@@ -122,7 +123,7 @@ class QueueState:
 
 @dataclass(slots=True)
 class NodeWait:
-    """A failed placement check a queue waits on: what to check again, and the units told why they wait."""
+    """A failed placement a queue waits on: what to try again, and the units told why they wait."""
 
     pod_sets: tuple[PodSetInfo, ...]
     counts: dict[str, int] | None
@@ -191,8 +192,8 @@ class Ledger:
         self.charges = 0  # admissions and releases so far: no usage moved while it stays the same
         self.cycle: CycleHook | None = None  # the cycle under way, if any
         self.room = NodeRoom(config.topology_levels)
-        # Queues whose units wait for room on the nodes, with the checks that failed for them.
-        self.node_waiters: dict[str, dict[CheckKey, NodeWait]] = {}
+        # Queues whose units wait for room on the nodes, with the placements that failed for them.
+        self.node_waiters: dict[str, dict[PlacementKey, NodeWait]] = {}
         self.room_grew = False  # since the waiters were last looked at
         # Admitted units whose pods do not all run yet, with the key of the Queue they were
         # admitted through, and the same by Queue in admission order: a Queue with
@@ -245,6 +246,11 @@ class Ledger:
         state = self.qs.get(found.queue.key)
         if state is None:  # the quota's own queue, not (yet) set by the shell
             state = self.new_queue(found.queue, leaf)
+        if state.flavors is None and leaf.children:  # (a parent whose flavors are all unusable)
+            record.state = UnitState.PARKED
+            self.say(record, f"quota {leaf.name} is a parent quota with no usable flavor; a job must use one "
+                             "of the quotas below it")
+            return
         if state.flavors is not None:
             home = flavor_home(state.flavors, info)
             if isinstance(home, str):
@@ -474,22 +480,22 @@ class Ledger:
 
     def wake_nodes(self, everyone: bool = False) -> None:
         """Room grew on the nodes: scan again the queues waiting for it, those of whose
-        failed checks one may pass now (room grew on a node that takes one of its pods);
+        failed placements one may pass now (room grew on a node that takes one of its pods);
         ``everyone``: nodes came, went or changed, all of them."""
         self.room_grew = False
-        still: dict[str, dict[CheckKey, NodeWait]] = {}
+        still: dict[str, dict[PlacementKey, NodeWait]] = {}
         for key in sorted(self.node_waiters):
-            checks = self.node_waiters[key]
+            failed = self.node_waiters[key]
             state = self.qs.get(key)
             if state is None:
                 continue
             if everyone:
                 self.touch(state)
-            elif any(self.room.failing(check) is None for check in checks):
-                state.node_woken.update(checks)
+            elif any(self.room.failing(placement) is None for placement in failed):
+                state.node_woken.update(failed)
                 self.touch(state, rescan=False)
             else:
-                still[key] = checks
+                still[key] = failed
         self.node_waiters = still
 
     def wake_node(self, node: QuotaNode, exclude: str | None = None) -> None:

@@ -18,7 +18,7 @@ from koordqueue.api.constants import (
 from koordqueue.api.quantity import format_quantity
 from koordqueue.engine.fit import Misfit
 from koordqueue.engine.placement import Unplaced
-from koordqueue.engine.tree import QuotaNode
+from koordqueue.engine.quotanode import QuotaNode
 
 
 @lru_cache(maxsize=4096)

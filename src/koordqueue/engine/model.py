@@ -9,6 +9,7 @@ Times are float seconds on whatever clock the shell uses (wall or virtual).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from koordqueue.api.constants import (
     AUTO_QUEUE_PRIORITY,
@@ -120,6 +121,15 @@ class Placement:
         return next((n for name, n in self.counts if name == pod_set), default)
 
 
+class Held(Enum):
+    """Why an unusable unit waits whatever room there is, when it is one of these two (the
+    shell's states, carried as a field so that no one reads them from the reason's words;
+    the engine treats a held unit as any other with ``invalid`` set)."""
+
+    ORPHAN = "orphan"  # stands for no job the shell queues: waits, holding nothing
+    INACTIVE = "inactive"  # its job's active annotation, or its own spec.active, is false
+
+
 @dataclass(slots=True)
 class UnitInfo:
     """A QueueUnit (one job) as the engine needs it.
@@ -150,6 +160,7 @@ class UnitInfo:
     # How long it is expected to run (koord-queue/expected-runtime, else its maximum
     # execution time): what a budget counts it for (history.py); None: unknown.
     expected_runtime: float | None = None
+    held: Held | None = None  # with ``invalid``: the state behind it, when it is one of these
 
     @property
     def key(self) -> str:

@@ -2,8 +2,8 @@
 them and kept until the nodes change (pod vectors, the nodes a pod's rules allow, the
 topology domains, how many pods of a kind each node has room for).
 
-It knows nothing of units or checks: NodeRoom writes the room (``add``), the gang search
-and the failed checks read it. Arrays over the nodes keep a check in tens of microseconds
+It knows nothing of units or placements: NodeRoom writes the room (``add``), the gang search
+and the failed placements read it. Arrays over the nodes keep a placement in tens of microseconds
 on a thousand nodes.
 """
 
@@ -54,11 +54,11 @@ class NodeArrays:
         self.version = 0
         self.log: list[int] = []
         self._vectors: dict[Shape, tuple[Vector, list[int], str | None]] = {}
-        self.masks: dict[object, Mask] = {}  # rules -> the nodes they allow (read by failedchecks)
+        self.masks: dict[object, Mask] = {}  # rules -> the nodes they allow (read by failedplacements)
         self._domains: dict[str, tuple[npt.NDArray[np.intp], list[Chain]]] = {}
         self._sizes: dict[Shape, float] = {}
         # Per pod vector (by id, as kept in ``_vectors``): how many such pods each node has
-        # room for, and how far into ``log`` that count is current; a check updates only
+        # room for, and how far into ``log`` that count is current; a placement updates only
         # the rows changed since.
         self._counts: dict[int, tuple[npt.NDArray[np.int64], int]] = {}
         self.whole: dict[int, npt.NDArray[np.int64]] = {}  # per pod vector: pods per empty node

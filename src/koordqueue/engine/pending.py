@@ -86,8 +86,13 @@ def least_of(group: Shape) -> dict[str, int]:
     return {name: amount for name, amount in pairs if isinstance(amount, int)}
 
 
-Head = tuple[Entry, "Shape", dict[str, int]]
-"""The first unit of a stream, its stream, and the least request of its group."""
+class Head(NamedTuple):
+    """The first unit of a stream, its stream, and the least request of its group (a
+    tuple: heads are kept sorted, and compared, by entry)."""
+
+    entry: Entry
+    shape: Shape
+    least: dict[str, int]
 
 
 class Heads:
@@ -103,7 +108,7 @@ class Heads:
         # most scans take a group's one head without changing its list.
         heads = dict(groups)
         self._groups = heads
-        self._top = [(items[0][0], group) for group, items in heads.items()]
+        self._top = [(items[0].entry, group) for group, items in heads.items()]
         heapq.heapify(self._top)
         self._last: Shape = ()
         self._least: dict[str, int] = {}
@@ -116,7 +121,7 @@ class Heads:
         while top:
             entry, group = top[0]
             items = groups.get(group)
-            if items and items[0][0] == entry:
+            if items and items[0].entry == entry:
                 return items[0]
             heapq.heappop(top)
         return None
@@ -128,15 +133,15 @@ class Heads:
         groups = self._groups
         items = groups[group]
         if len(items) == 1:  # its last head: the group goes, its list untouched
-            self._least = items[0][2]
+            self._least = items[0].least
             heapq.heappop(self._top)
             del groups[group]
             return
         if group not in self._own:
             items = groups[group] = items[:]
             self._own.add(group)
-        self._least = heapq.heappop(items)[2]
-        heapq.heapreplace(self._top, (items[0][0], group))
+        self._least = heapq.heappop(items).least
+        heapq.heapreplace(self._top, (items[0].entry, group))
 
     def push(self, entry: Entry, shape: Shape) -> None:
         """The next unit of the stream of the head taken last."""
@@ -145,14 +150,14 @@ class Heads:
         if items is None or group not in self._own:
             items = self._groups[group] = [] if items is None else items[:]
             self._own.add(group)
-        heapq.heappush(items, (entry, shape, self._least))
-        if items[0][0] == entry:
+        heapq.heappush(items, Head(entry, shape, self._least))
+        if items[0].entry == entry:
             heapq.heappush(self._top, (entry, group))
 
     def drop_group(self) -> list[Entry]:
         """Drop the rest of the group of the head taken last: they wait as it does."""
         items = self._groups.pop(self._last, [])
-        return [item[0] for item in items]
+        return [item.entry for item in items]
 
     def clear(self) -> None:
         self._groups = {}
@@ -196,7 +201,7 @@ class PendingQueue:
     def _head(self, entry: Entry, shape: Shape) -> None:
         """The stream ``shape`` is headed by ``entry`` now."""
         group = self._group_of[shape]
-        item = (entry, shape, self._least[shape])
+        item = Head(entry, shape, self._least[shape])
         heads = self._heads.get(group)
         if heads is None:
             self._heads[group] = [item]

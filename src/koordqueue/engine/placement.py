@@ -9,8 +9,8 @@ that room is on its way back, and the unit that preempted them counts on it).
 
 NodeRoom is the front door and keeps that bookkeeping; it delegates the rest by
 responsibility: the arrays over the nodes and their caches (nodearrays.py), the search for
-nodes for a gang (gangsearch.py), and the memory of checks that failed until room they
-could use grows (failedchecks.py).
+nodes for a gang (gangsearch.py), and the memory of placements that failed until room they
+could use grows (failedplacements.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from koordqueue.engine.failedchecks import CheckKey, FailedChecks, check_key
+from koordqueue.engine.failedplacements import FailedPlacements, PlacementKey, placement_key
 from koordqueue.engine.gangsearch import GangSearch, Unplaced
 from koordqueue.engine.model import NodeInfo, Placement, PodSetInfo, ResourceList
 from koordqueue.engine.nodearrays import ONE_POD, NodeArrays
@@ -32,7 +32,7 @@ else:
 
     np = LazyNumpy(globals())
 
-__all__ = ["ONE_POD", "CheckKey", "NodeRoom", "Unplaced", "check_key"]  # what the engine reads from here
+__all__ = ["ONE_POD", "PlacementKey", "NodeRoom", "Unplaced", "placement_key"]  # what the engine reads from here
 
 
 class NodeRoom:
@@ -49,9 +49,9 @@ class NodeRoom:
         self._stale = True
         self.arrays = NodeArrays(levels)
         self._search = GangSearch(self.arrays)
-        self._failures = FailedChecks(self.arrays)
-        # The last check that passed, and the room it passed in (``arrays.version``).
-        self._passed: tuple[CheckKey, int, Placement] | None = None
+        self._failures = FailedPlacements(self.arrays)
+        # The last placement that passed, and the room it passed in (``arrays.version``).
+        self._passed: tuple[PlacementKey, int, Placement] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -155,19 +155,19 @@ class NodeRoom:
         pod_sets: Sequence[PodSetInfo],
         counts: Mapping[str, int] | None = None,
         released: Iterable[str] = (),
-        key: CheckKey | None = None,
+        key: PlacementKey | None = None,
     ) -> Placement | Unplaced:
         """Nodes for every pod of ``pod_sets`` (``counts`` of them, where given), or why not.
         ``released``: units whose room counts as given back (victims about to be preempted).
-        A check that failed is answered from ``failing`` until room it could use grows;
-        the last that passed, while no room changed since (a queue's scan checks again
-        what woke it). ``key``: ``check_key(pod_sets, counts)``, when the caller keeps it."""
+        A placement that failed is answered from ``failing`` until room it could use grows;
+        the last that passed, while no room changed since (a queue's scan tries again
+        what woke it). ``key``: ``placement_key(pod_sets, counts)``, when the caller keeps it."""
         self.sync()
         released = tuple(released)
         if released:
             key = None
         else:
-            key = key if key is not None else check_key(pod_sets, counts)
+            key = key if key is not None else placement_key(pod_sets, counts)
             known = self.failing(key)
             if known is not None:
                 return known
@@ -183,7 +183,7 @@ class NodeRoom:
 
     def _place(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None,
                released: tuple[str, ...]) -> Placement | Unplaced:
-        """The check itself (no memory): in the room now, or a copy with ``released``'s given back."""
+        """The placement itself (no memory): in the room now, or a copy with ``released``'s given back."""
         free = self.arrays.free
         extra = [self._release_change(unit) for unit in released]
         if any(extra):
@@ -193,8 +193,8 @@ class NodeRoom:
                     free[index] += vector
         return self._search.place(pod_sets, counts, free)
 
-    def failing(self, key: CheckKey) -> Unplaced | None:
-        """Why the check of ``key`` failed, while the room that grew since could not make
+    def failing(self, key: PlacementKey) -> Unplaced | None:
+        """Why the placement of ``key`` failed, while the room that grew since could not make
         it pass (None: it did not fail, or it may pass now)."""
         self.sync()
         return self._failures.failing(key)

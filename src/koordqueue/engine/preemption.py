@@ -19,7 +19,7 @@ from koordqueue.engine.ledger import Ledger, QueueState, UnitRecord
 from koordqueue.engine.model import CycleResult, Placement, Preemption, ResourceList
 from koordqueue.engine.pending import Entry
 from koordqueue.engine.placement import Unplaced
-from koordqueue.engine.tree import QuotaNode
+from koordqueue.engine.quotanode import QuotaNode
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ def build_directory(
     living: dict[str, list[str]] = {}
     listing: dict[str, list[str]] = {}
     flavored = frozenset(q.parent for q in quotas.values()
-                         if q.node_selector and not q.is_parent and q.parent is not None
+                         if q.node_selector and not q.is_parent and q.parent is not None and q.name not in invalid
                          and q.parent in quotas and quotas[q.parent].is_parent)
     for quota in quotas.values():
         # A job of the namespace goes to a parent with flavors, not to one of its flavors.

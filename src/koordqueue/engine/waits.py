@@ -1,6 +1,6 @@
 """Why a unit waits, and what wakes its queue: the reasons a scan tells, the room it
 waits for (at quota nodes, ``QuotaNode.waiters``; on the nodes, ``Ledger.node_waiters``)
-and holds, and the checks a queue woken by room makes at its turn before it is scanned.
+and holds, and what a queue woken by room looks at again at its turn before it is scanned.
 
 A queue is *woken* when room appears where it waits; *ripe* holds are those of a unit
 that has waited past its Queue's hold-room-after (they keep room from borrowers of its
@@ -15,8 +15,8 @@ from koordqueue.engine import messages
 from koordqueue.engine.fit import Misfit, borrowing, headroom
 from koordqueue.engine.ledger import Ledger, NodeWait, QueueState, Reason, UnitRecord, UnitState, has_room
 from koordqueue.engine.model import ResourceList
-from koordqueue.engine.placement import CheckKey, Unplaced
-from koordqueue.engine.tree import Hold
+from koordqueue.engine.placement import PlacementKey, Unplaced
+from koordqueue.engine.quotanode import Hold
 
 
 def note_misfit(ledger: Ledger, record: UnitRecord, state: QueueState, misfit: Misfit, now: float) -> bool:
@@ -89,9 +89,9 @@ def note_misfit(ledger: Ledger, record: UnitRecord, state: QueueState, misfit: M
         child = upper
     return told
 
-def note_unplaced(ledger: Ledger, record: UnitRecord, state: QueueState, unplaced: Unplaced, waits: CheckKey,
+def note_unplaced(ledger: Ledger, record: UnitRecord, state: QueueState, unplaced: Unplaced, waits: PlacementKey,
                   counts: dict[str, int] | None) -> bool:
-    """Say why the unit's pods have no nodes, and wait for room on them that the check
+    """Say why the unit's pods have no nodes, and wait for room on them that the placement
     ``waits`` (of ``counts`` of its pods, when not all) could use. Return whether it waits for another reason than before (see
     ``note_misfit``)."""
     key: tuple[object, ...] = ("nodes", unplaced)
@@ -126,7 +126,7 @@ def room_left(state: QueueState) -> bool:
     return False
 
 def nodes_left(ledger: Ledger, state: QueueState) -> bool:
-    """Whether a failed placement check that room on the nodes woke ``state`` for
+    """Whether a failed placement that room on the nodes woke ``state`` for
     passes now; if none does, its units are told why anew (as its scan would) and it
     waits for room again. A unit told another kind of reason is scanned for (so that
     the units behind it are told as a scan tells them)."""

@@ -1,13 +1,32 @@
-"""Fire-and-forget work of the simulated cluster (events), kept so that `stop` can end it."""
+"""Fire-and-forget work of the simulated cluster (events), kept so that `stop` can end it; and
+the workers each of its controllers (kubelet, operators, workload controllers) serves its
+work queue with."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
+from typing import Any, TypeVar
+
+from koordqueue.kube.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+T = TypeVar("T", bound=Hashable)
+
+
+def serve(queue: WorkQueue[T], sync: Callable[[T], Awaitable[None]], what: str, name: str,
+          workers: int) -> list[asyncio.Task[None]]:
+    """``workers`` tasks taking ``queue``'s items to ``sync``, named ``name-0``, ``name-1``, ..."""
+    return [asyncio.create_task(queue.serve(sync, what), name=f"{name}-{i}") for i in range(workers)]
+
+
+async def stop_serving(queue: WorkQueue[T], tasks: list[asyncio.Task[None]]) -> None:
+    """Shut ``queue`` down and end ``tasks`` (its workers, and any other task of the controller)."""
+    queue.shutdown()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Background:

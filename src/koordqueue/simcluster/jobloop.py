@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from koordqueue.api import constants as c
 from koordqueue.jobs.base import JobAdapter
@@ -29,6 +29,29 @@ Object = dict[str, Any]
 Item = tuple[str, str]  # (kind, namespace/name)
 EXPECTATION_TTL = 30.0  # seconds after which creations never seen are no longer waited for
 SIM_ANNOTATIONS = (c.ANNOTATION_SIM_DURATION, c.ANNOTATION_SIM_FAIL)
+K = TypeVar("K", bound=Hashable)
+
+
+async def delete_pod(client: KubeClient, pod: Object) -> bool:
+    """Delete ``pod`` as it was seen (its uid a precondition); False when it is gone already."""
+    meta = pod["metadata"]
+    try:
+        await client.delete(PODS, meta["name"], namespace=meta["namespace"], preconditions={"uid": meta["uid"]})
+    except NotFound:
+        return False
+    return True
+
+
+def creations_in_flight(expected: dict[K, tuple[int, float]], key: K) -> bool:
+    """Whether pods created for ``key`` (a job, a ReplicaSet) are not all seen yet: ``expected``
+    holds (created and not yet seen, since when), forgotten after EXPECTATION_TTL."""
+    pending = expected.get(key)
+    if pending is None:
+        return False
+    if time.monotonic() - pending[1] > EXPECTATION_TTL:
+        del expected[key]
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +151,7 @@ class JobOperator:
         """The job is gone: drop what is kept about it (its pods go with it, by the garbage collector)."""
 
     def _creations_in_flight(self, item: Item) -> bool:
-        expected = self._expected.get(item)
-        if expected is None:
-            return False
-        if time.monotonic() - expected[1] > EXPECTATION_TTL:
-            del self._expected[item]
-            return False
-        return True
+        return creations_in_flight(self._expected, item)
 
     # --- pods, status, events ---------------------------------------------------------
 
@@ -201,14 +218,10 @@ class JobOperator:
 
     async def _delete_pods(self, kind: SimKind, job: Object, pods: list[Object]) -> None:
         async def delete(pod: Object) -> None:
-            meta = pod["metadata"]
-            try:
-                await self.client.delete(PODS, meta["name"], namespace=meta["namespace"],
-                                         preconditions={"uid": meta["uid"]})
-            except NotFound:
+            if not await delete_pod(self.client, pod):
                 return
             reason = c.EVENT_SUCCESSFUL_DELETE_POD if kind.kubeflow else c.EVENT_BATCH_SUCCESSFUL_DELETE
-            self._event(job, c.EventType.NORMAL, reason, f"Deleted pod: {meta['name']}")
+            self._event(job, c.EventType.NORMAL, reason, f"Deleted pod: {pod['metadata']['name']}")
 
         results = await asyncio.gather(*(delete(pod) for pod in pods), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]

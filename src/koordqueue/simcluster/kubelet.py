@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.api.duration import parse_duration
+from koordqueue.api.duration import parse_duration, parse_rfc3339
 from koordqueue.api.meta import InvalidObject
 from koordqueue.engine.model import PodSetInfo
 from koordqueue.engine.nodefilter import rules_key
@@ -43,7 +43,7 @@ from koordqueue.kube.errors import Conflict, NotFound
 from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
-from koordqueue.simcluster.background import Background
+from koordqueue.simcluster.background import Background, serve, stop_serving
 from koordqueue.simcluster.nodes import NodeBook, ready_node
 
 log = logging.getLogger(__name__)
@@ -56,16 +56,6 @@ TERMINAL = frozenset({c.POD_SUCCEEDED, c.POD_FAILED})
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: object) -> float | None:
-    """Seconds since the epoch, or None when absent or unreadable."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def gang_of(pod: Mapping[str, Any]) -> tuple[str, int]:
@@ -160,14 +150,10 @@ class SimKubelet:
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._schedule_loop(), name="simkubelet-scheduler")]
-        self._tasks += [asyncio.create_task(self.queue.serve(self._sync, "simulated kubelet"), name=f"simkubelet-{i}")
-                        for i in range(self.workers)]
+        self._tasks += serve(self.queue, self._sync, "simulated kubelet", "simkubelet", self.workers)
 
     async def stop(self) -> None:
-        self.queue.shutdown()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_serving(self.queue, self._tasks)
         self._tasks = []
 
     # --- informer handlers: bookkeeping only, never a request ---------------------------

@@ -25,7 +25,7 @@ from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
 from koordqueue.simcluster.applications import ApplicationOperator
-from koordqueue.simcluster.background import Background
+from koordqueue.simcluster.background import Background, serve, stop_serving
 from koordqueue.simcluster.batch import BatchJobController
 from koordqueue.simcluster.jobloop import Item, JobOperator, Object, Shared, SimKind, controller_of
 from koordqueue.simcluster.kubeflow import KubeflowOperator
@@ -88,14 +88,10 @@ class SimOperator:
         return self._operator_of[kind]
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self.queue.serve(self.sync, "simulated operator"), name=f"simoperator-{i}")
-                       for i in range(self.workers)]
+        self._tasks = serve(self.queue, self.sync, "simulated operator", "simoperator", self.workers)
 
     async def stop(self) -> None:
-        self.queue.shutdown()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_serving(self.queue, self._tasks)
         self._tasks = []
 
     # --- informer handlers ------------------------------------------------------------

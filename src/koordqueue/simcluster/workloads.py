@@ -30,8 +30,15 @@ from koordqueue.kube.errors import AlreadyExists, NotFound
 from koordqueue.kube.events import EventRecorder
 from koordqueue.kube.informer import Informer, key_of
 from koordqueue.kube.workqueue import WorkQueue
-from koordqueue.simcluster.background import Background
-from koordqueue.simcluster.jobloop import controller_of, is_deleting, merge_patch, pod_phase
+from koordqueue.simcluster.background import Background, serve, stop_serving
+from koordqueue.simcluster.jobloop import (
+    controller_of,
+    creations_in_flight,
+    delete_pod,
+    is_deleting,
+    merge_patch,
+    pod_phase,
+)
 from koordqueue.simcluster.kubelet import PODS, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -110,14 +117,10 @@ class SimWorkloads:
         deployments.on_update(lambda _old, new: self._on(c.DEPLOYMENT_KIND, new))
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self.queue.serve(self.sync, "simulated workload controllers"),
-                                           name=f"simworkloads-{i}") for i in range(self.workers)]
+        self._tasks = serve(self.queue, self.sync, "simulated workload controllers", "simworkloads", self.workers)
 
     async def stop(self) -> None:
-        self.queue.shutdown()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_serving(self.queue, self._tasks)
         self._tasks = []
 
     # --- informer handlers ------------------------------------------------------------
@@ -344,13 +347,7 @@ class SimWorkloads:
                     f"create Pod {pod_name} in StatefulSet {meta['name']} successful")
 
     def _creations_in_flight(self, key: str) -> bool:
-        expected = self._expected.get(key)
-        if expected is None:
-            return False
-        if time.monotonic() - expected[1] > EXPECTATION_TTL:
-            del self._expected[key]
-            return False
-        return True
+        return creations_in_flight(self._expected, key)
 
     async def _create_pod(self, rs: Object) -> None:
         meta = rs["metadata"]
@@ -371,13 +368,8 @@ class SimWorkloads:
         self._event(rs, c.EVENT_BATCH_SUCCESSFUL_CREATE, f"Created pod: {pod['metadata']['name']}")
 
     async def _delete_pod(self, rs: Object, pod: Object) -> None:
-        meta = pod["metadata"]
-        try:
-            await self.client.delete(PODS, meta["name"], namespace=meta["namespace"],
-                                     preconditions={"uid": meta["uid"]})
-        except NotFound:
-            return
-        self._event(rs, c.EVENT_BATCH_SUCCESSFUL_DELETE, f"Deleted pod: {meta['name']}")
+        if await delete_pod(self.client, pod):
+            self._event(rs, c.EVENT_BATCH_SUCCESSFUL_DELETE, f"Deleted pod: {pod['metadata']['name']}")
 
     async def _write_status(self, resource: Resource, obj: Object, patch: Object) -> None:
         meta = obj["metadata"]

@@ -1,8 +1,9 @@
-"""Checks that failed, answered without checking again until room they could use grows.
+"""Placements that failed (a try to put a unit's pods on the nodes), answered without trying
+again until room they could use grows.
 
-A check that failed stays failed until room grows on nodes that can take pods of it: as
-many of them as it lacked (a node adds to the counts a check looks at only the pods it
-takes). Room only shrinking never makes a failed check pass, as the scans already assume
+A placement that failed stays failed until room grows on nodes that can take pods of it: as
+many of them as it lacked (a node adds to the counts a placement looks at only the pods it
+takes). Room only shrinking never makes a failed placement pass, as the scans already assume
 for quotas. Growth is the room on a node against what it was when last looked at, so
 that a pod that is planned and then bound there (room taken twice, given back once) is
 no growth.
@@ -31,8 +32,8 @@ else:
 Pair = tuple[Shape, object]  # one pod's request and the rules for the nodes it may go to
 
 
-class CheckKey:
-    """What a check depends on besides the room (pod sets, counts), hashed once: it is
+class PlacementKey:
+    """What a placement depends on besides the room (pod sets, counts), hashed once: it is
     looked up at every head of a scan, and its parts nest deep."""
 
     __slots__ = ("parts", "_hash")
@@ -45,12 +46,12 @@ class CheckKey:
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, CheckKey) and self._hash == other._hash and self.parts == other.parts)
+        return self is other or (isinstance(other, PlacementKey) and self._hash == other._hash and self.parts == other.parts)
 
 
 @dataclass(slots=True)
 class _Failure:
-    """A check that failed, and what room would have to grow for it to pass."""
+    """A placement that failed, and what room would have to grow for it to pass."""
 
     epoch: int  # it failed after the growths up to this one
     unplaced: Unplaced
@@ -59,8 +60,8 @@ class _Failure:
     checked: int  # the epoch it was last found failing at
 
 
-class FailedChecks:
-    """The failed checks, and the growth of room on the nodes since each failed."""
+class FailedPlacements:
+    """The failed placements, and the growth of room on the nodes since each failed."""
 
     def __init__(self, arrays: NodeArrays) -> None:
         self.arrays = arrays
@@ -74,7 +75,7 @@ class FailedChecks:
         self.relevant: dict[Pair, tuple[int, int]] = {}
         self.taken: dict[tuple[Pair, int], int] = {}  # (pair, since) -> pods the nodes grown since take
         self.taken_at = 0  # the epoch ``taken`` holds for
-        self.failed: dict[CheckKey, _Failure] = {}
+        self.failed: dict[PlacementKey, _Failure] = {}
 
     def forget_all(self) -> None:
         """The nodes changed: every failure and growth is forgotten (``watch`` follows)."""
@@ -90,20 +91,20 @@ class FailedChecks:
             self.seen = self.arrays.free.copy()
         self.arrays.touched = set()
 
-    def remember(self, key: CheckKey, found: Unplaced, pod_sets: Sequence[PodSetInfo],
+    def remember(self, key: PlacementKey, found: Unplaced, pod_sets: Sequence[PodSetInfo],
                  counts: Mapping[str, int] | None) -> None:
-        """Keep a failed check, with what would have to grow for it to pass."""
+        """Keep a failed placement, with what would have to grow for it to pass."""
         self.look()
         pairs = tuple({(shape(ps.request), rules_key(ps)): None for ps in pod_sets
                        if (counts.get(ps.name, ps.count) if counts else ps.count) > 0})
         for pair in pairs:
-            if pair not in self.relevant:  # room that grew before now is in this check already
+            if pair not in self.relevant:  # room that grew before now is in this placement already
                 self.relevant[pair] = (self.epoch, 0)
         lacks = self._lacks(pod_sets, counts) if len(pairs) == 1 else 1
         self.failed[key] = _Failure(self.epoch, found, pairs, lacks, self.epoch)
 
-    def failing(self, key: CheckKey) -> Unplaced | None:
-        """Why the check of ``key`` failed, while the room that grew since could not make
+    def failing(self, key: PlacementKey) -> Unplaced | None:
+        """Why the placement of ``key`` failed, while the room that grew since could not make
         it pass (None: it did not fail, or it may pass now)."""
         failure = self.failed.get(key)
         if failure is None:
@@ -134,7 +135,7 @@ class FailedChecks:
         self.arrays.touched = set()
 
     def _lacks(self, pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None) -> int:
-        """How many pods of a check with one pod shape and one set of rules the nodes lack
+        """How many pods of a placement with one pod shape and one set of rules the nodes lack
         (in its domain that holds the most of them, for a required level): more than that
         must fit on nodes where room grew before it can pass. Pods alike add up, so that
         is exact but for its topology; 1 when unsure."""
@@ -193,7 +194,7 @@ class FailedChecks:
         return last
 
 
-def check_key(pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> CheckKey:
-    """What a check of ``pod_sets`` depends on besides the room: units alike check alike."""
-    return CheckKey((tuple((ps.name, ps.count, shape(ps.request), rules_key(ps), ps.topology) for ps in pod_sets),
+def placement_key(pod_sets: Sequence[PodSetInfo], counts: Mapping[str, int] | None = None) -> PlacementKey:
+    """What a placement of ``pod_sets`` depends on besides the room: units alike place alike."""
+    return PlacementKey((tuple((ps.name, ps.count, shape(ps.request), rules_key(ps), ps.topology) for ps in pod_sets),
                      tuple(sorted(counts.items())) if counts else ()))

@@ -3,10 +3,14 @@
     python bench/fair_over_weeks.py            # the table: history off vs on
     python bench/fair_over_weeks.py --write    # (re)write examples/traces/fair-over-weeks.yaml
 
+    python bench/fair_over_weeks.py --u0 0.05  # the same with another U0
+
 The trace (seeded, so always the same) runs on a 16-GPU cluster under one parent quota,
-``research``, whose two children have the same min (4 GPUs), max (16) and weight: team
-``steady`` submits a 2-GPU job of 4 hours about every 90 minutes all month (5.3 GPUs on average);
-team ``bursty`` submits 60 jobs of 4 GPUs for 8 hours on the first day of weeks 1 and 3.
+``research``, whose two children have the same min (0), max (16) and weight, and jobs of
+1 to 4 hours (so the cluster turns over often): team ``steady`` submits a 1-GPU job about
+every 21 minutes from 8:00 to 20:00 and every hour at night, all month (about 5 GPUs on
+average, often more than half the cluster by day); team ``bursty`` floods 400 jobs of
+2 GPUs (about 2,000 GPU-hours) on the first day of weeks 1 and 3.
 "History on" is the trace as written (``koord-queue/fair-sharing: usage-history`` on
 ``research``, half-life 168h); "off" is the same trace with the annotation set to ``none``.
 """
@@ -23,6 +27,7 @@ from typing import Any
 import yaml
 
 from koordqueue.api.constants import ANNOTATION_FAIR_SHARING, FAIR_SHARING_NONE
+from koordqueue.engine import fairness
 from koordqueue.sim.simulator import SimResult, simulate
 from koordqueue.sim.trace import parse_trace
 
@@ -31,18 +36,24 @@ HOUR = 3600
 DAY = 24 * HOUR
 WEEKS = 4
 GPU = "nvidia.com/gpu"
+MIN_GPU = 0  # no min: the spare capacity, and the turns for it, are all there is
+STEADY_GPUS, BURST_GPUS = 1, 2
+RUNTIMES = [h * HOUR for h in (1, 2, 3, 4)]  # short jobs: the cluster turns over often
+STEADY_DAY, STEADY_NIGHT = 0.35, 1.0  # steady's mean hours between jobs, 8:00-20:00 and at night
+BURST_JOBS, BURST_DAYS = 400, 1.0  # bursty's jobs in each flood, and over how many days
 
 HEADER = """\
 # Fair sharing by usage history over four weeks (docs/fairness.md): one bursty team and
-# one steady team with the same min, max and weight on a 16-GPU cluster.
+# one steady team with the same min (0), max and weight on a 16-GPU cluster.
 #
 #   koord-queue simulate examples/traces/fair-over-weeks.yaml
 #   python bench/fair_over_weeks.py     # history off vs on, side by side
 #
-# Written by bench/fair_over_weeks.py --write (seeded). team steady submits a 2-GPU job of
-# 4 h about every 90 min; team bursty 60 jobs of 4 GPUs for 8 h on the first day of weeks 1
-# and 3. With research's koord-queue/fair-sharing: usage-history, the spare GPUs past the
-# mins go to each team by weight over its decayed usage (half-life 168h).
+# Written by bench/fair_over_weeks.py --write (seeded). Jobs of 1 to 4 h. team steady
+# submits a 1-GPU job about every 21 min by day (8:00-20:00) and every hour at night;
+# team bursty floods 400 jobs of 2 GPUs on the first day of weeks 1 and 3. With research's
+# koord-queue/fair-sharing: usage-history, the GPUs go to each team by weight over its
+# decayed usage (half-life 168h), and so do the turns when GPUs free up.
 """
 
 
@@ -76,14 +87,16 @@ def build() -> dict[str, Any]:
     jobs: list[dict[str, Any]] = []
     at, index = 0.0, 0
     while at < WEEKS * 7 * DAY:
-        jobs.append({"at": round(at), "runtime": 4 * HOUR, "manifest": _job("steady", index, 2)})
+        hour = (at % DAY) / HOUR
+        busy = 8 <= hour < 20  # office hours: more submissions
+        jobs.append({"at": round(at), "runtime": rng.choice(RUNTIMES), "manifest": _job("steady", index, STEADY_GPUS)})
         index += 1
-        at += rng.expovariate(1 / (1.5 * HOUR))
+        at += rng.expovariate(1 / ((STEADY_DAY if busy else STEADY_NIGHT) * HOUR))
     index = 0
     for week in (0, 2):
-        for _ in range(60):
-            start = week * 7 * DAY + rng.uniform(0, DAY)
-            jobs.append({"at": round(start), "runtime": 8 * HOUR, "manifest": _job("bursty", index, 4)})
+        for _ in range(BURST_JOBS):
+            start = week * 7 * DAY + rng.uniform(0, BURST_DAYS * DAY)
+            jobs.append({"at": round(start), "runtime": rng.choice(RUNTIMES), "manifest": _job("bursty", index, BURST_GPUS)})
             index += 1
     jobs.sort(key=lambda job: job["at"])
     return {
@@ -91,8 +104,8 @@ def build() -> dict[str, Any]:
         "objects": [
             _quota("research", None, 16, 16, {ANNOTATION_FAIR_SHARING: "usage-history",
                                               "koord-queue/usage-half-life": "168h"}, is_parent=True),
-            _quota("steady", "research", 4, 16),
-            _quota("bursty", "research", 4, 16),
+            _quota("steady", "research", MIN_GPU, 16),
+            _quota("bursty", "research", MIN_GPU, 16),
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "steady"}},
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bursty"}},
         ],
@@ -129,6 +142,7 @@ def done_hours(result: SimResult) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="write the trace to examples/traces")
+    parser.add_argument("--u0", type=float, help=f"U0 of w / (u + U0) for this run (built: {fairness.U0})")
     args = parser.parse_args()
     document = build()
     if args.write:
@@ -136,6 +150,8 @@ def main() -> None:
         print(f"wrote {TRACE} ({len(document['jobs'])} jobs)")
         return
     document = yaml.safe_load(TRACE.read_text())
+    if args.u0 is not None:  # (a measurement: the engine's U0 is a constant)
+        fairness.U0 = args.u0
     results = {"off": simulate(parse_trace(_off(document))), "on": simulate(parse_trace(document))}
     print("| history | team | jobs | admitted | mean wait (h) | preemptions | team GPU-hours |")
     print("|---|---|---|---|---|---|---|")

@@ -45,6 +45,8 @@ BENCHMARKS = (
     Bench("kueue_baseline.py", (), "Kueue's baseline shape through the whole system (about 1.5 minutes)"),
     Bench("gated_workloads.py", ("--n", "60", "--rounds", "2"),
           "Deployments queued by gate beside PyTorchJobs: requests per unit, CPU per pod"),
+    Bench("fair_over_weeks.py", (), "four weeks, a bursty and a steady team: usage-history fair sharing off vs on"),
+    Bench("forecast.py", ("speed", "--rounds", "1"), "one start-time forecast at 1,000 and 10,000 pending"),
 )
 
 # Every other script in bench/, and why `make bench` does not run it.
@@ -58,6 +60,7 @@ LEFT_OUT = {
     "greedy_sim.py": "the yardstick sim_speed.py runs, not a benchmark",
     "harness.py": "the processes the whole-system benchmarks start, not a benchmark",
     "run_all.py": "this file",
+    "forecast_accuracy.py": "the traces `forecast.py accuracy` plays (some 7 minutes), not run alone",
     "engine_flavors.py": "an A/B pair (--flavors 3 against --flavors 0) run alternating, as bench/RESULTS.md says",
 }
 

@@ -13,32 +13,22 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.api.quantity import format_quantity
+from koordqueue.controller.dryrun import KIND_ALIASES, DryRunError, dry_run, parse_job
 from koordqueue.controller.forecaster import estimate_runtimes, run_forecast
 from koordqueue.controller.loading import Snapshot, look_now, take_snapshot
 from koordqueue.controller.overview import Overview, explain, mode_text, overview
-from koordqueue.controller.unitsync import load_unit
 from koordqueue.controller.views import (
     JOB_PLURALS,
     adapter_of_kind,
-    job_view,
-    queue_unit_manifest,
-    rfc3339,
-    unit_info,
-    unit_view,
 )
 from koordqueue.engine.forecast import Forecast
 from koordqueue.engine.runtimes import RuntimeBook
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.config import load_config
 from koordqueue.kube.errors import NotFound
-
-KIND_ALIASES = {plural: kind for kind, plural in JOB_PLURALS.items()} | {
-    kind.lower(): kind for kind in JOB_PLURALS} | {"job": "Job", "pytorchjob": "PyTorchJob"}
 
 
 class ReportError(Exception):
@@ -193,49 +183,22 @@ async def _explain_file(kubeconfig: str | None, path: str, namespace: str | None
     job's unit is loaded into the snapshot's engine only."""
     try:
         with open(path) as f:
-            docs = [d for d in yaml.safe_load_all(f.read()) if d]  # (the user's own file)
-    except (OSError, ValueError, yaml.YAMLError) as err:
+            text = f.read()
+    except (OSError, ValueError) as err:
         raise ReportError(f"{path}: {err}") from None
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise ReportError(f"{path}: give one job (found {len(docs)} documents)")
-    obj = docs[0]
-    kind = KIND_ALIASES.get(str(obj.get("kind", "")).lower())
-    if kind is None:
-        raise ReportError(f"{path}: kind {obj.get('kind')!r} is not a job kind we queue "
-                          f"({', '.join(sorted(JOB_PLURALS))})")
-    adapter = adapter_of_kind(kind)
-    meta = obj.setdefault("metadata", {})
-    if not isinstance(meta, dict) or not meta.get("name"):
-        raise ReportError(f"{path}: the job has no metadata.name")
-    meta["namespace"] = namespace or meta.get("namespace") or "default"
-    async with KubeClient(load_config(kubeconfig)) as client:
-        snap = await take_snapshot(client, controller_namespace)
-    now = time.time()
-    meta.setdefault("creationTimestamp", rfc3339(now))
-    meta.setdefault("uid", "dry-run")
-    view = job_view(obj, adapter, snap.priority_classes)
-    if view.unit_spec is None:
-        raise ReportError(f"{path}: this job cannot be queued: {view.invalid}")
-    manifest = queue_unit_manifest(view)
-    manifest["metadata"]["creationTimestamp"] = rfc3339(now)  # (it would be the newest: behind its equals)
-    unit = unit_view(manifest)
-    if unit.key in snap.units:
-        raise ReportError(f"{path}: a QueueUnit {unit.key} exists already: `koord-queue explain "
-                          f"{kind.lower()}/{meta['name']} -n {meta['namespace']}` explains it")
-    snap.units[unit.key] = unit
-    snap.job_runtimes[unit.key] = (view.expected_runtime, view.max_execution_seconds)
-    load_unit(snap.engine, unit, unit_info(unit, view), now)
-    told = look_now(snap, now)
-    result, problems = snapshot_forecast(snap, now)
-    why = explain(snap.engine, snap.quotas, unit, snap.capacity, told, forecast=result, now=now,
-                  runtime_problem=problems.get(unit.key))
-    why["dryRun"] = True
-    why["couldEverFit"] = not any(line.startswith("it can never fit") for line in why["advice"]) and \
-        why.get("basis") != c.BASIS_NEVER
+    try:
+        obj, kind = parse_job(text, namespace, path)
+        async with KubeClient(load_config(kubeconfig)) as client:
+            snap = await take_snapshot(client, controller_namespace)
+        why = dry_run(snap, obj, kind, time.time(), RuntimeBook(snap.settings.default_expected_runtime),
+                      snap.job_runtimes.get, path)
+    except DryRunError as err:
+        raise ReportError(str(err)) from None
+    meta = obj["metadata"]
     if as_json:
         return json.dumps(why, indent=2, sort_keys=True)
     head = (f"If submitted now (nothing was created), {kind}/{meta['namespace']}/{meta['name']} would get "
-            f"QueueUnit {unit.key}.\n  Could it ever fit: {'yes' if why['couldEverFit'] else 'no'}\n")
+            f"QueueUnit {why['unit']}.\n  Could it ever fit: {'yes' if why['couldEverFit'] else 'no'}\n")
     return head + explain_text(why) + _footer(snap)
 
 

@@ -160,9 +160,9 @@ spec:
 def test_get_prints_crd_columns_plain_wide_and_all_namespaces(kubectl: Kubectl) -> None:
     _apply(kubectl, QUEUE_UNIT)
     plain = lines(kubectl.out("get", "queueunit"))
-    assert plain[0] == ["NAME", "PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE", "AGE"]
-    assert plain[1][:5] == ["unit-a", "", "10", "", "PyTorchJob"]  # no status yet: empty cells
-    assert re.fullmatch(r"\d+s", plain[1][5])
+    assert plain[0] == ["NAME", "PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE", "EXPECTED-START", "AGE"]
+    assert plain[1][:6] == ["unit-a", "", "10", "", "PyTorchJob", ""]  # no status yet: empty cells
+    assert re.fullmatch(r"\d+s", plain[1][6])
     assert lines(kubectl.out("get", "qu", "unit-a", "-o", "wide"))[0] == plain[0]  # no priority > 0 columns
     everywhere = lines(kubectl.out("get", "queues", "-A", "--show-labels"))
     assert everywhere[0] == ["NAMESPACE", "NAME", "POLICY", "PRIORITY", "QUOTA", "BOUND", "AGE", "LABELS"]
@@ -338,7 +338,7 @@ def test_get_watch_prints_a_line_per_change(kubectl: Kubectl) -> None:
     try:
         assert watch.stdout is not None
         header = watch.stdout.readline()
-        assert lines(header)[0] == ["NAME", "PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE", "AGE"]
+        assert lines(header)[0] == ["NAME", "PHASE", "PRIORITY", "ADMISSIONS", "JOBTYPE", "EXPECTED-START", "AGE"]
         assert lines(header + watch.stdout.readline())[1][:5] == ["watched", "", "10", "", "PyTorchJob"]
         kubectl.run("patch", "qu", "watched", "--type", "merge", "-p", '{"spec":{"priority":42}}')
         assert lines(header + watch.stdout.readline())[1][:5] == ["watched", "", "42", "", "PyTorchJob"]

@@ -194,3 +194,46 @@ async def test_dashboard_follows_a_job_from_the_queue_to_admission(tmp_path: Pat
         assert [item["unit"] for item in queue["pending"]] == [BIG_UNIT]
         assert problems == []
 
+
+
+async def test_will_it_run_answers_for_a_pasted_manifest_and_creates_nothing(tmp_path: Path) -> None:
+    """The "Will it run?" panel: paste a job's YAML, ask, read the answer `koord-queue explain -f` gives."""
+    require_chromium()
+    async with koord_queue_up(tmp_path / "state") as (url, kubeconfig), chromium_page() as (page, problems):
+        kubectl = ("kubectl", "--kubeconfig", str(kubeconfig))
+        await page.goto(url)
+        await expect(page.locator(f'#recent tr[data-what="admitted"][data-unit="{EXAMPLE_UNIT}"]')).to_have_count(
+            1, timeout=WAIT)
+        manifest = yaml.safe_dump(seed_job("big-training-job", 4, 10))  # 8 GPUs; the seed's 2 of max 8 are used
+        path = tmp_path / "job.yaml"
+        path.write_text(manifest)
+
+        await page.get_by_label("Job manifest").fill(manifest)
+        await page.get_by_role("button", name="Will it run?").click()
+        result = page.locator("#dryrun-result")
+        await expect(result.locator("#dryrun-head")).to_have_text(
+            "If submitted now (nothing was created), PyTorchJob/default/big-training-job would get QueueUnit "
+            f"{BIG_UNIT}. Could it ever fit: yes.", timeout=WAIT)
+        # It starts when the seed job ends, after the default hour (no annotation, no history).
+        await expect(result.locator("#dryrun-when")).to_have_text(
+            re.compile(r"^expected to start in about (59|60) min \(between (29|30) and 1(19|20); runtimes from "
+                       r"default\): 1 job ahead of it ends by then$"))
+        start = await result.locator("#dryrun-start").inner_text()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(between \S+Z to \S+Z\)", start), start
+        await page.screenshot(path=screenshot_path("dashboard-dry-run.png"), full_page=True)
+
+        # The page's answer is the CLI's, and nothing was created.
+        cli = json.loads(await run(str(Path(sys.executable).parent / "koord-queue"), "explain", "-f", str(path),
+                                   "--json", "--kubeconfig", str(kubeconfig)))
+        assert start.startswith(cli[c.EXPECTED_START_FIELD][:16])  # (to the minute: each has its own now)
+        assert await result.locator("#dryrun-advice li").all_inner_texts() == cli["advice"]
+        jobs = await run(*kubectl, "get", "pytorchjobs,queueunits", "-A", "-o", "name")
+        assert "big-training-job" not in jobs
+
+        assert problems == []
+        # A bad paste: the reason, in words (the browser logs the 400 itself, and nothing else).
+        await page.get_by_label("Job manifest").fill("kind: ConfigMap\nmetadata: {name: x}\n")
+        await page.get_by_role("button", name="Will it run?").click()
+        await expect(result.locator("#dryrun-error")).to_contain_text("'ConfigMap' is not a job kind we queue",
+                                                                      timeout=WAIT)
+        assert len(problems) == 1 and "status of 400" in problems[0] and "/api/dry-run" in problems[0], problems

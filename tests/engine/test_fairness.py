@@ -214,3 +214,39 @@ def test_the_budget_reason_is_said_afresh_as_time_passes() -> None:
     engine.schedule(5 * HOUR)
     standing = engine.standing("default/second")
     assert standing is not None and standing.message.endswith("frees up in about 5h30m")
+
+
+def _turns_when_room_frees(fair: bool | None) -> list[str]:
+    """Team a alone used 12 GPUs for a day; then a quota outside ``research`` fills the
+    cluster, both teams queue 16 one-GPU jobs, and 8 GPUs free up: who is admitted, in order."""
+    research, a, b = _teams(fair)
+    a, b = replace(a, min={}), replace(b, min={})  # (no min: the turns alone decide)
+    other = quota("other", 0, 16)
+    engine = engine_with(research, a, b, other, capacity=16, reclaim=False)
+    engine.set_unit(unit("a-early", 12, "a"))
+    settle(engine, 0.0)
+    engine.remove_unit("default/a-early")
+    engine.schedule(24 * HOUR)
+    for i in range(16):
+        engine.set_unit(unit(f"other-{i}", 1, "other"))
+    settle(engine, 24 * HOUR)
+    for team in ("a", "b"):
+        for i in range(16):
+            engine.set_unit(unit(f"{team}-{i}", 1, team, created=24 * HOUR + i))
+    assert settle(engine, 24 * HOUR + 60) == []  # the cluster is full: both wait
+    assert runtime(engine) == {"a": 6, "b": 10, "other": 0, "research": 16} if fair else {
+        "a": 8, "b": 8, "other": 0, "research": 16}
+    for i in range(8):
+        engine.remove_unit(f"default/other-{i}")
+    admitted = keys(engine.schedule(24 * HOUR + 120).admitted)
+    return [key.split("/")[1].split("-")[0] for key in admitted]
+
+
+def test_room_that_frees_up_goes_first_to_the_team_further_below_its_history_share() -> None:
+    """No preemption, no more usage: only the order of the borrowers' turns. Off, equal
+    shares alternate (a first, by name). By history (runtime 10 for b, which used less,
+    6 for a), each turn goes to the team less far into its share, and of two at none yet,
+    to the one with the larger effective weight: b first (a went first before the
+    tie-break by weight), and b takes 5 of the 8 GPUs."""
+    assert _turns_when_room_frees(None) == ["a", "b"] * 4
+    assert _turns_when_room_frees(True) == ["b", "a", "b", "a", "b", "b", "a", "b"]

@@ -71,6 +71,11 @@ class Browser:
             body = await resp.read()
             return resp.status, (await resp.json() if resp.content_type == "application/json" else body.decode())
 
+    async def post(self, path: str, body: str, token: str | None = None) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with self.session.post(self.base + path, data=body, headers=headers, allow_redirects=False) as resp:
+            return resp.status, await resp.json()
+
 
 @pytest.fixture
 async def exposed(start_system: SystemFactory) -> AsyncIterator[tuple[System, Browser, dict[str, str]]]:
@@ -121,6 +126,29 @@ async def test_an_exposed_dashboard_needs_a_token_and_shows_each_tenant_its_own_
         assert code == 200 and units_in(overview) and all(u.startswith(mine) for u in units_in(overview)), overview
     assert (await browser.get("/api/explain/t1/t1-wait-py-qu", token=tokens["alice"]))[0] == 200
     assert (await browser.get("/api/explain/t2/t2-wait-py-qu", token=tokens["alice"]))[0] == 403
+
+
+@pytest.mark.both_control_planes
+async def test_a_dry_run_answers_only_for_a_namespace_the_caller_may_see(
+        exposed: tuple[System, Browser, dict[str, str]]) -> None:
+    system, browser, tokens = exposed
+    before = await system.get_json("pytorchjobs", "-A")
+
+    def job(ns: str) -> str:
+        return yaml.safe_dump(pytorch_job("maybe", namespace=ns, quota_name=f"q-{ns}", duration=60))
+
+    assert (await browser.post("/api/dry-run", job("t1")))[0] == 401
+    code, refused = await browser.post("/api/dry-run", job("t1"), token=tokens["carol"])  # may not open it at all
+    assert code == 403 and "queues." + c.VISIBILITY_GROUP in refused["message"]
+    code, mine = await browser.post("/api/dry-run", job("t1"), token=tokens["alice"])
+    assert code == 200 and mine["unit"] == "t1/maybe-py-qu" and mine["quota"] == "q-t1", mine
+    code, refused = await browser.post("/api/dry-run", job("t2"), token=tokens["alice"])
+    assert code == 403 and "nor list QueueUnits in namespace t2" in refused["message"]
+    code, refused = await browser.post("/api/dry-run?namespace=t2", job("t1"), token=tokens["alice"])
+    assert code == 403  # (the query's namespace is the one asked about)
+    assert (await browser.post("/api/dry-run", job("t2"), token=tokens["bob"]))[0] == 200
+    assert [o["metadata"]["name"] for o in (await system.get_json("pytorchjobs", "-A"))["items"]] == \
+        [o["metadata"]["name"] for o in before["items"]]
 
 
 @pytest.mark.both_control_planes

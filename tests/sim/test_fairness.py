@@ -1,5 +1,5 @@
 """Fairness over weeks in the simulator: a budget stops and resumes a team; sharing by
-history costs no GPU-hours and never favours the bursty team (examples/traces, docs/fairness.md)."""
+history shortens the steady team's wait at the same GPU-hours (examples/traces, docs/fairness.md)."""
 
 from __future__ import annotations
 
@@ -39,12 +39,14 @@ def test_a_budgeted_team_stops_and_resumes_as_its_use_ages_out() -> None:
     assert resumed[-1] < 30 * HOUR
 
 
-def test_history_on_holds_the_same_gpu_hours_and_never_favours_the_bursty_team() -> None:
-    """Four weeks (docs/fairness.md's table). Sharing by history must not cost GPU-hours:
-    what the quotas hold (work done, plus runs cut short by reclaim, which start again from
-    zero) stays within 1 % of history off. When effective weights compounded minute after
-    minute (the bursty team at 1 against 1000), reclaim took 130 runs instead of 61 and
-    the quotas held 5.5 % more for the same work."""
+def test_history_on_shortens_the_steady_teams_wait_at_the_same_gpu_hours() -> None:
+    """Four weeks (docs/fairness.md's table): min 0, jobs of 1 to 4 hours, the bursty team
+    flooding weeks 1 and 3. By history the steady team, which used less lately, gets more
+    of the GPUs and the first turns when they free up: its mean wait falls by more than
+    half (0.12 h to 0.05 h), the bursty team's rises (79.9 h to 81.9 h), and what the
+    quotas hold (work done, plus runs cut short by reclaim) stays within 1 % of history
+    off (+0.6 %). On the trace before this one (mins of 4, 8-hour jobs) history on
+    changed nothing, and the first two assertions failed."""
     document = _trace("fair-over-weeks.yaml")
     off = yaml.safe_load(yaml.safe_dump(document))
     off["objects"][0]["metadata"]["annotations"][ANNOTATION_FAIR_SHARING] = FAIR_SHARING_NONE
@@ -58,7 +60,7 @@ def test_history_on_holds_the_same_gpu_hours_and_never_favours_the_bursty_team()
         return result.usage.quotas["research"].area[GPU]  # type: ignore[attr-defined,no-any-return]
 
     with_history, without = simulate(parse_trace(document)), simulate(parse_trace(off))
-    assert abs(held(with_history) - held(without)) <= 0.01 * held(without)
-    assert mean_wait(with_history, "steady") <= mean_wait(without, "steady")
-    assert mean_wait(with_history, "bursty") >= mean_wait(without, "bursty")
     assert all(job.admitted is not None for job in with_history.jobs + without.jobs)  # within the four weeks
+    assert mean_wait(with_history, "steady") <= 0.5 * mean_wait(without, "steady")
+    assert mean_wait(with_history, "bursty") >= 1.01 * mean_wait(without, "bursty")
+    assert abs(held(with_history) - held(without)) <= 0.01 * held(without)

@@ -65,6 +65,26 @@ def load_annotation(text: str) -> Any:
         loader.dispose()
 
 
+def load_manifests(text: str, max_bytes: int) -> list[Any]:
+    """The documents of a YAML stream a user pasted (the dashboard's dry run), refused as an
+    annotation is: over ``max_bytes``, anchors or aliases, too deep, unreadable numbers."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise RefusedYAML(f"{size} bytes, more than the {max_bytes} accepted")
+    loader = _Loader(text)
+    try:
+        docs = []
+        while loader.check_data():  # type: ignore[no-untyped-call]
+            docs.append(loader.get_data())
+        return docs
+    except yaml.YAMLError:
+        raise
+    except (ValueError, RecursionError, OverflowError) as e:
+        raise RefusedYAML(f"a value cannot be read: {str(e).splitlines()[0]}") from None
+    finally:
+        loader.dispose()
+
+
 def load_json_annotation(text: str) -> Any:
     """The value of one annotation's JSON text; ValueError when it is not JSON or is refused
     (over `MAX_ANNOTATION_BYTES`, or nested so deep that `json.loads` runs out of stack: 100 KB

@@ -28,9 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.dryrun import dry_run
 from koordqueue.controller.eventline import EVENT_WRITERS
 from koordqueue.controller.forecaster import Forecaster
 from koordqueue.controller.jobswitch import JobSwitch
+from koordqueue.controller.loading import Snapshot
 from koordqueue.controller.messages import MessageWriter
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.overview import Overview, explain, overview
@@ -46,6 +48,7 @@ from koordqueue.controller.unitsync import UnitSync
 from koordqueue.controller.usagehistory import UsageHistoryKeeper
 from koordqueue.controller.views import JobView, UnitView
 from koordqueue.engine import Engine
+from koordqueue.engine.forecast import clone
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.informer import Informer
 
@@ -169,6 +172,17 @@ class Controller:
         units = {key: unit for key, unit in self.unit_informer.items()}
         return overview(self.engine, self.quota_sync.quotas, units, self.quota_sync.capacity, self.shared.clock(),
                         self.recent, queue_quotas=self.quota_sync.queue_quotas, forecast=self.forecaster.current)
+
+    async def dry_run(self, obj: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+        """What the job (dryrun.parse_job's) would meet if submitted now, from the live state:
+        the engine is cloned on the loop, the rest runs in a thread on the copy; nothing is
+        created. DryRunError when it cannot be queued."""
+        snap = Snapshot(engine=clone(self.engine), quotas=dict(self.quota_sync.quotas),
+                        units=dict(self.unit_informer.items()), capacity=self.quota_sync.capacity,
+                        priority_classes=dict(self.shared.informers.priority_classes))
+        jobs = {key: self.forecaster.job_runtime(key) for key in self.engine._ledger.units}
+        return await asyncio.to_thread(dry_run, snap, obj, kind, self.shared.clock(), self.shared.runtimes.copy(),
+                                       jobs.get, where)
 
     def explain(self, key: str) -> dict[str, Any] | None:
         unit = self.unit_informer.get(key)

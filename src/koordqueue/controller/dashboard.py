@@ -3,7 +3,9 @@
 The page (koordqueue/dashboard/static, plain HTML/CSS/JS, no build step and nothing
 from the network) draws `/api/overview`, the same data `koord-queue status` prints,
 and asks `/api/explain/{namespace}/{name}` why a unit waits, as `koord-queue explain`
-does. `/api/stream` sends the overview as server-sent events about once a second.
+does. `POST /api/dry-run` (the "Will it run?" panel) answers for a pasted job manifest what
+`koord-queue explain -f` does (controller/dryrun.py), from the leader's live state and
+without creating anything. `/api/stream` sends the overview as server-sent events about once a second.
 
 Only the leader holds the engine: a follower (or a leader still loading the cluster)
 answers 503 with a message in words, so nobody reads stale numbers as the truth.
@@ -16,7 +18,9 @@ SubjectAccessReview whether they may `get queues.visibility.koord-queue.x-k8s.io
 read the visibility API may open the dashboard), and the units shown are those of the
 namespaces where they may `list queueunits`, as the visibility API shows them. Event
 streams are capped (`max_streams`, and a quarter of them for one user, so that one tenant
-cannot take them all): one more is answered 429, and the page retries.
+cannot take them all): one more is answered 429, and the page retries. A dry run answers
+only for a namespace where the caller may create that kind of job or list QueueUnits
+(else 403); at most MAX_DRY_RUNS run at once (one more: 429).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from koordqueue import aio
 from koordqueue.api import constants as c
 from koordqueue.controller.access import AccessReviewer, Caller
 from koordqueue.controller.controller import Controller
+from koordqueue.controller.dryrun import MAX_MANIFEST_BYTES, DryRunError, parse_job
+from koordqueue.jobs import kind_named
 
 STATIC = Path(__file__).resolve().parent.parent / "dashboard" / "static"
 STREAM_INTERVAL = 1.0  # seconds between two overviews on the stream
@@ -49,6 +55,7 @@ SESSION_COOKIE = "koord-queue-dashboard"
 SESSION_SECONDS = 8 * 3600  # a login lasts this long (its token is reviewed again every few seconds)
 MAX_SESSIONS = 10_000
 CALLER = web.RequestKey("caller", Caller)
+MAX_DRY_RUNS = 2  # dry runs at once (each clones the engine and plays the forecast: CPU)
 
 
 def is_loopback(host: str) -> bool:
@@ -89,6 +96,7 @@ class Dashboard:
         self._streams = 0
         self._streams_of: dict[str, int] = {}  # open streams per user (when tokens are asked)
         self._sessions: dict[str, tuple[float, str]] = {}  # session id -> (expiry, bearer token)
+        self._dry_runs = 0
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._authenticate] if self.access is not None else [])
@@ -99,6 +107,7 @@ class Dashboard:
         app.router.add_get("/api/overview", self._overview)
         app.router.add_get("/api/explain/{namespace}/{name}", self._explain)
         app.router.add_get("/api/stream", self._stream)
+        app.router.add_post("/api/dry-run", self._dry_run)
         return app
 
     async def start(self) -> None:
@@ -176,6 +185,43 @@ class Dashboard:
         if why is None:
             return _json({"error": "not-found", "message": f"There is no QueueUnit {key} (it may have ended "
                           "and been deleted with its job)."}, status=404)
+        return _json(why)
+
+    async def _dry_run(self, request: web.Request) -> web.Response:
+        """The body: one job's YAML (or JSON); ``?namespace=`` overrides the manifest's. 400 with
+        the reason when it cannot be read or queued, 403 when the caller may neither create
+        that kind of job nor list QueueUnits in its namespace."""
+        text = await _read_capped(request, MAX_MANIFEST_BYTES)
+        if text is None:
+            return _json({"error": "too-large", "message": f"The manifest is over {MAX_MANIFEST_BYTES} bytes, "
+                          "the most a dry run reads."}, status=413)
+        try:
+            obj, kind = parse_job(text, request.query.get("namespace") or None, "the manifest")
+        except DryRunError as e:
+            return _json({"error": "bad-manifest", "message": str(e)}, status=400)
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        caller = request.get(CALLER)
+        if caller is not None and self.access is not None:
+            job_kind = kind_named(kind)
+            if not (await self.access.allowed(caller, "create", job_kind.group, job_kind.plural, namespace=namespace)
+                    or await self.access.allowed(caller, "list", c.QUEUE_GROUP, c.QUEUE_UNIT_PLURAL,
+                                                 namespace=namespace)):
+                return _json({"error": "forbidden", "message": f"{caller.user} may neither create "
+                              f"{job_kind.plural}.{job_kind.group} nor list QueueUnits in namespace "
+                              f"{namespace}, so the dashboard does not say what a job there would meet."},
+                             status=403)
+        if self._dry_runs >= MAX_DRY_RUNS:
+            return _json({"error": "busy", "message": f"{self._dry_runs} dry runs are under way, the most at "
+                          "once; try again in a moment."}, status=429, headers={"Retry-After": "1"})
+        self._dry_runs += 1
+        try:
+            why = await self._leader().dry_run(obj, kind, f"{kind}/{namespace}/{name}")
+        except NotServing as e:
+            return _unavailable(str(e))
+        except DryRunError as e:
+            return _json({"error": "bad-manifest", "message": str(e)}, status=400)
+        finally:
+            self._dry_runs -= 1
         return _json(why)
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
@@ -327,6 +373,18 @@ def _login_form(message: str, status: int) -> web.Response:
     shown = f'<p class="warning" role="alert">{html.escape(message)}</p>' if message else ""
     return web.Response(text=LOGIN_FORM.format(message=shown), status=status, content_type="text/html",
                         headers={"Cache-Control": "no-store"})
+
+
+async def _read_capped(request: web.Request, limit: int) -> str | None:
+    """The body as text, None when it is over ``limit`` bytes (read no further than that)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    body = bytearray()
+    while chunk := await request.content.read(limit + 1 - len(body)):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return body.decode("utf-8", "replace")
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

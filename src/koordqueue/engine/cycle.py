@@ -53,11 +53,13 @@ _Held = dict[tuple[str, int, bool], int]
 
 class Turn(NamedTuple):
     """A queue's turn in a cycle, on the cycle's heap (compared field by field: the Queue of
-    highest priority first, then one whose next unit does not borrow, then the least share)."""
+    highest priority first, then one whose next unit does not borrow, then the least share,
+    then, under fair sharing by history, the largest effective weight)."""
 
     neg_priority: int  # -the Queue's priority
     borrows: bool  # its next unit would borrow (Kueue: admissions within shares first)
     share: float  # its quota's usage over its share when pushed
+    tie: int  # -its quota's effective weight under fair sharing by history; 0 without (``Cycle.tie``)
     key: str  # the Queue's
     version: int  # the queue's version when pushed: an older turn is dropped
     charges: int  # the ledger's charges then: when the same at its turn, its share is too
@@ -166,8 +168,18 @@ class Cycle:
         state.version += 1
         scan = self.scans.get(state.key)
         borrows = scan is not None and scan.borrows
-        heapq.heappush(self.heap, Turn(-state.info.priority, borrows, share(state.leaf), state.key, state.version,
-                                       self.ledger.charges))
+        heapq.heappush(self.heap, Turn(-state.info.priority, borrows, share(state.leaf), self.tie(state.leaf),
+                                       state.key, state.version, self.ledger.charges))
+
+    def tie(self, leaf: QuotaNode) -> int:
+        """Between quotas equally far into their runtime shares (none used yet, say), the
+        one that used less lately, for its weight, goes first: minus its effective weight
+        under fair sharing by history (fairness.py); 0 for every quota without it."""
+        fair = self.ledger.fair
+        if fair is None or not fair.weights:
+            return 0
+        weight = fair.weights.get(leaf.name)
+        return -max(weight.values(), default=0) if weight else 0
 
     def touch(self, state: QueueState, rescan: bool) -> None:
         """The ledger's ``touch`` within a cycle: give the queue another turn, or scan it

@@ -66,6 +66,12 @@ class RuntimeBook:
     def __len__(self) -> int:
         return len(self._runs)
 
+    def copy(self) -> RuntimeBook:
+        """An independent copy (a dry run reads it in a thread while the loop records)."""
+        new = RuntimeBook(self.default_seconds)
+        new._runs = OrderedDict((key, deque(runs, maxlen=runs.maxlen)) for key, runs in self._runs.items())
+        return new
+
     def record(self, quota: str, name: str, seconds: float) -> None:
         """A job of ``quota`` named ``name`` ran ``seconds`` (start to its end)."""
         if not (0 < seconds <= MAX_EXPECTED_SECONDS):

@@ -320,6 +320,49 @@
     if (button) openExplanation(button);
   });
 
+  // --- "Will it run?": a dry run of a pasted manifest -----------------------------------
+
+  const dryForm = document.getElementById("dryrun-form");
+  dryForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const result = document.getElementById("dryrun-result");
+    const button = document.getElementById("dryrun-submit");
+    result.setAttribute("aria-busy", "true");
+    result.replaceChildren(h("p", {}, "Asking the controller…"));
+    button.disabled = true;
+    let answer;
+    try {
+      const response = await fetch("api/dry-run", {
+        method: "POST", cache: "no-store", headers: { "Content-Type": "application/yaml" },
+        body: document.getElementById("dryrun-manifest").value,
+      });
+      answer = { ok: response.ok, body: await response.json() };
+    } catch (error) {
+      answer = { ok: false, body: { message: `The controller did not answer (${error.message}).` } };
+    }
+    button.disabled = false;
+    result.setAttribute("aria-busy", "false");
+    if (!answer.ok) {
+      result.replaceChildren(h("p", { class: "warning", id: "dryrun-error" }, answer.body.message));
+      return;
+    }
+    const why = answer.body;
+    const head = h("p", { id: "dryrun-head" }, `If submitted now (nothing was created), ${why.job} would get QueueUnit `,
+      h("code", {}, why.unit), ". Could it ever fit: ",
+      h("strong", { id: "dryrun-fits" }, why.couldEverFit ? "yes" : "no"), ".");
+    const range = (why.expectedStartRange || []).map((t) => t || "?").join(" to ");
+    const start = why.expectedStart ? `${why.expectedStart}${range ? ` (between ${range})` : ""}`
+      : (why.couldEverFit ? "not within the forecast" : "never, as things are");
+    const when = h("p", {}, "Expected start: ", h("strong", { id: "dryrun-start" }, start),
+      why.basis ? `; runtimes from ${why.basis}` : "");
+    // The rest is the explanation the queue table's dialog shows, ids made unique.
+    const details = explanation(why).map((node) => {
+      node.querySelectorAll?.("[id]").forEach((e) => { e.id = `dryrun-${e.id.replace(/^explain-/, "")}`; });
+      return node;
+    });
+    result.replaceChildren(head, when, ...details);
+  });
+
   // --- live data ---------------------------------------------------------------------
 
   let lastSummary = "";

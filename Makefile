@@ -19,7 +19,7 @@ $(BIN)/.installed: pyproject.toml
 $(HELM): scripts/fetch_helm.py | $(BIN)/.installed
 	$(BIN)/python scripts/fetch_helm.py --dest $(HELM)
 
-.PHONY: venv run run-kube test test-kube e2e-tools lint bench helm generate
+.PHONY: venv run run-kube test test-kube e2e-tools e2e-kueue test-versus-kueue lint bench helm generate
 venv: $(BIN)/.installed
 
 helm: $(HELM)
@@ -38,6 +38,17 @@ test: lint helm
 # (skipped when built: the folder's name hashes go.mod, go.sum and the Go version).
 e2e-tools: venv
 	$(BIN)/python -m koordqueue.realcluster.build cluster training-operator koordinator kuberay
+
+# Kueue (e2e/kueue: sigs.k8s.io/kueue, its manager and its perf test's programs), cached in .tools/kube/
+# as the others; for the side-by-side bench and its smoke tests (run by test-kube once built).
+e2e-kueue: venv
+	$(BIN)/python -m koordqueue.realcluster.build kueue
+
+# The side-by-side smoke tests alone (1/50 of the stream with all four runners; the scale test in small),
+# never skipped: Kueue is built first.
+test-versus-kueue: e2e-tools e2e-kueue
+	KOORD_QUEUE_REQUIRE_KUEUE=1 $(BIN)/pytest -q tests/kubecluster/test_versus_kueue.py \
+		tests/kubecluster/test_versus_kueue_scale.py --durations=5
 
 test-kube: e2e-tools helm
 	$(BIN)/pytest -q -m kube --durations=15

@@ -181,12 +181,14 @@ class ControllerProcess(Process):
 class Profiler:
     """py-spy sampling a running process into collapsed stacks (`--profile`), stopped with SIGINT."""
 
-    def __init__(self, target: Process, out: Path, rate: int = 200) -> None:
+    def __init__(self, target: Process, out: Path, rate: int = 200, idle: bool = False) -> None:
+        """`idle`: samples of threads waiting count too (where a start waits on the API server)."""
         spy = Path(sys.executable).with_name("py-spy")
         self.out = out
         self.popen = subprocess.Popen(
             [str(spy), "record", "--pid", str(target.pid), "--format", "raw", "--rate", str(rate),
-             "--nonblocking", "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--nonblocking", *(["--idle"] if idle else []), "-o", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self) -> None:
         if self.popen.poll() is None:

@@ -10,8 +10,9 @@ built from its Go module (e2e/kueue, sigs.k8s.io/kueue v0.17.0):
    config, against its minimal manager (minimalkueue) started by us on the same
    kube-apiserver. Its summary: wall, quota usage, time to admission per class,
    checked against its rangespec.
-2. Like for like, alternating A/B (ours, Kueue, Kueue, ours, ...), each run on a
-   fresh cluster of the same build: one generator (ours, this process) creates the
+2. Like for like, in pairs (a pair: one run of each runner; the order reversed every
+   other pair: ours, Kueue tuned, Kueue as shipped, the floor, then the floor first ...),
+   each run on a fresh cluster of the same build: one generator (ours, this process) creates the
    same stream of suspended batch Jobs (or PyTorchJobs: --kind) at Kueue's pacing (the baseline shape: per
    queue 350 small, 100 medium, 50 large; 5 x 6 queues), each Job labelled for
    Kueue's LocalQueue or annotated for our quota; Kueue runs as cmd/kueue with its
@@ -24,7 +25,19 @@ built from its Go module (e2e/kueue, sigs.k8s.io/kueue v0.17.0):
    identity (a client certificate in system:masters); kube-apiserver's audit log
    records each one's requests, and nothing else's.
 
-Figures, the same code for both: wall from the first Job's creation to the last
+The runners, all with Kueue's baseline preemption settings (within a ClusterQueue by priority,
+reclaim within a cohort; ours: Queues preempting lower priority within a quota, no protection
+time, a parent's lent quota reclaimed as always):
+- `ours`: `koord-queue controller` (16 job workers, client 5000/10000);
+- `kueue`: Kueue tuned as its Configuration reference allows
+  (https://kueue.sigs.k8s.io/docs/reference/kueue-config.v1beta2/): `controller.groupKindConcurrency`
+  of its job reconciler (Job.batch) = ours' 16 workers, `clientConnection.qps`/`burst` = ours;
+- `kueue_default`: Kueue as shipped (5 workers per reconciler, client 50/100);
+- `floor`: bench/floor.py, a per-quota counter, FIFO, no policies: what the control plane allows.
+Every ratio of the headline is computed within a pair; the table gives each figure's mean and
+its spread (min-max) across pairs.
+
+Figures, the same code for all: wall from the first Job's creation to the last
 Job seen Complete; time to admission from a Job's creation to the generator's watch
 seeing it unsuspended (and, second, to the system's own record of admission: a
 Workload's QuotaReserved, a QueueUnit holding quota); quota usage as Kueue's test
@@ -38,6 +51,8 @@ every Job Complete.
     .venv/bin/python bench/versus_kueue.py                 # the whole thing (about 30 minutes)
     .venv/bin/python bench/versus_kueue.py --divisor 10    # 1/10 of the jobs per queue
     .venv/bin/python bench/versus_kueue.py --no-perf --rounds 1 --json
+    .venv/bin/python bench/versus_kueue.py --divisor 10 --rounds 3 --no-perf   # the headline at 1/10
+    ... --systems ours,floor                                # some runners only
     KOORD_QUEUE_TOOLS=/work/main/.tools ...                # binaries built elsewhere
 """
 
@@ -65,6 +80,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import floor  # noqa: E402
 import harness  # noqa: E402
 import kueue_sim  # noqa: E402
 from harness import dig, fmt, mib  # noqa: E402
@@ -72,6 +88,7 @@ from harness import dig, fmt, mib  # noqa: E402
 from koordqueue import aio  # noqa: E402
 from koordqueue.api import constants as c  # noqa: E402
 from koordqueue.api.quantity import parse_quantity  # noqa: E402
+from koordqueue.controller.config import ControllerConfig  # noqa: E402
 from koordqueue.controller.views import parse_time  # noqa: E402
 from koordqueue.jobs import KINDS  # noqa: E402
 from koordqueue.kube.client import KubeClient, Resource  # noqa: E402
@@ -96,6 +113,10 @@ MAX_CPU = parse_quantity("120")  # a leaf's nominal + borrowing limit; a cohort'
 NOMINAL_CPU = parse_quantity("20")
 PHYSICAL_LIMIT = 66.0  # 39,600 CPU-seconds of work on 600 CPU
 CLIENT_QPS, CLIENT_BURST = 5000, 10000  # both controllers' client rate
+# Kueue's shipped manager configuration (config/components/manager/controller_manager_config.yaml):
+# clientConnection 50/100 and its reconcilers' default workers (kq.DEFAULT_CONCURRENCY).
+KUEUE_SHIPPED_QPS, KUEUE_SHIPPED_BURST = 50, 100
+OURS_JOB_WORKERS = ControllerConfig.job_workers  # ours reconciles this many Jobs at once (16)
 COMPONENT_QPS = 2000  # kube-controller-manager's and kube-scheduler's (the cluster's default 200 throttles pods)
 # kube-controller-manager's Job controller syncs 5 Jobs at once by default: with kube-apiserver's
 # latency on a loaded machine (~0.2-0.4 s a write) that made Jobs take ~100 s from unsuspended to
@@ -104,7 +125,7 @@ JOB_SYNCS = 50
 # kwok moves 4 pods through their stages at once by default: with 200 pods in flight a pod then
 # waited ~2 s to start and ~2 s more to finish, holding its job's quota meanwhile.
 KWOK_POD_WORKERS = 32
-OURS_USER, KUEUE_USER = "koord-queue-controller", "kueue"
+OURS_USER, KUEUE_USER, FLOOR_USER = "koord-queue-controller", "kueue", "koord-queue-floor"
 CLASSES = {k.name: k for k in kueue_sim.CLASSES}
 # Kueue's CI figures for its baseline (rangespec.yaml's averages of 5 runs) and its limits.
 KUEUE_CI = {"wall_s": 351.1, "usage_percent": 58.7, "large": 6.7, "medium": 76.8, "small": 215.5}
@@ -274,6 +295,7 @@ class JobType:
     kind: str  # ours' --job-kinds
     resource: Resource
     kueue_framework: str  # Kueue's integrations.frameworks
+    kueue_group_kind: str  # its reconciler's key in Kueue's controller.groupKindConcurrency
     pod_job_label: str  # the label naming a pod's job
     training_operator: bool
 
@@ -307,9 +329,9 @@ class JobType:
 
 JOB_KINDS = {k.adapter.kind: k.adapter for k in KINDS}  # the project's own reading of each kind
 JOB_TYPES = {t.kind: t for t in (
-    JobType(c.BATCH_JOB_KIND, JOBS, "batch/job", c.LABEL_BATCH_JOB_NAME, training_operator=False),
+    JobType(c.BATCH_JOB_KIND, JOBS, "batch/job", "Job.batch", c.LABEL_BATCH_JOB_NAME, training_operator=False),
     JobType(c.PYTORCH_JOB_KIND, Resource(c.KUBEFLOW_GROUP, "v1", c.PYTORCH_JOB_PLURAL), "kubeflow.org/pytorchjob",
-            c.LABEL_JOB_NAME, training_operator=True))}
+            f"{c.PYTORCH_JOB_KIND}.{c.KUBEFLOW_GROUP}", c.LABEL_JOB_NAME, training_operator=True))}
 
 
 # --- the two systems ---------------------------------------------------------------------------
@@ -358,8 +380,11 @@ class System:
 
 class Ours(System):
     name, user, holders = "ours", OURS_USER, UNITS
-    preempt_within_quota = False  # --preempt-within-quota: as Kueue's withinClusterQueue: LowerPriority
-    protect_seconds: float | None = None  # --protect-seconds: the controller's (its default when None)
+    # Kueue's baseline perf-test settings (withinClusterQueue: LowerPriority, reclaimWithinCohort: Any):
+    # ours preempts lower priority within a quota, and reclaims a parent's lent quota (always on),
+    # with no protection time; `--no-preempt-within-quota` / `--protect-seconds` for the shipped ones.
+    preempt_within_quota = True
+    protect_seconds: float | None = 0.0  # the controller's own default (60) when None
 
     def install(self, cluster: RealCluster) -> None:
         install_crds(cluster)
@@ -441,9 +466,17 @@ def quota(name: str, namespace: str, min_cpu: int, max_cpu: int, labels: dict[st
 
 
 class Kueue(System):
+    """Kueue tuned as a user who reads its Configuration reference would: its job reconciler's
+    workers (`controller.groupKindConcurrency`) equal to ours' job workers, its client rate
+    (`clientConnection.qps`/`burst`) equal to ours."""
     name, user, holders = "kueue", KUEUE_USER, WORKLOADS
-    concurrency: dict[str, int] = {}  # over its default configuration's workers per kind
+    qps, burst = CLIENT_QPS, CLIENT_BURST
     manager: kq.Kueue | None = None
+
+    @property
+    def concurrency(self) -> dict[str, int]:
+        """Over its default configuration's workers per kind: the reconciler of the stream's kind."""
+        return {self.job_type.kueue_group_kind: OURS_JOB_WORKERS}
 
     async def cycle_figures(self) -> dict[str, float]:
         """Its admission attempts (one per scheduling cycle), from its metrics endpoint."""
@@ -477,7 +510,7 @@ class Kueue(System):
 
     def start(self, cluster: RealCluster) -> Proc:
         if self.manager is None:
-            self.manager = kq.start(cluster, self.user, qps=CLIENT_QPS, burst=CLIENT_BURST,
+            self.manager = kq.start(cluster, self.user, qps=self.qps, burst=self.burst,
                                     concurrency=self.concurrency, frameworks=(self.job_type.kueue_framework,))
         else:  # a restart: the same configuration
             self.manager.process.start()
@@ -507,6 +540,56 @@ class Kueue(System):
         conditions = {cond.get("type"): cond.get("status") for cond in (obj.get("status") or {}).get("conditions") or []}
         holding = conditions.get("QuotaReserved") == "True" and conditions.get("Finished") != "True"
         return f"{obj['metadata']['namespace']}/{owners[0].get('name', '')}", holding
+
+
+class KueueDefault(Kueue):
+    """Kueue at its shipped defaults: 5 workers per reconciler, client rate 50/100."""
+    name = "kueue_default"
+    qps, burst = KUEUE_SHIPPED_QPS, KUEUE_SHIPPED_BURST
+
+    @property
+    def concurrency(self) -> dict[str, int]:
+        return {}
+
+
+class Floor(System):
+    """bench/floor.py: a per-quota counter, FIFO, resuming Jobs as their quota has room (batch
+    Jobs only). It holds a Job's quota from its resume until it completes: its record is the Job."""
+    name, user, holders = "floor", FLOOR_USER, JOBS
+
+    def start(self, cluster: RealCluster) -> Proc:
+        if self.job_type.kind != c.BATCH_JOB_KIND:
+            raise SystemExit("the floor runs batch Jobs only")
+        kubeconfig = cluster.kubeconfig_for(self.user, ("system:masters",))
+        self.log = self.base / "floor.log"
+        self.process = harness.Process(
+            [sys.executable, str(Path(floor.__file__)), "--kubeconfig", str(kubeconfig),
+             "--qps", str(CLIENT_QPS), "--burst", str(CLIENT_BURST),
+             "--leaf-cpu", str(self.shape.nominal + self.shape.borrow), "--parent-cpu", str(self.shape.parent)],
+            self.log)
+        self.process.start()
+        return self.process
+
+    async def wait_ready(self, cluster: RealCluster, client: KubeClient, timeout: float) -> None:
+        def ready() -> bool:
+            assert self.process is not None
+            if not self.process.alive():
+                raise SystemExit(f"the floor exited:\n{self.process.tail()}")
+            return self.log.exists() and floor.READY in self.log.read_text()
+
+        await asyncio.to_thread(wait_until, ready, "the floor's ready line", timeout)
+
+    def job_meta(self, record: JobRecord) -> dict[str, Any]:
+        return {"annotations": {floor.QUOTA: record.leaf, floor.PARENT: record.parent}}
+
+    def holder(self, obj: dict[str, Any]) -> tuple[str, bool]:
+        job = floor.project(obj)
+        if job is None:
+            return "", False
+        return job.key, not job.suspended and not job.finished
+
+
+SYSTEMS: dict[str, type[System]] = {s.name: s for s in (Ours, Kueue, KueueDefault, Floor)}
 
 
 def kueue_queues(shape: QuotaLayout) -> list[dict[str, Any]]:
@@ -654,7 +737,8 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     here = state_dir(base, label)
     system = system_class(here, job_type=JOB_TYPES[args.kind])
     if isinstance(system, Ours):
-        system.preempt_within_quota, system.protect_seconds = args.preempt_within_quota, args.protect_seconds
+        system.preempt_within_quota = args.preempt_within_quota
+        system.protect_seconds = None if args.protect_seconds < 0 else args.protect_seconds
     records = plan(args.divisor)
     cluster = RealCluster(here / "cluster", NodeShape(count=NODES, gpus=0, cpu=NODE_CPU, memory="1Ti", prefix="node"),
                           training_operator=system.job_type.training_operator, audit_users=(system.user,),
@@ -922,7 +1006,7 @@ def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The runs of one system averaged (numbers, and numbers by class); counts summed where they are defects."""
     out: dict[str, Any] = {"runs": len(runs)}
     for key, value in runs[0].items():
-        if isinstance(value, bool) or key in ("divisor", "jobs"):
+        if isinstance(value, bool) or key in ("divisor", "jobs", "pair"):
             out[key] = value
         elif isinstance(value, int | float):
             out[key] = _mean([float(r[key]) for r in runs])
@@ -931,32 +1015,83 @@ def mean_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = {k: _mean([float(r[key][k]) for r in runs]) for k in value}
         else:
             out[key] = value
+    out["spread"] = {label: spread([dig(r, *path) for r in runs]) for label, path in HEADLINE}
     for key in ("admitted", "unfinished", "over_quota", "readmitted", "released_again_when_readmitted",
                 "released_twice_in_one_admission", "resumed_after_it_ended"):
         out[key] = sum(int(r[key]) for r in runs) if key != "admitted" else min(int(r[key]) for r in runs)
     return out
 
 
+# What the headline compares, each ratio computed within a pair (the runs of one round).
+HEADLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("wall", ("wall_s",)),
+    ("large: mean to admission", ("mean_admission_s", "large")),
+    ("medium: mean to admission", ("mean_admission_s", "medium")),
+    ("small: mean to admission", ("mean_admission_s", "small")),
+    ("quota usage", ("usage_percent",)),
+    ("API requests per admitted job", ("requests_per_job",)),
+    ("controller CPU per admitted job", ("controller_cpu_ms_per_job",)),
+    ("controller peak RSS", ("controller_peak_rss",)),
+)
+RATIOS = (("ours", "kueue"), ("ours", "kueue_default"), ("ours", "floor"), ("kueue", "floor"),
+          ("kueue_default", "floor"))
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Mean, min and max of figures across pairs (NaN left out)."""
+    found = [v for v in values if isinstance(v, int | float) and not math.isnan(v)]
+    if not found:
+        return {"mean": math.nan, "min": math.nan, "max": math.nan, "n": 0}
+    return {"mean": _mean(found), "min": min(found), "max": max(found), "n": len(found)}
+
+
+def pair_ratios(pairs: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each headline figure's ratios a/b, one per pair (a and b run in the same round), with their
+    mean and spread: never a ratio of means."""
+    out: dict[str, dict[str, Any]] = {}
+    for label, path in HEADLINE:
+        by_ratio: dict[str, Any] = {}
+        for a, b in RATIOS:
+            values = []
+            for pair in pairs:
+                if a in pair and b in pair:
+                    x, y = dig(pair[a], *path), dig(pair[b], *path)
+                    ok = isinstance(x, int | float) and isinstance(y, int | float) and y
+                    values.append(x / y if ok else math.nan)
+            if values:
+                by_ratio[f"{a}/{b}"] = {**spread(values), "pairs": values}
+        out[label] = by_ratio
+    return out
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"load_average_start": harness.load_average()}
+    names = [n for n in args.systems.split(",") if args.only in (None, n)]
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise SystemExit(f"no system {unknown[0]}; the systems are {', '.join(SYSTEMS)}")
     with tempfile.TemporaryDirectory(prefix="versus-kueue-") as tmp:
         base = Path(args.keep) if args.keep else Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
         if not args.no_perf:
             result["kueue_perf"] = await kueue_perf(args, base)
-        order: list[type[System]] = []
-        for i in range(args.rounds):
-            pair: list[type[System]] = [Ours, Kueue] if i % 2 == 0 else [Kueue, Ours]
-            order += [s for s in pair if args.only in (None, s.name)]
         runs: list[dict[str, Any]] = []
-        for n, system in enumerate(order):
-            runs.append(await like_for_like(system, args, base, f"{n}-{system.name}"))
-            print(f"run {n + 1}/{len(order)}: {system.name} wall {fmt(runs[-1]['wall_s'], ' s')}, "
-                  f"load {runs[-1]['load_average_after']}", file=sys.stderr, flush=True)
-        for name in ("ours", "kueue"):
+        pairs: list[dict[str, dict[str, Any]]] = []
+        total = args.rounds * len(names)
+        for i in range(args.rounds):
+            pair: dict[str, dict[str, Any]] = {}
+            for name in names if i % 2 == 0 else names[::-1]:  # A/B alternating which goes first
+                r = await like_for_like(SYSTEMS[name], args, base, f"{len(runs)}-{name}")
+                r["pair"] = i
+                runs.append(pair.setdefault(name, r))
+                print(f"run {len(runs)}/{total}: {name} wall {fmt(r['wall_s'], ' s')}, "
+                      f"load {r['load_average_after']}", file=sys.stderr, flush=True)
+            pairs.append(pair)
+        for name in names:
             mine = [r for r in runs if r["system"] == name]
             if mine:
                 result[name] = mean_run(mine)
+        result["ratios"] = pair_ratios(pairs)
         result["runs"] = runs
     result["load_average_end"] = harness.load_average()
     return result
@@ -983,48 +1118,61 @@ def render(result: dict[str, Any]) -> str:
                      f"evictions {perf['evictions']}; load {perf['load_average_before']} -> "
                      f"{perf['load_average_after']}")
         lines.append("")
-    ours, kueue = result.get("ours"), result.get("kueue")
-    if not (ours or kueue):
+    shown = [n for n in SYSTEMS if result.get(n)]
+    if not shown:
         return "\n".join(lines)
-    any_ = ours or kueue
-    assert any_ is not None
+    any_ = result[shown[0]]
     scale = f", 1/{any_['divisor']} of the jobs" if any_["divisor"] > 1 else ""
     jobs = "batch Jobs" if any_["job_kind"] == c.BATCH_JOB_KIND else f"{any_['job_kind']}s"
+    heads = {"ours": "ours", "kueue": "Kueue tuned", "kueue_default": "Kueue dflt", "floor": "floor"}
     lines += [f"Like for like: {any_['jobs']} {jobs} at Kueue's pacing, real pods on 10 kwok nodes "
-              f"(600 CPU){scale}; mean of {any_['runs']} run(s) each, A/B alternating",
-              f"  {'':<34}{'ours':>12}{'Kueue':>12}{'ratio':>8}"]
+              f"(600 CPU){scale}; both preempting as Kueue's baseline; mean of {any_['runs']} pair(s), "
+              f"each system's order alternating; [min-max] across pairs",
+              f"  {'':<34}" + "".join(f"{heads[n]:>20}" for n in shown)]
 
-    def row(label: str, a: Any, b: Any, unit: str = "", digits: int = 1) -> None:
-        ratio = a / b if isinstance(a, int | float) and isinstance(b, int | float) and b else math.nan
-        lines.append(f"  {label:<34}{fmt(a, unit, digits):>12}{fmt(b, unit, digits):>12}{fmt(ratio, '', 2):>8}")
+    def row(label: str, *path: str, unit: str = "", digits: int = 1, scale_by: float = 1.0) -> None:
+        cells = []
+        for n in shown:
+            value = dig(result[n], *path)
+            cell = fmt(value / scale_by if isinstance(value, int | float) else value, unit, digits)
+            figure = next((lb for lb, p in HEADLINE if p == path), None)
+            sp = dig(result[n], "spread", figure) if figure else None
+            if sp and sp["n"] > 1:
+                cell += f" [{fmt(sp['min'] / scale_by, '', digits)}-{fmt(sp['max'] / scale_by, '', digits)}]"
+            cells.append(f"{cell:>20}")
+        lines.append(f"  {label:<34}" + "".join(cells))
 
-    row("wall", dig(ours, "wall_s"), dig(kueue, "wall_s"), " s")
-    row("  over the physical limit", _over(ours), _over(kueue), " s")
+    row("wall", "wall_s", unit=" s")
     for k in ("large", "medium", "small"):
-        row(f"{k}: mean to admission", dig(ours, "mean_admission_s", k), dig(kueue, "mean_admission_s", k), " s", 2)
-        row(f"{k}: p90 to admission", dig(ours, "p90_admission_s", k), dig(kueue, "p90_admission_s", k), " s", 2)
-        row(f"{k}: mean to own admission", dig(ours, "mean_own_admission_s", k),
-            dig(kueue, "mean_own_admission_s", k), " s", 2)
-    row("quota usage (Kueue's formula)", dig(ours, "usage_percent"), dig(kueue, "usage_percent"), " %")
-    row("controller CPU", dig(ours, "controller_cpu_s"), dig(kueue, "controller_cpu_s"), " s")
-    row("  per admitted job", dig(ours, "controller_cpu_ms_per_job"), dig(kueue, "controller_cpu_ms_per_job"), " ms",
-        2)
-    row("kube-apiserver CPU", dig(ours, "apiserver_cpu_s"), dig(kueue, "apiserver_cpu_s"), " s")
-    row("etcd CPU", dig(ours, "etcd_cpu_s"), dig(kueue, "etcd_cpu_s"), " s")
-    row("API requests per admitted job", dig(ours, "requests_per_job"), dig(kueue, "requests_per_job"), "", 2)
-    row("controller peak RSS (MiB)", _mib(ours), _mib(kueue), "", 0)
-    row("ready after start", dig(ours, "ready_s"), dig(kueue, "ready_s"), " s")
-    row("admitted", dig(ours, "admitted"), dig(kueue, "admitted"))
-    row("unfinished", dig(ours, "unfinished"), dig(kueue, "unfinished"))
-    row("moments over quota", dig(ours, "over_quota"), dig(kueue, "over_quota"))
-    row("admitted again (preempted)", dig(ours, "readmitted"), dig(kueue, "readmitted"))
-    row("  released again when readmitted", dig(ours, "released_again_when_readmitted"),
-        dig(kueue, "released_again_when_readmitted"))
-    row("released twice in one admission", dig(ours, "released_twice_in_one_admission"),
-        dig(kueue, "released_twice_in_one_admission"))
-    row("resumed after it ended", dig(ours, "resumed_after_it_ended"), dig(kueue, "resumed_after_it_ended"))
+        row(f"{k}: mean to admission", "mean_admission_s", k, unit=" s", digits=2)
+        row(f"{k}: p90 to admission", "p90_admission_s", k, unit=" s", digits=2)
+        row(f"{k}: mean to own admission", "mean_own_admission_s", k, unit=" s", digits=2)
+    row("quota usage (Kueue's formula)", "usage_percent", unit=" %")
+    row("controller CPU", "controller_cpu_s", unit=" s")
+    row("  per admitted job", "controller_cpu_ms_per_job", unit=" ms", digits=2)
+    row("kube-apiserver CPU", "apiserver_cpu_s", unit=" s")
+    row("etcd CPU", "etcd_cpu_s", unit=" s")
+    row("API requests per admitted job", "requests_per_job", digits=2)
+    row("controller peak RSS (MiB)", "controller_peak_rss", digits=0, scale_by=2**20)
+    row("ready after start", "ready_s", unit=" s")
+    for key in ("admitted", "unfinished", "over_quota", "readmitted", "released_again_when_readmitted",
+                "released_twice_in_one_admission", "resumed_after_it_ended"):
+        row(key.replace("_", " "), key)
+    ratios = result.get("ratios") or {}
+    names = [f"{a}/{b}" for a, b in RATIOS if a in shown and b in shown]
+    if ratios and names:
+        lines += ["  ratios, each within a pair: mean [min-max]",
+                  f"  {'':<34}" + "".join(f"{n.replace('kueue_default', 'kdflt'):>20}" for n in names)]
+        for label, _ in HEADLINE:
+            cells = []
+            for n in names:
+                r = ratios.get(label, {}).get(n)
+                cell = "-" if r is None else fmt(r["mean"], "", 2) + (
+                    f" [{fmt(r['min'], '', 2)}-{fmt(r['max'], '', 2)}]" if r["n"] > 1 else "")
+                cells.append(f"{cell:>20}")
+            lines.append(f"  {label:<34}" + "".join(cells))
     for r in result.get("runs", []):
-        lines.append(f"  run {r['system']}: wall {fmt(r['wall_s'], ' s')}, small/medium/large "
+        lines.append(f"  run {r['system']} (pair {r.get('pair', 0) + 1}): wall {fmt(r['wall_s'], ' s')}, small/medium/large "
                      + "/".join(fmt(r["mean_admission_s"][k], "", 2) for k in ("small", "medium", "large"))
                      + f" s, CPU {fmt(r['controller_cpu_s'], ' s')}, {r['requests_per_job']:.2f} req/job, "
                      f"load {r['load_average_before']} -> {r['load_average_after']}")
@@ -1038,19 +1186,15 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _over(r: dict[str, Any] | None) -> float | None:
-    return None if r is None else r["wall_s"] - r["physical_limit_s"]
-
-
-def _mib(r: dict[str, Any] | None) -> float | None:
-    return None if r is None else r["controller_peak_rss"] / 2**20
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--divisor", type=int, default=1, help="1/N of the jobs per queue")
     parser.add_argument("--rounds", type=int, default=2, help="A/B pairs (alternating which goes first)")
-    parser.add_argument("--only", choices=("ours", "kueue"), help="run one system only")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help="the runners of each pair, comma-separated: ours, kueue (tuned: its job "
+                             "reconciler's workers and client rate at ours'), kueue_default (its shipped "
+                             "configuration), floor (bench/floor.py: a per-quota counter, FIFO)")
+    parser.add_argument("--only", choices=tuple(SYSTEMS), help="run one system only")
     parser.add_argument("--no-perf", action="store_true", help="skip Kueue's own performance test")
     parser.add_argument("--component-qps", type=int, default=COMPONENT_QPS,
                         help="kube-controller-manager's and kube-scheduler's client rate")
@@ -1064,11 +1208,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up on a run after this many seconds")
     parser.add_argument("--keep", help="keep each run's state, logs and audit log in this directory")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    parser.add_argument("--preempt-within-quota", action="store_true",
+    parser.add_argument("--preempt-within-quota", action=argparse.BooleanOptionalAction, default=True,
                         help="ours' Queues preempt lower priority inside a quota "
-                             "(koord-queue/enable-queueunit-preemption), as Kueue's baseline does within a ClusterQueue")
-    parser.add_argument("--protect-seconds", type=float,
-                        help="ours: admitted units younger than this are never preempted (the controller's default: 60)")
+                             "(koord-queue/enable-queueunit-preemption), as Kueue's baseline does within a "
+                             "ClusterQueue (the default: like settings)")
+    parser.add_argument("--protect-seconds", type=float, default=0.0,
+                        help="ours: admitted units younger than this are never preempted (0 here, as Kueue's "
+                             "baseline; -1: the controller's own default, 60)")
     args = parser.parse_args(argv)
     result = aio.run(run(args))
     print(json.dumps(result, indent=2, default=str) if args.json else render(result))

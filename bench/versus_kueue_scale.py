@@ -192,6 +192,14 @@ async def follow(client: KubeClient, resource: Resource, on_event: Callable[[str
             await asyncio.sleep(0.5)
 
 
+async def first_admission(seen: Observed, before: int, profiler: harness.Profiler | None) -> None:
+    """Stop `profiler` when this start's first admission is seen."""
+    while len(seen.released) <= before:
+        await asyncio.sleep(0.05)
+    if profiler is not None:
+        await asyncio.to_thread(profiler.stop)
+
+
 class ReadyTimer:
     """The time from a start until the system's own readiness check passes."""
 
@@ -250,10 +258,18 @@ async def one_run(system_class: type[vk.System], args: argparse.Namespace, base:
                 t0, t0_epoch = time.monotonic(), time.time()
                 profiler = harness.Profiler(process, here / f"{name}.collapsed", rate=100) \
                     if args.profile and system.name == "ours" else None
+                # From the start to its first admission, waits included: what the first cycle waits for.
+                to_first = harness.Profiler(process, here / f"{name}-to-first.collapsed", rate=100, idle=True) \
+                    if args.profile_first and system.name == "ours" else None
                 timer = ReadyTimer()
                 timing = asyncio.create_task(timer.run(system, cluster, client, t0, args.timeout))
+                first_seen = asyncio.create_task(first_admission(seen, before, to_first))
                 figures = await measure(system, process, seen, jobs=args.jobs, before=before, wave=leaves,
                                         first=first, timeout=args.timeout, t0=t0)
+                first_seen.cancel()
+                if to_first is not None:
+                    await asyncio.to_thread(to_first.stop)
+                    figures["profile_to_first_admission"] = harness.top_functions(to_first.out, 40)
                 if profiler is not None:
                     profiler.stop()
                     figures["profile_top"] = harness.top_functions(profiler.out, 30)
@@ -425,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up on a start after this many seconds")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy ours' controller in each start (100 Hz): DIR/N-ours/<start>.collapsed with --keep")
+    parser.add_argument("--profile-first", action="store_true",
+                        help="ours: py-spy (idle samples included) from each start to its first admission")
     parser.add_argument("--keep", help="keep each run's state and logs in this directory")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args(argv)

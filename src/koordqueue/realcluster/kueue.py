@@ -9,6 +9,7 @@ given, metrics and probes on loopback), or its perf test's minimal manager.
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -52,6 +53,16 @@ def built() -> bool:
     except (ClusterError, build.BuildError):
         return False
     return True
+
+
+# Set (to 1) where Kueue was built first (.ci/run, make test-versus-kueue): its tests then run and
+# fail rather than skip when it is missing.
+REQUIRE_ENV = "KOORD_QUEUE_REQUIRE_KUEUE"
+
+
+def may_skip() -> bool:
+    """Kueue is not built and not required: the side-by-side tests skip (never in CI)."""
+    return os.environ.get(REQUIRE_ENV) != "1" and not built()
 
 
 def source() -> Path:

@@ -60,6 +60,7 @@ LEFT_OUT = {
     "greedy_sim.py": "the yardstick sim_speed.py runs, not a benchmark",
     "harness.py": "the processes the whole-system benchmarks start, not a benchmark",
     "run_all.py": "this file",
+    "floor.py": "the floor runner versus_kueue.py starts (the plainest queue), not a benchmark",
     "forecast_accuracy.py": "the traces `forecast.py accuracy` plays (some 7 minutes), not run alone",
     "engine_flavors.py": "an A/B pair (--flavors 3 against --flavors 0) run alternating, as bench/RESULTS.md says",
 }

@@ -150,12 +150,15 @@ async def wait_unit(system: System, name: str, want: dict[str, Any]) -> None:
     meta = documents(name)[0]["metadata"]
     unit = want.get("name") or f"{meta['name']}-py-qu"
 
+    seen: dict[str, Any] = {}
+
     async def told() -> bool:
         status = (await system.unit(unit, meta["namespace"])).get("status", {})
+        seen.update(status)
         if "phase" in want and status.get("phase") != want["phase"]:
             return False
         if "message" in want and status.get("message") != want["message"]:
             return False
         return "contains" not in want or want["contains"] in str(status.get("message"))
 
-    await system.wait_for(told, timeout=30, what=f"{name}: unit {want}")
+    await system.wait_for(told, timeout=30, what=f"{name}: unit {want} (seen: {seen})")

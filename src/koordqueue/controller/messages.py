@@ -119,6 +119,10 @@ class MessageWriter(Part):
                 written = await self.status.write(key, {"message": message}, touch=False,
                                                   limit=self.status.message_limit, still=still_waiting)
             if not written:
+                if self._waiting(key) and self.records.written_message(key) != message:
+                    # Skipped because another write of ours (the forecast's) came first: our view
+                    # of the unit was stale, the message still to be written at the next flush.
+                    self.records.pending_messages.setdefault(key, message)
                 return
             self.records.unit_to_write(key).message_written_at = self.clock()
         except Conflict:  # our view of it is stale: look again at the next flush

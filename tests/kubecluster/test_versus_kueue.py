@@ -67,9 +67,12 @@ def test_versus_kueue_in_small_runs_both_systems_alike_within_the_quotas() -> No
 
 
 def test_ours_runs_the_stream_made_of_pytorchjobs_within_the_quotas() -> None:
-    """The same stream as PyTorchJobs, run by the Kubeflow training operator (no Kueue needed)."""
+    """The same stream as PyTorchJobs, run by the Kubeflow training operator (no Kueue needed),
+    with ours' shipped settings (no preemption within a quota, its protection time): each job
+    resumed once."""
     done = subprocess.run([sys.executable, str(BENCH), "--divisor", str(DIVISOR), "--rounds", "1", "--no-perf",
-                           "--only", "ours", "--kind", "PyTorchJob", "--json"],
+                           "--only", "ours", "--kind", "PyTorchJob", "--no-preempt-within-quota",
+                           "--protect-seconds", "-1", "--json"],
                           capture_output=True, text=True, timeout=1400)
     assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     r = json.loads(done.stdout)["ours"]

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import parse_mappings
 from koordqueue.controller.config import ALL_JOB_KINDS, ControllerConfig
 from koordqueue.controller.scope import parse_selector
 
@@ -126,6 +127,10 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--managed-jobs-namespace-selector", default="",
               help="Whose namespaces' jobs are queued: a label selector in JSON, as the webhook's namespaceSelector "
                    "(empty or {}: all but kube-system, kube-public, kube-node-lease and --namespace).")
+@click.option("--device-class-mappings", default="",
+              help="DRA: charge each device a pod's ResourceClaims ask for as a quota resource, "
+                   "deviceclass=resource[:count][@driver], comma-separated (Kueue's deviceClassMappings; "
+                   "with @driver, the driver's ResourceSlices say which nodes have such devices).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
@@ -146,6 +151,10 @@ def controller(**opts: Any) -> None:
         selector = parse_selector(opts["managed_jobs_namespace_selector"])
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--managed-jobs-namespace-selector") from None
+    try:
+        parse_mappings(opts["device_class_mappings"])
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--device-class-mappings") from None
     config = ControllerConfig(
         job_kinds=kinds,
         workload_kinds=workloads,
@@ -188,6 +197,7 @@ def controller(**opts: Any) -> None:
         visibility=opts["visibility"],
         pod_name=opts["pod_name"],
         pod_namespace=opts["pod_namespace"],
+        device_class_mappings=opts["device_class_mappings"],
     )
     run(opts["kubeconfig"], config, opts["log_format"], opts["log_level"])
 
@@ -249,15 +259,21 @@ def explain(target: str | None, namespace: str | None, filename: str | None, as_
               help="embedded: our own API server (Python only). kube: the real kube-apiserver, etcd, "
                    "scheduler, controller-manager, kwok and the training operator, built from Go modules "
                    "first when missing (needs Go 1.26).")
+@click.option("--device-class-mappings", default="",
+              help="DRA: deviceclass=resource[:count][@driver], comma-separated (as the controller's flag).")
 def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_port: int, dashboard_port: int,
-       api_handler_port: int, control_plane: str) -> None:
+       api_handler_port: int, control_plane: str, device_class_mappings: str) -> None:
     """The whole system on this machine with no cluster: API server, simulated nodes, controller."""
     from pathlib import Path
 
     from koordqueue.up import main as run_up
 
+    try:
+        parse_mappings(device_class_mappings)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--device-class-mappings") from None
     run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port, control_plane,
-           api_handler_port)
+           api_handler_port, device_class_mappings)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,15 @@ from koordqueue.controller.config import ALL_JOB_KINDS, ControllerConfig
 from koordqueue.controller.scope import parse_selector
 
 
+def _checked_mappings(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """--device-class-mappings is the admin's: a bad one stops the controller before it starts."""
+    try:
+        parse_mappings(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
 @click.group()
 @click.version_option(package_name="koord-queue")
 def main() -> None:
@@ -127,7 +136,7 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--managed-jobs-namespace-selector", default="",
               help="Whose namespaces' jobs are queued: a label selector in JSON, as the webhook's namespaceSelector "
                    "(empty or {}: all but kube-system, kube-public, kube-node-lease and --namespace).")
-@click.option("--device-class-mappings", default="",
+@click.option("--device-class-mappings", default="", callback=_checked_mappings,
               help="DRA: charge each device a pod's ResourceClaims ask for as a quota resource, "
                    "deviceclass=resource[:count][@driver], comma-separated (Kueue's deviceClassMappings; "
                    "with @driver, the driver's ResourceSlices say which nodes have such devices).")
@@ -151,10 +160,6 @@ def controller(**opts: Any) -> None:
         selector = parse_selector(opts["managed_jobs_namespace_selector"])
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--managed-jobs-namespace-selector") from None
-    try:
-        parse_mappings(opts["device_class_mappings"])
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--device-class-mappings") from None
     config = ControllerConfig(
         job_kinds=kinds,
         workload_kinds=workloads,
@@ -259,7 +264,7 @@ def explain(target: str | None, namespace: str | None, filename: str | None, as_
               help="embedded: our own API server (Python only). kube: the real kube-apiserver, etcd, "
                    "scheduler, controller-manager, kwok and the training operator, built from Go modules "
                    "first when missing (needs Go 1.26).")
-@click.option("--device-class-mappings", default="",
+@click.option("--device-class-mappings", default="", callback=_checked_mappings,
               help="DRA: deviceclass=resource[:count][@driver], comma-separated (as the controller's flag).")
 def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_port: int, dashboard_port: int,
        api_handler_port: int, control_plane: str, device_class_mappings: str) -> None:
@@ -268,10 +273,6 @@ def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_po
 
     from koordqueue.up import main as run_up
 
-    try:
-        parse_mappings(device_class_mappings)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--device-class-mappings") from None
     run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port, control_plane,
            api_handler_port, device_class_mappings)
 

@@ -78,11 +78,11 @@ async def message_of(system: System, unit: str) -> str:
     return str((await system.unit(unit)).get("status", {}).get("message", ""))
 
 
-async def admitted(system: System, unit: str) -> None:
+async def admitted(system: System, unit: str, timeout: float = 30.0) -> None:
     async def held() -> bool:
         return await system.phase(unit) in (c.Phase.DEQUEUED, c.Phase.RUNNING)
 
-    await system.wait_for(held, what=f"{unit} admitted")
+    await system.wait_for(held, timeout, f"{unit} admitted")
 
 
 async def test_claims_are_charged_and_a_job_past_the_quota_waits_naming_the_device_class(
@@ -142,7 +142,7 @@ async def test_a_job_whose_template_is_missing_waits_naming_it_until_it_is_creat
         await system.wait_for(waits, what="the job waiting for its template, naming it")
         assert await system.phase("early-py-qu") == c.Phase.ENQUEUED
         await system.apply(claim_template("later-made", 1))
-        await admitted(system, "early-py-qu")
+        await admitted(system, "early-py-qu", 10)  # at once, not at a later resync (UnitSync._claims_changed)
         assert (await system.unit("early-py-qu"))["spec"]["resource"][RESOURCE] == "2"
 
 
@@ -174,3 +174,26 @@ async def test_no_devices_on_the_nodes_keeps_a_job_waiting_for_node_room(start_s
 
         await system.wait_for(unplaced, what="the job waiting for nodes with its devices")
         assert await system.phase("big-py-qu") == c.Phase.ENQUEUED
+
+
+async def test_a_template_made_again_asking_more_sends_the_admitted_job_back(start_system: SystemFactory) -> None:
+    """A tenant cannot change what a template asks for (its spec is immutable), but may delete
+    it and make another of the same name asking more: pods made since would get the bigger
+    claims. The admitted job is then charged no more than it was admitted with, and sent back
+    to be queued at its new size, where it waits past its quota, naming the device class."""
+    async with start_system(config=config()) as system:
+        await publish_devices(system, per_node=4)
+        await system.apply(device_quota("q", 2), claim_template("grows", 1))
+        await system.apply(job("grower", "grows", workers=0))
+        await admitted(system, "grower-py-qu")
+        await system.akubectl("delete", "resourceclaimtemplate", "grows")
+        await system.apply(claim_template("grows", 3))
+
+        async def sent_back() -> bool:
+            unit = await system.unit("grower-py-qu")
+            return unit.get("status", {}).get("phase") == c.Phase.ENQUEUED and \
+                f"{RESOURCE} (device class {DEVICE_CLASS}) asks 3" in unit["status"].get("message", "")
+
+        await system.wait_for(sent_back, 15, "the grown job sent back, waiting past its quota")
+        job_now = await system.get_json("pytorchjob", "grower")
+        assert job_now["metadata"]["annotations"][c.ANNOTATION_SUSPEND] == c.TRUE

@@ -224,3 +224,11 @@ def job_claim_charges(roles: Mapping[str, PodClaims], templates: Mapping[str, Ma
             charge(claim_devices(claim, at), shared, at)
     return ClaimCharges(per_pod, shared, {r: tuple(sorted(cs)) for r, cs in classes.items()},
                         tuple(dict.fromkeys(missing)))
+
+
+def missing_reason(names: tuple[str, ...]) -> str:
+    """Why a job whose pods use ResourceClaimTemplates or ResourceClaims not there waits:
+    what they ask for cannot be charged, and the API server would not start its pods."""
+    which = names[0] if len(names) == 1 else ", ".join(names)
+    return (f"its pods use {which}, which {'does' if len(names) == 1 else 'do'} not exist (what they ask for "
+            "cannot be charged); it is queued once created")

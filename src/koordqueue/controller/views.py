@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.api.dra import PodClaims, UncountedClaim, pod_claims
+from koordqueue.api.dra import PodClaims, UncountedClaim, missing_reason, pod_claims
 from koordqueue.api.meta import INT32_MAX, InvalidObject, section
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
 from koordqueue.engine.model import Held, Placement, PodSetInfo, ResourceList, UnitInfo
@@ -230,14 +230,6 @@ def missing_class_reason(names: tuple[str, ...]) -> str:
     return f"its pods name {which} (the API server would refuse them); it is queued once created"
 
 
-def missing_claims_reason(names: tuple[str, ...]) -> str:
-    """Why a job whose pods use ResourceClaimTemplates or ResourceClaims not there waits:
-    what they ask for cannot be charged, and the API server would not start its pods."""
-    which = names[0] if len(names) == 1 else ", ".join(names)
-    return (f"its pods use {which}, which {'does' if len(names) == 1 else 'do'} not exist (what they ask for "
-            "cannot be charged); it is queued once created")
-
-
 def unit_spec(job: Object, adapter: JobAdapter, priority_classes: Mapping[str, int],
               pod_sets: list[PodSet] | None = None) -> Object:
     """The QueueUnit spec for ``job`` (Koord-Queue v1.8 field names); ``pod_sets``: its
@@ -438,7 +430,7 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
                         invalid=job.invalid or "unreadable")
     labels = dict(job.unit_labels)
     missing = job.missing_priority_classes
-    claims_missing = missing_claims_reason(job.claims_missing) if job.claims_missing else None
+    claims_missing = missing_reason(job.claims_missing) if job.claims_missing else None
     active = unit_active(unit, job)
     return UnitInfo(
         namespace=unit.namespace,

@@ -45,12 +45,30 @@ def template(name: str, *requests: dict[str, Any]) -> dict[str, Any]:
             "spec": {"spec": {"devices": {"requests": list(requests)}}}}
 
 
-async def refused(call: Any) -> set[str]:
-    """The fields kube-apiserver names in its 422."""
+async def refused(call: Any) -> set[tuple[str, str]]:
+    """The causes kube-apiserver gives in its 422: (field, message)."""
     with pytest.raises(ApiError) as caught:
         await call
     assert caught.value.status == 422, caught.value
-    return {x["field"] for x in (caught.value.body or {})["details"]["causes"]}
+    return {(x["field"], x["message"]) for x in (caught.value.body or {})["details"]["causes"]}
+
+
+REQUEST = "spec.spec.devices.requests[0]"
+LABEL_RULE = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+              "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+              "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+REFUSED: dict[str, tuple[dict[str, Any], set[tuple[str, str]]]] = {  # 1.37's words
+    "negative": ({"name": "g", "exactly": {"deviceClassName": "gpu", "count": -1}},
+                 {(f"{REQUEST}.exactly.count", "Invalid value: -1: must be greater than zero")}),
+    "neither": ({"name": "g"},
+                {(REQUEST, "Required value: exactly one of `exactly` or `firstAvailable` is required")}),
+    "nameless": ({"exactly": {"deviceClassName": "gpu"}},
+                 {(f"{REQUEST}.name", f'Invalid value: "": {LABEL_RULE}')}),
+    "all-counted": ({"name": "g", "exactly": {"deviceClassName": "gpu", "allocationMode": "All", "count": 2}},
+                    {(f"{REQUEST}.exactly.count", "Invalid value: 2: must not be specified when allocationMode "
+                                                  "is 'All'")}),
+    "classless": ({"name": "g", "exactly": {}}, {(f"{REQUEST}.exactly.deviceClassName", "Required value")}),
+}
 
 
 async def fresh(client: KubeClient, resource: Resource, name: str, namespace: str | None = "default") -> None:
@@ -66,17 +84,24 @@ async def test_templates_are_defaulted_refused_in_the_basics_and_immutable(clien
                                namespace="default")
     exactly = made["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert (exactly["allocationMode"], exactly["count"]) == ("ExactCount", 1)
-    assert "spec.spec.devices.requests[0].exactly.count" in await refused(client.create(
-        TEMPLATES, template("dra-zero", {"name": "g", "exactly": {"deviceClassName": "gpu", "count": 0}}),
-        namespace="default"))
-    assert await refused(client.create(TEMPLATES, template("dra-neither", {"name": "g"}), namespace="default"))
-    assert await refused(client.create(
-        TEMPLATES, template("dra-nameless", {"exactly": {"deviceClassName": "gpu"}}), namespace="default"))
+    for name, (request, causes) in REFUSED.items():
+        assert await refused(client.create(TEMPLATES, template(f"dra-{name}", request), namespace="default")) \
+            == causes, name
+    # A count of 0 is no count (omitempty): defaulted to 1. All is taken (we refuse to charge it).
+    for name, request, want in (
+            ("zero", {"name": "g", "exactly": {"deviceClassName": "gpu", "count": 0}},
+             {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}),
+            ("all", {"name": "g", "exactly": {"deviceClassName": "gpu", "allocationMode": "All"}},
+             {"deviceClassName": "gpu", "allocationMode": "All"})):
+        await fresh(client, TEMPLATES, f"dra-{name}")
+        kept = await client.create(TEMPLATES, template(f"dra-{name}", request), namespace="default")
+        assert kept["spec"]["spec"]["devices"]["requests"][0]["exactly"] == want
+        await client.delete(TEMPLATES, f"dra-{name}", namespace="default")
     # What it asks for cannot be raised after claims were made from it.
     more = dict(made)
     more["spec"] = {"spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu",
                                                                                  "count": 8}}]}}}
-    assert await refused(client.replace(TEMPLATES, more))
+    assert {field for field, _ in await refused(client.replace(TEMPLATES, more))} == {"spec"}
     await client.delete(TEMPLATES, "dra-two", namespace="default")
 
 
@@ -87,7 +112,9 @@ async def test_slices_need_a_driver_a_pool_and_one_node_scope(client: KubeClient
             "spec": {"driver": "gpu.example.com", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
                      "nodeName": "somewhere", "devices": [{"name": "gpu-0"}]}}
     no_scope = {**body, "spec": {k: v for k, v in body["spec"].items() if k != "nodeName"}}
-    assert await refused(client.create(SLICES, no_scope))
+    assert await refused(client.create(SLICES, no_scope)) == {("spec", "Required value: exactly one of `nodeName`, "
+                                                               "`nodeSelector`, `allNodes`, `perDeviceNodeSelection` "
+                                                               "is required")}
     made = await client.create(SLICES, body)
     assert made["spec"]["nodeName"] == "somewhere"
     await client.delete(SLICES, "dra-slice")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.apiserver.validation import LABEL, go_quote, name_problems
 
 CLAIM_KEY = f"{c.DRA_GROUP}/{c.RESOURCE_CLAIM_PLURAL}"
 TEMPLATE_KEY = f"{c.DRA_GROUP}/{c.RESOURCE_CLAIM_TEMPLATE_PLURAL}"
@@ -67,14 +68,16 @@ def _claim_spec(spec: Any, at: str) -> Causes:
             causes.append((where, "Invalid value: must be an object"))
             continue
         name = request.get("name")
-        if not isinstance(name, str) or not name:
-            causes.append((f"{where}.name", "Required value"))
+        if not isinstance(name, str) or name_problems(name, LABEL):
+            text = name if isinstance(name, str) else ""
+            causes += [(f"{where}.name", f"Invalid value: {go_quote(text)}: {problem}")
+                       for problem in name_problems(text, LABEL)]
         elif name in names:
             causes.append((f"{where}.name", f'Duplicate value: "{name}"'))
         names.add(name if isinstance(name, str) else "")
         exactly, first = request.get("exactly"), request.get("firstAvailable")
         if (exactly is None) == (first is None):
-            causes.append((where, "Invalid value: exactly one of `exactly` or `firstAvailable` is required"))
+            causes.append((where, "Required value: exactly one of `exactly` or `firstAvailable` is required"))
             continue
         for sub_index, sub in enumerate([exactly] if exactly is not None else first if isinstance(first, list) else []):
             causes += _device_request(sub, f"{where}.exactly" if exactly is not None
@@ -91,12 +94,15 @@ def _device_request(request: Any, where: str) -> Causes:
     mode = request.setdefault("allocationMode", _EXACT_COUNT)
     if mode not in (_EXACT_COUNT, _ALL):
         causes.append((f"{where}.allocationMode", f'Unsupported value: "{mode}": supported values: "All", "ExactCount"'))
+    if request.get("count") == 0:
+        del request["count"]  # (omitempty: 0 is not set, and defaulted)
     if mode == _EXACT_COUNT:
         count = request.setdefault("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             causes.append((f"{where}.count", f"Invalid value: {count!r}: must be greater than zero"))
     elif "count" in request:
-        causes.append((f"{where}.count", "Invalid value: must not be set for allocationMode All"))
+        causes.append((f"{where}.count", f"Invalid value: {request['count']!r}: must not be specified when "
+                                         "allocationMode is 'All'"))
     return causes
 
 
@@ -113,7 +119,7 @@ def _slice(spec: Any) -> Causes:
         causes.append(("spec.pool.resourceSliceCount", "Invalid value: must be greater than zero"))
     where = [key for key in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(key)]
     if len(where) != 1:
-        causes.append(("spec", "Invalid value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+        causes.append(("spec", "Required value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
                                "`perDeviceNodeSelection` is required"))
     devices = spec.get("devices") or []
     if not isinstance(devices, list):

@@ -104,3 +104,16 @@ def test_mappings_with_a_driver() -> None:
         "g": DeviceClassMapping("example.com/gpu", 1, "gpu.example.com")}
     with pytest.raises(ValueError):
         parse_mappings("g=example.com/gpu@")
+
+
+def test_koord_queue_up_takes_the_mappings_and_refuses_bad_ones() -> None:
+    import click
+
+    from koordqueue.cli import up
+    from koordqueue.up import controller_config
+
+    with up.make_context("up", ["--device-class-mappings=g=example.com/gpu:2"]) as ctx:
+        assert ctx.params["device_class_mappings"] == "g=example.com/gpu:2"
+    with pytest.raises(click.BadParameter, match="is not deviceclass=resource"):
+        up.make_context("up", ["--device-class-mappings=g"])
+    assert controller_config(0, 0, 0, "g=example.com/gpu").dra_mappings == {"g": DeviceClassMapping("example.com/gpu")}

@@ -141,6 +141,12 @@ async def test_a_job_whose_template_is_missing_waits_naming_it_until_it_is_creat
 
         await system.wait_for(waits, what="the job waiting for its template, naming it")
         assert await system.phase("early-py-qu") == c.Phase.ENQUEUED
+
+        async def warned() -> bool:
+            return any(e["type"] == c.EventType.WARNING and e["reason"] == c.EventReason.RESOURCE_CLAIM_NOT_FOUND
+                       and "ResourceClaimTemplate later-made" in e["message"] for e in await system.events("early"))
+
+        await system.wait_for(warned, what="a Warning on the job naming the missing template")
         await system.apply(claim_template("later-made", 1))
         await admitted(system, "early-py-qu", 10)  # at once, not at a later resync (UnitSync._claims_changed)
         assert (await system.unit("early-py-qu"))["spec"]["resource"][RESOURCE] == "2"

@@ -477,6 +477,8 @@ class EventReason(StrEnum):
     FAILED = "Failed"  # (a job that succeeded gets no event: its unit's phase says so)
     SPEC_RESTORED = "SpecRestored"  # a hand edit of a QueueUnit's spec was undone
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # a job is held for a class that does not exist
+    # A job waits for a ResourceClaimTemplate or ResourceClaim its pods use that does not exist (DRA).
+    RESOURCE_CLAIM_NOT_FOUND = "ResourceClaimNotFound"
     DEACTIVATED = "Deactivated"  # Koord-Queue's: an inactive job suspended, its quota released
     MAX_EXEC_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"  # (Koord-Queue's) ran past its maximum
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.

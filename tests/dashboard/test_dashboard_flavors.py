@@ -30,15 +30,19 @@ async def test_the_explanation_lists_each_flavor_tried_and_its_refusal(tmp_path:
         kubectl = ("kubectl", "--kubeconfig", str(kubeconfig))
         nodes = yaml.safe_load(await run(*kubectl, "get", "nodes", "-o", "yaml"))["items"]
         gpu_nodes = sorted(n["metadata"]["name"] for n in nodes if n["status"]["allocatable"].get(c.GPU))
-        # One H100 node; no node is an A100: the A100 flavor has quota but no nodes.
         await run(*kubectl, "label", "node", gpu_nodes[0], f"{PRODUCT}={H100}")
+        await run(*kubectl, "label", "node", gpu_nodes[1], f"{PRODUCT}={A100}")
         team = [
-            quota("team", 8, 8, is_parent=True, annotations={c.ANNOTATION_FLAVOR_ORDER: "team-h100,team-a100"}),
+            quota("team", 6, 6, is_parent=True, annotations={c.ANNOTATION_FLAVOR_ORDER: "team-h100,team-a100"}),
             quota("team-h100", 2, 2, parent="team", annotations={c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={H100}"}),
-            quota("team-a100", 6, 6, parent="team", annotations={c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={A100}"}),
+            quota("team-a100", 4, 4, parent="team", annotations={c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={A100}"}),
         ]
-        job = pytorch_job("wide", gpus_per_pod=2, workers=1, quota_name="team")  # 4 GPUs: more than H100's max
-        await run(*kubectl, "apply", "-f", "-", stdin=yaml.safe_dump_all([*team, job]))
+        first = pytorch_job("first", gpus_per_pod=1, workers=1, quota_name="team-a100")  # 2 of A100's 4
+        await run(*kubectl, "apply", "-f", "-", stdin=yaml.safe_dump_all([*team, first]))
+        await run(*kubectl, "wait", "queueunit/first-py-qu", "--for=jsonpath={.status.phase}=Running", "--timeout=30s")
+        # 4 GPUs: more than H100's max, more than A100 has left.
+        await run(*kubectl, "apply", "-f", "-", stdin=yaml.safe_dump(pytorch_job("wide", gpus_per_pod=2, workers=1,
+                                                                                  quota_name="team")))
         await page.goto(url)
         button = page.locator(f'#queues button.unit[data-unit="{UNIT}"]')
         await expect(button).to_have_count(1, timeout=WAIT)
@@ -50,8 +54,9 @@ async def test_the_explanation_lists_each_flavor_tried_and_its_refusal(tmp_path:
         await expect(tried.nth(0)).to_have_attribute("data-flavor", "team-h100")
         await expect(tried.nth(1)).to_have_attribute("data-flavor", "team-a100")
         shown = await tried.all_inner_texts()
-        assert shown[0].startswith(f"team-h100 ({PRODUCT}={H100}): waiting for quota team-h100: {c.GPU} asks 4"), shown
-        assert shown[1].startswith(f"team-a100 ({PRODUCT}={A100}): "), shown
+        assert shown == [
+            f"team-h100 ({PRODUCT}={H100}): can never fit quota team-h100: {c.GPU} asks 4, more than its max 2",
+            f"team-a100 ({PRODUCT}={A100}): waiting for quota team-a100: {c.GPU} asks 4, used 2 of max 4"], shown
         # Each refusal is the words of the unit's message, flavor by flavor, and what the CLI prints.
         message = await unit_message(kubeconfig, UNIT)
         for line in shown:

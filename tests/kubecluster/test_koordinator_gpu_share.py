@@ -28,6 +28,8 @@ TEAM = "team-share"
 SHARE = 50  # percent of one GPU, per pod
 # What a pod of `koordinator.sh/gpu: 50` is charged once koord-manager's webhook rewrote it.
 CHARGED_PER_POD = {c.KOORD_GPU_CORE: SHARE, c.KOORD_GPU_MEMORY_RATIO: SHARE, c.KOORD_GPU_SHARED: 1}
+# And one of `koordinator.sh/gpu: 200`: two whole GPUs, shared 2 (the ratio / 100).
+CHARGED_TWO_GPUS = {c.KOORD_GPU_CORE: 200, c.KOORD_GPU_MEMORY_RATIO: 200, c.KOORD_GPU_SHARED: 2}
 
 
 @pytest.fixture(scope="module")
@@ -81,44 +83,45 @@ def share_quota() -> dict[str, Any]:
             "spec": {"min": low, "max": high}}
 
 
-def half_gpu_job(name: str) -> dict[str, Any]:
-    """The seed's PyTorchJob, master and one worker, each pod half a GPU (`koordinator.sh/gpu: 50`)."""
-    job = pytorch_job(name, workers=1, quota_name=TEAM)
+def gpu_share_job(name: str, share: int, workers: int) -> dict[str, Any]:
+    """The seed's PyTorchJob, a master and `workers`, each pod `koordinator.sh/gpu: share`."""
+    job = pytorch_job(name, workers=workers, quota_name=TEAM)
     for role in job["spec"]["pytorchReplicaSpecs"].values():
         resources = role["template"]["spec"]["containers"][0]["resources"]
         for part in ("requests", "limits"):
-            resources[part] = {"cpu": "1", "memory": "1Gi", c.KOORD_GPU: str(SHARE)}
+            resources[part] = {"cpu": "1", "memory": "1Gi", c.KOORD_GPU: str(share)}
     return job
 
 
-async def test_a_half_gpu_job_is_charged_alike_by_koord_scheduler(koordinator_gpus: RealCluster,
+async def test_gpu_share_jobs_are_charged_alike_by_koord_scheduler(koordinator_gpus: RealCluster,
                                                                   tmp_path: Path) -> None:
     # Our status.used is not written (its refresh never comes): status.used is koord-scheduler's alone.
     config = quick_config(quota_status_refresh_seconds=3600.0)
     async with running_system(tmp_path, cluster=koordinator_gpus, config=config) as system:
         await system.apply(share_quota())
-        await system.apply(half_gpu_job("halves"))
-        await system.wait_phase("halves-py-qu", c.Phase.RUNNING, timeout=60)
+        await system.apply(gpu_share_job("halves", SHARE, workers=1), gpu_share_job("twos", 200, workers=0))
+        for job, count, charged, cores in (("halves", 2, CHARGED_PER_POD, [str(SHARE)]),
+                                           ("twos", 1, CHARGED_TWO_GPUS, ["100", "100"])):
+            await system.wait_phase(f"{job}-py-qu", c.Phase.RUNNING, timeout=60)
 
-        async def pods_bound() -> list[dict[str, Any]] | None:
-            pods = (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}=halves"))["items"]
-            return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) else None
+            async def pods_bound(job: str = job, count: int = count) -> list[dict[str, Any]] | None:
+                pods = (await system.get_json("pods", "-l", f"{c.LABEL_JOB_NAME}={job}"))["items"]
+                return pods if len(pods) == count and all(p["spec"].get("nodeName") for p in pods) else None
 
-        pods = await system.wait_for(pods_bound, 90, "koord-scheduler to bind the job's two pods")
-        for pod in pods:
-            # koord-manager's webhook rewrote the share; koord-scheduler's DeviceShare placed it on a GPU.
-            requests = pod["spec"]["containers"][0]["resources"]["requests"]
-            assert c.KOORD_GPU not in requests, requests
-            assert {k: requests.get(k) for k in CHARGED_PER_POD} == {
-                k: str(v) for k, v in CHARGED_PER_POD.items()}, requests
-            allocated = json.loads(pod["metadata"]["annotations"]["scheduling.koordinator.sh/device-allocated"])
-            assert [d["resources"][c.KOORD_GPU_CORE] for d in allocated["gpu"]] == [str(SHARE)], allocated
-            assert pod["metadata"]["labels"][c.LABEL_QUOTA_NAME] == TEAM
+            pods = await system.wait_for(pods_bound, 90, f"koord-scheduler to bind {job}'s pods")
+            for pod in pods:
+                # koord-manager's webhook rewrote the share; koord-scheduler's DeviceShare placed it on GPUs.
+                requests = pod["spec"]["containers"][0]["resources"]["requests"]
+                assert c.KOORD_GPU not in requests, requests
+                assert {k: requests.get(k) for k in charged} == {k: str(v) for k, v in charged.items()}, requests
+                allocated = json.loads(pod["metadata"]["annotations"]["scheduling.koordinator.sh/device-allocated"])
+                assert [d["resources"][c.KOORD_GPU_CORE] for d in allocated["gpu"]] == cores, allocated
+                assert pod["metadata"]["labels"][c.LABEL_QUOTA_NAME] == TEAM
 
         ours = system.controller.shared.engine.quota_status()[TEAM].used
         resources = sorted(share_quota()["spec"]["max"])
-        expected = {"cpu": 2000, "memory": 2 * 2**30 * 1000,
-                    **{name: 2 * per_pod * 1000 for name, per_pod in CHARGED_PER_POD.items()}}
+        expected = {"cpu": 3000, "memory": 3 * 2**30 * 1000,
+                    **{name: (2 * CHARGED_PER_POD[name] + CHARGED_TWO_GPUS[name]) * 1000 for name in CHARGED_PER_POD}}
         assert {r: ours.get(r, 0) for r in resources} == expected, ours
 
         async def koordinator_charged() -> dict[str, Any] | None:
@@ -130,7 +133,7 @@ async def test_a_half_gpu_job_is_charged_alike_by_koord_scheduler(koordinator_gp
 
         theirs = await system.wait_for(koordinator_charged, 60, "koord-scheduler to charge the pods to the quota")
         mine = format_resource_list({r: ours.get(r, 0) for r in resources})
-        print(f"\ncharged for a job of two half-GPU pods: ours {mine}; koord-scheduler's used "
+        print(f"\ncharged for a job of two half-GPU pods and one of a pod of two GPUs: ours {mine}; koord-scheduler's used "
               f"{theirs['used']}, request {theirs['request']}")
         for part in ("used", "request"):
             assert normal(theirs[part], resources) == normal(mine, resources), (part, theirs[part], mine)

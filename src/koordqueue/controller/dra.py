@@ -7,13 +7,15 @@ template created after its job, or changed, is seen at once (UnitSync re-reads t
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from koordqueue.api.dra import DeviceClassMappings, UncountedClaim, job_claim_charges
+from koordqueue.api.dra import ClaimCharges, DeviceClassMappings, PodClaims, UncountedClaim, job_claim_charges
+from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import ResourceList, add, format_resource_list, parse_resource_list
 from koordqueue.controller.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from koordqueue.controller.views import JobView, Object
+from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.informer import Informer
 
@@ -38,6 +40,16 @@ class _InNamespace(Mapping[str, Mapping[str, Any]]):
         return sum(1 for _ in self)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupCharge:
+    """A pod group's unit spec as charged; else the templates or claims it waits for, or why
+    its claims cannot be charged (tenant input: the unit is held, saying so)."""
+
+    spec: dict[str, Any]
+    missing: tuple[str, ...] = ()
+    invalid: str | None = None
+
+
 class Claims:
     """The DRA objects the controller reads, and the mapping it charges them through."""
 
@@ -56,6 +68,30 @@ class Claims:
             return job
         return charged_view(job, _InNamespace(self.template, job.namespace), _InNamespace(self.claim, job.namespace),
                             self.mappings)
+
+    def charged_group(self, unit_spec: Mapping[str, Any], role: str, claims: PodClaims, namespace: str,
+                      where: str) -> GroupCharge:
+        """A gated pod group's unit spec (controller/podgroups.py) charged for the claims of its
+        pods (role ``role``), counted as a job's are (job_claim_charges); its podSet's pods ask
+        only for the placed resources, what its node fit reads."""
+        if not self.mappings or not claims:
+            return GroupCharge(dict(unit_spec))
+        try:
+            charges = job_claim_charges({role: claims}, _InNamespace(self.template, namespace),
+                                        _InNamespace(self.claim, namespace), self.mappings, where)
+        except UncountedClaim as e:
+            return GroupCharge(dict(unit_spec), invalid=str(e))
+        if charges.missing:
+            return GroupCharge(dict(unit_spec), missing=charges.missing)
+        try:  # its demand: spec.resource once set (bare_unit_info), so its pods' own requests too
+            own: ResourceList = {}
+            for entry in unit_spec.get("podSet") or []:
+                request = pod_request(entry.get("template"), where)
+                own = add(own, {r: a * int(entry.get("count") or 0) for r, a in request.items()})
+        except InvalidObject:
+            return GroupCharge(dict(unit_spec))  # unreadable: its unit says so (bare_unit_info)
+        return GroupCharge(charged_spec({**unit_spec, "resource": format_resource_list(own)}, charges,
+                                        placed_resources(self.mappings)))
 
     def node_devices(self) -> dict[str, ResourceList]:
         """Node -> the quota resources its ResourceSlices' devices add to its allocatable, for
@@ -83,27 +119,46 @@ def charged_view(job: JobView, templates: Mapping[str, Mapping[str, Any]], claim
         charges = job_claim_charges(dict(job.pod_claims), templates, claims, mappings, where)
     except UncountedClaim as e:
         return replace(job, unit_spec=None, invalid=str(e))
-    spec = dict(job.unit_spec or {})
+    spec = charged_spec(job.unit_spec or {}, charges)
+    placed = placed_resources(mappings)
+    pod_sets = tuple(
+        replace(ps, request=add(ps.request, {r: a for r, a in charges.per_pod.get(ps.name, {}).items() if r in placed}))
+        for ps in job.pod_sets)
+    return replace(job, unit_spec=spec, pod_sets=pod_sets, claims_missing=charges.missing,
+                   device_classes=tuple(sorted(charges.classes.items())))
+
+
+def placed_resources(mappings: DeviceClassMappings) -> frozenset[str]:
+    """The quota resources placement fits on nodes (their class's driver publishes ResourceSlices)."""
+    return frozenset(m.resource for m in mappings.values() if m.driver)
+
+
+def charged_spec(unit_spec: Mapping[str, Any], charges: ClaimCharges,
+                 in_template: frozenset[str] | None = None) -> dict[str, Any]:
+    """A QueueUnit spec (its ``resource`` and each ``podSet`` entry's first container) with
+    ``charges`` added: per pod of each entry, and the shared claims once. ``in_template``:
+    the resources added to the pods' requests (None: all), for a unit whose podSet is what
+    its node fit reads (a pod group's)."""
+    spec = dict(unit_spec)
     total = parse_resource_list(spec.get("resource") or {})
     sets = []
     for entry in spec.get("podSet") or []:
         per_pod = charges.per_pod.get(entry["name"], {})
         count = int(entry.get("count") or 0)
         total = add(total, {name: amount * count for name, amount in per_pod.items()})
-        if per_pod:
-            container = entry["template"]["spec"]["containers"][0]
-            requests = add(parse_resource_list(container["resources"]["requests"]), per_pod)
-            entry = {**entry, "template": {"spec": {"containers": [
-                {**container, "resources": {"requests": format_resource_list(requests)}}]}}}
+        shown = {r: a for r, a in per_pod.items() if in_template is None or r in in_template}
+        containers = list(entry["template"]["spec"].get("containers") or [])
+        if shown and containers:
+            container = containers[0]
+            requests = add(parse_resource_list((container.get("resources") or {}).get("requests") or {}), shown)
+            containers[0] = {**container, "resources": {**(container.get("resources") or {}),
+                                                        "requests": format_resource_list(requests)}}
+            entry = {**entry, "template": {**entry["template"],
+                                           "spec": {**entry["template"]["spec"], "containers": containers}}}
         sets.append(entry)
     total = add(total, charges.shared)
     spec.update(resource=format_resource_list(total), podSet=sets)
-    placed = {m.resource for m in mappings.values() if m.driver}  # node fit for these only (ResourceSlices)
-    pod_sets = tuple(
-        replace(ps, request=add(ps.request, {r: a for r, a in charges.per_pod.get(ps.name, {}).items() if r in placed}))
-        for ps in job.pod_sets)
-    return replace(job, unit_spec=spec, pod_sets=pod_sets, claims_missing=charges.missing,
-                   device_classes=tuple(sorted(charges.classes.items())))
+    return spec
 
 
 def with_device_classes(message: str, job: JobView | None) -> str:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import PodClaims, UncountedClaim, missing_reason, pod_claims
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import ResourceList
 from koordqueue.controller import gating
@@ -69,6 +70,10 @@ class GatedPod:
     priority: int
     queue: str
     labels: tuple[tuple[str, str], ...]  # its quota's and preemptible, copied to its unit
+    # DRA: the ResourceClaimTemplates and ResourceClaims it names (charged to its unit as a
+    # job's are, controller/dra.py), or why they cannot be read (tenant input)
+    claims: PodClaims = PodClaims()
+    claims_invalid: str | None = None
 
     @property
     def key(self) -> str:
@@ -85,6 +90,11 @@ def _project(obj: dict[str, Any]) -> GatedPod | None:
     phase = (obj.get("status") or {}).get("phase")
     priority = spec.get("priority")
     queue = annotations.get(c.ANNOTATION_QUEUE) or labels.get(c.LABEL_KUEUE_QUEUE_NAME) or ""
+    key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    try:
+        claims, claims_invalid = pod_claims(spec, f"Pod {key}"), None
+    except UncountedClaim as e:
+        claims, claims_invalid = PodClaims(), str(e)
     kept = {k: labels[k] for k in (c.LABEL_QUOTA_NAME, c.LABEL_ASI_QUOTA_NAME, c.LABEL_PREEMPTIBLE)
             if isinstance(labels.get(k), str)}
     return GatedPod(
@@ -94,7 +104,7 @@ def _project(obj: dict[str, Any]) -> GatedPod | None:
         ended=phase in (c.POD_SUCCEEDED, c.POD_FAILED) or bool(meta.get("deletionTimestamp")),
         template={"spec": {k: spec[k] for k in _TEMPLATE_FIELDS if k in spec}},
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-        queue=str(queue), labels=tuple(sorted(kept.items())))
+        queue=str(queue), labels=tuple(sorted(kept.items())), claims=claims, claims_invalid=claims_invalid)
 
 
 def unit_manifest(pods: list[GatedPod]) -> dict[str, Any]:
@@ -149,6 +159,14 @@ class PodGroups(Part):
         self.informers.unit.on_add(self._unit_changed)
         self.informers.unit.on_update(lambda _old, new: self._unit_changed(new))
         self.informers.unit.on_delete(self._unit_changed)
+        for dra in self.informers.claims.informers()[:2]:  # templates, claims: the groups waiting for them
+            dra.on_add(self._claims_changed)
+            dra.on_update(lambda _old, new: self._claims_changed(new))
+
+    def _claims_changed(self, obj: Mapping[str, Any]) -> None:
+        prefix = f"{obj.get('namespace')}/"
+        for unit in [u for u in self._members if u.startswith(prefix)]:
+            self.queue.add(unit)
 
     def _pod_changed(self, pod: GatedPod) -> None:
         unit = f"{pod.namespace}/{pod.group.unit}"
@@ -228,12 +246,25 @@ class PodGroups(Part):
     async def _create_unit(self, pods: list[GatedPod]) -> None:
         group = pods[0].group
         manifest = unit_manifest(pods)
-        if group.invalid is not None:  # held (inactive), the reason told on its pods
+        first = pods[0]
+        # its pods' claims charged as a job's (controller/dra.py): waiting for a template or
+        # claim not there yet (no unit: it is made once they are), held when uncountable
+        invalid = group.invalid or first.claims_invalid
+        if invalid is None:
+            charge = self.informers.claims.charged_group(manifest["spec"], POD_SET, first.claims, first.namespace,
+                                                         f"Pod {first.key}")
+            if charge.missing:
+                for pod in pods:
+                    self._event(pod_ref(pod), c.EventType.WARNING, c.EventReason.RESOURCE_CLAIM_NOT_FOUND,
+                                f"not queued: {missing_reason(charge.missing)}")
+                return
+            manifest["spec"], invalid = charge.spec, charge.invalid
+        if invalid is not None:  # held (inactive), the reason told on its pods
             manifest["spec"]["podSet"][0]["count"] = len(pods)
             manifest["spec"]["active"] = False
             for pod in pods:
                 self._event(pod_ref(pod), c.EventType.WARNING, c.EventReason.INVALID_JOB,
-                            f"{group.invalid}; its QueueUnit {group.unit} is held inactive")
+                            f"{invalid}; its QueueUnit {group.unit} is held inactive")
         try:
             await self.client.create(UNITS, manifest, namespace=pods[0].namespace)
         except (Conflict, AlreadyExists):

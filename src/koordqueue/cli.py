@@ -210,16 +210,24 @@ def controller(**opts: Any) -> None:
 CONTROLLER_NAMESPACE = click.option(
     "--controller-namespace", default=c.SYSTEM_NAMESPACE, show_default=True,
     help="The controller's namespace (its --namespace), where it publishes the settings it loads objects with.")
+MAPPINGS = click.option(
+    "--device-class-mappings", default=None,
+    help="DRA: deviceclass=resource[:count][@driver], comma-separated, to charge claims through (default: the "
+         "controller Deployment's --device-class-mappings, read in --controller-namespace).")
 
 
 @main.command()
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
 @CONTROLLER_NAMESPACE
-def status(kubeconfig: str | None, controller_namespace: str) -> None:
+@MAPPINGS
+def status(kubeconfig: str | None, controller_namespace: str, device_class_mappings: str | None) -> None:
     """Quotas (min / used / runtime / max) and queues with their pending units."""
-    from koordqueue.reports import status_command
+    from koordqueue.reports import ReportError, status_command
 
-    click.echo(status_command(kubeconfig, controller_namespace))
+    try:
+        click.echo(status_command(kubeconfig, controller_namespace, device_class_mappings))
+    except ReportError as e:
+        raise click.ClickException(str(e)) from None
 
 
 @main.command()
@@ -232,8 +240,9 @@ def status(kubeconfig: str | None, controller_namespace: str) -> None:
                                                         "basis, ...).")
 @click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig file (default: in-cluster).")
 @CONTROLLER_NAMESPACE
+@MAPPINGS
 def explain(target: str | None, namespace: str | None, filename: str | None, as_json: bool, kubeconfig: str | None,
-            controller_namespace: str) -> None:
+            controller_namespace: str, device_class_mappings: str | None) -> None:
     """Why a job waits, where it stands in its queue, when it is expected to start, and what would let it in."""
     from koordqueue.reports import ReportError, explain_command, explain_file_command
 
@@ -241,10 +250,12 @@ def explain(target: str | None, namespace: str | None, filename: str | None, as_
         raise click.UsageError("give KIND/NAME, or -f job.yaml")
     try:
         if filename is not None:
-            click.echo(explain_file_command(kubeconfig, filename, namespace, controller_namespace, as_json))
+            click.echo(explain_file_command(kubeconfig, filename, namespace, controller_namespace, as_json,
+                                            device_class_mappings))
         else:
             assert target is not None
-            click.echo(explain_command(kubeconfig, target, namespace or "default", controller_namespace, as_json))
+            click.echo(explain_command(kubeconfig, target, namespace or "default", controller_namespace, as_json,
+                                       device_class_mappings))
     except ReportError as e:
         raise click.ClickException(str(e)) from None
 

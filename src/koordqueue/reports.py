@@ -15,6 +15,7 @@ from typing import Any
 
 from koordqueue import aio
 from koordqueue.api import constants as c
+from koordqueue.api.dra import DeviceClassMappings, parse_mappings
 from koordqueue.api.quantity import format_quantity
 from koordqueue.controller.dryrun import KIND_ALIASES, DryRunError, dry_run, parse_job
 from koordqueue.controller.forecaster import estimate_runtimes, run_forecast
@@ -114,9 +115,11 @@ def explain_text(why: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def _snapshot(client: KubeClient, controller_namespace: str) -> tuple[Snapshot, dict[str, str], float]:
-    """The objects loaded as the controller loads them, after the cycle it would run now."""
-    snap = await take_snapshot(client, controller_namespace)
+async def _snapshot(client: KubeClient, controller_namespace: str,
+                    mappings: str | None = None) -> tuple[Snapshot, dict[str, str], float]:
+    """The objects loaded as the controller loads them, after the cycle it would run now
+    (``mappings``: --device-class-mappings; None: the controller Deployment's)."""
+    snap = await take_snapshot(client, controller_namespace, _mappings(mappings))
     now = time.time()
     return snap, look_now(snap, now), now
 
@@ -138,9 +141,16 @@ def _footer(snap: Snapshot) -> str:
     return text
 
 
-async def _status(kubeconfig: str | None, controller_namespace: str) -> str:
+def _mappings(text: str | None) -> DeviceClassMappings | None:
+    try:
+        return None if text is None else parse_mappings(text)
+    except ValueError as e:
+        raise ReportError(f"--device-class-mappings: {e}") from None
+
+
+async def _status(kubeconfig: str | None, controller_namespace: str, mappings: str | None = None) -> str:
     async with KubeClient(load_config(kubeconfig)) as client:
-        snap, told, now = await _snapshot(client, controller_namespace)
+        snap, told, now = await _snapshot(client, controller_namespace, mappings)
     result, _ = snapshot_forecast(snap, now)
     view = overview(snap.engine, snap.quotas, snap.units, snap.capacity, now, queue_quotas=snap.queue_quotas,
                     told=told, forecast=result)
@@ -156,7 +166,7 @@ def _kind(target: str) -> tuple[str, str]:
 
 
 async def _explain(kubeconfig: str | None, target: str, namespace: str, controller_namespace: str,
-                   as_json: bool = False) -> str:
+                   as_json: bool = False, mappings: str | None = None) -> str:
     kind, name = _kind(target)
     adapter = adapter_of_kind(kind)
     async with KubeClient(load_config(kubeconfig)) as client:
@@ -165,7 +175,7 @@ async def _explain(kubeconfig: str | None, target: str, namespace: str, controll
             job = await client.get(resource, name, namespace=namespace)
         except NotFound:
             raise ReportError(f"{kind} {namespace}/{name} not found") from None
-        snap, told, now = await _snapshot(client, controller_namespace)
+        snap, told, now = await _snapshot(client, controller_namespace, mappings)
     unit_key = f"{namespace}/{adapter.unit_name(job)}"
     unit = snap.units.get(unit_key)
     if unit is None:
@@ -180,7 +190,7 @@ async def _explain(kubeconfig: str | None, target: str, namespace: str, controll
 
 
 async def _explain_file(kubeconfig: str | None, path: str, namespace: str | None, controller_namespace: str,
-                        as_json: bool = False) -> str:
+                        as_json: bool = False, mappings: str | None = None) -> str:
     """What a job not submitted yet would meet: its unit, quota and queue, its position, whether
     it could ever fit and when it would start, from the live state. Nothing is created: the
     job's unit is loaded into the snapshot's engine only."""
@@ -192,7 +202,7 @@ async def _explain_file(kubeconfig: str | None, path: str, namespace: str | None
     try:
         obj, kind = parse_job(text, namespace, path)
         async with KubeClient(load_config(kubeconfig)) as client:
-            snap = await take_snapshot(client, controller_namespace)
+            snap = await take_snapshot(client, controller_namespace, _mappings(mappings))
         why = dry_run(snap, obj, kind, time.time(), RuntimeBook(snap.settings.default_expected_runtime),
                       snap.job_runtimes.get, path)
     except DryRunError as err:
@@ -205,15 +215,18 @@ async def _explain_file(kubeconfig: str | None, path: str, namespace: str | None
     return head + explain_text(why) + _footer(snap)
 
 
-def status_command(kubeconfig: str | None, controller_namespace: str = c.SYSTEM_NAMESPACE) -> str:
-    return aio.run(_status(kubeconfig, controller_namespace))
+def status_command(kubeconfig: str | None, controller_namespace: str = c.SYSTEM_NAMESPACE,
+                   mappings: str | None = None) -> str:
+    return aio.run(_status(kubeconfig, controller_namespace, mappings))
 
 
 def explain_command(kubeconfig: str | None, target: str, namespace: str,
-                    controller_namespace: str = c.SYSTEM_NAMESPACE, as_json: bool = False) -> str:
-    return aio.run(_explain(kubeconfig, target, namespace, controller_namespace, as_json))
+                    controller_namespace: str = c.SYSTEM_NAMESPACE, as_json: bool = False,
+                    mappings: str | None = None) -> str:
+    return aio.run(_explain(kubeconfig, target, namespace, controller_namespace, as_json, mappings))
 
 
 def explain_file_command(kubeconfig: str | None, path: str, namespace: str | None,
-                         controller_namespace: str = c.SYSTEM_NAMESPACE, as_json: bool = False) -> str:
-    return aio.run(_explain_file(kubeconfig, path, namespace, controller_namespace, as_json))
+                         controller_namespace: str = c.SYSTEM_NAMESPACE, as_json: bool = False,
+                         mappings: str | None = None) -> str:
+    return aio.run(_explain_file(kubeconfig, path, namespace, controller_namespace, as_json, mappings))

@@ -71,7 +71,7 @@ def dry_run(snap: Snapshot, obj: dict[str, Any], kind: str, now: float, book: Ru
     meta = obj["metadata"]
     meta.setdefault("creationTimestamp", rfc3339(now))
     meta.setdefault("uid", "dry-run")
-    view = job_view(obj, adapter_of_kind(kind), snap.priority_classes)
+    view = snap.charged(job_view(obj, adapter_of_kind(kind), snap.priority_classes))  # its claims too (DRA)
     if view.unit_spec is None:
         raise DryRunError(f"{where}: this job cannot be queued: {view.invalid}")
     manifest = queue_unit_manifest(view)

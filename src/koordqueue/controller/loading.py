@@ -9,20 +9,25 @@ import time
 from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import DeviceClassMappings, parse_mappings
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import is_koordinators_own, parse_queue
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.api.quotatree import choose_tree, parse_quota_tree
+from koordqueue.controller.dra import charged_view
 from koordqueue.controller.orphans import is_bare, orphan_reason
 from koordqueue.controller.pods import pod_view
 from koordqueue.controller.resources import (
     CONFIG_MAPS,
+    DEPLOYMENTS,
     NODES,
     PODS,
     PRIORITY_CLASSES,
     QUEUES,
     QUOTA_TREES,
     QUOTAS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
     UNITS,
 )
 from koordqueue.controller.systemquotas import Charging, SystemQuotaUsage, shared_total
@@ -69,6 +74,52 @@ class Snapshot:
     priority_classes: dict[str, int] = field(default_factory=dict)  # name -> value
     # unit key -> its job's annotation koord-queue/expected-runtime and max-exec-time (the forecast's)
     job_runtimes: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
+    # DRA: DeviceClass -> quota resource (the controller's --device-class-mappings), and the
+    # ResourceClaimTemplates and ResourceClaims by namespace then name, to charge jobs' claims
+    # as the controller does (controller/dra.py)
+    mappings: DeviceClassMappings = field(default_factory=dict)
+    claim_templates: dict[str, dict[str, Object]] = field(default_factory=dict)
+    claims: dict[str, dict[str, Object]] = field(default_factory=dict)
+
+    def charged(self, job: JobView) -> JobView:
+        """``job``'s view charged for its pods' claims, as the controller charges it."""
+        if not self.mappings or not job.pod_claims or job.unit_spec is None:
+            return job
+        return charged_view(job, self.claim_templates.get(job.namespace, {}), self.claims.get(job.namespace, {}),
+                            self.mappings)
+
+
+async def controller_mappings(client: KubeClient, namespace: str) -> tuple[DeviceClassMappings, str | None]:
+    """The --device-class-mappings of the controller's Deployment in ``namespace`` (the chart's
+    deviceClassMappings), and what stopped reading them, if anything."""
+    flag = "--device-class-mappings="
+    try:
+        deployments = (await client.list_all(DEPLOYMENTS, namespace=namespace)).items
+    except KubeError as e:
+        return {}, f"Deployments in {namespace} not listed ({e}): claims are charged nothing"
+    for dep in deployments:
+        for container in ((((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+                          or []):
+            for arg in container.get("args") or []:
+                if isinstance(arg, str) and arg.startswith(flag):
+                    try:
+                        return parse_mappings(arg[len(flag):]), None
+                    except ValueError as e:
+                        return {}, f"Deployment {key_of(dep)}: {flag[:-1]}: {e}"
+    return {}, None
+
+
+async def load_claims(client: KubeClient, snap: Snapshot) -> None:
+    """The ResourceClaimTemplates and ResourceClaims, when there are mappings to charge them through."""
+    for resource, into in ((RESOURCE_CLAIM_TEMPLATES, snap.claim_templates), (RESOURCE_CLAIMS, snap.claims)):
+        try:
+            items = (await client.list_all(resource)).items
+        except KubeError as e:
+            snap.problems.append(f"{resource.plural} not listed ({e}): claims are charged as not found")
+            continue
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            into.setdefault(str(meta.get("namespace") or ""), {})[str(meta.get("name") or "")] = obj
 
 
 async def read_settings(client: KubeClient, namespace: str) -> tuple[Settings, str, list[str]]:
@@ -86,11 +137,20 @@ async def read_settings(client: KubeClient, namespace: str) -> tuple[Settings, s
     return settings, f"the controller's, from {where}", [f"{where}: {p}" for p in problems]
 
 
-async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE) -> Snapshot:
+async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE,
+                        mappings: DeviceClassMappings | None = None) -> Snapshot:
     """Read the controller's settings (in ``namespace``), quotas, queues, units and nodes
-    and load them into a fresh engine as the controller does."""
+    and load them into a fresh engine as the controller does. ``mappings``: the DRA device
+    class mappings to charge claims through (None: the controller Deployment's flag)."""
     settings, source, problems = await read_settings(client, namespace)
     snap = Snapshot(Engine(settings.engine_config()), settings, source, problems=problems)
+    if mappings is None:
+        mappings, problem = await controller_mappings(client, namespace)
+        if problem is not None:
+            snap.problems.append(problem)
+    snap.mappings = mappings
+    if mappings:
+        await load_claims(client, snap)
     allocatables: list[ResourceList] = []
     for node in (await client.list_all(NODES)).items:
         try:
@@ -151,7 +211,7 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE)
         return uids.get((kind, f"{namespace}/{name}"))
 
     jobs: dict[str, dict[str, JobView]] = {  # by kind, as the informers key them
-        kind: {key_of(o): job_view(o, adapter_of_kind(kind), priority_classes) for o in objs
+        kind: {key_of(o): snap.charged(job_view(o, adapter_of_kind(kind), priority_classes)) for o in objs
                if queued(adapter_of_kind(kind), o, parent_uid)} for kind, objs in listed.items()}
     now = time.time()
     for obj in (await client.list_all(UNITS)).items:

@@ -1,4 +1,4 @@
-"""DRA in `koord-queue explain` (and `status`, the same snapshot: controller/loading.py), on
+"""DRA in `koord-queue explain`, the dashboard's dry run (and `status`, the same snapshot: controller/loading.py), on
 both control planes: a job's charge includes its claims, counted as the controller counts
 them, through the mappings given with --device-class-mappings or, without it, those of the
 controller's Deployment (the chart's deviceClassMappings)."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from .test_dra import (
     job,
     publish_devices,
 )
+from .test_dry_run_dashboard import post
 from .test_forecast import cli
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.both_control_planes]
@@ -47,7 +49,7 @@ def controller_deployment() -> dict[str, Any]:
 
 async def test_explain_charges_a_jobs_claims_from_the_flag_or_the_controllers_deployment(
         start_system: SystemFactory, tmp_path: Path) -> None:
-    async with start_system(config=config()) as system:
+    async with start_system(config=replace(config(), dashboard=True, dashboard_port=0)) as system:
         await publish_devices(system, per_node=4)
         await system.apply(device_quota("q", 4), claim_template("two", 2))
         await system.apply(job("first", "two"))  # 2 pods x 2 devices: the whole quota
@@ -62,6 +64,9 @@ async def test_explain_charges_a_jobs_claims_from_the_flag_or_the_controllers_de
         assert told["request"].get(RESOURCE) == 2000, told["request"]  # milli-units
         assert not told["admitted"] and told["position"] is not None, told
         assert RESOURCE in told["message"], told["message"]
+        assert system.manager.dashboard is not None  # the dashboard's "Will it run?": the leader's answer
+        code, dry = await post(system.manager.dashboard.port, path.read_text())
+        assert code == 200 and dry["request"] == told["request"], dry
 
         await system.apply(controller_deployment())
         out = await asyncio.to_thread(cli, system, "explain", "pytorchjob/first", "--json")

@@ -179,7 +179,8 @@ class Controller:
         created. DryRunError when it cannot be queued."""
         snap = Snapshot(engine=clone(self.engine), quotas=dict(self.quota_sync.quotas),
                         units=dict(self.unit_informer.items()), capacity=self.quota_sync.capacity,
-                        priority_classes=dict(self.shared.informers.priority_classes))
+                        priority_classes=dict(self.shared.informers.priority_classes),
+                        charger=self.shared.informers.claims.charged)  # its claims, as the leader charges them
         jobs = {key: self.forecaster.job_runtime(key) for key in self.engine._ledger.units}
         return await asyncio.to_thread(dry_run, snap, obj, kind, self.shared.clock(), self.shared.runtimes.copy(),
                                        jobs.get, where)

@@ -6,6 +6,7 @@ as the controller sees it, with the settings it published (loader.py).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from koordqueue.api import constants as c
@@ -80,9 +81,12 @@ class Snapshot:
     mappings: DeviceClassMappings = field(default_factory=dict)
     claim_templates: dict[str, dict[str, Object]] = field(default_factory=dict)
     claims: dict[str, dict[str, Object]] = field(default_factory=dict)
+    charger: Callable[[JobView], JobView] | None = None  # the leader's (its informers'), for its dry runs
 
     def charged(self, job: JobView) -> JobView:
         """``job``'s view charged for its pods' claims, as the controller charges it."""
+        if self.charger is not None:
+            return self.charger(job)
         if not self.mappings or not job.pod_claims or job.unit_spec is None:
             return job
         return charged_view(job, self.claim_templates.get(job.namespace, {}), self.claims.get(job.namespace, {}),

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import parse_mappings
+from koordqueue.controller.dra import free_devices
 
 from .conftest import System, SystemFactory
-from .test_dra import RESOURCE, claim_template, config, device_quota, publish_devices
+from .test_dra import DEVICE_CLASS, DRIVER, RESOURCE, claim_template, config, device_quota, publish_devices
 from .test_gated_workloads import bound, is_gated, managed, pod_spec, pods
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.both_control_planes]
@@ -119,3 +121,15 @@ async def test_a_device_class_no_mapping_names_holds_the_pods_unit_saying_so(sta
 
         await system.wait_for(warned, 30, "a Warning on the pod naming the unmapped device class")
         assert all(is_gated(p) for p in await pods(system, NS, "app=unmapped"))
+
+
+def test_devices_held_by_allocated_claims_are_taken_off_their_nodes_room() -> None:
+    """Placement (controller/dra.free_devices): a device an allocated claim holds, found by its
+    driver and pool, is not free on that pool's node; other drivers' and unknown pools' are ignored."""
+    mappings = parse_mappings(f"{DEVICE_CLASS}={RESOURCE}:2@{DRIVER}")
+    slices = [("a", ("node-a", DRIVER, 4, "node-a")), ("b", ("node-b", DRIVER, 4, "node-b")),
+              ("c", ("node-a", "other.example.com", 8, "other"))]
+    held = ((DRIVER, "node-a", "gpu-0"), (DRIVER, "node-a", "gpu-1"), ("other.example.com", "other", "x"),
+            (DRIVER, "gone", "gpu-0"))
+    claims = [("ns/one", {"allocated": held[:2]}), ("ns/again", {"allocated": held[1:]})]  # gpu-1 once
+    assert free_devices(mappings, slices, claims) == {"node-a": {RESOURCE: 4000}, "node-b": {RESOURCE: 8000}}

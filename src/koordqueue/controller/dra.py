@@ -6,7 +6,7 @@ template created after its job, or changed, is seen at once (UnitSync re-reads t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,8 +56,16 @@ class Claims:
     def __init__(self, client: KubeAPI, mappings: DeviceClassMappings) -> None:
         self.mappings = mappings
         self.template = Informer(client, RESOURCE_CLAIM_TEMPLATES, project=_spec_only)
-        self.claim = Informer(client, RESOURCE_CLAIMS, project=_spec_only)
+        self.claim = Informer(client, RESOURCE_CLAIMS, project=_claim)
         self.slice = Informer(client, RESOURCE_SLICES, project=_slice)
+        self._devices: dict[str, ResourceList] | None = None  # node_devices, until a slice or claim changes
+        for informer in (self.claim, self.slice):  # (first: before the handlers that read node_devices)
+            informer.on_add(self._stale)
+            informer.on_update(self._stale)
+            informer.on_delete(self._stale)
+
+    def _stale(self, *_: object) -> None:
+        self._devices = None
 
     def informers(self) -> list[Informer[Any]]:
         return [self.template, self.claim, self.slice] if self.mappings else []
@@ -95,17 +103,12 @@ class Claims:
 
     def node_devices(self) -> dict[str, ResourceList]:
         """Node -> the quota resources its ResourceSlices' devices add to its allocatable, for
-        the device classes whose mapping names their driver (placement)."""
-        by_driver: dict[str, list[tuple[str, int]]] = {}
-        for mapping in self.mappings.values():
-            if mapping.driver:
-                by_driver.setdefault(mapping.driver, []).append((mapping.resource, mapping.count))
-        out: dict[str, ResourceList] = {}
-        for _, (node, driver, devices) in self.slice.items():
-            for resource, count in by_driver.get(driver, ()):
-                room = out.setdefault(node, {})
-                room[resource] = room.get(resource, 0) + devices * count * 1000
-        return out
+        the device classes whose mapping names their driver (placement), less the devices
+        ResourceClaims hold there (allocated: their pods' requests do not name them). Kept
+        until a slice or claim changes (read on every node change)."""
+        if self._devices is None:
+            self._devices = free_devices(self.mappings, self.slice.items(), self.claim.items())
+        return self._devices
 
 
 def charged_view(job: JobView, templates: Mapping[str, Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]],
@@ -180,11 +183,51 @@ def _spec_only(obj: Object) -> Object:
             "spec": obj.get("spec")}
 
 
-def _slice(obj: Object) -> tuple[str, str, int]:
-    """A ResourceSlice as placement reads it: (node, driver, devices). A slice for no single
-    node (nodeSelector, allNodes) counts for none: its devices are placed by kube-scheduler."""
+def free_devices(mappings: DeviceClassMappings, slices: Iterable[tuple[str, tuple[str, str, int, str]]],
+                 claims: Iterable[tuple[str, Object]]) -> dict[str, ResourceList]:
+    """Node -> the quota resources of the devices its slices publish (drivers a mapping
+    names), less those claims' allocations hold on it (found by driver and pool)."""
+    by_driver: dict[str, list[tuple[str, int]]] = {}
+    for mapping in mappings.values():
+        if mapping.driver:
+            by_driver.setdefault(mapping.driver, []).append((mapping.resource, mapping.count))
+    out: dict[str, ResourceList] = {}
+    pools: dict[tuple[str, str], str] = {}
+    for _, (node, driver, devices, pool) in slices:
+        if node and pool:
+            pools[(driver, pool)] = node
+        for resource, count in by_driver.get(driver, ()):
+            room = out.setdefault(node, {})
+            room[resource] = room.get(resource, 0) + devices * count * 1000
+    held = {device for _, claim in claims for device in claim.get("allocated") or ()}
+    for driver, pool, _device in held:
+        where = pools.get((driver, pool))
+        if where is None:
+            continue
+        for resource, count in by_driver.get(driver, ()):
+            room = out.setdefault(where, {})
+            room[resource] = max(0, room.get(resource, 0) - count * 1000)
+    return out
+
+
+def _claim(obj: Object) -> Object:
+    """A claim as charged (_spec_only) and, for placement, the devices its allocation holds:
+    (driver, pool, device) of each result."""
+    found = ((obj.get("status") or {}).get("allocation") or {}) if isinstance(obj.get("status"), Mapping) else {}
+    devices = found.get("devices") if isinstance(found, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    allocated = tuple((str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+                      for r in results or () if isinstance(r, Mapping)) if isinstance(results, list) else ()
+    return {**_spec_only(obj), "allocated": allocated}
+
+
+def _slice(obj: Object) -> tuple[str, str, int, str]:
+    """A ResourceSlice as placement reads it: (node, driver, devices, pool). A slice for no
+    single node (nodeSelector, allNodes) counts for none: its devices are placed by kube-scheduler."""
     found = obj.get("spec")
     spec: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     node, driver, devices = spec.get("nodeName"), spec.get("driver"), spec.get("devices")
+    pool = spec.get("pool")
+    name = pool.get("name") if isinstance(pool, Mapping) else None
     return (node if isinstance(node, str) else "", driver if isinstance(driver, str) else "",
-            len(devices) if isinstance(devices, list) else 0)
+            len(devices) if isinstance(devices, list) else 0, name if isinstance(name, str) else "")

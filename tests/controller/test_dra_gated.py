@@ -6,16 +6,28 @@ created; a device class no mapping names holds the pod's unit, saying so."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.api.dra import parse_mappings
-from koordqueue.controller.dra import free_devices
+from koordqueue.controller.dra import held_devices, published_devices
 
 from .conftest import System, SystemFactory
-from .test_dra import DEVICE_CLASS, DRIVER, RESOURCE, claim_template, config, device_quota, publish_devices
+from .test_dra import (
+    DEVICE_CLASS,
+    DRA,
+    DRIVER,
+    RESOURCE,
+    admitted,
+    claim_template,
+    config,
+    device_quota,
+    job,
+    publish_devices,
+)
 from .test_gated_workloads import bound, is_gated, managed, pod_spec, pods
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.both_control_planes]
@@ -124,12 +136,41 @@ async def test_a_device_class_no_mapping_names_holds_the_pods_unit_saying_so(sta
 
 
 def test_devices_held_by_allocated_claims_are_taken_off_their_nodes_room() -> None:
-    """Placement (controller/dra.free_devices): a device an allocated claim holds, found by its
-    driver and pool, is not free on that pool's node; other drivers' and unknown pools' are ignored."""
+    """Placement (controller/dra.held_devices): a device an allocated claim holds, found by its
+    driver and pool, is used room on that pool's node; other drivers' and unknown pools' are ignored."""
     mappings = parse_mappings(f"{DEVICE_CLASS}={RESOURCE}:2@{DRIVER}")
     slices = [("a", ("node-a", DRIVER, 4, "node-a")), ("b", ("node-b", DRIVER, 4, "node-b")),
               ("c", ("node-a", "other.example.com", 8, "other"))]
     held = ((DRIVER, "node-a", "gpu-0"), (DRIVER, "node-a", "gpu-1"), ("other.example.com", "other", "x"),
             (DRIVER, "gone", "gpu-0"))
     claims = [("ns/one", {"allocated": held[:2]}), ("ns/again", {"allocated": held[1:]})]  # gpu-1 once
-    assert free_devices(mappings, slices, claims) == {"node-a": {RESOURCE: 4000}, "node-b": {RESOURCE: 8000}}
+    assert published_devices(mappings, slices) == {"node-a": {RESOURCE: 8000}, "node-b": {RESOURCE: 8000}}
+    assert held_devices(mappings, slices, claims) == {"node-a": {RESOURCE: 4000}}
+
+
+async def test_a_node_whose_devices_claims_hold_takes_no_pod_asking_for_them(start_system: SystemFactory) -> None:
+    """Placement: the devices a ResourceClaim's allocation holds on a node (kube-scheduler's
+    for a pod bound there) are not free room for a job's pods, though quota has room."""
+    async with start_system(config=config()) as system:
+        (node,) = await publish_devices(system, per_node=2, nodes=1)
+        await system.apply(device_quota("q", 8), claim_template("two", 2))
+        held = {"apiVersion": DRA, "kind": c.RESOURCE_CLAIM_KIND, "metadata": {"name": "held", "namespace": "default"},
+                "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DEVICE_CLASS,
+                                                                                "count": 2}}]}}}
+        await system.apply(held)
+        allocation = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": node, "device": f"gpu-{i}"}
+                                              for i in range(2)]},
+                      "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                          {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+        await system.akubectl("patch", "resourceclaim", "held", "-n", "default", "--subresource=status",
+                              "--type=merge", "-p", json.dumps({"status": {"allocation": allocation}}))
+        await system.apply(job("late", "two", workers=0))  # 1 pod x 2 devices: none free on the node
+
+        async def unplaced() -> bool:
+            message = str((await system.unit("late-py-qu")).get("status", {}).get("message", ""))
+            return "node" in message and RESOURCE in message
+
+        await system.wait_for(unplaced, what="the job waiting for nodes with free devices")
+        assert await system.phase("late-py-qu") == c.Phase.ENQUEUED
+        await system.akubectl("delete", "resourceclaim", "held", "-n", "default")
+        await admitted(system, "late-py-qu", 15)  # its devices free again

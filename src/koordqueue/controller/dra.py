@@ -10,7 +10,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from koordqueue.api.dra import ClaimCharges, DeviceClassMappings, PodClaims, UncountedClaim, job_claim_charges
+from koordqueue.api.dra import (
+    MILLI,
+    ClaimCharges,
+    DeviceClassMappings,
+    PodClaims,
+    UncountedClaim,
+    job_claim_charges,
+)
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import ResourceList, add, format_resource_list, parse_resource_list
 from koordqueue.controller.resources import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -59,13 +66,14 @@ class Claims:
         self.claim = Informer(client, RESOURCE_CLAIMS, project=_claim)
         self.slice = Informer(client, RESOURCE_SLICES, project=_slice)
         self._devices: dict[str, ResourceList] | None = None  # node_devices, until a slice or claim changes
+        self._held: dict[str, ResourceList] | None = None  # node_held, likewise
         for informer in (self.claim, self.slice):  # (first: before the handlers that read node_devices)
             informer.on_add(self._stale)
             informer.on_update(self._stale)
             informer.on_delete(self._stale)
 
     def _stale(self, *_: object) -> None:
-        self._devices = None
+        self._devices = self._held = None
 
     def informers(self) -> list[Informer[Any]]:
         return [self.template, self.claim, self.slice] if self.mappings else []
@@ -103,12 +111,18 @@ class Claims:
 
     def node_devices(self) -> dict[str, ResourceList]:
         """Node -> the quota resources its ResourceSlices' devices add to its allocatable, for
-        the device classes whose mapping names their driver (placement), less the devices
-        ResourceClaims hold there (allocated: their pods' requests do not name them). Kept
-        until a slice or claim changes (read on every node change)."""
+        the device classes whose mapping names their driver (placement). Kept until a slice
+        or claim changes (read on every node change), as node_held."""
         if self._devices is None:
-            self._devices = free_devices(self.mappings, self.slice.items(), self.claim.items())
+            self._devices = published_devices(self.mappings, self.slice.items())
         return self._devices
+
+    def node_held(self) -> dict[str, ResourceList]:
+        """Node -> the quota resources of the devices allocated claims hold there: room used
+        that their pods' requests do not name (added to the node's usage)."""
+        if self._held is None:
+            self._held = held_devices(self.mappings, self.slice.items(), self.claim.items())
+        return self._held
 
 
 def charged_view(job: JobView, templates: Mapping[str, Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]],
@@ -183,30 +197,40 @@ def _spec_only(obj: Object) -> Object:
             "spec": obj.get("spec")}
 
 
-def free_devices(mappings: DeviceClassMappings, slices: Iterable[tuple[str, tuple[str, str, int, str]]],
-                 claims: Iterable[tuple[str, Object]]) -> dict[str, ResourceList]:
-    """Node -> the quota resources of the devices its slices publish (drivers a mapping
-    names), less those claims' allocations hold on it (found by driver and pool)."""
+def _by_driver(mappings: DeviceClassMappings) -> dict[str, list[tuple[str, int]]]:
     by_driver: dict[str, list[tuple[str, int]]] = {}
     for mapping in mappings.values():
         if mapping.driver:
             by_driver.setdefault(mapping.driver, []).append((mapping.resource, mapping.count))
+    return by_driver
+
+
+def published_devices(mappings: DeviceClassMappings,
+                      slices: Iterable[tuple[str, tuple[str, str, int, str]]]) -> dict[str, ResourceList]:
+    """Node -> the quota resources of the devices its slices publish (drivers a mapping names)."""
+    by_driver = _by_driver(mappings)
     out: dict[str, ResourceList] = {}
-    pools: dict[tuple[str, str], str] = {}
-    for _, (node, driver, devices, pool) in slices:
-        if node and pool:
-            pools[(driver, pool)] = node
+    for _, (node, driver, devices, _pool) in slices:
         for resource, count in by_driver.get(driver, ()):
             room = out.setdefault(node, {})
-            room[resource] = room.get(resource, 0) + devices * count * 1000
-    held = {device for _, claim in claims for device in claim.get("allocated") or ()}
-    for driver, pool, _device in held:
-        where = pools.get((driver, pool))
-        if where is None:
+            room[resource] = room.get(resource, 0) + devices * count * MILLI
+    return out
+
+
+def held_devices(mappings: DeviceClassMappings, slices: Iterable[tuple[str, tuple[str, str, int, str]]],
+                 claims: Iterable[tuple[str, Object]]) -> dict[str, ResourceList]:
+    """Node -> the quota resources of the devices claims' allocations hold there (found by
+    driver and pool; each device once): used room, as bound pods' requests are."""
+    by_driver = _by_driver(mappings)
+    pools = {(driver, pool): node for _, (node, driver, _n, pool) in slices if node and pool}
+    out: dict[str, ResourceList] = {}
+    for driver, pool, _device in {device for _, claim in claims for device in claim.get("allocated") or ()}:
+        node = pools.get((driver, pool))
+        if node is None:
             continue
         for resource, count in by_driver.get(driver, ()):
-            room = out.setdefault(where, {})
-            room[resource] = max(0, room.get(resource, 0) - count * 1000)
+            used = out.setdefault(node, {})
+            used[resource] = used.get(resource, 0) + count * MILLI
     return out
 
 

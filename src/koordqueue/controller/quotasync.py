@@ -71,7 +71,7 @@ class QuotaSync(Part):
                 self.engine.set_node(replace(node, allocatable=add(node.allocatable, devices.get(name, {}))))
             nodes_changed()
 
-        for dra in informers.claims.informers()[1:]:  # ResourceClaims (their allocations), ResourceSlices
+        for dra in informers.claims.informers()[2:]:  # ResourceSlices
             dra.on_add(slices_changed)
             dra.on_update(slices_changed)
             dra.on_delete(slices_changed)

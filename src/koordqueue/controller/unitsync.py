@@ -19,6 +19,7 @@ import functools
 from typing import Any, NamedTuple
 
 from koordqueue.api import constants as c
+from koordqueue.api.quantity import add
 from koordqueue.controller.phases import FINISHED, HOLDING, RUNNABLE, SENT_BACK
 from koordqueue.controller.pods import NodeUsage, PodView
 from koordqueue.controller.shared import Part, Shared
@@ -157,6 +158,11 @@ class UnitSync(Part):
         informers.pod.on_add(self._pod_changed)
         informers.pod.on_update(lambda old, new: self._pod_changed(new, old))
         informers.pod.on_delete(self._pod_deleted)
+        self._held_nodes: set[str] = set()  # nodes where allocated claims hold devices (_held_changed)
+        for dra in informers.claims.informers()[1:]:  # claims (their allocations), slices (their pools)
+            dra.on_add(self._held_changed)
+            dra.on_update(self._held_changed)
+            dra.on_delete(self._held_changed)
         for dra in informers.claims.informers()[:2]:  # templates, claims: the jobs whose pods use them
             changed = functools.partial(self._claims_changed, dra.resource.plural)
             dra.on_add(changed)
@@ -320,12 +326,26 @@ class UnitSync(Part):
         self.informers.pods.remove(pod)
         self._pod_owner_changed(pod)
 
+    def _node_used(self, node: str) -> ResourceList:
+        """What bound pods request on ``node``, and the devices allocated claims hold there (DRA)."""
+        used = self.node_usage.used.get(node, {})
+        held = self.informers.claims.node_held().get(node)
+        return add(used, held) if held else used
+
+    def _held_changed(self, *_: object) -> None:
+        """A claim's allocation or a slice changed: the devices held on nodes, as used room."""
+        held = self.informers.claims.node_held()
+        for node in self._held_nodes | held.keys():
+            self.engine.set_node_usage(node, self._node_used(node))
+        self._held_nodes = set(held)
+        self.wake.set()
+
     def _pod_room(self, nodes: set[str], pod: PodView) -> None:
         """A pod bound, ended or gone: the room on its node changed, and where its job's pods are."""
         if not nodes:
             return
         for node in nodes:
-            self.engine.set_node_usage(node, self.node_usage.used.get(node, {}))
+            self.engine.set_node_usage(node, self._node_used(node))
         if pod.job_label:
             for _, job in self.informers.jobs_of_pod(pod):
                 self._tell_unit_pods(job)

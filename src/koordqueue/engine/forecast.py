@@ -252,8 +252,8 @@ def snapshot(engine: Engine) -> Snapshot | None:
     every quota a child of the cluster without flavors or holds, whose limits (with every
     quota's max, used and the min of those that do not lend) the cluster's capacity covers
     for every resource it names, so that the cluster never binds; one Queue per quota,
-    without preemption, wait-for-pods-running or max-depth; no unit backing off, elastic,
-    non-preemptible, or placed on nodes. Then a quota's admissions depend on its own units
+    without preemption, wait-for-pods-running or max-depth; no unit backing off, and no
+    pending unit elastic, non-preemptible or whose pods must fit on the nodes. Then a quota's admissions depend on its own units
     only. Read-only; ``engine`` is synced first (as its views are)."""
     engine._sync()
     ledger = engine._ledger
@@ -270,7 +270,7 @@ def snapshot(engine: Engine) -> Snapshot | None:
         leaf = state.leaf
         if (state.flavors is not None or info.preemption or info.wait_for_pods_running or info.max_depth is not None
                 or leaf.parent is not root or leaf.children or leaf.capped or leaf.holds or leaf.held
-                or leaf.name in leaves or (state.node_fit and ledger.room)):
+                or leaf.name in leaves):
             return None
         leaves[leaf.name] = _Leaf(dict(leaf.limit), dict(leaf.used), [])
     for node in root.children:
@@ -299,23 +299,21 @@ def snapshot(engine: Engine) -> Snapshot | None:
         rstate = record.state
         if rstate is UnitState.PARKED:
             continue
-        if rstate is UnitState.BACKOFF or record.elastic or not record.info.preemptible:
+        if rstate is UnitState.BACKOFF:
             return None
+        info = record.info
         if rstate is UnitState.ADMITTED:
-            info = record.info
-            if info.placement is not None:
-                return None
             node = record.node
             charged_at = node.name if node is not None and node.name in leaves and node.parent is root else None
             running[key] = (info.admitted_queue, info.admitted_at, charged_at, record.charged)
             continue
         state = record.queue
-        if state is None:
+        if state is None or record.elastic or not info.preemptible or ledger.places(state, info):
             return None
         leaf = leaves[state.leaf.name]
-        request = record.info.request
+        request = info.request
         never = any(asked > leaf.limit[name] for name, asked in request.items() if name in leaf.limit)
-        stops = state.stops_at(record.info.priority) and not never
+        stops = state.stops_at(info.priority) and not never
         pending.append((record.entry, key, request, stops, state.leaf.name))
     pending.sort()
     for _, key, request, stops, name in pending:

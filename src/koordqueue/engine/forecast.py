@@ -235,6 +235,7 @@ class _Leaf:
     limit: ResourceList
     used: ResourceList
     pending: list[tuple[str, ResourceList, bool]]
+    least: ResourceList = field(default_factory=dict)  # per limited resource, the least a pending unit asks
 
 
 @dataclass(slots=True)
@@ -318,11 +319,13 @@ def snapshot(engine: Engine) -> Snapshot | None:
     pending.sort()
     for _, key, request, stops, name in pending:
         leaves[name].pending.append((key, request, stops))
+    for leaf in leaves.values():
+        leaf.least = {name: min((request.get(name, 0) for _, request, _ in leaf.pending), default=0)
+                      for name in leaf.limit}
     return Snapshot(leaves, running)
 
 
-def _fits(leaf: _Leaf, request: ResourceList) -> bool:
-    limit, used = leaf.limit, leaf.used
+def _fits(limit: ResourceList, used: ResourceList, request: ResourceList) -> bool:
     for name, asked in request.items():
         cap = limit.get(name)
         if cap is not None and used.get(name, 0) + asked > cap:
@@ -330,18 +333,10 @@ def _fits(leaf: _Leaf, request: ResourceList) -> bool:
     return True
 
 
-def _least(leaf: _Leaf) -> ResourceList:
-    """Per limited resource, the least any pending unit of ``leaf`` asks of it."""
-    least: ResourceList = {}
-    for name in leaf.limit:
-        least[name] = min((request.get(name, 0) for _, request, _ in leaf.pending), default=0)
-    return least
-
-
-def _full(leaf: _Leaf, least: ResourceList) -> bool:
-    """Whether no pending unit of ``leaf`` can fit: one resource has less room than any asks
-    (``least`` may be lower than it is now: then the answer is only ever False too often)."""
-    limit, used = leaf.limit, leaf.used
+def _full(limit: ResourceList, used: ResourceList, least: ResourceList) -> bool:
+    """Whether no pending unit can fit: for one resource, the room left is less than the
+    least any of them asked at first (``_Leaf.least``: the pending units now ask at least as
+    much, so a False answer is only ever too cautious: a scan that admits none)."""
     for name, amount in least.items():
         if amount > 0 and used.get(name, 0) + amount > limit[name]:
             return True
@@ -352,46 +347,47 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
                wanted: set[str], horizon: float, max_cycles: int, coarsen: float, resolution: float) -> _Play:
     """``_play`` over a ``Snapshot``: the same loop, each cycle a scan of the quotas whose
     room grew (all of them at first), as the engine's cycle makes it for quotas on their own."""
-    leaves = {name: _Leaf(leaf.limit, dict(leaf.used), list(leaf.pending)) for name, leaf in snap.leaves.items()}
+    used_of = {name: dict(leaf.used) for name, leaf in snap.leaves.items()}
+    pending_of = {name: leaf.pending for name, leaf in snap.leaves.items()}  # (replaced, never changed)
     events: list[tuple[float, int, str]] = []  # (end, run, unit)
     held: dict[str, tuple[str | None, ResourceList, str]] = {}  # running unit -> (its quota here, what it holds, basis)
     seq = 0
-
-    def end_of(key: str, started: float, at: float) -> float:
-        runtime = runtimes.get(key, default)
-        end = started + _duration(runtime, scenario)
-        if end < at:
-            end = at + (_duration(runtime, scenario) if scenario == PESSIMISTIC else 0.0)
-        return end
-
     running: dict[str, tuple[str | None, float, float]] = {}
     for key, (queue, admitted_at, charged_at, charged) in snap.running.items():
         started = admitted_at if admitted_at is not None else now
-        end = end_of(key, started, now)
+        runtime = runtimes.get(key, default)
+        took = _duration(runtime, scenario)
+        end = started + took
+        if end < now:  # (as ``_play``'s ``end_of``)
+            end = now + (took if scenario == PESSIMISTIC else 0.0)
         running[key] = (queue, started, end)
-        held[key] = (charged_at, charged, runtimes.get(key, default).basis)
-        heapq.heappush(events, (end, 0, key))
+        held[key] = (charged_at, charged, runtime.basis)
+        events.append((end, 0, key))
+    heapq.heapify(events)
+    heappush, heappop = heapq.heappush, heapq.heappop
     starts: dict[str, float] = {}
     ends: list[tuple[float, str]] = []
     left = set(wanted)
     cycles = 0
     t = now
     limit = now + horizon
-    dirty: set[str] = set(leaves)
-    least = {name: _least(leaf) for name, leaf in leaves.items()}
+    dirty: set[str] = set(snap.leaves)
     while left:
         cycles += 1
         for name in dirty:
-            leaf = leaves[name]
-            queue = leaf.pending
-            if not queue or _full(leaf, least[name]):
+            queue = pending_of[name]
+            if not queue:
+                continue
+            leaf = snap.leaves[name]
+            used = used_of[name]
+            caps = leaf.limit
+            least = leaf.least
+            if _full(caps, used, least):
                 continue  # (no pending unit asks as little as its room: the scan admits none)
             kept: list[tuple[str, ResourceList, bool]] = []
-            moved = False
             for i, item in enumerate(queue):
                 key, request, stops = item
-                if _fits(leaf, request):
-                    used = leaf.used
+                if _fits(caps, used, request):
                     for resource, amount in request.items():
                         used[resource] = used.get(resource, 0) + amount
                     if key in left:
@@ -400,10 +396,8 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
                     seq += 1
                     runtime = runtimes.get(key, default)
                     held[key] = (name, request, runtime.basis)
-                    heapq.heappush(events, (t + _duration(runtime, scenario), seq, key))
-                    if not moved:  # (one that asked the least of a resource left: the least moves)
-                        moved = any(request.get(resource, 0) <= amount for resource, amount in least[name].items())
-                    if _full(leaf, least[name]):
+                    heappush(events, (t + _duration(runtime, scenario), seq, key))
+                    if _full(caps, used, least):
                         kept.extend(queue[i + 1:])
                         break
                 elif stops:
@@ -411,9 +405,7 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
                     break
                 else:
                     kept.append(item)
-            leaf.pending = kept
-            if moved:
-                least[name] = _least(leaf)
+            pending_of[name] = kept
         dirty = set()
         if not left or cycles >= max_cycles:
             break
@@ -424,11 +416,11 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
             break
         batch = t + max(resolution, coarsen * (t - now))
         while events and events[0][0] <= batch:
-            _, _, key = heapq.heappop(events)
+            _, _, key = heappop(events)
             name, charged, basis = held.pop(key)
             ends.append((t, basis))
             if name is not None:
-                used = leaves[name].used
+                used = used_of[name]
                 for resource, amount in charged.items():
                     used[resource] = used.get(resource, 0) - amount
                 dirty.add(name)

@@ -240,11 +240,14 @@ class _Leaf:
 
 @dataclass(slots=True)
 class Snapshot:
-    """What the fast play reads of the engine (``snapshot``): the quotas, and the running
-    units as key -> (queue, admitted at, quota charged: None when not a leaf here, charged)."""
+    """What the fast play reads of the engine (``snapshot``): the quotas, the running units
+    as key -> (queue, admitted at, quota charged: None when not a leaf here, charged), and
+    the waiting and parked units' keys. Its own copies: it may be played in another thread."""
 
     leaves: dict[str, _Leaf]
     running: dict[str, tuple[str | None, float | None, str | None, ResourceList]]
+    waiting: list[str] = field(default_factory=list)
+    parked: list[str] = field(default_factory=list)
 
 
 def snapshot(engine: Engine) -> Snapshot | None:
@@ -296,33 +299,37 @@ def snapshot(engine: Engine) -> Snapshot | None:
             return None
     running: dict[str, tuple[str | None, float | None, str | None, ResourceList]] = {}
     pending: list[tuple[Entry, str, ResourceList, bool, str]] = []
+    waiting: list[str] = []
+    parked: list[str] = []
     for key, record in ledger.units.items():
         rstate = record.state
         if rstate is UnitState.PARKED:
+            parked.append(key)
             continue
         if rstate is UnitState.BACKOFF:
             return None
-        info = record.info
+        unit = record.info
         if rstate is UnitState.ADMITTED:
-            node = record.node
-            charged_at = node.name if node is not None and node.name in leaves and node.parent is root else None
-            running[key] = (info.admitted_queue, info.admitted_at, charged_at, record.charged)
+            at = record.node
+            charged_at = at.name if at is not None and at.name in leaves and at.parent is root else None
+            running[key] = (unit.admitted_queue, unit.admitted_at, charged_at, dict(record.charged))
             continue
-        state = record.queue
-        if state is None or record.elastic or not info.preemptible or ledger.places(state, info):
+        queue = record.queue
+        if queue is None or record.elastic or not unit.preemptible or ledger.places(queue, unit):
             return None
-        leaf = leaves[state.leaf.name]
-        request = info.request
-        never = any(asked > leaf.limit[name] for name, asked in request.items() if name in leaf.limit)
-        stops = state.stops_at(info.priority) and not never
-        pending.append((record.entry, key, request, stops, state.leaf.name))
+        own = leaves[queue.leaf.name]
+        request = dict(unit.request)
+        waiting.append(key)
+        never = any(asked > own.limit[name] for name, asked in request.items() if name in own.limit)
+        stops = queue.stops_at(unit.priority) and not never
+        pending.append((record.entry, key, request, stops, queue.leaf.name))
     pending.sort()
     for _, key, request, stops, name in pending:
         leaves[name].pending.append((key, request, stops))
-    for leaf in leaves.values():
-        leaf.least = {name: min((request.get(name, 0) for _, request, _ in leaf.pending), default=0)
-                      for name in leaf.limit}
-    return Snapshot(leaves, running)
+    for each in leaves.values():
+        each.least = {name: min((asks.get(name, 0) for _, asks, _ in each.pending), default=0)
+                      for name in each.limit}
+    return Snapshot(leaves, running, waiting, parked)
 
 
 def _fits(limit: ResourceList, used: ResourceList, request: ResourceList) -> bool:
@@ -375,8 +382,8 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
     while left:
         cycles += 1
         for name in dirty:
-            queue = pending_of[name]
-            if not queue:
+            line = pending_of[name]
+            if not line:
                 continue
             leaf = snap.leaves[name]
             used = used_of[name]
@@ -385,7 +392,7 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
             if _full(caps, used, least):
                 continue  # (no pending unit asks as little as its room: the scan admits none)
             kept: list[tuple[str, ResourceList, bool]] = []
-            for i, item in enumerate(queue):
+            for i, item in enumerate(line):
                 key, request, stops = item
                 if _fits(caps, used, request):
                     for resource, amount in request.items():
@@ -398,10 +405,10 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
                     held[key] = (name, request, runtime.basis)
                     heappush(events, (t + _duration(runtime, scenario), seq, key))
                     if _full(caps, used, least):
-                        kept.extend(queue[i + 1:])
+                        kept.extend(line[i + 1:])
                         break
                 elif stops:
-                    kept.extend(queue[i:])
+                    kept.extend(line[i:])
                     break
                 else:
                     kept.append(item)
@@ -417,18 +424,18 @@ def _fast_play(snap: Snapshot, now: float, runtimes: Mapping[str, Runtime], defa
         batch = t + max(resolution, coarsen * (t - now))
         while events and events[0][0] <= batch:
             _, _, key = heappop(events)
-            name, charged, basis = held.pop(key)
+            charged_at, charged, basis = held.pop(key)
             ends.append((t, basis))
-            if name is not None:
-                used = used_of[name]
+            if charged_at is not None:
+                used = used_of[charged_at]
                 for resource, amount in charged.items():
                     used[resource] = used.get(resource, 0) - amount
-                dirty.add(name)
+                dirty.add(charged_at)
     complete = not left or (cycles < max_cycles and t <= limit)
     return _Play(starts, ends, complete, cycles, running)
 
 
-def forecast(engine: Engine, now: float, runtimes: Mapping[str, Runtime], default: Runtime,
+def forecast(engine: Engine | Snapshot, now: float, runtimes: Mapping[str, Runtime], default: Runtime,
              horizon: float = FORECAST_HORIZON_SECONDS, max_cycles: int = FORECAST_MAX_CYCLES,
              coarsen: float = FORECAST_COARSEN, resolution: float = FORECAST_RESOLUTION_SECONDS,
              fast: bool = True) -> Forecast:
@@ -438,20 +445,29 @@ def forecast(engine: Engine, now: float, runtimes: Mapping[str, Runtime], defaul
     The jobs that end within ``max(resolution, coarsen x how far ahead)`` of the next end
     end with it, in one cycle: the cost is bounded by the span of time, not the jobs (0 and
     0: every end a cycle of its own, exact). ``fast``: by ``_fast_play`` when the state allows
-    it (``snapshot``); False: by the engine's play always (the tests compare the two)."""
-    waiting, parked = pending_keys(engine)
+    it (``snapshot``); False: by the engine's play always (the tests compare the two).
+    ``engine`` may be a ``Snapshot`` taken before (the leader takes it on its event loop)."""
+    snap: Snapshot | None
+    if isinstance(engine, Snapshot):
+        snap, waiting, parked = engine, engine.waiting, engine.parked
+    else:
+        waiting, parked = pending_keys(engine)
+        snap = snapshot(engine) if fast and waiting else None
     out = Forecast(now)
     for key in parked:
         out.units[key] = UnitForecast(None, None, None, BASIS_NEVER)
     if not waiting:
         return out
     wanted = set(waiting)
-    snap = snapshot(engine) if fast else None
     out.fast = snap is not None
-    plays = {scenario: _fast_play(snap, now, runtimes, default, scenario, wanted, horizon, max_cycles,
-                                  coarsen, resolution) if snap is not None else
-             _play(clone(engine), now, runtimes, default, scenario, wanted, horizon, max_cycles, coarsen, resolution)
-             for scenario in (EXPECTED, OPTIMISTIC, PESSIMISTIC)}
+    scenarios = (EXPECTED, OPTIMISTIC, PESSIMISTIC)
+    if snap is not None:
+        plays = {scenario: _fast_play(snap, now, runtimes, default, scenario, wanted, horizon, max_cycles,
+                                      coarsen, resolution) for scenario in scenarios}
+    else:
+        assert isinstance(engine, Engine)
+        plays = {scenario: _play(clone(engine), now, runtimes, default, scenario, wanted, horizon, max_cycles,
+                                 coarsen, resolution) for scenario in scenarios}
     out.cycles = sum(play.cycles for play in plays.values())
     expected = plays[EXPECTED]
     out.running = expected.running

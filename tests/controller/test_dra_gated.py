@@ -148,9 +148,13 @@ def test_devices_held_by_allocated_claims_are_taken_off_their_nodes_room() -> No
     assert held_devices(mappings, slices, claims) == {"node-a": {RESOURCE: 4000}}
 
 
-async def test_a_node_whose_devices_claims_hold_takes_no_pod_asking_for_them(start_system: SystemFactory) -> None:
+async def test_a_node_whose_devices_claims_hold_takes_no_pod_asking_for_them(
+        start_system: SystemFactory, control_plane: str) -> None:
     """Placement: the devices a ResourceClaim's allocation holds on a node (kube-scheduler's
     for a pod bound there) are not free room for a job's pods, though quota has room."""
+    if control_plane == "kube":  # (the allocation is written by hand here)
+        pytest.skip("kube-controller-manager clears the allocation of a claim no pod reserves, and the session's "
+                    "cluster keeps other tests' slices")
     async with start_system(config=config()) as system:
         (node,) = await publish_devices(system, per_node=2, nodes=1)
         await system.apply(device_quota("q", 8), claim_template("two", 2))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from typing import Any
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
@@ -48,6 +49,7 @@ class QuotaSync(Part):
         self.tree_status: dict[str, object] = {}  # tree key -> the status last written
         # Tree Queues we created (their names are the server's) that our watch may not show yet.
         self.tree_queues_made: dict[str, Object] = {}  # queue name -> the object created
+        self.queue_writes: asyncio.Future[Any] | None = None  # a start's Queue writes (_ensure_queues)
 
     def wire(self) -> None:
         informers = self.informers
@@ -132,9 +134,17 @@ class QuotaSync(Part):
     # --- quotas and queues --------------------------------------------------------
 
     async def settle(self) -> None:
-        """After the first sync: say which quotas are not used, make the Queues quotas lack and
-        feed every Queue once. While the caches fill, each quota would redo this for all the
-        others (and warn of Queues whose quota was merely not listed yet)."""
+        """After the first sync: settle_queues (its Queue writes awaited), then settle_usage."""
+        await self.settle_queues()
+        if self.queue_writes is not None:
+            await self.queue_writes
+        self.settle_usage()
+
+    async def settle_queues(self) -> None:
+        """Once the quotas, trees and Queues are listed (the jobs, units and pods may still be
+        listing: nothing here reads them): say which quotas are not used, make the Queues quotas
+        lack and feed every Queue once. While the caches fill, each quota would redo this for
+        all the others (and warn of Queues whose quota was merely not listed yet)."""
         for name, reason in self.engine.validation_errors().items():
             obj = self.informers.quota.get(f"{self.quota_namespaces.get(name)}/{name}")
             if obj is not None:
@@ -150,6 +160,10 @@ class QuotaSync(Part):
                     await self._delete_auto_queue(name)
         for _, obj in self.informers.queue.items():
             await self._queue_changed(obj, settling=True)
+
+    def settle_usage(self) -> None:
+        """After every list (the pods among them): what Koordinator's system and default quotas
+        use, and so the capacity the first cycle shares."""
         self.system_usage.set_rules(Charging((obj for _, obj in self.informers.quota.items()), self.quotas))
         self._set_capacity()
 
@@ -402,23 +416,27 @@ class QuotaSync(Part):
             log.info("status of %s %s not written: %s", c.ELASTIC_QUOTA_TREE_KIND, key, e)
 
     async def _ensure_queues(self, quotas: list[QuotaInfo]) -> None:
-        """The Queues of these quotas, at a start: the missing ones of ours written up to
-        write_concurrency at once (one after another, 1,000 took 30 s on a loaded machine, before
-        the first cycle), the engine fed in the quotas' order as before; a tree's one by one."""
+        """The Queues of these quotas, at a start: the engine fed in the quotas' order, our
+        missing ones written meanwhile in `queue_writes`, up to write_concurrency at once (one
+        after another, 1,000 took 30 s on a loaded machine, before the first cycle); a tree's
+        one by one. A missing Queue of ours is fed whether or not its write lands (as it always
+        was: the write's outcome never decided it), so the first cycle need not wait for them."""
         takes = [q for q in quotas if self._takes_jobs(q)]
         auto = [q for q in takes if not (self.tree is not None and q.name in self.tree.paths)]
+        namespace = self.config.system_namespace
+        missing = {q.name: self.informers.queue.get(f"{namespace}/{q.name}") is None for q in auto}
         limit = asyncio.Semaphore(self.config.write_concurrency)
 
-        async def write(quota: QuotaInfo) -> bool:
+        async def write(quota: QuotaInfo) -> None:
             async with limit:
-                return await self._write_auto_queue(auto_queue_for(quota))
+                await self._write_auto_queue(auto_queue_for(quota))
 
-        made = dict(zip((q.name for q in auto), await asyncio.gather(*(write(q) for q in auto)), strict=True))
+        self.queue_writes = asyncio.ensure_future(asyncio.gather(*(write(q) for q in auto)))
         for quota in takes:
-            if quota.name not in made:
+            if quota.name not in missing:
                 await self._ensure_queue_of(quota)
-            elif made[quota.name]:
-                self.engine.set_queue(replace(auto_queue_for(quota), namespace=self.config.system_namespace))
+            elif missing[quota.name]:
+                self.engine.set_queue(replace(auto_queue_for(quota), namespace=namespace))
 
     async def _ensure_queue_of(self, quota: QuotaInfo) -> None:
         """The Queue of a leaf quota: Koord-Queue's for a tree's quota, else ours (named like it)."""

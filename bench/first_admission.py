@@ -55,7 +55,7 @@ async def make_state(state: Path, quotas: int, jobs: int) -> None:
         server.stop()
 
 
-async def one_run(state: Path, here: Path, src: str, timeout: float) -> float:
+async def one_run(state: Path, here: Path, src: str, timeout: float, profile: Path | None = None) -> float:
     shutil.copytree(state, here / "state")
     server = harness.ServerProcess(here / "state")
     server.start()
@@ -76,12 +76,15 @@ async def one_run(state: Path, here: Path, src: str, timeout: float) -> float:
                 env={**os.environ, "PYTHONPATH": src})
             process.start()
             t0 = time.monotonic()
+            spy = harness.Profiler(process, profile, rate=100, idle=True) if profile is not None else None
             try:
                 await asyncio.wait_for(released.wait(), timeout)
                 return time.monotonic() - t0
             except TimeoutError:
                 raise SystemExit(f"no admission after {timeout} s:\n{process.tail()}") from None
             finally:
+                if spy is not None:
+                    spy.stop()
                 process.stop()
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
@@ -92,13 +95,16 @@ async def one_run(state: Path, here: Path, src: str, timeout: float) -> float:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="first-admission-") as tmp:
         base = Path(tmp)
-        await make_state(base / "made" / "state", args.quotas, args.jobs)
+        made = Path(args.state) if args.state else base / "made"
+        if not (made / "state").exists():
+            await make_state(made / "state", args.quotas, args.jobs)
         times: dict[str, list[float]] = {"a": [], "b": []}
         for i in range(args.pairs):
             for name in ("a", "b") if i % 2 == 0 else ("b", "a"):
                 here = base / f"{i}-{name}"
                 here.mkdir()
-                took = await one_run(base / "made" / "state", here, getattr(args, name), args.timeout)
+                profile = Path(args.profile) / f"{i}-{name}.collapsed" if args.profile else None
+                took = await one_run(made / "state", here, getattr(args, name), args.timeout, profile)
                 times[name].append(took)
                 print(f"pair {i} {name}: first admission {took:.2f} s, load {harness.load_average()}",
                       file=sys.stderr, flush=True)
@@ -118,6 +124,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--state", help="keep the objects made in DIR, and reuse them when there")
+    parser.add_argument("--profile", help="py-spy (idle samples too) each start until its first admission into DIR")
     args = parser.parse_args()
     args.a, args.b = str(Path(args.a).resolve()), str(Path(args.b).resolve())
     print(json.dumps(aio.run(run(args)), indent=1))

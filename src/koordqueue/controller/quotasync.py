@@ -28,6 +28,7 @@ from koordqueue.controller.systemquotas import Charging, SystemQuotaUsage, charg
 from koordqueue.controller.views import Object
 from koordqueue.engine.model import NodeInfo, QueueInfo, QuotaInfo, auto_queue_for
 from koordqueue.kube.errors import AlreadyExists, KubeError, NotFound
+from koordqueue.kube.informer import key_of
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class QuotaSync(Part):
         self.tree_status: dict[str, object] = {}  # tree key -> the status last written
         # Tree Queues we created (their names are the server's) that our watch may not show yet.
         self.tree_queues_made: dict[str, Object] = {}  # queue name -> the object created
+        self._quota_keys_of: dict[str, set[str]] = {}  # quota name -> the keys of the ElasticQuotas so named
         self.queue_writes: asyncio.Future[Any] | None = None  # a start's Queue writes (_ensure_queues)
 
     def wire(self) -> None:
@@ -71,6 +73,11 @@ class QuotaSync(Part):
         informers.node.on_update(lambda _old, new: node_set(new))
         informers.node.on_delete(node_gone)
 
+        # Where each name is (first: the handlers below read it). Scanning every quota for a
+        # name at each quota's event took 1,100 quotas 1.2 M steps twice each, 5 s of a start.
+        informers.quota.on_add(self._index_quota)
+        informers.quota.on_update(lambda _old, new: self._index_quota(new))
+        informers.quota.on_delete(self._unindex_quota)
         informers.quota.on_add(self._quota_changed)
         # Our own status writes (used, positions) come back as updates: only other changes count.
         informers.quota.on_update(lambda old, new: None if _same_spec(old, new) else self._quota_changed(new))
@@ -233,14 +240,28 @@ class QuotaSync(Part):
         webhook keeps them so); of quotas that share one in different namespaces the oldest
         is used and the others are refused, or one tenant could take another's quota (its
         max, its min, the namespaces bound to it) by naming a quota of its own alike."""
-        same = [obj for _, obj in self.informers.quota.items() if (obj.get("metadata") or {}).get("name") == name]
-        return min(same, key=quota_age, default=None)
+        return min(self._quotas_named(name), key=quota_age, default=None)
 
     def _quota_twins(self, name: str) -> list[Object]:
         """The quotas named ``name`` that are not used (see ``_quota_in_use``)."""
         in_use = self._quota_in_use(name)
-        return [obj for _, obj in self.informers.quota.items()
-                if (obj.get("metadata") or {}).get("name") == name and obj is not in_use]
+        return [obj for obj in self._quotas_named(name) if obj is not in_use]
+
+    def _quotas_named(self, name: str) -> list[Object]:
+        """The listed ElasticQuotas named ``name`` (in any namespace), by key."""
+        found = (self.informers.quota.get(key) for key in sorted(self._quota_keys_of.get(name, ())))
+        return [obj for obj in found if obj is not None]
+
+    def _index_quota(self, obj: Object) -> None:
+        self._quota_keys_of.setdefault(str((obj.get("metadata") or {}).get("name", "")), set()).add(key_of(obj))
+
+    def _unindex_quota(self, obj: Object) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        keys = self._quota_keys_of.get(name)
+        if keys is not None:
+            keys.discard(key_of(obj))
+            if not keys:
+                del self._quota_keys_of[name]
 
     def _refuse_twin(self, twin: Object, in_use: Object | None) -> None:
         meta = twin.get("metadata") or {}

@@ -7,7 +7,8 @@ and its state directory copied afresh for every run: each run is a first start (
 no Queue) on the same objects, cheap enough to alternate builds. A build is a `src` directory
 (`--a DIR --b DIR`, e.g. `git archive` of two commits): the controller runs with
 PYTHONPATH=DIR. Measured: from the controller's process start until the first Job is seen
-unsuspended through a watch (no kube-controller-manager here: no pods are made).
+unsuspended through a watch (no kube-controller-manager here: no pods are made), and the
+controller's CPU seconds by then (less bent by a loaded machine than the wall time).
 
     .venv/bin/python bench/first_admission.py --a /tmp/base/src --b src --pairs 3
 """
@@ -55,7 +56,9 @@ async def make_state(state: Path, quotas: int, jobs: int) -> None:
         server.stop()
 
 
-async def one_run(state: Path, here: Path, src: str, timeout: float, profile: Path | None = None) -> float:
+async def one_run(state: Path, here: Path, src: str, timeout: float,
+                  profile: Path | None = None) -> tuple[float, float]:
+    """(seconds from the controller's start to the first admission, its CPU seconds by then)."""
     shutil.copytree(state, here / "state")
     server = harness.ServerProcess(here / "state")
     server.start()
@@ -79,7 +82,8 @@ async def one_run(state: Path, here: Path, src: str, timeout: float, profile: Pa
             spy = harness.Profiler(process, profile, rate=100, idle=True) if profile is not None else None
             try:
                 await asyncio.wait_for(released.wait(), timeout)
-                return time.monotonic() - t0
+                took = time.monotonic() - t0
+                return took, harness.cpu_seconds(process.pid)
             except TimeoutError:
                 raise SystemExit(f"no admission after {timeout} s:\n{process.tail()}") from None
             finally:
@@ -99,20 +103,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if not (made / "state").exists():
             await make_state(made / "state", args.quotas, args.jobs)
         times: dict[str, list[float]] = {"a": [], "b": []}
+        cpu: dict[str, list[float]] = {"a": [], "b": []}
         for i in range(args.pairs):
             for name in ("a", "b") if i % 2 == 0 else ("b", "a"):
                 here = base / f"{i}-{name}"
                 here.mkdir()
                 profile = Path(args.profile) / f"{i}-{name}.collapsed" if args.profile else None
-                took = await one_run(made / "state", here, getattr(args, name), args.timeout, profile)
+                took, used = await one_run(made / "state", here, getattr(args, name), args.timeout, profile)
                 times[name].append(took)
-                print(f"pair {i} {name}: first admission {took:.2f} s, load {harness.load_average()}",
+                cpu[name].append(used)
+                print(f"pair {i} {name}: first admission {took:.2f} s, controller CPU {used:.2f} s, "
+                      f"load {harness.load_average()}",
                       file=sys.stderr, flush=True)
                 shutil.rmtree(here, ignore_errors=True)
-    out: dict[str, Any] = {"quotas": args.quotas, "jobs": args.jobs, "a": args.a, "b": args.b, "times": times}
+    out: dict[str, Any] = {"quotas": args.quotas, "jobs": args.jobs, "a": args.a, "b": args.b, "times": times,
+                           "cpu": cpu}
     for name in ("a", "b"):
         out[f"{name}_median"] = statistics.median(times[name])
+        out[f"{name}_cpu_median"] = statistics.median(cpu[name])
     out["ratios_per_pair"] = [b / a for a, b in zip(times["a"], times["b"], strict=True)]
+    out["cpu_ratios_per_pair"] = [b / a for a, b in zip(cpu["a"], cpu["b"], strict=True)]
     return out
 
 

@@ -441,7 +441,8 @@ class QuotaSync(Part):
         missing ones written meanwhile in `queue_writes`, up to write_concurrency at once (one
         after another, 1,000 took 30 s on a loaded machine, before the first cycle); a tree's
         one by one. A missing Queue of ours is fed whether or not its write lands (as it always
-        was: the write's outcome never decided it), so the first cycle need not wait for them."""
+        was: the write's outcome never decided it); the controller awaits `queue_writes` once
+        every list is in, before its first cycle."""
         takes = [q for q in quotas if self._takes_jobs(q)]
         auto = [q for q in takes if not (self.tree is not None and q.name in self.tree.paths)]
         namespace = self.config.system_namespace

@@ -124,8 +124,7 @@ class Controller:
             await self.usage_history.load()
             # The Queues a start makes are written while the jobs still list (settle_queues), and
             # are all in before the first cycle: the cycle's writes would otherwise queue behind
-            # them at a busy API server (on the embedded one the first admission came 2.4 times
-            # later that way).
+            # them at a busy API server (the embedded one serves one request at a time).
             await shared.informers.start(self.quota_sync.settle_queues)
             if self.quota_sync.queue_writes is not None:
                 await self.quota_sync.queue_writes

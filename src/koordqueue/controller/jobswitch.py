@@ -17,6 +17,7 @@ from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.eventline import job_ref
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.pods import PodView
+from koordqueue.controller.records import older
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admitted_placement
@@ -29,7 +30,11 @@ from koordqueue.kube.errors import KubeError
 log = logging.getLogger(__name__)
 
 # A job we resumed whose view still says suspended: our watch has not brought the resume
-# back yet. It is resumed again only after this long (someone suspended it since).
+# back yet, or someone suspended it since. The view's resourceVersion tells which: older than
+# our resume's, it is not resumed again (a second write, with a new dequeue time, would land
+# while kube-controller-manager's Job controller writes the Job's status from the first one:
+# its write refused with a 409 and retried after a back-off of 1 s or more). Without
+# resourceVersions to compare, it is resumed again after this long.
 RESUME_AGAIN_AFTER_SECONDS = 5.0
 
 PodsKey = tuple[str, str, str]  # a job's pods in the pod index (informers.pods_key)
@@ -159,11 +164,24 @@ class JobSwitch(Part):
         said = msg.victims_outlasted(pods, units, wait.bound) if pods else msg.victims_gone(list(wait.victims))
         return wait.said, f"{wait.admitted_message}; {said}"
 
-    def _resumed(self, item: str, when: float | None) -> None:
-        """When we resumed the job (None: not since its view showed it, or we suspended it)."""
+    def _resumed(self, item: str, when: float | None, rv: str | None = None) -> None:
+        """When we resumed the job, and the resourceVersion that resume wrote (None: not since
+        its view showed it, or we suspended it)."""
         record = self.records.job_to_write(item) if when is not None else self.records.job(item)
         if record is not None:
-            record.resumed_at = when
+            record.resumed_at, record.resumed_rv = when, rv
+
+    def _resumed_already(self, job: JobView) -> bool:
+        """Whether our last resume of the job may not be in its view yet: the view is older than
+        what that resume wrote (or, with no resourceVersions to compare, the resume is recent)."""
+        record = self.records.job(f"{job.kind}/{job.key}")
+        if record is None or record.resumed_at is None:
+            return False
+        stale = older(self.informers.jobs[job.kind].version(job.key), record.resumed_rv) \
+            if job.kind in self.informers.jobs else None
+        if stale is not None:
+            return stale
+        return self.clock() - record.resumed_at < RESUME_AGAIN_AFTER_SECONDS
 
     def seen_running(self, item: str) -> None:
         """Our view shows the job not suspended: a resume of ours has landed."""
@@ -242,10 +260,7 @@ class JobSwitch(Part):
             known = self.engine.unit(job.unit_key)
             if known is None or known.admitted_quota is None:
                 return  # sent back while this waited for its turn
-            record = self.records.job(item)
-            resumed_at = record.resumed_at if record is not None and record.resumed_at is not None \
-                else -RESUME_AGAIN_AFTER_SECONDS
-            if self.clock() - resumed_at < RESUME_AGAIN_AFTER_SECONDS:
+            if self._resumed_already(job):
                 return
             waits = self._still_waits(item, job.unit_key, known.admitted_at)
             if waits is True:
@@ -258,10 +273,12 @@ class JobSwitch(Part):
                             self._placement_patch(job, placement or Placement(), known.admitted_quota) or {})
             patch = _merged(patch, self._stamps(job, self.clock()))
             try:
-                await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
+                written = await self.client.patch(self.informers.job_resource(job.kind), job.name, patch,
+                                                  namespace=job.namespace)
             except KubeError:
                 self._resumed(item, None)
                 raise
+            self._resumed(item, self.clock(), str((written.get("metadata") or {}).get("resourceVersion") or ""))
         if isinstance(waits, tuple):
             await self._say_waited(job.unit_key, *waits)
 

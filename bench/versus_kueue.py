@@ -385,6 +385,7 @@ class Ours(System):
     # with no protection time; `--no-preempt-within-quota` / `--protect-seconds` for the shipped ones.
     preempt_within_quota = True
     protect_seconds: float | None = 0.0  # the controller's own default (60) when None
+    source: str | None = None  # --ours-src: the controller's code from this src directory (an A/B)
 
     def install(self, cluster: RealCluster) -> None:
         install_crds(cluster)
@@ -416,7 +417,8 @@ class Ours(System):
              "--no-leader-elect", "--metrics-port", str(self.metrics_port), "--job-kinds", self.job_type.kind,
              "--log-level", "warning", "--qps", str(CLIENT_QPS), "--burst", str(CLIENT_BURST),
              *(["--protect-seconds", str(self.protect_seconds)] if self.protect_seconds is not None else [])],
-            self.base / "koord-queue.log")
+            self.base / "koord-queue.log",
+            env={**os.environ, "PYTHONPATH": self.source} if self.source else None)
         self.process.start()
         return self.process
 
@@ -739,6 +741,7 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     if isinstance(system, Ours):
         system.preempt_within_quota = args.preempt_within_quota
         system.protect_seconds = None if args.protect_seconds < 0 else args.protect_seconds
+        system.source = getattr(args, "ours_src", None)
     records = plan(args.divisor)
     # --trace: every user's requests in the audit log, with the bodies of pod creates and of pod and
     # Job writes, and the Job controller's syncs in kube-controller-manager's log (bench/hold_timeline.py).
@@ -1213,6 +1216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up on a run after this many seconds")
     parser.add_argument("--keep", help="keep each run's state, logs and audit log in this directory")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--ours-src", help="run ours' controller from this src directory (say another "
+                                           "commit's, from `git archive COMMIT src`): an A/B of ours' code")
     parser.add_argument("--trace", action="store_true",
                         help="with --keep: audit every user's requests (pod creates and pod and Job writes with "
                              "their bodies) and log the Job controller's syncs, for bench/hold_timeline.py "

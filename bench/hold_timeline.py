@@ -191,6 +191,31 @@ def in_flight(jobs: dict[str, Timeline]) -> tuple[int, float]:
     return peak, area / span if span else 0.0
 
 
+def sync_errors(log: Path) -> Counter[str]:
+    """The Job controller's syncs ("syncs") and its failed ones (each requeued after a back-off:
+    1 s, doubled at each failure in a row), by cause, from kube-controller-manager's log.
+    (Failed syncs are logged after each attempt; "syncs" counts those logged as finished.)"""
+    out: Counter[str] = Counter()
+    if not log.exists():
+        return out
+    with open(log, errors="replace") as f:
+        for line in f:
+            if "job_controller.go" not in line:
+                continue
+            if "Finished syncing job" in line:
+                out["syncs"] += 1
+                continue
+            if "syncing job:" not in line:
+                continue
+            if "the object has been modified" in line:
+                out["a write refused: the Job changed since its copy (409)"] += 1
+            elif "is not as new as written version" in line:
+                out["its informer behind its own last write"] += 1
+            else:
+                out["other"] += 1
+    return out
+
+
 def report(run: Path) -> dict[str, Any]:
     audit = run / "cluster" / "logs" / "audit.log"
     jobs, refused, latencies = read(audit)
@@ -218,6 +243,7 @@ def report(run: Path) -> dict[str, Any]:
             "redundant_resumes": sum(t.redundant_resumes for t in jobs.values()),
             "jobs_resumed_redundantly": sum(1 for t in jobs.values() if t.redundant_resumes),
             "conflicts_after": conflicts,
+            "sync_errors": sync_errors(run / "cluster" / "logs" / "kube-controller-manager.log"),
             "in_flight_peak": peak, "in_flight_mean": mean_flight}
 
 
@@ -238,6 +264,8 @@ def render(r: dict[str, Any]) -> str:
                  f"last write had resumed already ({r['jobs_resumed_redundantly']} Jobs)")
     lines.append("  the Job controller's writes refused (409), by who wrote the Job since its last write: "
                  + (", ".join(f"{k} {v}" for k, v in r["conflicts_after"].most_common()) or "none"))
+    lines.append("  the Job controller's failed syncs (each retried after a back-off of 1 s or more): "
+                 + (", ".join(f"{k} {v}" for k, v in r["sync_errors"].most_common()) or "none"))
     lines.append("  refused: " + (", ".join(f"{k} {v}" for k, v in r["refused"].most_common()) or "none"))
     lines.append("  write latency at kube-apiserver (received -> answered):")
     for who, values in sorted(r["latency"].items(), key=lambda kv: -len(kv[1])):

@@ -150,3 +150,23 @@ async def test_a_resume_our_view_does_not_show_yet_is_not_written_again() -> Non
     job = await seen()
     await switch.resume(job)
     assert landed(fake) == ["resume", "suspend", "resume"]
+
+
+async def test_a_suspension_or_a_finishing_resume_our_view_does_not_show_yet_is_not_written_again() -> None:
+    """The same for our other writes of a job's suspension, decided again from a view older
+    than the last one (in a loaded 1/10 run: preempted jobs suspended twice, ended ones resumed
+    twice for their controller to mark them finished): not written again while no suspension
+    is owed. A suspension owed is written whatever the view says."""
+    fake, switch, job = setting()
+    informer = switch.informers.jobs[KIND]
+    obj = fake.get(JOBS, "j", namespace="default")
+    await informer._store("default/j", obj["metadata"]["resourceVersion"], job)  # running, as seen
+    await switch.suspend(job, ADAPTER)
+    await switch.suspend(job, ADAPTER)  # the view still says running: ours is on its way back
+    assert landed(fake) == ["suspend"]
+    await switch.let_finish(job, ADAPTER)
+    await switch.let_finish(job, ADAPTER)
+    assert landed(fake) == ["suspend", "resume"]
+    switch.shared.owed.owe(ITEM)
+    await switch.suspend(job, ADAPTER)
+    assert landed(fake) == ["suspend", "resume", "suspend"]

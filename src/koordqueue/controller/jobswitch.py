@@ -31,10 +31,11 @@ log = logging.getLogger(__name__)
 
 # A job we resumed whose view still says suspended: our watch has not brought the resume
 # back yet, or someone suspended it since. The view's resourceVersion tells which: older than
-# our resume's, it is not resumed again (a second write, with a new dequeue time, would land
-# while kube-controller-manager's Job controller writes the Job's status from the first one:
-# its write refused with a 409 and retried after a back-off of 1 s or more). Without
-# resourceVersions to compare, it is resumed again after this long.
+# what our resume wrote, the job is not resumed again (nor suspended again, by the same rule,
+# after a suspension of ours). A second write, with a new dequeue time, would land while
+# kube-controller-manager's Job controller writes the Job's status from the first one: its
+# write refused with a 409 and retried after a back-off of 1 s or more (bench/hold_timeline.py).
+# Without resourceVersions to compare, a resume is sent again after this long.
 RESUME_AGAIN_AFTER_SECONDS = 5.0
 
 PodsKey = tuple[str, str, str]  # a job's pods in the pod index (informers.pods_key)
@@ -164,12 +165,26 @@ class JobSwitch(Part):
         said = msg.victims_outlasted(pods, units, wait.bound) if pods else msg.victims_gone(list(wait.victims))
         return wait.said, f"{wait.admitted_message}; {said}"
 
-    def _resumed(self, item: str, when: float | None, rv: str | None = None) -> None:
-        """When we resumed the job, and the resourceVersion that resume wrote (None: not since
-        its view showed it, or we suspended it)."""
+    def _resumed(self, item: str, when: float | None) -> None:
+        """When we resumed the job (None: not since its view showed it, or we suspended it)."""
         record = self.records.job_to_write(item) if when is not None else self.records.job(item)
         if record is not None:
-            record.resumed_at, record.resumed_rv = when, rv
+            record.resumed_at = when
+
+    def _wrote(self, item: str, suspended: bool, obj: dict[str, Any]) -> None:
+        """Our write of the job's suspension landed, as ``obj`` (the server's answer)."""
+        rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
+        self.records.job_to_write(item).written = (suspended, str(rv)) if rv else None
+
+    def _view_behind(self, job: JobView, suspended: bool) -> bool | None:
+        """Whether our view of the job is older than our last write, which set it ``suspended``
+        (False: that write was the other one, or the view shows it); None when the
+        resourceVersions cannot be compared."""
+        record = self.records.job(f"{job.kind}/{job.key}")
+        if record is None or record.written is None or record.written[0] != suspended:
+            return False
+        informer = self.informers.jobs.get(job.kind)
+        return older(informer.version(job.key) if informer is not None else None, record.written[1])
 
     def _resumed_already(self, job: JobView) -> bool:
         """Whether our last resume of the job may not be in its view yet: the view is older than
@@ -177,10 +192,9 @@ class JobSwitch(Part):
         record = self.records.job(f"{job.kind}/{job.key}")
         if record is None or record.resumed_at is None:
             return False
-        stale = older(self.informers.jobs[job.kind].version(job.key), record.resumed_rv) \
-            if job.kind in self.informers.jobs else None
-        if stale is not None:
-            return stale
+        behind = self._view_behind(job, False)
+        if behind is not None:
+            return behind
         return self.clock() - record.resumed_at < RESUME_AGAIN_AFTER_SECONDS
 
     def seen_running(self, item: str) -> None:
@@ -193,10 +207,14 @@ class JobSwitch(Part):
         item = f"{job.kind}/{job.key}"
         self._resumed(item, None)
         owed = self.shared.owed.token(item)
+        if owed is None and self._view_behind(job, True):
+            return  # (a view from before our last suspension of it, which landed)
         patch = _merged(_merged(adapter.suspend_patch({}, native=job.native_suspend), self._placement_patch(job, None) or {}),
                         self._stamps(job, None))
         async with self.job_locks.hold(item):
-            await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
+            written = await self.client.patch(self.informers.job_resource(job.kind), job.name, patch,
+                                              namespace=job.namespace)
+            self._wrote(item, True, written)
         if owed is not None:  # (not if owed anew while we wrote)
             self.shared.owed.paid(item, owed)
 
@@ -206,8 +224,11 @@ class JobSwitch(Part):
         Its unit is finished already, its quota released."""
         item = f"{job.kind}/{job.key}"
         async with self.job_locks.hold(item):
-            await self.client.patch(self.informers.job_resource(job.kind), job.name,
-                                    adapter.resume_patch({}, native=job.native_suspend), namespace=job.namespace)
+            if self._view_behind(job, False):
+                return  # (a view from before our last resume of it, which landed)
+            written = await self.client.patch(self.informers.job_resource(job.kind), job.name,
+                                              adapter.resume_patch({}, native=job.native_suspend), namespace=job.namespace)
+            self._wrote(item, False, written)
         self._event(job_ref(job), c.EventType.NORMAL, c.EventReason.RESUMED,
                     "it ended while suspended (its pods had finished before the suspension landed): "
                     "resumed so that its controller marks it finished; no pod is made for it")
@@ -278,7 +299,7 @@ class JobSwitch(Part):
             except KubeError:
                 self._resumed(item, None)
                 raise
-            self._resumed(item, self.clock(), str((written.get("metadata") or {}).get("resourceVersion") or ""))
+            self._wrote(item, False, written)
         if isinstance(waits, tuple):
             await self._say_waited(job.unit_key, *waits)
 

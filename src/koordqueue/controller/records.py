@@ -39,7 +39,8 @@ class JobRecord:
 
     fingerprint: int | None = None  # what its view was made from (informers.py)
     resumed_at: float | None = None  # when we resumed it, until its view shows it
-    resumed_rv: str | None = None  # the resourceVersion our resume wrote (with resumed_at)
+    # Our last write of its suspension that landed: (suspended by it, the resourceVersion it wrote).
+    written: tuple[bool, str] | None = None
     owed: int | None = None  # the token of a suspension owed (OwedSuspensions)
     warned_of_classes: tuple[str, ...] | None = None  # the missing PriorityClasses it was told of
     told_name_taken: str | None = None  # the job whose unit has its unit's name, as it was told

@@ -177,18 +177,27 @@ class JobSwitch(Part):
         self.records.job_to_write(item).written = (suspended, str(rv)) if rv else None
 
     def _view_behind(self, job: JobView, suspended: bool) -> bool | None:
-        """Whether our view of the job is older than our last write, which set it ``suspended``
-        (False: that write was the other one, or the view shows it); None when the
-        resourceVersions cannot be compared."""
-        record = self.records.job(f"{job.kind}/{job.key}")
-        if record is None or record.written is None or record.written[0] != suspended:
-            return False
+        """Whether writing the job ``suspended`` (or not) would repeat what is done: our last
+        write set it so and every view of it is older than that write, or our newest view shows
+        it so already (``job``, the view a caller decided from, may be older than that one).
+        False: neither; None when the resourceVersions cannot be compared."""
         informer = self.informers.jobs.get(job.kind)
-        return older(informer.version(job.key) if informer is not None else None, record.written[1])
+        newest = informer.get(job.key) if informer is not None else None
+        newest_rv = informer.version(job.key) if informer is not None else None
+        record = self.records.job(f"{job.kind}/{job.key}")
+        written = record.written if record is not None else None
+        if written is not None and older(newest_rv, written[1]):
+            return written[0] == suspended  # (our last write is newer than every view of it)
+        if newest is not None and newest.suspended == suspended:
+            return True
+        if written is None or written[0] != suspended:
+            return False
+        return older(newest_rv, written[1])
 
     def _resumed_already(self, job: JobView) -> bool:
         """Whether our last resume of the job may not be in its view yet: the view is older than
-        what that resume wrote (or, with no resourceVersions to compare, the resume is recent)."""
+        what that resume wrote (or, with no resourceVersions to compare, the resume is recent),
+        or our newest view shows it running already."""
         record = self.records.job(f"{job.kind}/{job.key}")
         if record is None or record.resumed_at is None:
             return False

@@ -79,7 +79,7 @@ class Process:
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.args = args
         self.log = log
-        self.env = env  # (None: this process's own environment)
+        self.env = env  # the whole environment when given (as os.environ otherwise)
         self.popen: subprocess.Popen[bytes] | None = None
         self.final: dict[str, float] = {}
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from koordqueue.api.constants import QueuePolicy
 from koordqueue.engine import Engine
-from koordqueue.engine.model import EngineConfig, QuotaInfo, UnitInfo, auto_queue_for
+from koordqueue.engine.model import CycleResult, EngineConfig, QuotaInfo, UnitInfo, auto_queue_for
 
 PARENTS, LEAVES, PER_QUOTA = 50, 20, 100
 UNIT = 1000
@@ -30,6 +30,53 @@ POLICIES = [QueuePolicy.PRIORITY] * 8 + [QueuePolicy.BLOCK, QueuePolicy.INTELLIG
 
 def leaf_limits(scale: int) -> dict[str, int]:
     return {"cpu": 64 * scale * UNIT, "memory": 512 * scale * GI, "nvidia.com/gpu": 8 * scale * UNIT}
+
+
+@dataclass
+class Churn:
+    """What `churn` measured: the first cycle, then each steady cycle's seconds."""
+
+    first_ms: float
+    first: CycleResult
+    times: list[float]
+    admitted: int
+    running: list[str]
+
+
+def churn(engine: Engine, queues: list[str], per_queue: int, cycles: int, rng: random.Random) -> Churn:
+    """Fill every queue with `per_queue` units, run a first cycle, then `cycles` cycles in each
+    of which 20 admitted units finish and 20 new ones arrive (the steady state of a busy
+    controller). Shared by engine_flavors.py so both benches churn alike."""
+    serial = 0
+
+    def new_unit(quota: str, now: float) -> UnitInfo:
+        nonlocal serial
+        serial += 1
+        return UnitInfo(quota, f"job-{serial}", rng.choice((0, 10, 100)), now, dict(rng.choice(SHAPES)),
+                        quota_name=quota)
+
+    for quota in queues:
+        for _ in range(per_queue):
+            engine.set_unit(new_unit(quota, 0.0))
+    start = time.perf_counter()
+    first = engine.schedule(0.0)
+    first_ms = 1000 * (time.perf_counter() - start)
+    running = [a.unit for a in first.admitted]
+    times: list[float] = []
+    admitted = 0
+    for cycle in range(1, cycles + 1):
+        now = float(cycle)
+        for _ in range(20):
+            key = running.pop(rng.randrange(len(running)))
+            engine.remove_unit(key)
+            engine.set_unit(new_unit(rng.choice(queues), now))
+        start = time.perf_counter()
+        result = engine.schedule(now)
+        times.append(time.perf_counter() - start)
+        running.extend(a.unit for a in result.admitted)
+        running = [k for k in running if k not in {p.unit for p in result.preempted}]
+        admitted += len(result.admitted)
+    return Churn(first_ms, first, times, admitted, running)
 
 
 def main() -> None:
@@ -48,35 +95,8 @@ def main() -> None:
             engine.set_queue(auto_queue_for(leaf))
             infos[name] = leaf
             leaves.append(name)
-    serial = 0
-
-    def new_unit(quota: str, now: float) -> UnitInfo:
-        nonlocal serial
-        serial += 1
-        return UnitInfo(quota, f"job-{serial}", rng.choice((0, 10, 100)), now, dict(rng.choice(SHAPES)),
-                        quota_name=quota)
-
-    for quota in leaves:
-        for _ in range(PER_QUOTA):
-            engine.set_unit(new_unit(quota, 0.0))
-    start = time.perf_counter()
-    first = engine.schedule(0.0)
-    first_ms = 1000 * (time.perf_counter() - start)
-    running = [a.unit for a in first.admitted]
-    times: list[float] = []
-    admitted = 0
-    for cycle in range(1, 401):
-        now = float(cycle)
-        for _ in range(20):
-            key = running.pop(rng.randrange(len(running)))
-            engine.remove_unit(key)
-            engine.set_unit(new_unit(rng.choice(leaves), now))
-        start = time.perf_counter()
-        result = engine.schedule(now)
-        times.append(time.perf_counter() - start)
-        running.extend(a.unit for a in result.admitted)
-        running = [k for k in running if k not in {p.unit for p in result.preempted}]
-        admitted += len(result.admitted)
+    run = churn(engine, leaves, PER_QUOTA, 400, rng)
+    first_ms, first, times, admitted, running = run.first_ms, run.first, run.times, run.admitted, run.running
     start = time.perf_counter()
     engine.schedule(401.0)
     idle_ms = 1000 * (time.perf_counter() - start)

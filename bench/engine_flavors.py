@@ -18,16 +18,18 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import time
+import sys
+from pathlib import Path
 
 from koordqueue.engine import Engine
-from koordqueue.engine.model import EngineConfig, QuotaInfo, UnitInfo, auto_queue_for
+from koordqueue.engine.model import EngineConfig, QuotaInfo, auto_queue_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_cycle import churn  # noqa: E402  (the churn both engine benches share)
 
 PARENTS, TEAMS, PER_TEAM, CYCLES = 20, 10, 50, 100
 UNIT = 1000
 GI = 1024**3 * 1000
-SHAPES = [{"cpu": 8 * g * UNIT, "memory": 64 * g * GI, "nvidia.com/gpu": g * UNIT} for g in (1, 2, 4, 8)]
-SHAPES += [{"cpu": c * UNIT, "memory": 4 * c * GI} for c in (1, 4, 16, 32)]
 MODELS = ("h100", "a100", "l40s")
 
 
@@ -68,34 +70,8 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(7)
     engine, teams = build(args.flavors)
-    serial = 0
-
-    def new_unit(team: str, now: float) -> UnitInfo:
-        nonlocal serial
-        serial += 1
-        return UnitInfo(team, f"job-{serial}", rng.choice((0, 10, 100)), now, dict(rng.choice(SHAPES)),
-                        quota_name=team)
-
-    for team in teams:
-        for _ in range(PER_TEAM):
-            engine.set_unit(new_unit(team, 0.0))
-    start = time.perf_counter()
-    first = engine.schedule(0.0)
-    first_ms = 1000 * (time.perf_counter() - start)
-    running = [a.unit for a in first.admitted]
-    times: list[float] = []
-    admitted = 0
-    for cycle in range(1, CYCLES + 1):
-        now = float(cycle)
-        for _ in range(20):
-            engine.remove_unit(running.pop(rng.randrange(len(running))))
-            engine.set_unit(new_unit(rng.choice(teams), now))
-        start = time.perf_counter()
-        result = engine.schedule(now)
-        times.append(time.perf_counter() - start)
-        gone = {p.unit for p in result.preempted}
-        running = [k for k in running if k not in gone] + [a.unit for a in result.admitted]
-        admitted += len(result.admitted)
+    run = churn(engine, teams, PER_TEAM, CYCLES, rng)
+    first_ms, first, times, admitted = run.first_ms, run.first, run.times, run.admitted
     times.sort()
     p50 = 1000 * statistics.median(times)
     p99 = 1000 * times[int(0.99 * len(times)) - 1]

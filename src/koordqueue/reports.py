@@ -102,6 +102,9 @@ def explain_text(why: Mapping[str, Any]) -> str:
     if why["request"]:
         asks = ", ".join(f"{r} {format_quantity(a)}" for r, a in sorted(why["request"].items()))
         lines.append(f"  Asks: {asks}")
+    if why.get("flavors"):
+        lines.append("  Flavors tried, in order:")
+        lines += [f"    {t['flavor']} ({t['selects']}): {t['refused'] or 'fits now'}" for t in why["flavors"]]
     if why["ahead"]:
         lines.append("  Ahead of it:")
         for item in why["ahead"]:

@@ -5,6 +5,7 @@ back to its default with a warning; a flavor order is names, kept in order, once
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -62,3 +63,46 @@ def test_a_fungibility_term_not_kueues_is_ignored_with_a_warning() -> None:
     assert (parsed.quota.borrow_first, parsed.quota.preempt_first) == (True, True)
     (warning,) = parsed.warnings
     assert "'whenCanBorrow=Maybe' is not whenCanBorrow=Borrow|TryNextFlavor" in warning
+
+
+SELECTS = {c.ANNOTATION_NODE_SELECTOR: "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"}
+
+
+def test_a_flavors_tolerations_are_core_v1_tolerations() -> None:
+    text = json.dumps([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                       {"key": "pool", "value": "h100"},
+                       {"operator": "Exists"},
+                       {"key": "zone-down", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}])
+    parsed = parse_elastic_quota(quota({**SELECTS, c.ANNOTATION_FLAVOR_TOLERATIONS: text}))
+    assert [t.as_dict() for t in parsed.quota.tolerations] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "pool", "operator": "Equal", "value": "h100"},
+        {"operator": "Exists"},
+        {"key": "zone-down", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}]
+    assert parsed.warnings == ()
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("gpu", "not JSON"),
+    ('{"key": "gpu"}', "a JSON list of Tolerations, got dict"),
+    ('["gpu"]', r"\[0\]: a Toleration is a JSON object"),
+    ('[{"key": "gpu", "op": "Exists"}]', "unknown field op"),
+    ('[{"key": 1}]', "key, operator, value and effect are strings"),
+    ('[{"key": "gpu", "operator": "In"}]', "operator is Equal or Exists, got 'In'"),
+    ('[{"key": "bad key"}]', "key 'bad key' is not a label key"),
+    ('[{"value": "x"}]', "a Toleration with no key must have operator Exists"),
+    ('[{"key": "gpu", "operator": "Exists", "value": "x"}]', "value must be empty with operator Exists"),
+    ('[{"key": "gpu", "value": "a b"}]', "value 'a b' is not a label value"),
+    ('[{"key": "gpu", "effect": "Never"}]', "effect is NoSchedule, PreferNoSchedule, NoExecute or empty"),
+    ('[{"key": "gpu", "effect": "NoExecute", "tolerationSeconds": "60"}]', "tolerationSeconds is a whole number"),
+    ('[{"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 60}]', "only for effect NoExecute"),
+])
+def test_bad_tolerations_make_the_flavor_unusable(value: str, why: str) -> None:
+    with pytest.raises(InvalidObject, match=f"annotation {c.ANNOTATION_FLAVOR_TOLERATIONS}: .*{why}"):
+        parse_elastic_quota(quota({**SELECTS, c.ANNOTATION_FLAVOR_TOLERATIONS: value}))
+
+
+def test_tolerations_on_a_quota_that_is_no_flavor_are_ignored_with_a_warning() -> None:
+    parsed = parse_elastic_quota(quota({c.ANNOTATION_FLAVOR_TOLERATIONS: '[{"operator": "Exists"}]'}))
+    assert parsed.quota.tolerations == ()
+    assert len(parsed.warnings) == 1 and "read only on a flavor" in parsed.warnings[0], parsed.warnings

@@ -7,6 +7,7 @@ its message saying so; a flavor with a bad selector is not used, and says why.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -156,3 +157,79 @@ async def test_an_h100_lent_to_another_team_is_taken_back(system: System) -> Non
     finally:
         for node in model:
             await system.akubectl("label", "node", node, f"{PRODUCT}-", check=False)
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+FLAVOR_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def tolerating(job: dict[str, Any], toleration: dict[str, str]) -> dict[str, Any]:
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["tolerations"] = [toleration]
+    return job
+
+
+async def test_a_flavors_tolerations_go_on_its_pods_and_its_nodes_taints_count(system: System) -> None:
+    """The H100 node is tainted. team's H100 flavor tolerates the taint (koord-queue/tolerations):
+    a job sent to team is admitted into it, its pods get the toleration beside their own in the
+    write that pins them, and run there. plain's H100 flavor does not: placement-aware
+    admission sees its only node tainted, and plain's job goes to its A100 flavor."""
+    nodes = await gpu_nodes(system)
+    model = {nodes[0]: H100, nodes[1]: A100}
+    for node, product in model.items():
+        await system.akubectl("label", "node", node, "--overwrite", f"{PRODUCT}={product}")
+    await system.akubectl("patch", "node", nodes[0], "--type", "merge", "-p", json.dumps({"spec": {"taints": [GPU_TAINT]}}))
+
+    def flavored(team: str, tolerations: list[dict[str, str]] | None) -> list[dict[str, Any]]:
+        h100 = {c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={H100}"}
+        if tolerations is not None:
+            h100[c.ANNOTATION_FLAVOR_TOLERATIONS] = json.dumps(tolerations)
+        return [
+            quota(team, 8, 16, is_parent=True, annotations={c.ANNOTATION_FLAVOR_ORDER: f"{team}-h100,{team}-a100"}),
+            quota(f"{team}-h100", 4, 8, parent=team, annotations=h100),
+            quota(f"{team}-a100", 4, 8, parent=team, annotations={c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={A100}"}),
+        ]
+
+    own = {"key": "example.com/spot", "operator": "Exists"}
+    try:
+        await system.apply(*flavored("team", [FLAVOR_TOLERATION]), *flavored("plain", None))
+        await system.apply(tolerating(pytorch_job("tolerant", gpus_per_pod=1, workers=0, quota_name="team"), own),
+                           pytorch_job("plain-job", gpus_per_pod=1, workers=0, quota_name="plain"))
+        for name in ("tolerant", "plain-job"):
+            await system.wait_phase(f"{name}-py-qu", c.Phase.RUNNING, timeout=90)
+        assert (await system.unit("tolerant-py-qu"))["status"]["admissions"][0]["domain"] == {PRODUCT: H100}
+        assert (await system.unit("plain-job-py-qu"))["status"]["admissions"][0]["domain"] == {PRODUCT: A100}
+        job = await system.get_json("pytorchjob", "tolerant")
+        template = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        assert template["tolerations"] == [own, FLAVOR_TOLERATION]
+        assert template["nodeSelector"] == {PRODUCT: H100}
+        plain = (await system.get_json("pytorchjob", "plain-job"))["spec"]["pytorchReplicaSpecs"]["Master"]
+        assert "tolerations" not in plain["template"]["spec"]
+
+        async def bound() -> dict[str, str] | None:
+            where = await pods_by_node(system)
+            return where if {"tolerant", "plain-job"} <= set(where) else None
+
+        where = await system.wait_for(bound, 60, "both jobs' pods bound")
+        assert (where["tolerant"], where["plain-job"]) == (nodes[0], nodes[1])
+    finally:
+        await system.akubectl("patch", "node", nodes[0], "--type", "merge", "-p", '{"spec": {"taints": null}}',
+                              check=False)
+        for node in model:
+            await system.akubectl("label", "node", node, f"{PRODUCT}-", check=False)
+
+
+async def test_a_flavor_with_bad_tolerations_is_not_used_and_says_why(system: System) -> None:
+    bad = quota("odd-h100", 8, 8, parent="odd", annotations={
+        c.ANNOTATION_NODE_SELECTOR: f"{PRODUCT}={H100}",
+        c.ANNOTATION_FLAVOR_TOLERATIONS: '[{"key": "nvidia.com/gpu", "operator": "Exists", "value": "yes"}]'})
+    await system.apply(quota("odd", 8, 8, is_parent=True), bad)
+    said: list[str] = []
+
+    async def told() -> bool:
+        nonlocal said
+        said = [e.get("message", "") for e in await system.events("odd-h100")]
+        return any("not used" in m and c.ANNOTATION_FLAVOR_TOLERATIONS in m for m in said)
+
+    await system.wait_for(told, 30, "a Warning event on odd-h100")
+    assert any("value must be empty with operator Exists" in m for m in said), said

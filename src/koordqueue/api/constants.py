@@ -136,6 +136,9 @@ ANNOTATION_MAX_PRIORITY = "koord-queue/max-priority"
 # comma-separated; default: by name), where it fits, its pods pinned to the flavor's nodes.
 ANNOTATION_NODE_SELECTOR = "koord-queue/node-selector"
 ANNOTATION_FLAVOR_ORDER = "koord-queue/flavor-order"
+# On a flavor, as Kueue's ResourceFlavor.spec.tolerations: a JSON list of core/v1
+# Tolerations added to the pods of the jobs admitted into it, in the write that pins them.
+ANNOTATION_FLAVOR_TOLERATIONS = "koord-queue/tolerations"
 # Kueue's FlavorFungibility on the parent: "whenCanBorrow=Borrow|TryNextFlavor,
 # whenCanPreempt=Preempt|TryNextFlavor" (defaults: Borrow, TryNextFlavor, as Kueue's).
 ANNOTATION_FLAVOR_FUNGIBILITY = "koord-queue/flavor-fungibility"

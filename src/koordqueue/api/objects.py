@@ -10,6 +10,7 @@ Structural quota rules (min <= max, parents, cycles) are the engine's, not check
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Collection, Mapping
@@ -24,6 +25,7 @@ from koordqueue.api.constants import (
     ANNOTATION_FAIR_SHARING,
     ANNOTATION_FLAVOR_FUNGIBILITY,
     ANNOTATION_FLAVOR_ORDER,
+    ANNOTATION_FLAVOR_TOLERATIONS,
     ANNOTATION_HOLD_ROOM_AFTER,
     ANNOTATION_MAX_DEPTH,
     ANNOTATION_MAX_PRIORITY,
@@ -59,6 +61,11 @@ from koordqueue.api.constants import (
     QUEUE_ARG_MAX_BACKOFF,
     QUEUE_KIND,
     SYSTEM_NAMESPACE,
+    TAINT_NO_EXECUTE,
+    TAINT_NO_SCHEDULE,
+    TAINT_PREFER_NO_SCHEDULE,
+    TOLERATION_EQUAL,
+    TOLERATION_EXISTS,
     TRUE,
     QueuePolicy,
 )
@@ -116,8 +123,29 @@ class QuotaInfo:
     # koord-queue/flavor-fungibility (Kueue's defaults: borrow in a flavor, try the next
     # one rather than preempt).
     flavor_order: tuple[str, ...] = ()
+    # koord-queue/tolerations on a flavor: added to its jobs' pods (docs/gpus.md).
+    tolerations: tuple[FlavorToleration, ...] = ()
     borrow_first: bool = True
     preempt_first: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorToleration:
+    """A core/v1 Toleration of a flavor's annotation, as validated (``flavor_tolerations``)."""
+
+    key: str = ""
+    operator: str = TOLERATION_EQUAL
+    value: str = ""
+    effect: str = ""
+    seconds: int | None = None  # tolerationSeconds (NoExecute only)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The Toleration as written into a pod template (empty fields left out)."""
+        out: dict[str, Any] = {k: v for k, v in (("key", self.key), ("operator", self.operator),
+                                                 ("value", self.value), ("effect", self.effect)) if v}
+        if self.seconds is not None:
+            out["tolerationSeconds"] = self.seconds
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +247,7 @@ def parse_elastic_quota(obj: object) -> ParsedQuota:
         **_fairness(annotations, where, warnings),
         node_selector=node_selector(annotations.get(ANNOTATION_NODE_SELECTOR), where),
         flavor_order=_flavor_order(annotations.get(ANNOTATION_FLAVOR_ORDER)),
+        tolerations=_flavor_tolerations(annotations, where, warnings),
         **_fungibility(annotations.get(ANNOTATION_FLAVOR_FUNGIBILITY), where, warnings),
     )
     return ParsedQuota(quota, tuple(warnings), policy_warnings[0] if policy_warnings else None)
@@ -262,6 +291,71 @@ def node_selector(text: str | None, where: str) -> tuple[tuple[str, str], ...]:
             raise InvalidObject(f"{where}: annotation {ANNOTATION_NODE_SELECTOR}: label {key} named twice")
         terms[key] = value
     return tuple(sorted(terms.items()))
+
+
+_TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
+_EFFECTS = ("", TAINT_NO_SCHEDULE, TAINT_PREFER_NO_SCHEDULE, TAINT_NO_EXECUTE)
+
+
+def _flavor_tolerations(annotations: Mapping[str, str], where: str,
+                        warnings: list[str]) -> tuple[FlavorToleration, ...]:
+    """A flavor's tolerations; on a quota with no node selector (no flavor) they are ignored, with a warning."""
+    text = annotations.get(ANNOTATION_FLAVOR_TOLERATIONS)
+    if text is None:
+        return ()
+    tolerations = flavor_tolerations(text, where)
+    if not annotations.get(ANNOTATION_NODE_SELECTOR):
+        warnings.append(f"{where}: annotation {ANNOTATION_FLAVOR_TOLERATIONS} is read only on a flavor (a quota "
+                        f"with {ANNOTATION_NODE_SELECTOR}); ignored")
+        return ()
+    return tolerations
+
+
+def flavor_tolerations(text: str, where: str) -> tuple[FlavorToleration, ...]:
+    """A flavor's ``koord-queue/tolerations``: a JSON list of core/v1 Tolerations, checked as
+    the API server checks a pod's; anything else raises InvalidObject (the quota is not
+    used: its jobs' pods, pinned to its tainted nodes without them, would never run)."""
+    at = f"{where}: annotation {ANNOTATION_FLAVOR_TOLERATIONS}"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise InvalidObject(f"{at}: not JSON; a JSON list of Tolerations, e.g. "
+                            '[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]') from None
+    if not isinstance(value, list):
+        raise InvalidObject(f"{at}: a JSON list of Tolerations, got {type(value).__name__}")
+    out = []
+    for i, item in enumerate(value):
+        here = f"{at}: [{i}]"
+        if not isinstance(item, dict):
+            raise InvalidObject(f"{here}: a Toleration is a JSON object")
+        unknown = sorted(set(item) - set(_TOLERATION_FIELDS))
+        if unknown:
+            raise InvalidObject(f"{here}: unknown field {', '.join(map(str, unknown))} (a Toleration has "
+                                f"{', '.join(_TOLERATION_FIELDS)})")
+        fields = {k: item.get(k, "") for k in _TOLERATION_FIELDS[:4]}
+        if not all(isinstance(v, str) for v in fields.values()):
+            raise InvalidObject(f"{here}: key, operator, value and effect are strings")
+        key, operator, val, effect = fields["key"], fields["operator"] or TOLERATION_EQUAL, fields["value"], \
+            fields["effect"]
+        if operator not in (TOLERATION_EQUAL, TOLERATION_EXISTS):
+            raise InvalidObject(f"{here}: operator is {TOLERATION_EQUAL} or {TOLERATION_EXISTS}, got {operator!r}")
+        if key and not _label_key(key):
+            raise InvalidObject(f"{here}: key {key!r} is not a label key")
+        if not key and operator != TOLERATION_EXISTS:
+            raise InvalidObject(f"{here}: a Toleration with no key must have operator {TOLERATION_EXISTS}")
+        if operator == TOLERATION_EXISTS and val:
+            raise InvalidObject(f"{here}: value must be empty with operator {TOLERATION_EXISTS}")
+        if val and not _LABEL_NAME.match(val):
+            raise InvalidObject(f"{here}: value {val!r} is not a label value")
+        if effect not in _EFFECTS:
+            raise InvalidObject(f"{here}: effect is {', '.join(e for e in _EFFECTS if e)} or empty, got {effect!r}")
+        seconds = item.get("tolerationSeconds")
+        if seconds is not None and (not isinstance(seconds, int) or isinstance(seconds, bool)):
+            raise InvalidObject(f"{here}: tolerationSeconds is a whole number of seconds")
+        if seconds is not None and effect != TAINT_NO_EXECUTE:
+            raise InvalidObject(f"{here}: tolerationSeconds is only for effect {TAINT_NO_EXECUTE}")
+        out.append(FlavorToleration(key, operator, val, effect, seconds))
+    return tuple(out)
 
 
 def _label_key(key: str) -> bool:

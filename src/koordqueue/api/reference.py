@@ -156,6 +156,13 @@ REFERENCE: tuple[Key, ...] = (
                 "admitted into it, its pods then pinned to nodes with these labels in the write that resumes it. "
                 "A selector that is not label equality terms makes the quota unusable (a Warning event says why).",
                 Origin.OURS),
+    _annotation(c.ANNOTATION_FLAVOR_TOLERATIONS, Where.QUOTA,
+                'JSON list of core/v1 Tolerations (`[{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]`)',
+                "On a flavor (a leaf with a node selector), as Kueue's ResourceFlavor tolerations: added to the pods "
+                "of the jobs admitted into it in the write that pins them to its nodes (and taken off when they are "
+                "suspended), and counted by placement-aware admission against the nodes' taints. A list that is "
+                "not Tolerations makes the quota unusable (a Warning event says why); on a quota that is no flavor "
+                "it is ignored, with a warning.", Origin.OURS),
     _annotation(c.ANNOTATION_FLAVOR_ORDER, Where.QUOTA, "child quota names, comma-separated; default: by name",
                 "On a parent with flavors: the order its flavors are tried in. Names that are no flavor of it are "
                 "ignored, and a Warning event says so.", Origin.OURS),

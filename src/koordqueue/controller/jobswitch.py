@@ -9,7 +9,7 @@ puts back what that placement changed."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from koordqueue.api import constants as c
@@ -23,7 +23,7 @@ from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admi
 from koordqueue.engine import messages as msg
 from koordqueue.engine.model import Placement
 from koordqueue.jobs.base import JobAdapter, dequeued_patch, enqueued_patch
-from koordqueue.jobs.placement import admission_patch, koordinator_marks, read_originals
+from koordqueue.jobs.placement import PodMarks, admission_patch, koordinator_marks, read_originals
 from koordqueue.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,9 @@ class JobSwitch(Part):
         marks = None
         if placement is not None and quota is not None and self.shared.beside_koordinator:
             marks = koordinator_marks(quota, job.name, job.roles, placement)
+        tolerations = self.engine.flavor_tolerations(quota) if placement is not None and quota is not None else ()
+        if tolerations:  # admitted into a flavor with tolerations: its pods get them, as its node selector
+            marks = replace(marks or PodMarks(), tolerations=tuple(t.as_dict() for t in tolerations))
         return admission_patch(adapter_of_kind(job.kind).role_patch, job.roles, before, placement, marks)
 
     async def put_back(self, job: JobView) -> None:

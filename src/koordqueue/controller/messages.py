@@ -20,6 +20,7 @@ from koordqueue.controller.phases import SENT_BACK
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.views import UnitView
+from koordqueue.engine.messages import says_only_queued
 from koordqueue.engine.model import Standing
 from koordqueue.kube.errors import Conflict, KubeError
 
@@ -74,7 +75,7 @@ class MessageWriter(Part):
             if record is not None:
                 record.deferred_message = None
             return True
-        if record is None or last is None or _waiting_its_turn(last):
+        if record is None or last is None or says_only_queued(last):
             return False
         written_at = record.message_written_at
         every = self.amounts_seconds if meaning(last) == meaning(message) else MESSAGE_REFRESH_SECONDS
@@ -132,7 +133,7 @@ class MessageWriter(Part):
             log.info("message of %s not written: %s", key, e)
             return
         now = self.clock()
-        if _waiting_its_turn(message):
+        if says_only_queued(message):
             return  # queued, not yet tried: no scheduling has failed
         record = self.records.unit_to_write(key)
         last_failed = record.failed_scheduling_at
@@ -153,7 +154,7 @@ class MessageWriter(Part):
             for standing in standings:
                 written = self.records.written_message(standing.unit)
                 if written is not None and standing.message and written != standing.message \
-                        and not _waiting_its_turn(written):
+                        and not says_only_queued(written):
                     self.records.pending_messages.setdefault(standing.unit, standing.message)
 
 
@@ -164,9 +165,3 @@ def meaning(message: str) -> str:
     """The message with its amounts (quantities, counts, priorities) blanked out: what it says
     of why the unit waits. Numbers inside names (leaf-0-1) are kept."""
     return _AMOUNT.sub("#", message)
-
-
-def _waiting_its_turn(message: str) -> bool:
-    """Whether the engine's message says only that a unit is queued (engine.messages.queued),
-    not why it does not fit."""
-    return message.startswith("queued in ")

@@ -181,6 +181,9 @@ def explain(
         ahead = engine.queue_positions().get(standing.queue, [])[: standing.position - 1]
         result["ahead"] = [{"unit": s.unit, "priority": s.priority, "message": s.message} for s in ahead[:10]]
     result["advice"] = advice(engine, quotas, standing.quota, request, ahead, capacity)
+    tried = engine.flavors_tried(unit.key)
+    if tried is not None:  # its quota's flavors, in order, and why each refuses it (the message's words)
+        result["flavors"] = [{"flavor": t.flavor, "selects": t.selects, "refused": t.refused} for t in tried]
     protect = engine.protect_wait(unit.key)
     if protect is not None:
         result["advice"].insert(0, messages.protect_advice(protect))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from koordqueue.api.objects import FlavorToleration
 from koordqueue.engine import timers, views
 from koordqueue.engine.cycle import MAX_SCANS_PER_CYCLE, Cycle
 from koordqueue.engine.fairness import Fairness
@@ -27,6 +28,7 @@ from koordqueue.engine.ledger import BLOCKED_WINDOW, Ledger, UnitRecord, UnitSta
 from koordqueue.engine.model import (
     CycleResult,
     EngineConfig,
+    FlavorTry,
     NodeInfo,
     Placement,
     QueueInfo,
@@ -397,6 +399,18 @@ class Engine:
         if name is None or quota is None or quota.max_priority is None:
             return None
         return name, quota.max_priority
+
+    def flavor_tolerations(self, quota: str) -> tuple[FlavorToleration, ...]:
+        """The tolerations of a flavor (``koord-queue/tolerations``), which the pods of the
+        units admitted into it get with its node selector; () for any other quota."""
+        info = self._quotas.get(quota)
+        return info.tolerations if info is not None and info.node_selector else ()
+
+    def flavors_tried(self, key: str) -> list[FlavorTry] | None:
+        """For a queued unit of a quota with flavors: each flavor in order and why it refuses
+        the unit now (the words of its message, flavor by flavor); else None."""
+        self._sync()
+        return views.flavors_tried(self._ledger, key)
 
     def flavor_of(self, key: str, placement: Placement | None) -> str | None:
         """The flavor a unit of a quota with flavors was admitted into, by the node labels its

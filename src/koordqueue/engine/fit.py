@@ -98,20 +98,23 @@ def never_fits(leaf: QuotaNode, request: ResourceList, preemptible: bool = True)
     ceiling = leaf.ceiling
     if ceiling is None:
         ceiling = leaf.ceiling = _ceiling(leaf)
-    for name, asked in request.items():
-        cap = ceiling.get(name)
-        if cap is not None and asked > cap:
-            return _first_max_past(leaf, request)
+    if _past(request, ceiling):
+        return _first_max_past(leaf, request)
     if preemptible:
         return None
     floors = leaf.floor_ceiling
     if floors is None:
         floors = leaf.floor_ceiling = _floor_ceiling(leaf)
+    return _first_min_past(leaf, request) if _past(request, floors) else None
+
+
+def _past(request: ResourceList, caps: ResourceList) -> bool:
+    """Whether ``request`` asks more than ``caps`` of some resource ``caps`` names."""
     for name, asked in request.items():
-        floor = floors.get(name)
-        if floor is not None and asked > floor:
-            return _first_min_past(leaf, request)
-    return None
+        cap = caps.get(name)
+        if cap is not None and asked > cap:
+            return True
+    return False
 
 
 def _ceiling(leaf: QuotaNode) -> ResourceList:

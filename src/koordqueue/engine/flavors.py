@@ -26,9 +26,20 @@ from typing import Protocol
 from koordqueue.api.constants import FLAVOR_LEVEL
 from koordqueue.engine import messages
 from koordqueue.engine.fit import Misfit, borrowing, first_misfit
-from koordqueue.engine.flavorsets import Flavor, Flavoring, Selector, agrees, build, home, pinned, wait_text
+from koordqueue.engine.flavorsets import (
+    DISAGREES,
+    Flavor,
+    Flavoring,
+    Selector,
+    agrees,
+    build,
+    home,
+    pinned,
+    selects,
+    wait_text,
+)
 from koordqueue.engine.ledger import BLOCKED_WINDOW, Ledger, NodeWait, QueueState, UnitRecord
-from koordqueue.engine.model import Placement, PodSetInfo, Preemption, UnitInfo
+from koordqueue.engine.model import FlavorTry, Placement, PodSetInfo, Preemption, UnitInfo
 from koordqueue.engine.pending import Entry, Head, Heads, Shape
 from koordqueue.engine.placement import Unplaced, placement_key
 from koordqueue.engine.preemption import Preemptor
@@ -112,7 +123,7 @@ def process(cycle: CycleLike, state: QueueState, scan: ScanLike, head: Head) -> 
             continue
         placement: Placement | None = None
         if places:
-            pods = pinned(info.pod_sets, flavor.selector)
+            pods = pinned(info.pod_sets, flavor)
             got = ledger.room.place(pods, key=placement_key(pods))
             if isinstance(got, Unplaced):
                 refused.append((flavor, messages.unplaced(node, got)))
@@ -169,11 +180,11 @@ class _PinnedPods:
     """Within it, the unit's pod sets are pinned to a flavor (what preemption and
     admission in part place), and put back after."""
 
-    def __init__(self, info: UnitInfo, selector: Selector) -> None:
-        self.info, self.selector, self.kept = info, selector, info.pod_sets
+    def __init__(self, info: UnitInfo, flavor: Flavor) -> None:
+        self.info, self.flavor, self.kept = info, flavor, info.pod_sets
 
     def __enter__(self) -> None:
-        self.info.pod_sets = pinned(self.kept, self.selector)
+        self.info.pod_sets = pinned(self.kept, self.flavor)
 
     def __exit__(self, *_: object) -> None:
         self.info.pod_sets = self.kept
@@ -181,7 +192,7 @@ class _PinnedPods:
 
 def _preempt(cycle: CycleLike, state: QueueState, record: UnitRecord, flavor: Flavor, misfit: Misfit) -> _Found | None:
     view = _view(state, flavor.node)
-    with _PinnedPods(record.info, flavor.selector):
+    with _PinnedPods(record.info, flavor):
         admit, placement, _ = cycle.preemptor.preempt_for(record, view, misfit)
     state.reclaims = state.reclaims or view.reclaims
     return _Found(flavor, placement, False) if admit else None
@@ -247,7 +258,7 @@ def _reclaim_nodes(cycle: CycleLike, record: UnitRecord, flavor: Flavor,
 
 def _in_part(cycle: CycleLike, state: QueueState, record: UnitRecord, flavor: Flavor) -> _Found | None:
     view = _view(state, flavor.node)
-    with _PinnedPods(record.info, flavor.selector):
+    with _PinnedPods(record.info, flavor):
         placement, _ = cycle.in_part(record, view)
     return None if placement is None else _Found(flavor, placement, False)
 
@@ -305,6 +316,40 @@ def live_message(ledger: Ledger, record: UnitRecord, state: QueueState) -> str:
     """Why a queued unit of a flavored quota waits now (the views: explain, positions)."""
     flavoring = state.flavors
     assert flavoring is not None
+    candidates, refused, fits = _refusals(ledger, record, state)
+    if fits is not None:
+        return record.message  # it fits one now: the next cycle admits it
+    return wait_text(flavoring, record.info, candidates, refused)
+
+
+def tried(ledger: Ledger, record: UnitRecord, state: QueueState) -> list[FlavorTry]:
+    """Each flavor of a queued unit's quota, in order, and why it refuses the unit now: the
+    words of its message, flavor by flavor (the views: explain, the dashboard)."""
+    flavoring = state.flavors
+    assert flavoring is not None
+    candidates, refused, fits = _refusals(ledger, record, state)
+    why = {flavor.node.name: text for flavor, text in refused}
+    out = []
+    for flavor in flavoring.flavors:
+        name = flavor.node.name
+        if flavor not in candidates:
+            text: str | None = DISAGREES
+        elif name in why:
+            text = why[name]
+        elif fits is flavor:
+            text = None
+        else:
+            break  # not reached: an earlier flavor fits
+        out.append(FlavorTry(name, selects(flavor.selector), text))
+    return out
+
+
+def _refusals(ledger: Ledger, record: UnitRecord,
+              state: QueueState) -> tuple[tuple[Flavor, ...], list[tuple[Flavor, str]], Flavor | None]:
+    """The flavors a unit's pods agree with, what each refused it, in order, up to the first
+    where it fits now (returned last; None: none)."""
+    flavoring = state.flavors
+    assert flavoring is not None
     info = record.info
     candidates = flavoring.agreeing(info.pod_sets)
     refused: list[tuple[Flavor, str]] = []
@@ -315,13 +360,13 @@ def live_message(ledger: Ledger, record: UnitRecord, state: QueueState) -> str:
             refused.append((flavor, messages.waiting(flavor.node, misfit, info.priority)))
             continue
         if places:
-            got = ledger.room.place(pinned(info.pod_sets, flavor.selector))
+            got = ledger.room.place(pinned(info.pod_sets, flavor))
             if isinstance(got, Unplaced):
                 refused.append((flavor, messages.unplaced(flavor.node, got)))
                 continue
-        return record.message  # it fits one now: the next cycle admits it
-    return wait_text(flavoring, info, candidates, refused)
+        return candidates, refused, flavor
+    return candidates, refused, None
 
 
-__all__ = ["Flavor", "Flavoring", "agrees", "build", "home", "live_message", "pinned", "process", "wait_text",
+__all__ = ["Flavor", "Flavoring", "agrees", "build", "home", "live_message", "pinned", "process", "tried", "wait_text",
            "with_pins"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from koordqueue.engine.model import PodSetInfo, QuotaInfo, Requirement, UnitInfo
+from koordqueue.engine.model import PodSetInfo, QuotaInfo, Requirement, Toleration, UnitInfo
 from koordqueue.engine.quotanode import QuotaNode
 from koordqueue.engine.tree import QuotaTree
 
@@ -19,6 +19,7 @@ Selector = tuple[tuple[str, str], ...]
 class Flavor:
     node: QuotaNode
     selector: Selector
+    tolerations: tuple[Toleration, ...] = ()  # added to the pods admitted into it
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ def build(tree: QuotaTree, quotas: Mapping[str, QuotaInfo]) -> tuple[dict[QuotaN
         info = node.info
         assert info is not None
         if not node.children and info.node_selector:
-            out[node] = Flavoring(node, (Flavor(node, info.node_selector),))
+            out[node] = Flavoring(node, (flavor_of(node, info),))
         kids = {kid.name: kid for kid in node.children
                 if not kid.children and kid.info is not None and kid.info.node_selector}
         if not kids:
@@ -58,9 +59,14 @@ def build(tree: QuotaTree, quotas: Mapping[str, QuotaInfo]) -> tuple[dict[QuotaN
         for name in order:
             kid_info = kids[name].info
             assert kid_info is not None
-            flavors.append(Flavor(kids[name], kid_info.node_selector))
+            flavors.append(flavor_of(kids[name], kid_info))
         out[node] = Flavoring(node, tuple(flavors), info.borrow_first, info.preempt_first)
     return out, problems
+
+
+def flavor_of(node: QuotaNode, info: QuotaInfo) -> Flavor:
+    tolerations = tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in info.tolerations)
+    return Flavor(node, info.node_selector, tolerations)
 
 
 def agrees(selector: Selector, pod_sets: Sequence[PodSetInfo]) -> bool:
@@ -88,17 +94,22 @@ def _term_agrees(term: Sequence[Requirement], wanted: Mapping[str, str]) -> bool
     return True
 
 
-def pinned(pod_sets: Sequence[PodSetInfo], selector: Selector) -> tuple[PodSetInfo, ...]:
-    """The pod sets with the flavor's selector added to their nodeSelector."""
+def pinned(pod_sets: Sequence[PodSetInfo], flavor: Flavor) -> tuple[PodSetInfo, ...]:
+    """The pod sets with the flavor's selector added to their nodeSelector, and its
+    tolerations to theirs (as the admission writes them into the pod templates)."""
     out = []
     for ps in pod_sets:
         merged = dict(ps.node_selector)
-        merged.update(selector)
-        out.append(replace(ps, node_selector=tuple(sorted(merged.items()))))
+        merged.update(flavor.selector)
+        tolerations = ps.tolerations + tuple(t for t in flavor.tolerations if t not in ps.tolerations)
+        out.append(replace(ps, node_selector=tuple(sorted(merged.items())), tolerations=tolerations))
     return tuple(out)
 
 
-def _selects(selector: Selector) -> str:
+DISAGREES = "its pods select other nodes"  # a flavor a unit's own node selection rules out
+
+
+def selects(selector: Selector) -> str:
     return ",".join(f"{k}={v}" for k, v in selector)
 
 
@@ -109,9 +120,9 @@ def wait_text(flavoring: Flavoring, info: UnitInfo, candidates: Sequence[Flavor]
     if len(flavoring.flavors) == 1 and flavoring.flavors[0].node is parent:
         return refused[0][1] if refused else f"waiting for quota {parent.name}"
     if not candidates:
-        offered = "; ".join(f"{f.node.name} ({_selects(f.selector)})" for f in flavoring.flavors)
+        offered = "; ".join(f"{f.node.name} ({selects(f.selector)})" for f in flavoring.flavors)
         return (f"no flavor of quota {parent.name} agrees with the nodes its pods select; its flavors: {offered}")
-    said = "; ".join(f"{f.node.name} ({_selects(f.selector)}): {why}" for f, why in refused)
+    said = "; ".join(f"{f.node.name} ({selects(f.selector)}): {why}" for f, why in refused)
     if len(candidates) < len(flavoring.flavors):
         names = ", ".join(f.node.name for f in candidates)
         return (f"waiting for flavor{'s' if len(candidates) > 1 else ''} {names} of quota {parent.name} "

@@ -180,8 +180,17 @@ def _domain(level: str) -> str:
     return "node" if level == LABEL_HOSTNAME else level.rpartition("/")[2]
 
 
+_QUEUED = "queued in "
+
+
 def queued(queue: str, quota: str, policy: str) -> str:
-    return f"queued in {queue} for quota {quota} ({policy} policy), waiting for its turn"
+    return f"{_QUEUED}{queue} for quota {quota} ({policy} policy), waiting for its turn"
+
+
+def says_only_queued(message: str) -> bool:
+    """Whether a message (one written on an object, perhaps before a restart) is `queued`'s:
+    a unit in its queue not yet tried, rather than a reason it does not fit."""
+    return message.startswith(_QUEUED)
 
 
 def blocked(head: str, queue: str, policy: str) -> str:

@@ -246,6 +246,16 @@ class Standing:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class FlavorTry:
+    """One flavor of a waiting unit's quota, in the order they are tried, and why it refused
+    the unit (None: it fits there now, the next cycle admits it): for `explain` and the dashboard."""
+
+    flavor: str
+    selects: str  # its node selector, as the annotation writes it
+    refused: str | None
+
+
 def auto_queue_for(quota: QuotaInfo) -> QueueInfo:
     """The Queue created for every ElasticQuota: in the system namespace, named like it."""
     return QueueInfo(

@@ -14,7 +14,15 @@ from koordqueue.engine import flavors, messages
 from koordqueue.engine.fairness import Fairness, budget_wait
 from koordqueue.engine.fit import first_misfit
 from koordqueue.engine.ledger import Ledger, QueueState, UnitRecord, UnitState
-from koordqueue.engine.model import Placement, QuotaInfo, QuotaStatus, ResourceList, Standing, UnitInfo
+from koordqueue.engine.model import (
+    FlavorTry,
+    Placement,
+    QuotaInfo,
+    QuotaStatus,
+    ResourceList,
+    Standing,
+    UnitInfo,
+)
 from koordqueue.engine.pending import Shape
 from koordqueue.engine.placement import Unplaced
 
@@ -180,6 +188,16 @@ def protect_wait(ledger: Ledger, key: str) -> float | None:
     if record is None or record.state is not UnitState.QUEUED or record.queue is None:
         return None
     return ledger.protect(is_protected(ledger, record, record.queue))
+
+
+def flavors_tried(ledger: Ledger, key: str) -> list[FlavorTry] | None:
+    """The flavors a queued unit of a flavored quota may be admitted into, in order, and why
+    each refuses it now (``Engine.flavors_tried``); None: not queued, or no flavors."""
+    record = ledger.units.get(key)
+    state = record.queue if record is not None else None
+    if record is None or record.state is not UnitState.QUEUED or state is None or state.flavors is None:
+        return None
+    return flavors.tried(ledger, record, state)
 
 
 def flavor_of(ledger: Ledger, key: str, placement: Placement | None) -> str | None:

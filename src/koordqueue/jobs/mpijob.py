@@ -28,7 +28,7 @@ from koordqueue.api.meta import section
 from koordqueue.jobs.base import Job, JobState, PodLabels, Role, replicas, template
 from koordqueue.jobs.kind import JobKind, Manifest
 from koordqueue.jobs.kubeflow import KubeflowAdapter, kubeflow_crd
-from koordqueue.jobs.placement import selector_field
+from koordqueue.jobs.placement import template_patch
 
 V1ALPHA1_ROLE = "worker"  # the v1alpha1 form's one role (lower case: v1's roles are Launcher, Worker)
 
@@ -60,8 +60,9 @@ class MPIJobAdapter(KubeflowAdapter):
         spec: dict[str, Any] = {}
         if "replicas" in fields:
             spec["replicas"] = fields["replicas"]
-        if "nodeSelector" in fields:
-            spec["template"] = {"spec": {"nodeSelector": selector_field(fields["nodeSelector"])}}
+        template = template_patch(fields)
+        if template.get("spec"):  # (v1alpha1's single template: no metadata marks)
+            spec["template"] = {"spec": template["spec"]}
         return {"spec": spec}
 
     def native_suspended(self, job: Job) -> bool:

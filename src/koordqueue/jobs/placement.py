@@ -219,6 +219,14 @@ def as_written(name: str, replicas: int, template: Mapping[str, Any], original: 
                 current[key] = value
         spec["nodeSelector"] = current or None
         template = {**template, "spec": {k: v for k, v in spec.items() if v is not None}}
+    if TOLERATIONS in original:  # (the user's list, or None: they wrote none)
+        tolerations = original[TOLERATIONS]
+        if tolerations is not None and not (isinstance(tolerations, list)
+                                            and all(isinstance(t, Mapping) for t in tolerations)):
+            raise InvalidObject(f"{where}: annotation {ANNOTATION_PLACED}: {name}.tolerations is not what "
+                                "koord-queue writes (a list of Tolerations, or null); remove it")
+        spec = {**section(template, "spec", f"{where}: template"), TOLERATIONS: tolerations}
+        template = {**template, "spec": {k: v for k, v in spec.items() if v is not None}}
     marks = {key: original[key] for key in MARKS if isinstance(original.get(key), Mapping)}
     if marks:
         meta = dict(section(template, "metadata", f"{where}: template"))
@@ -235,17 +243,21 @@ def as_written(name: str, replicas: int, template: Mapping[str, Any], original: 
 
 
 Pairs = tuple[tuple[str, str], ...]
-Written = tuple[str, int, Pairs, Pairs, Pairs]
+Written = tuple[str, int, Pairs, Pairs, Pairs, str]
 """A role as the user wrote it: its name in the job, its replicas, and its pod template's
-nodeSelector, labels and annotations (sorted pairs)."""
+nodeSelector, labels and annotations (sorted pairs), and tolerations (JSON; "": none)."""
 MARKS = ("labels", "annotations")  # a pod template's metadata an admission may mark
+TOLERATIONS = "tolerations"  # a pod template's spec.tolerations, which a flavor's admission extends
 
 
 def written_role(role: str, replicas: int, template: Mapping[str, Any]) -> Written:
     """A role's ``Written`` from its pod template as the user wrote it (read by pod_sets)."""
     meta = template.get("metadata") or {}
-    return (role, replicas, tuple(sorted(((template.get("spec") or {}).get("nodeSelector") or {}).items())),
-            tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())))
+    spec = template.get("spec") or {}
+    tolerations = spec.get(TOLERATIONS)
+    return (role, replicas, tuple(sorted((spec.get("nodeSelector") or {}).items())),
+            tuple(sorted((meta.get("labels") or {}).items())), tuple(sorted((meta.get("annotations") or {}).items())),
+            orjson.dumps(tolerations).decode() if isinstance(tolerations, list) and tolerations else "")
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,7 @@ class PodMarks:
 
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()  # the flavor's, added to the pods' own
 
 
 def koordinator_marks(quota: str, gang: str, roles: Sequence[Written], placement: Placement) -> PodMarks:
@@ -270,6 +283,8 @@ def template_patch(fields: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "nodeSelector" in fields:
         out["spec"] = {"nodeSelector": selector_field(fields["nodeSelector"])}
+    if TOLERATIONS in fields:  # the whole list (a merge patch replaces lists), or None: none
+        out.setdefault("spec", {})[TOLERATIONS] = fields[TOLERATIONS]
     meta = {key: None if fields[key] is None else dict(fields[key]) for key in MARKS if key in fields}
     if meta:
         out["metadata"] = meta
@@ -299,10 +314,12 @@ def admission_patch(role_patch: RolePatch, roles: Sequence[Written], before: Ori
         for key in ("nodeSelector", *MARKS):
             if key in change:
                 into[key] = {**into.get(key, {}), **change[key]}
+        if TOLERATIONS in change:
+            into[TOLERATIONS] = change[TOLERATIONS]
     if not fields:
         return None
     written = {name: {"nodeSelector": selector, "labels": labels, "annotations": annotations}
-               for name, _, selector, labels, annotations in roles}
+               for name, _, selector, labels, annotations, _ in roles}
     for name, into in fields.items():
         for key in ("nodeSelector", *MARKS):
             values = into.get(key)
@@ -323,7 +340,7 @@ def _changes(roles: Sequence[Written], placement: Placement,
     user wrote them, that those replace."""
     changes: dict[str, dict[str, Any]] = {}
     replaced: Originals = {}
-    for name, replicas, node_selector, labels_written, annotations_written in roles:
+    for name, replicas, node_selector, labels_written, annotations_written, tolerations_written in roles:
         pod_set = name.lower()
         count = placement.count_of(pod_set, replicas)
         pins = {label: value for set_name, _, chain in placement.domains if set_name == pod_set
@@ -336,6 +353,11 @@ def _changes(roles: Sequence[Written], placement: Placement,
             selector = dict(node_selector)
             change["nodeSelector"] = pins
             before["nodeSelector"] = {label: selector.get(label) for label in pins}
+        if marks.tolerations:
+            own: list[Any] = orjson.loads(tolerations_written) if tolerations_written else []
+            added = [dict(t) for t in marks.tolerations if t not in own]
+            if added:
+                change[TOLERATIONS], before[TOLERATIONS] = own + added, own or None
         for key, wanted, written in (("labels", marks.labels, dict(labels_written)),
                                      ("annotations", marks.annotations, dict(annotations_written))):
             if any(written.get(k) != v for k, v in wanted.items()):

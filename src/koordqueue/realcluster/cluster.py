@@ -153,7 +153,7 @@ class RealCluster:
                  binaries: dict[str, Path] | None = None, audit: bool = True, audit_users: tuple[str, ...] = (),
                  component_qps: int = 200, controller_manager_flags: tuple[str, ...] = (),
                  full_history: bool = False, koordinator: bool = False, kuberay: bool = False,
-                 pod_workers: int = 4, audit_pods: bool = False) -> None:
+                 pod_workers: int = 4, audit_pods: bool = False, koordinator_pods: bool = False) -> None:
         """`audit_users`: log only these users' requests (a benchmark counting a controller's);
         `audit_pods`: the audit log keeps each pod as created (and status writes' bodies), so
         that what bound pods asked can be summed from it (tests/security's sampler);
@@ -163,6 +163,8 @@ class RealCluster:
         as JSON (not protobuf), so that a reader of etcd (the chaos checker) sees every write;
         `koordinator`: koord-scheduler schedules the pods in kube-scheduler's place, and
         koord-manager's ElasticQuota webhooks check the quotas, as beside the guide's Koord-Queue;
+        `koordinator_pods`: koord-manager's pod mutating webhook too (its GPU-share resources
+        rewritten as koord-scheduler then charges them), beside Koordinator;
         `kuberay`: KubeRay's operator makes the pods of RayJobs and RayClusters, with its CRDs;
         `pod_workers`: how many pods kwok moves through their stages at once (its default is 4;
         a benchmark with hundreds of pods in flight measures kwok's queue with it)."""
@@ -178,6 +180,7 @@ class RealCluster:
         self.component_qps = component_qps
         self.controller_manager_flags = controller_manager_flags
         self.koordinator = koordinator
+        self.koordinator_pods = koordinator_pods
         self.kuberay = kuberay
         self.pod_workers = pod_workers
         self._binaries = binaries
@@ -459,12 +462,14 @@ class RealCluster:
         port, probe_port = free_port(), free_port()
         names = {"MutatingWebhookConfiguration": "koordinator-mutating-webhook-configuration",
                  "ValidatingWebhookConfiguration": "koordinator-validating-webhook-configuration"}
+        # Its ElasticQuota webhooks; with `koordinator_pods`, its pod mutating webhook at creation too.
+        kept = {"melasticquota.koordinator.sh", "velasticquota.koordinator.sh",
+                *(("mpod-create.koordinator.sh",) if self.koordinator_pods else ())}
         for manifest in yaml.safe_load_all((source / "config" / "webhook" / "manifests.yaml").read_text()):
             if not manifest or manifest["kind"] not in names:
                 continue
             manifest["metadata"] = {"name": names[manifest["kind"]]}
-            manifest["webhooks"] = [hook for hook in manifest["webhooks"]
-                                    if any("elasticquotas" in rule["resources"] for rule in hook["rules"])]
+            manifest["webhooks"] = [hook for hook in manifest["webhooks"] if hook["name"] in kept]
             self.apply(manifest)
         kubeconfig = self._koordinator_user("koord-manager", source / "config" / "rbac" / "role.yaml")
         self._run("koord-manager", [

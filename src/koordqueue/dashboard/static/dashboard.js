@@ -272,6 +272,11 @@
     if (asks.length) {
       rows.push(h("dt", {}, "Asks"), h("dd", {}, asks.map((r) => `${r} ${formatQuantity(why.request[r])}`).join(", ")));
     }
+    if (why.flavors && why.flavors.length) {
+      // Its quota's flavors in the order they are tried, each with the server's words for its refusal.
+      rows.push(h("dt", {}, "Flavors tried"), h("dd", {}, h("ol", { id: "explain-flavors" }, why.flavors.map((t) =>
+        h("li", { "data-flavor": t.flavor }, h("strong", {}, t.flavor), ` (${t.selects}): ${t.refused || "fits now"}`)))));
+    }
     if (why.ahead.length) {
       rows.push(h("dt", {}, "Ahead of it"), h("dd", {}, h("ol", {}, why.ahead.map((item) =>
         h("li", {}, `${item.unit} (priority ${item.priority}): ${item.message}`)))));

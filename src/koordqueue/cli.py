@@ -7,8 +7,18 @@ from typing import Any
 import click
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import parse_mappings
 from koordqueue.controller.config import ALL_JOB_KINDS, ControllerConfig
 from koordqueue.controller.scope import parse_selector
+
+
+def _checked_mappings(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """--device-class-mappings is the admin's: a bad one stops the controller before it starts."""
+    try:
+        parse_mappings(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
 
 
 @click.group()
@@ -126,6 +136,10 @@ def simulate(trace: str, as_json: bool, html_path: str | None, compare_trace: st
 @click.option("--managed-jobs-namespace-selector", default="",
               help="Whose namespaces' jobs are queued: a label selector in JSON, as the webhook's namespaceSelector "
                    "(empty or {}: all but kube-system, kube-public, kube-node-lease and --namespace).")
+@click.option("--device-class-mappings", default="", callback=_checked_mappings,
+              help="DRA: charge each device a pod's ResourceClaims ask for as a quota resource, "
+                   "deviceclass=resource[:count][@driver], comma-separated (Kueue's deviceClassMappings; "
+                   "with @driver, the driver's ResourceSlices say which nodes have such devices).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
@@ -188,6 +202,7 @@ def controller(**opts: Any) -> None:
         visibility=opts["visibility"],
         pod_name=opts["pod_name"],
         pod_namespace=opts["pod_namespace"],
+        device_class_mappings=opts["device_class_mappings"],
     )
     run(opts["kubeconfig"], config, opts["log_format"], opts["log_level"])
 
@@ -249,15 +264,17 @@ def explain(target: str | None, namespace: str | None, filename: str | None, as_
               help="embedded: our own API server (Python only). kube: the real kube-apiserver, etcd, "
                    "scheduler, controller-manager, kwok and the training operator, built from Go modules "
                    "first when missing (needs Go 1.26).")
+@click.option("--device-class-mappings", default="", callback=_checked_mappings,
+              help="DRA: deviceclass=resource[:count][@driver], comma-separated (as the controller's flag).")
 def up(state_dir: str, nodes: int, gpus_per_node: int, example: bool, metrics_port: int, dashboard_port: int,
-       api_handler_port: int, control_plane: str) -> None:
+       api_handler_port: int, control_plane: str, device_class_mappings: str) -> None:
     """The whole system on this machine with no cluster: API server, simulated nodes, controller."""
     from pathlib import Path
 
     from koordqueue.up import main as run_up
 
     run_up(Path(state_dir), nodes, gpus_per_node, example, metrics_port, dashboard_port, control_plane,
-           api_handler_port)
+           api_handler_port, device_class_mappings)
 
 
 if __name__ == "__main__":

@@ -341,7 +341,8 @@ def _command() -> str:
     return str(beside) if beside.exists() else f"{sys.executable} -m koordqueue.cli"
 
 
-def controller_config(metrics_port: int, dashboard_port: int, api_handler_port: int = 0) -> ControllerConfig:
+def controller_config(metrics_port: int, dashboard_port: int, api_handler_port: int = 0,
+                      device_class_mappings: str = "") -> ControllerConfig:
     """The controller of `up`: loopback only, no leader election, webhook, dashboard and
     Koord-Queue's HTTP API on."""
     return ControllerConfig(
@@ -350,18 +351,19 @@ def controller_config(metrics_port: int, dashboard_port: int, api_handler_port: 
         dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dashboard_port,
         api_handler=True, api_handler_host="127.0.0.1", api_handler_port=api_handler_port,
         quota_status_refresh_seconds=1.0, queue_status_refresh_seconds=5.0,
-        workload_kinds=frozenset(c.WORKLOAD_EXTENSIONS),
+        workload_kinds=frozenset(c.WORKLOAD_EXTENSIONS), device_class_mappings=device_class_mappings,
     )
 
 
-def kube_controller_config(metrics_port: int, dashboard_port: int, api_handler_port: int = 0) -> ControllerConfig:
+def kube_controller_config(metrics_port: int, dashboard_port: int, api_handler_port: int = 0,
+                           device_class_mappings: str = "") -> ControllerConfig:
     """`up`'s controller on the real control plane: its webhook (and the visibility API on its
     port) on this machine's address, which kube-apiserver may name in the visibility API's
     EndpointSlice (not loopback, which it refuses there); on loopback when the machine has none
     (no default route), the visibility API then not registered."""
     from koordqueue.realcluster.cluster import host_address
 
-    config = controller_config(metrics_port, dashboard_port, api_handler_port)
+    config = controller_config(metrics_port, dashboard_port, api_handler_port, device_class_mappings)
     try:
         host = host_address()
     except OSError as e:
@@ -373,11 +375,12 @@ def kube_controller_config(metrics_port: int, dashboard_port: int, api_handler_p
 
 async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
                  dashboard_port: int = 0, ready: asyncio.Event | None = None,
-                 stop: asyncio.Event | None = None, api_handler_port: int = 0) -> None:
+                 stop: asyncio.Event | None = None, api_handler_port: int = 0,
+                 device_class_mappings: str = "") -> None:
     state_dir = state_dir.resolve()  # what it prints (KUBECONFIG=...) works from any directory
     server = APIServer(state_dir, crds=all_crds())
     await server.start()
-    config = controller_config(metrics_port, dashboard_port, api_handler_port)
+    config = controller_config(metrics_port, dashboard_port, api_handler_port, device_class_mappings)
     log_buffer = LogBuffer()
     server.pod_logs.attach(config.system_namespace, CONTROLLER_LABELS, CONTROLLER_CONTAINER, log_buffer)
     stop = stop or asyncio.Event()
@@ -408,7 +411,8 @@ async def run_up(state_dir: Path, nodes: int, gpus_per_node: int, example: bool,
 
 async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int = 0,
                       dashboard_port: int = 0, ready: asyncio.Event | None = None,
-                      stop: asyncio.Event | None = None, api_handler_port: int = 0) -> None:
+                      stop: asyncio.Event | None = None, api_handler_port: int = 0,
+                      device_class_mappings: str = "") -> None:
     """`up` on the real control plane (kube-apiserver, etcd, kwok, the training operator),
     built from e2e/ first when it is not built yet."""
     from koordqueue.realcluster import build
@@ -433,7 +437,7 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
         handler = logging.FileHandler(cluster.controller_log)  # kwok serves it as the Deployment's pod log
         handler.setFormatter(_CriFormatter(TEXT_FORMAT))
         async with KubeClient(load_config(str(cluster.kubeconfig_path)), qps=1000, burst=2000) as client:
-            config = kube_controller_config(metrics_port, dashboard_port, api_handler_port)
+            config = kube_controller_config(metrics_port, dashboard_port, api_handler_port, device_class_mappings)
             with controller_log(handler):
                 manager = Manager(client, config)
                 task = asyncio.create_task(manager.run())
@@ -452,7 +456,8 @@ async def run_up_kube(state_dir: Path, nodes: int, gpus_per_node: int, example: 
 
 
 def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics_port: int,
-         dashboard_port: int, control_plane: str = "embedded", api_handler_port: int = c.KOORD_API_PORT) -> None:
+         dashboard_port: int, control_plane: str = "embedded", api_handler_port: int = c.KOORD_API_PORT,
+         device_class_mappings: str = "") -> None:
     logging.basicConfig(level=logging.WARNING, format=TEXT_FORMAT)
     for handler in logging.getLogger().handlers:  # the terminal gets warnings; the controller's pod log, all
         handler.setLevel(logging.WARNING)
@@ -460,6 +465,6 @@ def main(state_dir: Path, nodes: int, gpus_per_node: int, example: bool, metrics
     run = run_up_kube if control_plane == "kube" else run_up
     try:
         aio.run(run(state_dir, nodes, gpus_per_node, example, metrics_port, dashboard_port,
-                    api_handler_port=api_handler_port))
+                    api_handler_port=api_handler_port, device_class_mappings=device_class_mappings))
     except UpError as e:
         raise SystemExit(f"koord-queue up: {e}") from None

@@ -620,3 +620,26 @@ def test_workloads_queued_by_gate_add_the_pod_webhooks_the_flag_and_the_pod_writ
     assert ("", "pods", "delete", "") not in grants(one(off, "ClusterRole", "koord-queue")["rules"])
     assert all(len(one(off, kind)["webhooks"]) == 1
                for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"))
+
+
+def test_device_class_mappings_become_the_flag_and_grant_reading_claims() -> None:
+    """deviceClassMappings (DRA, Kueue's deviceClassMappings): rendered to
+    --device-class-mappings, which the controller's command line parses; the controller is
+    granted reading the claims, templates and ResourceSlices only with mappings; a bad
+    mapping stops the controller before it starts (admin input)."""
+    assert flag(case("defaults"), "device-class-mappings") == []
+    objects = render({"deviceClassMappings": [
+        {"deviceClass": "gpu.example.com", "resource": "example.com/gpu"},
+        {"deviceClass": "mig.example.com", "resource": "nvidia.com/mig-1g.10gb", "count": 2,
+         "driver": "mig.example.com"}]})
+    value = "gpu.example.com=example.com/gpu:1,mig.example.com=nvidia.com/mig-1g.10gb:2@mig.example.com"
+    assert flag(objects, "device-class-mappings") == [value]
+    with controller_command.make_context("controller", list(args(objects))) as ctx:
+        assert ctx.params["device_class_mappings"] == value
+    rules = one(objects, "ClusterRole", "koord-queue")["rules"]
+    assert any(rule["apiGroups"] == ["resource.k8s.io"] and "resourceclaimtemplates" in rule["resources"]
+               for rule in rules)
+    assert not any("resource.k8s.io" in rule["apiGroups"]
+                   for rule in one(case("defaults"), "ClusterRole", "koord-queue")["rules"])
+    with pytest.raises(click.BadParameter, match="count per device"):
+        controller_command.make_context("controller", ["--device-class-mappings=gpu.example.com=example.com/gpu:0"])

@@ -236,7 +236,7 @@ class TestWakeTime:
 
 def test_a_trace_with_unknown_keys_warns_and_runs() -> None:
     result = run({"objects": [TEAM], "queues": [], "jobs": [job(0, pytorch_job("a", "team", gpus(1)), runtime=1)]})
-    assert result.warnings == ["unknown top-level key 'queues' ignored (known: nodes, topology, objects, jobs, events, until)"]
+    assert result.warnings == ["unknown top-level key 'queues' ignored (known: nodes, topology, deviceClassMappings, objects, jobs, events, until)"]
     assert by_name(result)["a"].finished == 1.0
 
 

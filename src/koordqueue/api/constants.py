@@ -90,6 +90,18 @@ ARGO_WORKFLOW_KIND = "Workflow"
 SCHEDULING_API_VERSION = "scheduling.k8s.io/v1"
 PRIORITY_CLASS_KIND = "PriorityClass"
 
+# Dynamic Resource Allocation (resource.k8s.io/v1, Kubernetes 1.34 and later; api/dra.py).
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+RESOURCE_CLAIM_KIND = "ResourceClaim"
+RESOURCE_CLAIM_PLURAL = "resourceclaims"
+RESOURCE_CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
+RESOURCE_CLAIM_TEMPLATE_PLURAL = "resourceclaimtemplates"
+RESOURCE_SLICE_KIND = "ResourceSlice"
+RESOURCE_SLICE_PLURAL = "resourceslices"
+DEVICE_CLASS_KIND = "DeviceClass"
+DEVICE_CLASS_PLURAL = "deviceclasses"
+
 # The namespace that holds the Queues created for ElasticQuotas.
 SYSTEM_NAMESPACE = "koord-queue"
 AUTO_QUEUE_PRIORITY = 1000
@@ -468,6 +480,8 @@ class EventReason(StrEnum):
     FAILED = "Failed"  # (a job that succeeded gets no event: its unit's phase says so)
     SPEC_RESTORED = "SpecRestored"  # a hand edit of a QueueUnit's spec was undone
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # a job is held for a class that does not exist
+    # A job waits for a ResourceClaimTemplate or ResourceClaim its pods use that does not exist (DRA).
+    RESOURCE_CLAIM_NOT_FOUND = "ResourceClaimNotFound"
     DEACTIVATED = "Deactivated"  # Koord-Queue's: an inactive job suspended, its quota released
     MAX_EXEC_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"  # (Koord-Queue's) ran past its maximum
     # A job whose QueueUnit name (job name + kind suffix) is another job's unit: it waits, suspended.

@@ -15,6 +15,7 @@ import base64
 from collections.abc import Callable
 from typing import Any
 
+from koordqueue.api import constants as c
 from koordqueue.api.constants import (
     CONDITION_FALSE,
     POD_CONDITION_SCHEDULED,
@@ -65,6 +66,12 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _rt("coordination.k8s.io", "v1", "Lease", "leases"),
     _rt("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", short_names=("pdb",), subresources=_STATUS),
     _rt("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, short_names=("pc",)),
+    # DRA (resource.k8s.io/v1; apiserver/dra.py: their validation basics, no allocation)
+    _rt(c.DRA_GROUP, c.DRA_VERSION, c.RESOURCE_CLAIM_KIND, c.RESOURCE_CLAIM_PLURAL, subresources=_STATUS),
+    _rt(c.DRA_GROUP, c.DRA_VERSION, c.RESOURCE_CLAIM_TEMPLATE_KIND, c.RESOURCE_CLAIM_TEMPLATE_PLURAL),
+    _rt(c.DRA_GROUP, c.DRA_VERSION, c.RESOURCE_SLICE_KIND, c.RESOURCE_SLICE_PLURAL, False,
+        selectable_fields=("spec.nodeName", "spec.driver")),
+    _rt(c.DRA_GROUP, c.DRA_VERSION, c.DEVICE_CLASS_KIND, c.DEVICE_CLASS_PLURAL, False),
     _rt("batch", "v1", "Job", "jobs", categories=("all",), subresources=_STATUS,
         selectable_fields=("status.successful",)),
     _rt("apps", "v1", "Deployment", "deployments", short_names=("deploy",), categories=("all",),

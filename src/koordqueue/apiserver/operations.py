@@ -22,8 +22,9 @@ from typing import Any
 
 import orjson
 
+from koordqueue.api import constants as c
 from koordqueue.apiserver import apply as ssa
-from koordqueue.apiserver import builtin, crd, crvalidation, errors, priority
+from koordqueue.apiserver import builtin, crd, crvalidation, dra, errors, priority
 from koordqueue.apiserver import managedfields as mf
 from koordqueue.apiserver.builtin import CRD_KEY, NAMESPACE_KEY, POD_KEY
 from koordqueue.apiserver.patch import (
@@ -262,6 +263,8 @@ class Operations:
             found = checks.validate(obj, None, name_causes + check_metadata(obj["metadata"]))
             if found:
                 raise errors.invalid(rt, name, found)
+        if rt.group == c.DRA_GROUP and (causes := dra.create_causes(rt.storage_key, obj)):
+            raise errors.invalid(rt, name, causes)
         if rt.storage_key == POD_KEY and not subresource:
             builtin.prepare_pod_for_create(obj)
             if causes := builtin.pod_create_causes(obj):
@@ -537,6 +540,8 @@ class Operations:
                 priority.admit_update(result, old)
                 if causes := builtin.pod_update_causes(result, old):
                     raise errors.invalid(rt, name, causes)
+            if rt.group == c.DRA_GROUP and (causes := dra.update_causes(rt.storage_key, result, old)):
+                raise errors.invalid(rt, name, causes)
             if checks is None and (causes := check_metadata(meta)):
                 raise errors.invalid(rt, name, causes)
             if rt.storage_key == CRD_KEY:

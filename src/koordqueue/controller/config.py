@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import DeviceClassMapping, parse_mappings
 from koordqueue.controller.scope import default_selector
 from koordqueue.loader import ALL_JOB_KINDS, Settings
 
@@ -103,6 +104,20 @@ class ControllerConfig:
     # This replica's pod (downward API): labelled koord-queue-leader=true while it leads, with visibility on.
     pod_name: str = ""
     pod_namespace: str = ""
+    # DRA: DeviceClass -> quota resource, ``deviceclass=resource[:count][@driver]`` comma-separated
+    # (the chart's deviceClassMappings; api/dra.py). Empty: claims are not read, nor charged.
+    device_class_mappings: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            parse_mappings(self.device_class_mappings)
+        except ValueError as e:  # admin input: the controller does not start with it
+            raise ValueError(f"--device-class-mappings: {e}") from None
+
+    @property
+    def dra_mappings(self) -> dict[str, DeviceClassMapping]:
+        """The device class mappings (checked as the config was made)."""
+        return parse_mappings(self.device_class_mappings)
 
     @property
     def namespace_selector(self) -> dict[str, Any]:

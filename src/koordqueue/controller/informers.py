@@ -14,6 +14,7 @@ import orjson
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.config import ControllerConfig
+from koordqueue.controller.dra import Claims
 from koordqueue.controller.orphans import BARE_OFF, is_bare, orphan_reason
 from koordqueue.controller.pods import PodIndex, PodView, pod_view
 from koordqueue.controller.records import Records
@@ -82,6 +83,7 @@ class Informers:
             kind: Informer(client, job_resource(kind), project=self._project_job)
             for kind in sorted(config.job_kinds)
         }
+        self.claims = Claims(client, config.dra_mappings)  # DRA: read only with mappings (controller/dra.py)
         self.pods = PodIndex()  # the pods of jobs, by their job's label
         # (label, namespace, value) a job's pods carry -> the jobs ("kind/namespace/name"): a
         # pod names its Ray cluster, not its RayJob, so pods are led to jobs by this, not by name.
@@ -94,8 +96,8 @@ class Informers:
 
     def all(self) -> list[Informer[Any]]:
         trees = [self.tree] if self.trees_served else []
-        return [self.pc, self.namespace, self.node, self.quota, *trees, self.queue, self.unit, self.pod,
-                *self.jobs.values()]
+        return [self.pc, self.namespace, self.node, *self.claims.informers(), self.quota, *trees, self.queue,
+                self.unit, self.pod, *self.jobs.values()]
 
     async def start(self) -> None:
         # Priority classes and namespaces first: job projections read them.
@@ -163,7 +165,7 @@ class Informers:
             return None
         item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         fingerprint = _job_fingerprint(obj, self.pc_version)
-        old = self.job_view(item)
+        old = self._own_view(item)
         record = self.records.job(item)
         if old is not None and old.invalid is None and record is not None and record.fingerprint == fingerprint:
             try:
@@ -191,15 +193,19 @@ class Informers:
         job = informer.get(f"{namespace}/{name}") if informer is not None else None
         return job.uid if job is not None else None
 
-    def job_view(self, item: str) -> JobView | None:
-        """Our view of the job ``kind/namespace/name``, if we have one, as of the PriorityClasses
-        there are now."""
+    def _own_view(self, item: str) -> JobView | None:
+        """The job's view as its informer keeps it (not charged for its claims)."""
         kind, _, key = item.partition("/")
         informer = self.jobs.get(kind)
-        job = informer.get(key) if informer is not None else None
+        return informer.get(key) if informer is not None else None
+
+    def job_view(self, item: str) -> JobView | None:
+        """Our view of the job ``kind/namespace/name``, if we have one, as of the PriorityClasses
+        there are now, charged for its claims as the templates and claims are now (dra.py)."""
+        job = self._own_view(item)
         if job is not None and job.priority_classes and priority_classes_changed(job, self.priority_classes):
             job = with_priority_classes(job, self.priority_classes)
-        return job
+        return self.claims.charged(job) if job is not None else None
 
     def job_of(self, unit: UnitView) -> JobView | None:
         """The job that stands behind the unit (None for a bare unit, even one whose consumerRef

@@ -15,6 +15,7 @@ import re
 
 from koordqueue.api import constants as c
 from koordqueue.controller import status as st
+from koordqueue.controller.dra import with_device_classes
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.phases import SENT_BACK
 from koordqueue.controller.shared import Part, Shared
@@ -60,10 +61,19 @@ class MessageWriter(Part):
                     batch.setdefault(key, message)  # unless a newer one came meanwhile
             # Which to write is decided here, in the step that took the batch: one not written yet
             # is back in pending_messages before anything else runs, never missing from both.
+            batch = {key: self._with_device_classes(key, message) for key, message in batch.items()}
             writes = [self._tell(key, message, unit) for key, message in batch.items()
                       if not self._defer(key, message, now) and (unit := self._view_to_write(key, message))]
             if writes:
                 await asyncio.gather(*writes)
+
+    def _with_device_classes(self, key: str, message: str) -> str:
+        """The message naming the device classes of the quota resources its job's claims are
+        charged (dra.with_device_classes); as the engine says it for a job with none."""
+        unit = self.informers.unit.get(key)
+        if unit is None or not self.informers.claims.mappings:
+            return message
+        return with_device_classes(message, self.informers.job_of(unit))
 
     def _defer(self, key: str, message: str, now: float) -> bool:
         """Whether the message is not to be written now: it is written already, or the unit was

@@ -17,7 +17,7 @@ from dataclasses import replace
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.objects import QueueSettings, is_koordinators_own, parse_queue
-from koordqueue.api.quantity import QuantityError
+from koordqueue.api.quantity import QuantityError, add
 from koordqueue.api.quotatree import ParsedTree, choose_tree, parse_quota_tree, tree_queue_prefix, tree_status
 from koordqueue.controller.loading import quota_age
 from koordqueue.controller.pods import PodView
@@ -53,13 +53,28 @@ class QuotaSync(Part):
         informers = self.informers
 
         def nodes_changed() -> None:
-            self.nodes_total = self.shared.settings.capacity(node.allocatable for _name, node in informers.node.items())
+            devices = informers.claims.node_devices()
+            self.nodes_total = self.shared.settings.capacity(
+                add(node.allocatable, devices.get(name, {})) for name, node in informers.node.items())
             self._set_capacity()
             self.wake.set()
 
         def node_set(node: NodeInfo) -> None:
-            self.engine.set_node(node)  # where pods may go (node fit, topology)
+            devices = informers.claims.node_devices().get(node.name)
+            # where pods may go (node fit, topology); with the devices its ResourceSlices publish
+            self.engine.set_node(replace(node, allocatable=add(node.allocatable, devices)) if devices else node)
             nodes_changed()
+
+        def slices_changed(*_: object) -> None:
+            devices = informers.claims.node_devices()
+            for name, node in informers.node.items():
+                self.engine.set_node(replace(node, allocatable=add(node.allocatable, devices.get(name, {}))))
+            nodes_changed()
+
+        for dra in informers.claims.informers()[2:]:  # ResourceSlices
+            dra.on_add(slices_changed)
+            dra.on_update(slices_changed)
+            dra.on_delete(slices_changed)
 
         def node_gone(node: NodeInfo) -> None:
             self.engine.remove_node(node.name)

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import missing_reason
 from koordqueue.api.objects import QueueSettings
 from koordqueue.api.quantity import QuantityError, format_quantity, parse_resource_list
 from koordqueue.controller import status as st
@@ -81,6 +82,7 @@ class JobReconciler(Part):
         if job is None or job.deleting:
             return
         self._warn_of_missing_classes(item, job)
+        self._warn_of_missing_claims(item, job)
         adapter = adapter_of_kind(kind)
         # 3. No unit yet: create it, the job suspended until it is admitted.
         unit = self.informers.unit.get(job.unit_key)
@@ -292,6 +294,18 @@ class JobReconciler(Part):
             self.records.job_to_write(item).warned_of_classes = missing
             self._event(job_ref(job), c.EventType.WARNING, c.EventReason.PRIORITY_CLASS_NOT_FOUND,
                         f"not admitted: {missing_class_reason(missing)}")
+
+    def _warn_of_missing_claims(self, item: str, job: JobView) -> None:
+        """A Warning on the job, once for each set of missing templates and claims it waits for."""
+        missing = job.claims_missing if job.unit_spec is not None and not job.state.ended else ()
+        record = self.records.job(item)
+        if not missing:
+            if record is not None:
+                record.warned_of_claims = None
+        elif (record.warned_of_claims if record is not None else None) != missing:
+            self.records.job_to_write(item).warned_of_claims = missing
+            self._event(job_ref(job), c.EventType.WARNING, c.EventReason.RESOURCE_CLAIM_NOT_FOUND,
+                        f"not admitted: {missing_reason(missing)}")
 
     def _created_unseen(self, item: str, key: str) -> bool:
         """Whether we created the unit lately and our watch has not brought it yet: its arrival

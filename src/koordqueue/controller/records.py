@@ -41,6 +41,7 @@ class JobRecord:
     resumed_at: float | None = None  # when we resumed it, until its view shows it
     owed: int | None = None  # the token of a suspension owed (OwedSuspensions)
     warned_of_classes: tuple[str, ...] | None = None  # the missing PriorityClasses it was told of
+    warned_of_claims: tuple[str, ...] | None = None  # the missing ResourceClaim(Template)s it was told of
     told_name_taken: str | None = None  # the job whose unit has its unit's name, as it was told
     # (the admission, its admitted_at; since when) our resumes of it have failed
     resume_failing: tuple[float | None, float] | None = None

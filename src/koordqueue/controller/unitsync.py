@@ -157,6 +157,11 @@ class UnitSync(Part):
         informers.pod.on_add(self._pod_changed)
         informers.pod.on_update(lambda old, new: self._pod_changed(new, old))
         informers.pod.on_delete(self._pod_deleted)
+        for dra in informers.claims.informers()[:2]:  # templates, claims: the jobs whose pods use them
+            changed = functools.partial(self._claims_changed, dra.resource.plural)
+            dra.on_add(changed)
+            dra.on_update(functools.partial(_new_only, changed))
+            dra.on_delete(changed)
         for kind, inf in informers.jobs.items():
             inf.on_add(functools.partial(self._job_added, kind))
             inf.on_update(functools.partial(self._job_updated, kind))
@@ -350,6 +355,23 @@ class UnitSync(Part):
                 if job.priority_classes and priority_classes_changed(job, self.informers.priority_classes):
                     self._job_changed(f"{kind}/{key}", with_priority_classes(job, self.informers.priority_classes))
 
+    def _claims_changed(self, plural: str, obj: Any) -> None:
+        """A ResourceClaimTemplate or ResourceClaim came, changed or went: the jobs whose pods
+        use one of its name in its namespace are charged anew (a job waiting for it is
+        queued; an admitted one that grew is sent back, charged no more meanwhile)."""
+        if not self.shared.sync_done:
+            return  # load_units reads every job's view as it is then
+        namespace, name = obj["namespace"], obj["name"]
+        templates = plural == c.RESOURCE_CLAIM_TEMPLATE_PLURAL
+        for kind, informer in self.informers.jobs.items():
+            for job_key, job in informer.items():
+                if job.namespace == namespace and any(name in (names.templates if templates else names.claims)
+                                                      for _, names in job.pod_claims):
+                    item = f"{kind}/{job_key}"
+                    view = self.informers.job_view(item)
+                    if view is not None:
+                        self._job_changed(item, view)
+
     def _job_added(self, kind: str, job: JobView) -> None:
         self._job_changed(f"{kind}/{job.key}", job)
 
@@ -385,6 +407,10 @@ class UnitSync(Part):
         if unit is not None and (unit.consumer_kind, unit.consumer_name) == (job.kind, job.name):
             self.units_left[item] = (unit.key, unit.uid)
             self.jobs_queue.add(item)
+
+
+def _new_only(handler: Any, _old: Any, new: Any) -> None:
+    handler(new)
 
 
 def grown(admitted: ResourceList, asks: ResourceList) -> list[str]:

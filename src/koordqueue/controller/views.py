@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.api.meta import INT32_MAX, InvalidObject
+from koordqueue.api.dra import PodClaims, UncountedClaim, missing_reason, pod_claims
+from koordqueue.api.meta import INT32_MAX, InvalidObject, section
 from koordqueue.api.quantity import QuantityError, format_resource_list, parse_resource_list
 from koordqueue.engine.model import Held, Placement, PodSetInfo, ResourceList, UnitInfo
 from koordqueue.jobs import PLURALS, kind_named
@@ -89,6 +90,12 @@ class JobView:
     live_counts: tuple[tuple[str, int], ...] = ()
     suspend_annotated: bool = False  # annotation scheduling.x-k8s.io/suspend "true" (see JobAdapter.is_suspended)
     expected_runtime: str | None = None  # annotation koord-queue/expected-runtime, as written (forecaster.py)
+    # DRA (controller/dra.py): per role, the ResourceClaimTemplates and ResourceClaims its pods name;
+    # as charged (Claims.charged): the templates and claims not found, and per quota resource
+    # the device classes charged to it (for messages).
+    pod_claims: tuple[tuple[str, PodClaims], ...] = ()
+    claims_missing: tuple[str, ...] = ()
+    device_classes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def key(self) -> str:
@@ -124,6 +131,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
     active: bool | None = None
     max_seconds: int | None = None
     live: tuple[tuple[str, int], ...] = ()
+    claims: tuple[tuple[str, PodClaims], ...] = ()
     try:
         unit_name = adapter.unit_name(obj)
         job_meta = adapter.meta(obj)
@@ -134,10 +142,13 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         annotated = adapter.annotated_priority(obj) is not None
         pod_sets = adapter.pod_set_infos(sets, job_meta)
         roles = tuple(written_role(ps.role, ps.count, ps.template) for ps in sets)
+        claims = tuple((ps.name, names) for ps in sets
+                       if (names := pod_claims(section(ps.template, "spec", "template"),
+                                                          f"{job_meta.describe()}: {ps.role}")))
         if isinstance(placed, str) and placed:
             live = tuple((role.name.lower(), role.replicas) for role in adapter.roles(obj))
         active, max_seconds = adapter.active(obj, job_meta), adapter.max_execution_seconds(obj, job_meta)
-    except (InvalidObject, QuantityError) as e:
+    except (InvalidObject, QuantityError, UncountedClaim) as e:
         invalid = str(e)
         unit_name = adapter.unit_name_for(name)
         labels = {}
@@ -183,6 +194,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         live_counts=live,
         suspend_annotated=annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE,
         expected_runtime=_text_or_none(annotations.get(c.ANNOTATION_EXPECTED_RUNTIME)),
+        pod_claims=claims,
     )
 
 
@@ -418,6 +430,7 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
                         invalid=job.invalid or "unreadable")
     labels = dict(job.unit_labels)
     missing = job.missing_priority_classes
+    claims_missing = missing_reason(job.claims_missing) if job.claims_missing else None
     active = unit_active(unit, job)
     return UnitInfo(
         namespace=unit.namespace,
@@ -431,13 +444,13 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         attempts=unit.attempts,
         requeue_at=unit.requeue_at,
         # held: it waits, saying why
-        invalid=missing_class_reason(missing) if missing else
+        invalid=missing_class_reason(missing) if missing else claims_missing if claims_missing else
         None if active else inactive_reason(job),
         pod_sets=job.pod_sets,
         expected_runtime=expected_runtime(
             {} if job.expected_runtime is None else {c.ANNOTATION_EXPECTED_RUNTIME: job.expected_runtime},
             job.max_execution_seconds),
-        held=None if missing or active else Held.INACTIVE,
+        held=None if missing or claims_missing or active else Held.INACTIVE,
     )
 
 

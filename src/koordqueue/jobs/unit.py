@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 from koordqueue.api.constants import ANNOTATION_EXPECTED_RUNTIME
+from koordqueue.api.dra import (
+    DeviceClassMappings,
+    UncountedClaim,
+    job_claim_charges,
+    missing_reason,
+    pod_claims,
+)
+from koordqueue.api.meta import InvalidObject, section
+from koordqueue.api.quantity import add
 from koordqueue.engine.model import UnitInfo
 from koordqueue.engine.runtimes import parse_expected_runtime
 from koordqueue.jobs.base import Job, JobAdapter
@@ -41,3 +52,33 @@ def expected_runtime(annotations: Mapping[str, str], max_seconds: int | None) ->
     if seconds is None and max_seconds is not None:
         return float(max_seconds)
     return seconds
+
+
+def charge_claims(unit: UnitInfo, job: Job, adapter: JobAdapter, templates: Mapping[str, Mapping[str, Any]],
+                  claims: Mapping[str, Mapping[str, Any]], mappings: DeviceClassMappings) -> UnitInfo:
+    """``unit`` charged for the claims its job's pods use (DRA, api/dra.py; the simulator's,
+    as the controller's controller/dra.py): per pod for templates, once for a ResourceClaim
+    named; node fit counts the devices of classes whose mapping names a driver. A template or
+    claim not there: it waits, saying which; one that cannot be counted: InvalidObject."""
+    meta = adapter.meta(job)
+    sets = adapter.pod_sets(job, meta)
+    where = meta.describe()
+    try:
+        roles = {ps.name: names for ps in sets
+                 if (names := pod_claims(section(ps.template, "spec", "template"), f"{where}: {ps.role}"))}
+        if not roles:
+            return unit
+        charges = job_claim_charges(roles, templates, claims, mappings, where)
+    except UncountedClaim as e:
+        raise InvalidObject(str(e)) from None
+    total = dict(unit.request)
+    for ps in sets:
+        total = add(total, {name: amount * ps.count for name, amount in charges.per_pod.get(ps.name, {}).items()})
+    unit.request = add(total, charges.shared)
+    placed = {m.resource for m in mappings.values() if m.driver}
+    unit.pod_sets = tuple(
+        replace(ps, request=add(ps.request, {r: a for r, a in charges.per_pod.get(ps.name, {}).items() if r in placed}))
+        for ps in unit.pod_sets)
+    if charges.missing:
+        unit.invalid = missing_reason(charges.missing)
+    return unit

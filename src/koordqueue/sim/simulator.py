@@ -23,6 +23,8 @@ from koordqueue.api.constants import (
     NAMESPACE_KIND,
     PRIORITY_CLASS_KIND,
     QUEUE_KIND,
+    RESOURCE_CLAIM_KIND,
+    RESOURCE_CLAIM_TEMPLATE_KIND,
     Phase,
 )
 from koordqueue.api.meta import InvalidObject, Meta, read_int, read_meta
@@ -40,7 +42,7 @@ from koordqueue.engine.model import (
 )
 from koordqueue.jobs import adapter_for
 from koordqueue.jobs.base import JobAdapter
-from koordqueue.jobs.unit import unit_info
+from koordqueue.jobs.unit import charge_claims, unit_info
 from koordqueue.loader import Settings
 
 from .nodes import NodePool, Pods
@@ -212,6 +214,9 @@ class Simulator:
         self.priority_bounded = False  # some quota has a max-priority (koord-queue/max-priority)
         self.chains: dict[str, list[str]] = {}  # a quota and its ancestors, until the quotas change
         self.priority_classes: dict[str, int] = {}
+        # DRA: (namespace, name) -> the ResourceClaimTemplates and ResourceClaims applied
+        self.claim_templates: dict[tuple[str, str], dict[str, Any]] = {}
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.usage = UsageBook()
         self.waiting_for_nodes: list[JobRecord] = []  # admitted, pods not placed yet, by admission
         self.reported_invalid: dict[str, str] = {}
@@ -434,6 +439,11 @@ class Simulator:
             known = self.units.get(shape)
             if known is None:
                 unit = unit_info(manifest, adapter, self.priority_classes, created, placed=self.nodes is not None)
+                if self.trace.device_class_mappings:
+                    ns = meta.namespace
+                    unit = charge_claims(
+                        unit, manifest, adapter, {n: o for (s, n), o in self.claim_templates.items() if s == ns},
+                        {n: o for (s, n), o in self.claims.items() if s == ns}, self.trace.device_class_mappings)
                 if len(self.units) >= UNIT_SHAPES:
                     self.units.clear()
                 known = self.units[shape] = (meta, unit)
@@ -589,6 +599,11 @@ class Simulator:
                 self.units.clear()  # a job's priority may come from its class
             elif kind == NAMESPACE_KIND:
                 read_meta(obj, NAMESPACE_KIND)
+            elif kind in (RESOURCE_CLAIM_TEMPLATE_KIND, RESOURCE_CLAIM_KIND):
+                meta = read_meta(obj, kind)
+                kept = self.claim_templates if kind == RESOURCE_CLAIM_TEMPLATE_KIND else self.claims
+                kept[(meta.namespace, meta.name)] = obj
+                self.units.clear()  # a job's charge comes from them (jobs queued already keep theirs)
             else:
                 adapter = adapter_for(_text(obj.get("apiVersion")) or "", _text(kind) or "") if isinstance(obj, dict) else None
                 if adapter is None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from koordqueue.api.constants import TAINT_NO_EXECUTE, TAINT_NO_SCHEDULE, TAINT_PREFER_NO_SCHEDULE
+from koordqueue.api.dra import DeviceClassMapping, parse_mappings
 from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.engine.model import ResourceList, Taint
 
@@ -35,6 +36,9 @@ class NodeGroup:
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
+    # DRA: devices per driver each node publishes (its ResourceSlices'); in ``allocatable`` as
+    # the quota resources the trace's deviceClassMappings name that driver for.
+    devices: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -69,9 +73,11 @@ class Trace:
     until: float | None = None
     topology: tuple[str, ...] | None = None  # node labels of the topology levels, widest first
     warnings: list[str] = field(default_factory=list)
+    # DRA: DeviceClass -> quota resource (the controller's --device-class-mappings; api/dra.py)
+    device_class_mappings: dict[str, DeviceClassMapping] = field(default_factory=dict)
 
 
-TOP_LEVEL_KEYS = ("nodes", "topology", "objects", "jobs", "events", "until")
+TOP_LEVEL_KEYS = ("nodes", "topology", "deviceClassMappings", "objects", "jobs", "events", "until")
 TAINT_EFFECTS = (TAINT_NO_SCHEDULE, TAINT_PREFER_NO_SCHEDULE, TAINT_NO_EXECUTE)
 ANCHOR_PREFIX = "x-"
 
@@ -82,7 +88,9 @@ def parse_trace(document: dict[str, Any]) -> Trace:
     for key in document:
         if key not in TOP_LEVEL_KEYS and not str(key).startswith(ANCHOR_PREFIX):
             trace.warnings.append(f"unknown top-level key {key!r} ignored (known: {', '.join(TOP_LEVEL_KEYS)})")
-    trace.nodes = _nodes(_as_list(document, "nodes", trace.warnings), trace.warnings)
+    trace.device_class_mappings = _mappings(document.get("deviceClassMappings"), trace.warnings)
+    trace.nodes = _with_devices(_nodes(_as_list(document, "nodes", trace.warnings), trace.warnings),
+                                trace.device_class_mappings)
     if document.get("topology") is not None:
         levels = document["topology"]
         if isinstance(levels, list) and levels and all(isinstance(level, str) and level for level in levels):
@@ -136,9 +144,51 @@ def _nodes(entries: list[Any], warnings: list[str]) -> list[NodeGroup]:
         if isinstance(taints, str):
             warnings.append(f"{where} ({name}): {taints}; ignored")
             continue
+        devices = entry.get("devices") or {}
+        if not isinstance(devices, dict) or not all(isinstance(k, str) and isinstance(v, int) and not
+                                                    isinstance(v, bool) and v >= 0 for k, v in devices.items()):
+            warnings.append(f"{where} ({name}): devices must be a mapping of driver to a whole number; ignored")
+            continue
         groups.append(NodeGroup(str(name), count, allocatable, tuple(sorted(labels.items())), taints,
-                                entry.get("unschedulable") is True))
+                                entry.get("unschedulable") is True, tuple(sorted(devices.items()))))
     return groups
+
+
+def _mappings(value: Any, warnings: list[str]) -> dict[str, DeviceClassMapping]:
+    """deviceClassMappings: the flag's text, or the chart's list of {deviceClass, resource, count, driver}."""
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        terms = []
+        for item in value:
+            if not isinstance(item, dict):
+                warnings.append(f"deviceClassMappings: {item!r} is not a mapping; ignored")
+                continue
+            driver = item.get("driver")
+            terms.append(f"{item.get('deviceClass', '')}={item.get('resource', '')}:{item.get('count', 1)}"
+                         + (f"@{driver}" if driver else ""))
+        value = ",".join(terms)
+    if not isinstance(value, str):
+        warnings.append("deviceClassMappings must be deviceclass=resource[:count][@driver] text or a list; ignored")
+        return {}
+    try:
+        return parse_mappings(value)
+    except ValueError as err:
+        warnings.append(f"deviceClassMappings: {err}; ignored")
+        return {}
+
+
+def _with_devices(groups: list[NodeGroup], mappings: dict[str, DeviceClassMapping]) -> list[NodeGroup]:
+    """Each group's devices in its allocatable, as the mapped quota resources (placement)."""
+    out = []
+    for group in groups:
+        room = dict(group.allocatable)
+        for driver, count in group.devices:
+            for mapping in mappings.values():
+                if mapping.driver == driver:
+                    room[mapping.resource] = room.get(mapping.resource, 0) + count * mapping.count * 1000
+        out.append(replace(group, allocatable=room) if group.devices else group)
+    return out
 
 
 def _taints(value: Any) -> tuple[Taint, ...] | str:

@@ -2,10 +2,12 @@
 
 Speed: a cluster of Q leaf quotas (8 GPUs each, full: eight 1-GPU jobs running, started
 at random times), with P pending 1- to 4-GPU jobs spread over them; one forecast (three
-plays: expected, optimistic, pessimistic) timed in CPU seconds, best of ``--rounds``.
+plays: expected, optimistic, pessimistic) timed in CPU seconds (process time), the median
+of ``--rounds``; with ``--ab`` each round also times the engine's own play (``fast=False``,
+as before the fast play), alternating, and checks that both give the same forecast.
 
     .venv/bin/python bench/forecast.py speed                 # 1k and 10k pending over 1,000 quotas
-    .venv/bin/python bench/forecast.py speed --pending 10000 --quotas 1000 --rounds 3
+    .venv/bin/python bench/forecast.py speed --pending 10000 --quotas 1000 --rounds 5 --ab
 
 Accuracy: see ``accuracy`` (docs/forecast.md has the table and the command).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from koordqueue.api.constants import BASIS_DEFAULT  # noqa: E402
 from koordqueue.engine import Engine  # noqa: E402
-from koordqueue.engine.forecast import clone, forecast  # noqa: E402
+from koordqueue.engine.forecast import clone, forecast, snapshot  # noqa: E402
 from koordqueue.engine.model import EngineConfig, QuotaInfo, UnitInfo, auto_queue_for  # noqa: E402
 from koordqueue.engine.runtimes import Runtime  # noqa: E402
 
@@ -58,24 +61,41 @@ def busy_cluster(quotas: int, pending: int, seed: int = 1) -> tuple[Engine, dict
     return engine, runtimes, now
 
 
-def speed(quotas: int, pending: int, rounds: int) -> dict[str, Any]:
+def _timed(what: Any) -> tuple[float, Any]:
+    start = time.process_time()
+    out = what()
+    return time.process_time() - start, out
+
+
+def speed(quotas: int, pending: int, rounds: int, ab: bool = False) -> dict[str, Any]:
     engine, runtimes, now = busy_cluster(quotas, pending)
-    copy_best = float("inf")
-    for _ in range(rounds):  # what the leader does on its event loop: the copy (the plays run in a thread)
-        start = time.process_time()
-        clone(engine)
-        copy_best = min(copy_best, time.process_time() - start)
-    best = float("inf")
+    default = Runtime(3600.0, BASIS_DEFAULT)
+    # What the leader does on its event loop: the copy (the plays run in a thread): the fast
+    # play's snapshot where it applies, else a clone of the engine.
+    snaps = [_timed(lambda: snapshot(engine))[0] for _ in range(rounds)]
+    clones = [_timed(lambda: clone(engine))[0] for _ in range(rounds)]
+    times, engine_times = [], []
     result = None
     for _ in range(rounds):
-        start = time.process_time()
-        result = forecast(engine, now, runtimes, Runtime(3600.0, BASIS_DEFAULT))
-        best = min(best, time.process_time() - start)
+        took, result = _timed(lambda: forecast(engine, now, runtimes, default))
+        times.append(took)
+        if ab:
+            took, full = _timed(lambda: forecast(engine, now, runtimes, default, fast=False))
+            engine_times.append(took)
+            assert full.units == result.units and full.cycles == result.cycles, "the fast play differs"
     assert result is not None
     started = sum(1 for f in result.units.values() if f.start is not None)
-    return {"quotas": quotas, "pending": pending, "cpu_seconds": round(best, 3), "cycles": result.cycles,
-            "forecast_units": len(result.units), "with_a_start": started, "complete": result.complete,
-            "us_per_cycle": round(best / max(1, result.cycles) * 1e6, 1), "copy_cpu_seconds": round(copy_best, 3)}
+    cpu = statistics.median(times)
+    row = {"quotas": quotas, "pending": pending, "cpu_seconds": round(cpu, 3), "rounds": [round(t, 3) for t in times],
+           "fast": result.fast, "cycles": result.cycles, "forecast_units": len(result.units), "with_a_start": started,
+           "complete": result.complete, "us_per_cycle": round(cpu / max(1, result.cycles) * 1e6, 1),
+           "snapshot_cpu_seconds": round(statistics.median(snaps), 3),
+           "clone_cpu_seconds": round(statistics.median(clones), 3)}
+    if ab:
+        row["engine_play_cpu_seconds"] = round(statistics.median(engine_times), 3)
+        row["engine_play_rounds"] = [round(t, 3) for t in engine_times]
+        row["ratio"] = round(cpu / statistics.median(engine_times), 3)
+    return row
 
 
 def main() -> None:
@@ -86,21 +106,25 @@ def main() -> None:
     s.add_argument("--pending", type=int, action="append")
     s.add_argument("--rounds", type=int, default=3)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--ab", action="store_true", help="also time the engine's own play, alternating")
     a = sub.add_parser("accuracy")
     a.add_argument("--json", action="store_true")
     a.add_argument("traces", nargs="*")
     args = parser.parse_args()
     if args.what == "speed":
-        rows = [speed(args.quotas, p, args.rounds) for p in (args.pending or [1000, 10000])]
+        rows = [speed(args.quotas, p, args.rounds, args.ab) for p in (args.pending or [1000, 10000])]
         if args.json:
             print(json.dumps(rows, indent=1))
         else:
             for row in rows:
+                engine = (f"; the engine's play {row['engine_play_cpu_seconds']:.3f} CPU-s "
+                          f"{row['engine_play_rounds']} (ratio {row['ratio']})" if args.ab else "")
                 print(f"{row['pending']:>6} pending over {row['quotas']} quotas: {row['cpu_seconds']:.3f} CPU-s "
-                      f"(best of {args.rounds}), {row['cycles']} engine cycles in 3 plays, "
-                      f"{row['us_per_cycle']} us per cycle; the copy on the loop {row['copy_cpu_seconds']:.3f} CPU-s; "
+                      f"(median of {args.rounds}: {row['rounds']}; {'fast play' if row['fast'] else 'engine play'}), "
+                      f"{row['cycles']} cycles in 3 plays, {row['us_per_cycle']} us per cycle; the copy on the loop: "
+                      f"snapshot {row['snapshot_cpu_seconds']:.3f}, clone {row['clone_cpu_seconds']:.3f} CPU-s; "
                       f"{row['with_a_start']} of {row['forecast_units']} "
-                      f"with a start{'' if row['complete'] else ' (a bound was hit)'}")
+                      f"with a start{'' if row['complete'] else ' (a bound was hit)'}{engine}")
     else:
         from forecast_accuracy import accuracy_main  # (beside this file)
 

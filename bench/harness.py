@@ -76,9 +76,10 @@ def load_average() -> str:
 class Process:
     """A child process whose CPU and memory we read before stopping it."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.args = args
         self.log = log
+        self.env = env  # the whole environment when given (as os.environ otherwise)
         self.popen: subprocess.Popen[bytes] | None = None
         self.final: dict[str, float] = {}
 
@@ -90,7 +91,7 @@ class Process:
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
-                                          preexec_fn=die_with_parent)
+                                          preexec_fn=die_with_parent, env=self.env)
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None

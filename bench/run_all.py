@@ -63,6 +63,8 @@ LEFT_OUT = {
     "floor.py": "the floor runner versus_kueue.py starts (the plainest queue), not a benchmark",
     "forecast_accuracy.py": "the traces `forecast.py accuracy` plays (some 7 minutes), not run alone",
     "engine_flavors.py": "an A/B pair (--flavors 3 against --flavors 0) run alternating, as bench/RESULTS.md says",
+    "hold_timeline.py": "reads the audit log a versus_kueue.py --trace run kept, not a benchmark",
+    "first_admission.py": "an A/B of two builds' src (--a, --b) over a copied state, as bench/RESULTS.md says",
 }
 
 

@@ -385,6 +385,7 @@ class Ours(System):
     # with no protection time; `--no-preempt-within-quota` / `--protect-seconds` for the shipped ones.
     preempt_within_quota = True
     protect_seconds: float | None = 0.0  # the controller's own default (60) when None
+    source: str | None = None  # --ours-src: the controller's code from this src directory (an A/B)
 
     def install(self, cluster: RealCluster) -> None:
         install_crds(cluster)
@@ -416,7 +417,8 @@ class Ours(System):
              "--no-leader-elect", "--metrics-port", str(self.metrics_port), "--job-kinds", self.job_type.kind,
              "--log-level", "warning", "--qps", str(CLIENT_QPS), "--burst", str(CLIENT_BURST),
              *(["--protect-seconds", str(self.protect_seconds)] if self.protect_seconds is not None else [])],
-            self.base / "koord-queue.log")
+            self.base / "koord-queue.log",
+            env={**os.environ, "PYTHONPATH": self.source} if self.source else None)
         self.process.start()
         return self.process
 
@@ -739,11 +741,17 @@ async def like_for_like(system_class: type[System], args: argparse.Namespace, ba
     if isinstance(system, Ours):
         system.preempt_within_quota = args.preempt_within_quota
         system.protect_seconds = None if args.protect_seconds < 0 else args.protect_seconds
+        system.source = getattr(args, "ours_src", None)
     records = plan(args.divisor)
+    # --trace: every user's requests in the audit log, with the bodies of pod creates and of pod and
+    # Job writes, and the Job controller's syncs in kube-controller-manager's log (bench/hold_timeline.py).
+    trace = bool(getattr(args, "trace", False))
     cluster = RealCluster(here / "cluster", NodeShape(count=NODES, gpus=0, cpu=NODE_CPU, memory="1Ti", prefix="node"),
-                          training_operator=system.job_type.training_operator, audit_users=(system.user,),
+                          training_operator=system.job_type.training_operator,
+                          audit_users=() if trace else (system.user,), audit_pods=trace, audit_jobs=trace,
                           component_qps=args.component_qps,
-                          controller_manager_flags=(f"--concurrent-job-syncs={args.job_syncs}",),
+                          controller_manager_flags=(f"--concurrent-job-syncs={args.job_syncs}",
+                                                    *(("--vmodule=job_controller=4",) if trace else ())),
                           pod_workers=args.kwok_workers)
     load_before = harness.load_average()
     await asyncio.to_thread(cluster.start)
@@ -1208,6 +1216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up on a run after this many seconds")
     parser.add_argument("--keep", help="keep each run's state, logs and audit log in this directory")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    parser.add_argument("--ours-src", help="run ours' controller from this src directory (say another "
+                                           "commit's, from `git archive COMMIT src`): an A/B of ours' code")
+    parser.add_argument("--trace", action="store_true",
+                        help="with --keep: audit every user's requests (pod creates and pod and Job writes with "
+                             "their bodies) and log the Job controller's syncs, for bench/hold_timeline.py "
+                             "(costs kube-apiserver some CPU: not for headline figures)")
     parser.add_argument("--preempt-within-quota", action=argparse.BooleanOptionalAction, default=True,
                         help="ours' Queues preempt lower priority inside a quota "
                              "(koord-queue/enable-queueunit-preemption), as Kueue's baseline does within a "
@@ -1216,6 +1230,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="ours: admitted units younger than this are never preempted (0 here, as Kueue's "
                              "baseline; -1: the controller's own default, 60)")
     args = parser.parse_args(argv)
+    if args.trace and not args.keep:
+        parser.error("--trace needs --keep (the logs are read after the run)")
     result = aio.run(run(args))
     print(json.dumps(result, indent=2, default=str) if args.json else render(result))
     bad = [r for r in result.get("runs", []) if r["unfinished"] or r["over_quota"]]

@@ -44,7 +44,7 @@ MUTATORS: dict[str, frozenset[str]] = {
 }
 VIEWS = frozenset({"unit", "standing", "quota_status", "queue_positions", "protect_wait", "named_quota",
                    "priority_cap", "validation_errors", "node_free", "koordinator", "usage_history",
-                   "fairness_status", "flavor_problems", "flavor_of"})
+                   "fairness_status", "flavor_problems", "flavor_of", "flavor_tolerations", "flavors_tried"})
 UNIT_MUTATORS = MUTATORS["units"]
 
 

@@ -122,10 +122,15 @@ class Controller:
                             for i in range(EVENT_WRITERS)]
             await self.quota_sync.publish_settings()
             await self.usage_history.load()
-            await shared.informers.start()
+            # The Queues a start makes are written while the jobs still list (settle_queues), and
+            # are all in before the first cycle: the cycle's writes would otherwise queue behind
+            # them at a busy API server (the embedded one serves one request at a time).
+            await shared.informers.start(self.quota_sync.settle_queues)
+            if self.quota_sync.queue_writes is not None:
+                await self.quota_sync.queue_writes
             if self.pod_groups is not None:
                 await self.pod_groups.start()
-            await self.quota_sync.settle()
+            self.quota_sync.settle_usage()
             self.unit_sync.load_units()
             shared.sync_done = True
             shared.initial_jobs = {f"{kind}/{key}" for kind, inf in shared.informers.jobs.items()
@@ -156,7 +161,9 @@ class Controller:
         self.shared.jobs_queue.shutdown()
         if self.pod_groups is not None:
             self.pod_groups.queue.shutdown()
-        tasks = [*self._tasks, *self.unit_status.inform_tasks, *self.scheduler.admitting]
+        writes = self.quota_sync.queue_writes
+        tasks = [*self._tasks, *self.unit_status.inform_tasks, *self.scheduler.admitting,
+                 *([writes] if writes is not None else [])]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

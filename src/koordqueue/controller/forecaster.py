@@ -1,7 +1,7 @@
 """The leader's start-time forecast (engine/forecast.py): recomputed in the background every
 ``forecast_interval_seconds``, and sooner after scheduling cycles, rate-limited (``run``);
-never on the scheduling loop's time: the engine is copied on the loop, the plays run in a
-thread. Shown by `explain`, `status`, the
+never on the scheduling loop's time: the engine is copied on the loop (engine/forecast.py's
+``snapshot`` for the fast play where it applies, else a clone), the plays run in a thread. Shown by `explain`, `status`, the
 dashboard, the visibility API and a metric, and written on each waiting QueueUnit
 (``status.expectedStart``, its range and basis; the EXPECTED-START column) only when it
 moved materially: by more than FORECAST_WRITE_MIN_SECONDS and more than
@@ -23,7 +23,7 @@ from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.views import rfc3339
 from koordqueue.engine import Engine
-from koordqueue.engine.forecast import Forecast, UnitForecast, clone, forecast
+from koordqueue.engine.forecast import Forecast, Snapshot, UnitForecast, clone, forecast, snapshot
 from koordqueue.engine.ledger import UnitState
 from koordqueue.engine.runtimes import Runtime, RuntimeBook, parse_expected_runtime
 from koordqueue.kube.errors import KubeError
@@ -60,7 +60,7 @@ def estimate_runtimes(engine: Engine, book: RuntimeBook, job_of: Callable[[str],
     return runtimes, problems
 
 
-def run_forecast(engine: Engine, now: float, runtimes: Mapping[str, Runtime], default_seconds: float
+def run_forecast(engine: Engine | Snapshot, now: float, runtimes: Mapping[str, Runtime], default_seconds: float
                  ) -> tuple[Forecast, float]:
     """The forecast and the CPU seconds it took (in the calling thread)."""
     start = time.thread_time()
@@ -173,9 +173,11 @@ class Forecaster(Part):
                 log.exception("the start-time forecast failed; next try in %s s", interval)
 
     async def refresh(self) -> Forecast:
-        """Forecast from the engine as it is now (copied here, played in a thread), then write what moved."""
+        """Forecast from the engine as it is now (copied here, played in a thread), then write
+        what moved. The copy: the fast play's snapshot where it applies, else a clone."""
         now = self.clock()
-        base = clone(self.engine)
+        snap = snapshot(self.engine)
+        base: Engine | Snapshot = snap if snap is not None else clone(self.engine)
         runtimes, problems = estimate_runtimes(self.engine, self.shared.runtimes, self.job_runtime)
         result, cpu = await asyncio.to_thread(run_forecast, base, now, runtimes,
                                               self.config.default_expected_runtime_seconds)

@@ -4,8 +4,10 @@ asks for, how many of a job's pods run)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -99,23 +101,44 @@ class Informers:
         return [self.pc, self.namespace, self.node, *self.claims.informers(), self.quota, *trees, self.queue,
                 self.unit, self.pod, *self.jobs.values()]
 
-    async def start(self) -> None:
-        # Priority classes and namespaces first: job projections read them.
-        for first in (self.pc, self.namespace):
+    async def start(self, quotas_listed: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Every list, until all have synced. `quotas_listed` runs as soon as the quotas, trees
+        and Queues are listed, while the rest (the jobs, tens of pages at scale) still list: a
+        first start writes its 1,000 Queues meanwhile instead of after (issue 36: the Queue
+        writes came after the lists, all before the first cycle)."""
+        # Priority classes and namespaces first for the jobs: their projections read them. The
+        # quota side reads neither and starts at once.
+        for first in (self.pc, self.namespace, self.quota, self.queue):
             first.start()
-        for first in (self.pc, self.namespace):
-            await first.wait_synced()
-        await self._find_trees_served()
-        await self._find_job_versions()
-        # Then all but the kinds a job we queue makes for itself (jobs/parents.py): their
-        # jobs are projected once their owners are known, else each would look forged.
-        children = [inf for kind, inf in self.jobs.items() if adapter_of_kind(kind).parent_kinds]
-        rest = [inf for inf in self.all()[2:] if inf not in children]
-        for group in (rest, children):
-            for inf in group:
-                inf.start()
-            for inf in group:
+        await asyncio.gather(self._find_trees_served(), self._find_job_versions())
+        quota_side = [self.quota, *([self.tree] if self.trees_served else []), self.queue]
+        if self.trees_served:
+            self.tree.start()
+
+        async def then() -> None:
+            for inf in quota_side:
                 await inf.wait_synced()
+            if quotas_listed is not None:
+                await quotas_listed()
+
+        side = asyncio.ensure_future(then())
+        try:
+            for first in (self.pc, self.namespace):
+                await first.wait_synced()
+            # Then all but the kinds a job we queue makes for itself (jobs/parents.py): their
+            # jobs are projected once their owners are known, else each would look forged.
+            children = [inf for kind, inf in self.jobs.items() if adapter_of_kind(kind).parent_kinds]
+            rest = [inf for inf in self.all()[2:] if inf not in children and inf not in quota_side]
+            for group in (rest, children):
+                for inf in group:
+                    inf.start()
+                for inf in group:
+                    await inf.wait_synced()
+            await side
+        finally:
+            if not side.done():
+                side.cancel()
+                await asyncio.gather(side, return_exceptions=True)
 
     async def _find_trees_served(self) -> None:
         """ElasticQuotaTrees are read only where their CRD is installed: `helm upgrade` does not

@@ -17,6 +17,7 @@ from koordqueue.api.meta import InvalidObject
 from koordqueue.controller.eventline import job_ref
 from koordqueue.controller.keyedlock import KeyedLock
 from koordqueue.controller.pods import PodView
+from koordqueue.controller.records import older
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.views import JobView, UnitView, adapter_of_kind, admitted_placement
@@ -29,7 +30,12 @@ from koordqueue.kube.errors import KubeError
 log = logging.getLogger(__name__)
 
 # A job we resumed whose view still says suspended: our watch has not brought the resume
-# back yet. It is resumed again only after this long (someone suspended it since).
+# back yet, or someone suspended it since. The view's resourceVersion tells which: older than
+# what our resume wrote, the job is not resumed again (nor suspended again, by the same rule,
+# after a suspension of ours). A second write, with a new dequeue time, would land while
+# kube-controller-manager's Job controller writes the Job's status from the first one: its
+# write refused with a 409 and retried after a back-off of 1 s or more (bench/hold_timeline.py).
+# Without resourceVersions to compare, a resume is sent again after this long.
 RESUME_AGAIN_AFTER_SECONDS = 5.0
 
 PodsKey = tuple[str, str, str]  # a job's pods in the pod index (informers.pods_key)
@@ -165,6 +171,41 @@ class JobSwitch(Part):
         if record is not None:
             record.resumed_at = when
 
+    def _wrote(self, item: str, suspended: bool, obj: dict[str, Any]) -> None:
+        """Our write of the job's suspension landed, as ``obj`` (the server's answer)."""
+        rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
+        self.records.job_to_write(item).written = (suspended, str(rv)) if rv else None
+
+    def _view_behind(self, job: JobView, suspended: bool) -> bool | None:
+        """Whether writing the job ``suspended`` (or not) would repeat what is done: our last
+        write set it so and every view of it is older than that write, or our newest view shows
+        it so already (``job``, the view a caller decided from, may be older than that one).
+        False: neither; None when the resourceVersions cannot be compared."""
+        informer = self.informers.jobs.get(job.kind)
+        newest = informer.get(job.key) if informer is not None else None
+        newest_rv = informer.version(job.key) if informer is not None else None
+        record = self.records.job(f"{job.kind}/{job.key}")
+        written = record.written if record is not None else None
+        if written is not None and older(newest_rv, written[1]):
+            return written[0] == suspended  # (our last write is newer than every view of it)
+        if newest is not None and newest.suspended == suspended:
+            return True
+        if written is None or written[0] != suspended:
+            return False
+        return older(newest_rv, written[1])
+
+    def _resumed_already(self, job: JobView) -> bool:
+        """Whether our last resume of the job may not be in its view yet: the view is older than
+        what that resume wrote (or, with no resourceVersions to compare, the resume is recent),
+        or our newest view shows it running already."""
+        record = self.records.job(f"{job.kind}/{job.key}")
+        if record is None or record.resumed_at is None:
+            return False
+        behind = self._view_behind(job, False)
+        if behind is not None:
+            return behind
+        return self.clock() - record.resumed_at < RESUME_AGAIN_AFTER_SECONDS
+
     def seen_running(self, item: str) -> None:
         """Our view shows the job not suspended: a resume of ours has landed."""
         self._resumed(item, None)
@@ -175,10 +216,14 @@ class JobSwitch(Part):
         item = f"{job.kind}/{job.key}"
         self._resumed(item, None)
         owed = self.shared.owed.token(item)
+        if owed is None and self._view_behind(job, True):
+            return  # (a view from before our last suspension of it, which landed)
         patch = _merged(_merged(adapter.suspend_patch({}, native=job.native_suspend), self._placement_patch(job, None) or {}),
                         self._stamps(job, None))
         async with self.job_locks.hold(item):
-            await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
+            written = await self.client.patch(self.informers.job_resource(job.kind), job.name, patch,
+                                              namespace=job.namespace)
+            self._wrote(item, True, written)
         if owed is not None:  # (not if owed anew while we wrote)
             self.shared.owed.paid(item, owed)
 
@@ -188,8 +233,11 @@ class JobSwitch(Part):
         Its unit is finished already, its quota released."""
         item = f"{job.kind}/{job.key}"
         async with self.job_locks.hold(item):
-            await self.client.patch(self.informers.job_resource(job.kind), job.name,
-                                    adapter.resume_patch({}, native=job.native_suspend), namespace=job.namespace)
+            if self._view_behind(job, False):
+                return  # (a view from before our last resume of it, which landed)
+            written = await self.client.patch(self.informers.job_resource(job.kind), job.name,
+                                              adapter.resume_patch({}, native=job.native_suspend), namespace=job.namespace)
+            self._wrote(item, False, written)
         self._event(job_ref(job), c.EventType.NORMAL, c.EventReason.RESUMED,
                     "it ended while suspended (its pods had finished before the suspension landed): "
                     "resumed so that its controller marks it finished; no pod is made for it")
@@ -245,10 +293,7 @@ class JobSwitch(Part):
             known = self.engine.unit(job.unit_key)
             if known is None or known.admitted_quota is None:
                 return  # sent back while this waited for its turn
-            record = self.records.job(item)
-            resumed_at = record.resumed_at if record is not None and record.resumed_at is not None \
-                else -RESUME_AGAIN_AFTER_SECONDS
-            if self.clock() - resumed_at < RESUME_AGAIN_AFTER_SECONDS:
+            if self._resumed_already(job):
                 return
             waits = self._still_waits(item, job.unit_key, known.admitted_at)
             if waits is True:
@@ -261,10 +306,12 @@ class JobSwitch(Part):
                             self._placement_patch(job, placement or Placement(), known.admitted_quota) or {})
             patch = _merged(patch, self._stamps(job, self.clock()))
             try:
-                await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
+                written = await self.client.patch(self.informers.job_resource(job.kind), job.name, patch,
+                                                  namespace=job.namespace)
             except KubeError:
                 self._resumed(item, None)
                 raise
+            self._wrote(item, False, written)
         if isinstance(waits, tuple):
             await self._say_waited(job.unit_key, *waits)
 

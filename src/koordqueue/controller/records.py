@@ -39,6 +39,8 @@ class JobRecord:
 
     fingerprint: int | None = None  # what its view was made from (informers.py)
     resumed_at: float | None = None  # when we resumed it, until its view shows it
+    # Our last write of its suspension that landed: (suspended by it, the resourceVersion it wrote).
+    written: tuple[bool, str] | None = None
     owed: int | None = None  # the token of a suspension owed (OwedSuspensions)
     warned_of_classes: tuple[str, ...] | None = None  # the missing PriorityClasses it was told of
     warned_of_claims: tuple[str, ...] | None = None  # the missing ResourceClaim(Template)s it was told of
@@ -53,6 +55,14 @@ def _rv(text: str) -> int:
         return int(text)
     except ValueError:
         return 0
+
+
+def older(rv: str | None, than: str | None) -> bool | None:
+    """Whether resourceVersion ``rv`` is older than ``than`` (kube-apiserver's are etcd's
+    revisions, integers that only grow); None when either is missing or not an integer."""
+    if not rv or not than or not rv.isdigit() or not than.isdigit():
+        return None
+    return int(rv) < int(than)
 
 
 class Records:

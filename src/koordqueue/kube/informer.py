@@ -175,6 +175,10 @@ class Informer(Generic[T]):
     def __contains__(self, key: object) -> bool:
         return key in self._cache
 
+    def version(self, key: str) -> str | None:
+        """The resourceVersion of the kept object `key` (None: not kept)."""
+        return self._versions.get(key) if key in self._cache else None
+
     @property
     def resource_version(self) -> str:
         """The last resourceVersion seen (list, event or bookmark): where a watch resumes."""

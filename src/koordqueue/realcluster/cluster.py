@@ -153,10 +153,13 @@ class RealCluster:
                  binaries: dict[str, Path] | None = None, audit: bool = True, audit_users: tuple[str, ...] = (),
                  component_qps: int = 200, controller_manager_flags: tuple[str, ...] = (),
                  full_history: bool = False, koordinator: bool = False, kuberay: bool = False,
-                 pod_workers: int = 4, audit_pods: bool = False, koordinator_pods: bool = False) -> None:
+                 pod_workers: int = 4, audit_pods: bool = False, audit_jobs: bool = False,
+                 koordinator_pods: bool = False) -> None:
         """`audit_users`: log only these users' requests (a benchmark counting a controller's);
         `audit_pods`: the audit log keeps each pod as created (and status writes' bodies), so
         that what bound pods asked can be summed from it (tests/security's sampler);
+        `audit_jobs`: the bodies of batch Jobs' writes too (spec and status: a Job's timeline, its
+        resume and its Complete, read from the audit log by bench/hold_timeline.py);
         `component_qps`: kube-controller-manager's and kube-scheduler's client rate (burst twice it);
         `controller_manager_flags`: more flags for kube-controller-manager (a benchmark's tuning);
         `full_history`: kube-apiserver never compacts etcd's history and stores every object
@@ -177,6 +180,7 @@ class RealCluster:
         self.audit = audit
         self.audit_users = audit_users
         self.audit_pods = audit_pods
+        self.audit_jobs = audit_jobs
         self.component_qps = component_qps
         self.controller_manager_flags = controller_manager_flags
         self.koordinator = koordinator
@@ -383,7 +387,8 @@ class RealCluster:
         audit: list[str] = []
         if self.audit:
             policy = self.state_dir / "audit-policy.yaml"
-            policy.write_text(yaml.safe_dump(audit_policy(self.audit_users, self.audit_pods)))
+            policy.write_text(yaml.safe_dump(audit_policy(self.audit_users, self.audit_pods,
+                                                                 self.audit_jobs)))
             audit = [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
                      "--audit-log-format=json", "--audit-log-maxsize=0"]
         self._run("kube-apiserver", [
@@ -631,10 +636,11 @@ class RealCluster:
         raise ClusterError(f"CRDs {sorted(plurals)} were not served within {timeout:.0f} s")
 
 
-def audit_policy(users: tuple[str, ...] = (), pods: bool = False) -> dict[str, Any]:
+def audit_policy(users: tuple[str, ...] = (), pods: bool = False, jobs: bool = False) -> dict[str, Any]:
     """kube-apiserver's audit policy: every request's metadata, or only `users`' requests;
     with `pods`, a pod's create with the pod (its generated name and its requests: a binding's
-    entry names the pod only) and the bodies of pod status writes (its phase, when it ends)."""
+    entry names the pod only) and the bodies of pod status writes (its phase, when it ends);
+    with `jobs`, the bodies of batch Jobs' writes (a resume, the Job controller's conditions)."""
     rules: list[dict[str, Any]] = [{"level": "Metadata"}]
     if users:
         rules = [{"level": "Metadata", "users": list(users)}, {"level": "None"}]
@@ -642,6 +648,9 @@ def audit_policy(users: tuple[str, ...] = (), pods: bool = False) -> dict[str, A
         rules = [{"level": "RequestResponse", "verbs": ["create"], "resources": [{"group": "", "resources": ["pods"]}]},
                  {"level": "Request", "verbs": ["update", "patch"],
                   "resources": [{"group": "", "resources": ["pods/status"]}]}, *rules]
+    if jobs:
+        rules = [{"level": "Request", "verbs": ["update", "patch"],
+                  "resources": [{"group": "batch", "resources": ["jobs", "jobs/status"]}]}, *rules]
     return {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": rules}
 
 

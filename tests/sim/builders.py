@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from koordqueue.api.constants import (
     ANNOTATION_PRIORITY,
@@ -88,3 +92,11 @@ def run(document: dict[str, Any], config: EngineConfig | None = None) -> SimResu
 def by_name(result: SimResult) -> dict[str, Any]:
     """The jobs of a result by name (names are unique in these tests)."""
     return {record.name: record for record in result.jobs}
+
+
+@functools.cache
+def simulated_whole(path: Path) -> SimResult:
+    """``path`` read whole by PyYAML and simulated, once per session: examples/traces/
+    fair-over-weeks.yaml takes seconds a run, and test_tracefile and test_fairness both
+    need its run as it stands. Callers read the result; none changes it."""
+    return simulate(parse_trace(yaml.safe_load(path.read_text())))

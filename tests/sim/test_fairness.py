@@ -11,6 +11,8 @@ from koordqueue.api.constants import ANNOTATION_FAIR_SHARING, FAIR_SHARING_NONE
 from koordqueue.sim.simulator import simulate
 from koordqueue.sim.trace import parse_trace
 
+from .builders import simulated_whole
+
 EXAMPLES = Path(__file__).parents[2] / "examples" / "traces"
 HOUR = 3600.0
 GPU = "nvidia.com/gpu"
@@ -59,7 +61,7 @@ def test_history_on_shortens_the_steady_teams_wait_at_the_same_gpu_hours() -> No
     def held(result: object) -> float:
         return result.usage.quotas["research"].area[GPU]  # type: ignore[attr-defined,no-any-return]
 
-    with_history, without = simulate(parse_trace(document)), simulate(parse_trace(off))
+    with_history, without = simulated_whole(EXAMPLES / "fair-over-weeks.yaml"), simulate(parse_trace(off))
     assert all(job.admitted is not None for job in with_history.jobs + without.jobs)  # within the four weeks
     assert mean_wait(with_history, "steady") <= 0.5 * mean_wait(without, "steady")
     assert mean_wait(with_history, "bursty") >= 1.01 * mean_wait(without, "bursty")

@@ -21,8 +21,10 @@ def value_at(points: list[list[float]], time: float) -> float:
     return [value for at, value in points if at <= time][-1]
 
 
-@pytest.fixture(params=TRACES, ids=lambda path: path.stem)
+@pytest.fixture(scope="module", params=TRACES, ids=lambda path: path.stem)
 def watched(request: pytest.FixtureRequest) -> tuple[Path, Run]:
+    """One watched run per trace for the module (the tests only read it): the four-week trace
+    takes seconds a run."""
     return request.param, simulate_run(str(request.param))
 
 

@@ -5,6 +5,7 @@ unit's message holds (the engine's, one place for them). In real headless Chromi
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -57,8 +58,14 @@ async def test_the_explanation_lists_each_flavor_tried_and_its_refusal(tmp_path:
         assert shown == [
             f"team-h100 ({PRODUCT}={H100}): can never fit quota team-h100: {c.GPU} asks 4, more than its max 2",
             f"team-a100 ({PRODUCT}={A100}): waiting for quota team-a100: {c.GPU} asks 4, used 2 of max 4"], shown
-        # Each refusal is the words of the unit's message, flavor by flavor, and what the CLI prints.
-        message = await unit_message(kubeconfig, UNIT)
+        # Each refusal is the words of the unit's message, flavor by flavor, and what the CLI prints. The page
+        # works the reasons out now; the message is written after (read it again until it holds them).
+        refusals = [line.split(": ", 1)[1] for line in shown]
+        for _ in range(90):  # a written reason is at most ~45 s behind (docs/dashboard.md)
+            message = await unit_message(kubeconfig, UNIT)
+            if all(refusal in message for refusal in refusals):
+                break
+            await asyncio.sleep(0.5)
         for line in shown:
             assert line.split(": ", 1)[1] in message, (line, message)
         cli = await run(str(Path(sys.executable).parent / "koord-queue"), "explain", "pytorchjob/wide",

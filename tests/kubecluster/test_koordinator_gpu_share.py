@@ -124,15 +124,24 @@ async def test_gpu_share_jobs_are_charged_alike_by_koord_scheduler(koordinator_g
                     **{name: (2 * CHARGED_PER_POD[name] + CHARGED_TWO_GPUS[name]) * 1000 for name in CHARGED_PER_POD}}
         assert {r: ours.get(r, 0) for r in resources} == expected, ours
 
-        async def koordinator_charged() -> dict[str, Any] | None:
-            quota = await system.get_json("elasticquota", TEAM)
-            used = (quota.get("status") or {}).get("used") or {}
-            request = json.loads((quota["metadata"].get("annotations") or {}).get(
-                "quota.scheduling.koordinator.sh/request", "{}"))
-            return {"used": used, "request": request} if used and request else None
-
-        theirs = await system.wait_for(koordinator_charged, 60, "koord-scheduler to charge the pods to the quota")
         mine = format_resource_list({r: ours.get(r, 0) for r in resources})
+        seen: dict[str, Any] = {}
+
+        async def koordinator_charged_alike() -> dict[str, Any] | None:
+            # koord-scheduler writes the quota's used and request as it goes (pod by pod, a status
+            # sync behind): read them again until they hold every pod, or the wait's timeout says
+            # what they held last.
+            quota = await system.get_json("elasticquota", TEAM)
+            seen["used"] = (quota.get("status") or {}).get("used") or {}
+            seen["request"] = json.loads((quota["metadata"].get("annotations") or {}).get(
+                "quota.scheduling.koordinator.sh/request", "{}"))
+            alike = all(normal(seen[part], resources) == normal(mine, resources) for part in ("used", "request"))
+            return dict(seen) if alike else None
+
+        try:
+            theirs = await system.wait_for(koordinator_charged_alike, 60, "koord-scheduler to charge the pods alike")
+        except AssertionError:
+            raise AssertionError(f"koord-scheduler charged {seen}, ours {mine}") from None
         print(f"\ncharged for a job of two half-GPU pods and one of a pod of two GPUs: ours {mine}; koord-scheduler's used "
               f"{theirs['used']}, request {theirs['request']}")
         for part in ("used", "request"):

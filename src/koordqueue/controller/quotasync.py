@@ -56,29 +56,30 @@ class QuotaSync(Part):
     def wire(self) -> None:
         informers = self.informers
 
+        def with_devices(node: NodeInfo) -> NodeInfo:
+            """The node as pods may go to it (node fit, topology): with the devices its ResourceSlices publish."""
+            devices = informers.claims.node_devices().get(node.name)
+            return replace(node, allocatable=add(node.allocatable, devices)) if devices else node
+
         def nodes_changed() -> None:
-            devices = informers.claims.node_devices()
             self.nodes_total = self.shared.settings.capacity(
-                add(node.allocatable, devices.get(name, {})) for name, node in informers.node.items())
+                with_devices(node).allocatable for _name, node in informers.node.items())
             self._set_capacity()
             self.wake.set()
 
         def node_set(node: NodeInfo) -> None:
-            devices = informers.claims.node_devices().get(node.name)
-            # where pods may go (node fit, topology); with the devices its ResourceSlices publish
-            self.engine.set_node(replace(node, allocatable=add(node.allocatable, devices)) if devices else node)
+            self.engine.set_node(with_devices(node))
             nodes_changed()
 
         def slices_changed(*_: object) -> None:
-            devices = informers.claims.node_devices()
-            for name, node in informers.node.items():
-                self.engine.set_node(replace(node, allocatable=add(node.allocatable, devices.get(name, {}))))
+            for _name, node in informers.node.items():
+                self.engine.set_node(with_devices(node))
             nodes_changed()
 
-        for dra in informers.claims.informers()[2:]:  # ResourceSlices
-            dra.on_add(slices_changed)
-            dra.on_update(slices_changed)
-            dra.on_delete(slices_changed)
+        if informers.claims.mappings:  # (ResourceSlices are read only then)
+            informers.claims.slice.on_add(slices_changed)
+            informers.claims.slice.on_update(slices_changed)
+            informers.claims.slice.on_delete(slices_changed)
 
         def node_gone(node: NodeInfo) -> None:
             self.engine.remove_node(node.name)

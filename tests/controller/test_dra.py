@@ -149,7 +149,11 @@ async def test_a_job_whose_template_is_missing_waits_naming_it_until_it_is_creat
         await system.wait_for(warned, what="a Warning on the job naming the missing template")
         await system.apply(claim_template("later-made", 1))
         await admitted(system, "early-py-qu", 10)  # at once, not at a later resync (UnitSync._claims_changed)
-        assert (await system.unit("early-py-qu"))["spec"]["resource"][RESOURCE] == "2"
+
+        async def charged() -> bool:  # the engine is told at once; the job's reconciler rewrites the spec after
+            return (await system.unit("early-py-qu"))["spec"]["resource"].get(RESOURCE) == "2"
+
+        await system.wait_for(charged, 10, "the unit's spec charging the template's devices, 1 per pod")
 
 
 async def test_a_device_class_no_mapping_names_is_refused_saying_so(start_system: SystemFactory) -> None:

@@ -21,7 +21,7 @@ from koordqueue.realcluster import kueue
 BENCH = Path(__file__).parents[2] / "bench" / "versus_kueue.py"
 DIVISOR = 50  # per queue 7 small, 2 medium, 1 large: 300 Jobs in 30 queues
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(1500)]
-needs_kueue = pytest.mark.skipif(kueue.may_skip(), reason="Kueue is not built (make e2e-kueue; CI builds it and sets "
+needs_kueue = pytest.mark.skipif(kueue.may_skip(), reason="Kueue is not built (make e2e-kueue; make test-versus-kueue builds it and sets "
                                                            "KOORD_QUEUE_REQUIRE_KUEUE=1: never skipped there)")
 
 

@@ -20,7 +20,7 @@ from koordqueue.realcluster import kueue
 BENCH = Path(__file__).parents[2] / "bench" / "versus_kueue_scale.py"
 JOBS, QUOTAS = 60, 20
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900),
-              pytest.mark.skipif(kueue.may_skip(), reason="Kueue is not built (make e2e-kueue; CI builds it and sets "
+              pytest.mark.skipif(kueue.may_skip(), reason="Kueue is not built (make e2e-kueue; make test-versus-kueue builds it and sets "
                                                            "KOORD_QUEUE_REQUIRE_KUEUE=1: never skipped there)")]
 
 

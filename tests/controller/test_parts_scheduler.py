@@ -240,3 +240,44 @@ async def test_a_preemptors_job_waits_for_its_victims_pods_and_its_message_says_
     # wait-for-pods-running times its pods from now on, not from its admission
     assert s.scheduler.switch.pods_timed_from(claim, admitted_at, 0.0) == s.clock.now
     assert s.unit_status(claim)["phase"] == c.Phase.DEQUEUED.value
+
+
+@pytest.mark.parametrize("preemption_fails", [True, False], ids=["preemption-conflicts", "preemption-lands"])
+async def test_a_victim_finished_before_its_preempted_is_written_holds_no_quota(
+        running: Callable[..., Any], preemption_fails: bool) -> None:
+    """The chaos run found it (seed 20261204, quota team-05 charged 8 GPUs by units all
+    Succeed): a controller restarted before it wrote job-00210's Succeed took its unit for
+    running and preempted it; its job's reconciler wrote Succeed first (the engine let go of
+    it), then the Preempted write failed (409) and the scheduler charged the unit again, as
+    if its object still held quota. Nothing let go of it after that: its quota charged 8 GPUs
+    for good. Here `victim`'s unit is finished while its Preempted waits for the unit's lock:
+    the Preempted is not written on top of Succeed, and the engine charges nothing for it."""
+    s: Setting = await running()
+    victim = await s.submit("victim", "b", 8)
+    s.shared.wake.set()
+    await until(lambda: not s.suspended("victim"))
+    s.clock.now += 3600  # (past any protection of a recent admission)
+    real = s.status.write
+    staged: list[str] = []
+
+    async def write(key: str, status: Any, **kwargs: Any) -> bool:
+        if key == victim and status.get("phase") == c.Phase.PREEMPTED.value and not staged:
+            staged.append(key)
+            # Its job's reconciler has the unit's lock first: Succeed written, the unit let go
+            # of (as Reconciler._finish does).
+            await real(key, {"phase": c.Phase.SUCCEED.value, "message": "the job succeeded"})
+            s.shared.engine.remove_unit(key)
+            if preemption_fails:
+                s.fake.fail_next(status_error(409, "Conflict"), verb="patch_status", name="victim-py-qu")
+        return await real(key, status, **kwargs)
+
+    setattr(s.status, "write", write)  # noqa: B010 (a method of the instance, replaced)
+    claim = await s.submit("claim", "a", 4)
+    s.shared.wake.set()
+    await until(lambda: s.unit_status(claim).get("phase") in ADMITTED)
+    assert s.unit_status(victim)["phase"] == c.Phase.SUCCEED.value
+    assert s.shared.engine.unit(victim) is None, "the finished victim is charged again"
+    used = s.shared.engine.quota_status()
+    assert used["b"].used.get(c.GPU, 0) == 0
+    assert used["a"].used.get(c.GPU, 0) == 4000
+    assert f"{KIND}/default/victim" not in s.shared.owed  # (its job ended: no suspension owed)

@@ -25,14 +25,14 @@ from koordqueue.controller import status as st
 from koordqueue.controller.eventline import job_ref, unit_ref
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.overview import mode_text
-from koordqueue.controller.phases import SENT_BACK
+from koordqueue.controller.phases import FINISHED, SENT_BACK
 from koordqueue.controller.resources import UNITS
 from koordqueue.controller.selectors import selector_matches
 from koordqueue.controller.shared import Part, Shared
 from koordqueue.controller.unitstatus import UnitStatusWriter
 from koordqueue.controller.unitsync import back_off_until, count_as_admitted
 from koordqueue.controller.views import JobView, Object, UnitView, admitted_placement
-from koordqueue.engine.model import Admission, CycleResult, Placement
+from koordqueue.engine.model import Admission, CycleResult, Placement, UnitInfo
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
 
 log = logging.getLogger(__name__)
@@ -212,13 +212,17 @@ class Scheduler(Part):
         info = self.engine.unit(key)
         try:
             async with self.switch.job_locks.hold(unit.job_key):  # after its job's resume on its way, if any
-                await self.status.write(
-                    key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at))
+                written = await self.status.write(
+                    key, st.sent_back(c.Phase.PREEMPTED, reason, info.attempts if info else 0, requeue_at),
+                    still=functools.partial(self._still_sent_back, key))
         except KubeError as e:
             log.warning("preemption of %s not written: %s; it keeps its quota", key, e)
-            if info is not None:  # its object still says it holds quota: so does the engine
-                count_as_admitted(self.engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
+            if info is not None:
+                self._hold_again(key, info)
             return False
+        if not written:
+            log.info("preemption of %s not written: its unit finished or went meanwhile", key)
+            return True  # (it holds nothing now)
         if not self.informers.bare(unit):
             # (A bare unit's owner stops its workload when it reads Preempted, as Koord-Queue's
             # job extensions do, and may write Enqueued itself; we owe no suspension.)
@@ -232,6 +236,23 @@ class Scheduler(Part):
             self._event(job_ref(job), c.EventType.WARNING, c.EventReason.PREEMPTED, reason)
         self.jobs_queue.add(unit.job_key)
         return True
+
+    def _still_sent_back(self, key: str) -> bool:
+        """Whether the engine still holds `key` as it sent it back (known, holding no quota):
+        not once its unit was finished or deleted meanwhile (its job's reconciler wrote
+        Succeed while the send-back waited for the unit's lock, say)."""
+        known = self.engine.unit(key)
+        return known is not None and known.admitted_quota is None
+
+    def _hold_again(self, key: str, info: UnitInfo) -> None:
+        """A send-back (or preemption) of `key` was not written: its object still says it
+        holds quota, and so does the engine again (count_as_admitted). Not when its unit was
+        finished or deleted meanwhile: charged again then, it would hold its quota for good,
+        as nothing lets go of a finished unit a second time (chaos run, seed 20261204)."""
+        unit = self.informers.unit.get(key)
+        if unit is None or unit.phase in FINISHED or not self._still_sent_back(key):
+            return
+        count_as_admitted(self.engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
 
     async def _end_backoffs(self) -> None:
         now = self.clock()
@@ -273,11 +294,14 @@ class Scheduler(Part):
         info = self.engine.unit(unit.key)
         try:
             async with self.switch.job_locks.hold(unit.job_key):  # after its job's resume on its way, if any
-                await self.status.write(unit.key, st.sent_back(phase, reason, info.attempts if info else 0,
-                                                               requeue_at))
+                written = await self.status.write(
+                    unit.key, st.sent_back(phase, reason, info.attempts if info else 0, requeue_at),
+                    still=functools.partial(self._still_sent_back, unit.key))
         except KubeError:
-            count_as_admitted(self.engine, known, unit.allocated_at or unit.created, admitted_placement(unit))
+            self._hold_again(unit.key, known)
             raise
+        if not written:
+            return  # its unit finished or went meanwhile: it holds nothing
         if job is not None:  # (a bare unit's owner stops its own workload)
             self.shared.owed.owe(unit.job_key)
         self.shared.backoffs.push(requeue_at, unit.key)

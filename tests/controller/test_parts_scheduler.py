@@ -1,7 +1,8 @@
 """Scheduler alone, on the in-memory API server: a cycle's admission is written to its unit's
 status and its job resumed after it; an admission whose unit was finished while it waited
 its turn is not written; a victim's Preempted lands before the admission that needs its room,
-however long it takes to land."""
+however long it takes to land; a victim finished before its Preempted is written is neither
+written Preempted nor charged again."""
 
 from __future__ import annotations
 

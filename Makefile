@@ -31,8 +31,12 @@ lint: venv
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 
+# Two workers (pytest-xdist): the suite mostly waits on processes, servers and timers. Each
+# file runs whole on one worker, in its order (the chaos runs one after the other, never two
+# storms at once); the files with a test marked slow start first (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: lint helm
-	$(BIN)/pytest -q -m "not kube" --durations=15
+	$(BIN)/pytest -q -m "not kube" -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The real control plane's programs, built from the Go modules in e2e/ into .tools/kube/
 # (skipped when built: the folder's name hashes go.mod, go.sum and the Go version).

@@ -53,6 +53,7 @@ def test_kueue_baseline_in_small_runs_every_job_within_the_quotas() -> None:
     assert sim["jobs"] == f["jobs"] and sim["unfinished"] == 0 and sim["quotas_over_max"] == []
 
 
+@pytest.mark.slow
 def test_scale_in_small_admits_one_wave_within_the_quotas_and_a_restart_writes_no_unit() -> None:
     f = run("scale.py", "--jobs", "2000", "--timeout", "600")
     assert f["quotas"] == 1000 and f["leaves"] == 900

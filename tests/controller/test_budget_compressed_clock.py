@@ -13,7 +13,7 @@ import pytest
 from koordqueue.api import constants as c
 from tests.controller.conftest import SystemFactory, pytorch_job, quick_config, quota
 
-pytestmark = [pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 RATE = 60.0  # controller seconds per real second
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from math import gcd
 from unittest.mock import patch
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings, target
 from hypothesis import strategies as st
 
@@ -480,6 +481,7 @@ def check_held_room(run: Run, info: UnitInfo, hold: Hold) -> None:
 ALL_CHECKS = [check_limits, check_non_preemptible, check_runtime, check_policies, check_messages]
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(world=worlds(), stream=steps)
 def test_limits_runtime_and_policies_hold_after_every_cycle(world: World, stream: list) -> None:  # type: ignore[type-arg]
@@ -550,6 +552,7 @@ def test_the_same_inputs_give_the_same_decisions(world: World, stream: list) -> 
     assert logs[0] == logs[1]
 
 
+@pytest.mark.slow
 @settings(PROPERTY_SETTINGS, max_examples=150)
 @given(world=worlds(name_every_resource=True, protect=False), stream=steps)
 def test_min_is_honoured_after_reclaim(world: World, stream: list) -> None:  # type: ignore[type-arg]

@@ -255,6 +255,7 @@ def _check(server: ThreadedAPIServer, caplog: pytest.LogCaptureFixture,
     assert status == 200 and json.loads(data)["gitVersion"]
 
 
+@pytest.mark.slow
 @settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(resource_request())

@@ -51,6 +51,7 @@ def test_the_corpus_is_complete_and_indexed() -> None:
         assert entry.get("about") and outcomes & set(entry), name
 
 
+@pytest.mark.slow
 @pytest.mark.both_control_planes
 async def test_the_whole_corpus_alongside_valid_jobs(start_system: SystemFactory, caplog: pytest.LogCaptureFixture,
                                                      control_plane: str) -> None:

@@ -27,7 +27,7 @@ import pytest
 
 from .conftest import load_chaos
 
-pytestmark = pytest.mark.timeout(800)
+pytestmark = [pytest.mark.timeout(800), pytest.mark.slow]
 SEED = int(os.environ.get("KQ_CHAOS_SEED", "20240607"))
 RUNS = [
     pytest.param(SEED, 3, 0.05, id="fixed"),

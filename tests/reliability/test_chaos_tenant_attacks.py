@@ -17,7 +17,7 @@ import pytest
 
 from .conftest import load_chaos
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 ATTACKS = load_chaos().ATTACKS
 

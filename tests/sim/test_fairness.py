@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from koordqueue.api.constants import ANNOTATION_FAIR_SHARING, FAIR_SHARING_NONE
@@ -41,6 +42,7 @@ def test_a_budgeted_team_stops_and_resumes_as_its_use_ages_out() -> None:
     assert resumed[-1] < 30 * HOUR
 
 
+@pytest.mark.slow
 def test_history_on_shortens_the_steady_teams_wait_at_the_same_gpu_hours() -> None:
     """Four weeks (docs/fairness.md's table): min 0, jobs of 1 to 4 hours, the bursty team
     flooding weeks 1 and 3. By history the steady team, which used less lately, gets more

@@ -201,11 +201,6 @@ class UnitSync(Part):
         """A job found running at start-up accounted as admitted if it fits (adopt_if_it_fits)."""
         return adopt_if_it_fits(self.engine, info, since)
 
-    def hold_as_written(self, info: UnitInfo, unit: UnitView) -> None:
-        """The unit's send-back or preemption was not written: its object still says it holds
-        quota, and so does the engine again (count_as_admitted)."""
-        count_as_admitted(self.engine, info, unit.allocated_at or unit.created, admitted_placement(unit))
-
     def _remember_deletion(self, key: str, what: str) -> None:
         self.shared.recent.deleted(self.engine, self.clock(), key, what)
 

@@ -125,3 +125,24 @@ async def test_at_most_max_dry_runs_run_at_once_and_one_more_is_told_to_come_bac
         assert (await post(dashboard.port, manifest))[0] == 200  # the places are given back
     finally:
         await dashboard.stop()
+
+
+async def test_a_dry_run_in_the_second_a_waiting_job_was_created_stands_behind_it(
+        start_system: SystemFactory, control_plane: str) -> None:
+    """Creation times are whole seconds and the next tie-break is the name: a dry run of
+    "fourth" in the second "second" was created in once stood ahead of it (CI, kube)."""
+    from koordqueue.controller.dryrun import dry_run
+    from koordqueue.controller.forecaster import RuntimeBook
+    from koordqueue.controller.loading import take_snapshot
+
+    async with start_system(config=quick_config(forecast_interval_seconds=0)) as system:
+        await system.apply(quota("team-f", 2, 2))
+        await system.apply(pytorch_job("first", gpus_per_pod=1, quota_name="team-f"))
+        await system.wait_phase("first-py-qu", c.Phase.RUNNING)
+        await system.apply(pytorch_job("second", gpus_per_pod=1, quota_name="team-f"))
+        await system.wait_phase("second-py-qu", c.Phase.ENQUEUED)
+        snap = await take_snapshot(system.client)
+        same_second = snap.units["default/second-py-qu"].created
+        why = dry_run(snap, pytorch_job("fourth", gpus_per_pod=1, quota_name="team-f"), "PyTorchJob", same_second,
+                      RuntimeBook(snap.settings.default_expected_runtime), snap.job_runtimes.get, "job.yaml")
+        assert (why["unit"], why["position"]) == ("default/fourth-py-qu", 2)

@@ -10,6 +10,7 @@ exactly one document of a kind we queue; anything else is a DryRunError in words
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -75,8 +76,11 @@ def dry_run(snap: Snapshot, obj: dict[str, Any], kind: str, now: float, book: Ru
     if view.unit_spec is None:
         raise DryRunError(f"{where}: this job cannot be queued: {view.invalid}")
     manifest = queue_unit_manifest(view)
-    manifest["metadata"]["creationTimestamp"] = rfc3339(now)  # (it would be the newest: behind its equals)
-    unit = unit_view(manifest)
+    manifest["metadata"]["creationTimestamp"] = rfc3339(now)
+    # The newest unit, behind its equals even when one was created in the same second
+    # (timestamps are whole seconds, and the next tie-break is the name).
+    newest = max((u.created for u in snap.units.values()), default=now)
+    unit = dataclasses.replace(unit_view(manifest), created=max(now, newest + 1e-3))
     if unit.key in snap.units:
         raise DryRunError(f"{where}: a QueueUnit {unit.key} exists already: `koord-queue explain "
                           f"{kind.lower()}/{meta['name']} -n {meta['namespace']}` explains it")

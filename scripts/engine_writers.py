@@ -34,7 +34,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "koordqueue"
 MUTATORS: dict[str, frozenset[str]] = {
     # a unit's standing: what its object says, or the engine's decision about it undone or made
     "units": frozenset({"set_unit", "remove_unit", "requeue", "revert_admission", "set_pods_running",
-                        "set_unit_pods"}),
+                        "set_unit_pods", "set_work_done"}),
     "quotas": frozenset({"set_quota", "remove_quota", "set_queue", "remove_queue", "set_cluster_capacity",
                          "set_koordinator"}),
     "nodes": frozenset({"set_node", "remove_node", "set_node_usage"}),

@@ -287,3 +287,40 @@ async def test_a_job_that_grew_while_no_controller_ran_is_sent_back_once_one_doe
     assert said in stored["message"], stored["message"]
     info = engine.unit(UNIT_KEY)
     assert info is not None and info.admitted_quota is None
+
+
+async def test_an_admitted_job_whose_pods_all_succeeded_is_told_to_the_engine_as_done(setting: Setting) -> None:
+    """Its operator says the job ended seconds later under load: meanwhile the engine takes
+    it for no victim (issue 36: ours preempted such jobs, which only delayed their end).
+    A pod of it in any other phase, or made again, and it may be a victim again."""
+    from koordqueue.controller.pods import pod_view
+
+    job = pytorch_job("j", gpus_per_pod=2, quota_name="team-a")
+    job["status"] = {"conditions": [{"type": c.KUBEFLOW_CONDITION_RUNNING, "status": c.CONDITION_TRUE,
+                                     "reason": "PyTorchJobRunning", "lastTransitionTime": "2026-12-04T15:00:00Z"}]}
+    setting.fake.seed(JOBS, job)
+    setting.shared.engine.set_quota(quota("team-a", 4, 8))
+    await setting.start()
+    setting.shared.initial_jobs = {ITEM}
+    await setting.reconciler.reconcile(ITEM)
+    view = setting.shared.informers.job_view(ITEM)
+    assert view is not None
+    label, namespace, name = setting.shared.informers.pods_key(view)
+
+    def pod(role: str, phase: str) -> None:
+        setting.shared.informers.pods.put(pod_view({
+            "metadata": {"name": f"j-{role}-0", "namespace": namespace, "labels": {
+                label: name, "training.kubeflow.org/replica-type": role}},
+            "status": {"phase": phase}}))
+
+    def done() -> bool:
+        return UNIT_KEY in setting.shared.engine._ledger.done
+
+    await setting.caught_up()
+    for phases, expected in [(("Running", "Running"), False), (("Succeeded", "Running"), False),
+                             (("Succeeded", "Succeeded"), True), (("Succeeded", "Failed"), False),
+                             (("Succeeded", "Succeeded"), True), (("Succeeded", "Pending"), False)]:
+        for role, phase in zip(("master", "worker"), phases, strict=True):
+            pod(role, phase)
+        await setting.reconciler.reconcile(ITEM)
+        assert done() is expected, phases

@@ -18,9 +18,9 @@ from koordqueue.api.quantity import QuantityError, ResourceList, add, sub
 from koordqueue.jobs import POD_LABELS
 from koordqueue.jobs.podrequest import pod_request
 
-RUNNING, PENDING = "Running", "Pending"
+RUNNING, PENDING, SUCCEEDED, FAILED = "Running", "Pending", "Succeeded", "Failed"
 ONE_POD = 1000  # of a node's allocatable pods, in milli-units
-ENDED = ("Succeeded", "Failed")  # a pod that ended takes no room on its node
+ENDED = (SUCCEEDED, FAILED)  # a pod that ended takes no room on its node
 GRACE_SECONDS = 30  # Kubernetes' terminationGracePeriodSeconds when a pod does not say
 
 
@@ -101,6 +101,14 @@ class PodCount:
     running: int = 0
     pending: int = 0
     running_by_role: dict[str, int] = field(default_factory=dict)
+    succeeded: int = 0
+    failed: int = 0
+    other: int = 0  # Unknown, or a phase Kubernetes may add
+
+    @property
+    def all_succeeded(self) -> bool:
+        """Its pods did their work: some, and every one Succeeded (none left in any other phase)."""
+        return self.succeeded > 0 and not (self.running or self.pending or self.failed or self.other)
 
 
 class PodIndex:
@@ -127,6 +135,12 @@ class PodIndex:
                 result.running_by_role[pod.role] = result.running_by_role.get(pod.role, 0) + 1
             elif pod.phase == PENDING:
                 result.pending += 1
+            elif pod.phase == SUCCEEDED:
+                result.succeeded += 1
+            elif pod.phase == FAILED:
+                result.failed += 1
+            else:
+                result.other += 1
         return result
 
     def lingering(self, job_label: str, namespace: str, job_name: str) -> list[PodView]:

@@ -395,6 +395,7 @@ class JobReconciler(Part):
                                        unit.phase == c.Phase.RUNNING.value):
             self.wake.set()
         pods = self.informers.pod_count(job)
+        self.unit_sync.work_done(unit.key, pods.all_succeeded)
         change = st.pod_state(unit, pods)
         if job.state is JobState.RUNNING and unit.phase == c.Phase.DEQUEUED.value:
             self._mark_running(item, unit.key, {**st.running(), **(change or {})})

@@ -192,6 +192,12 @@ class UnitSync(Part):
         wait-for-pods-running admits nothing more until they do); whether that changed."""
         return self.engine.set_pods_running(key, running)
 
+    def work_done(self, key: str, done: bool) -> None:
+        """Tell the engine whether all pods of the admitted unit have succeeded: its job ends
+        anyway, so it is no victim (its controller may write so seconds later under load;
+        preempting it meanwhile would fail that write and delay its end)."""
+        self.engine.set_work_done(key, done)
+
     def finished(self, key: str) -> None:
         """The unit's job ended (its Succeeded or Failed written): its quota, or its place in line, is released."""
         self.engine.remove_unit(key)

@@ -220,7 +220,8 @@ def _reclaim_nodes(cycle: CycleLike, record: UnitRecord, flavor: Flavor,
             continue
         for admitted_at, key in ledger.victims.get(other, ()):
             victim = ledger.units[key]
-            if admitted_at + protect > now or key in preemptor.admitted_now:
+            if admitted_at + protect > now or key in preemptor.admitted_now or \
+                    ledger.done.pass_over(key, record.queue.key if record.queue else None):
                 continue
             candidates.append((victim.info.priority, -admitted_at, key, other, victim.entry))
     # Of units admitted at once, the one admitted last (later in its queue) first (as choose_victims).

@@ -125,7 +125,10 @@ class Preemptor:
         self.config = ledger.config
         self.admitted_now = admitted_now  # units admitted in this cycle: never its victims
         # (leaf, top, resources) -> what may be reclaimed, while the ledger's charges stay ``reclaim_charges``.
-        self.reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
+        # (leaf, top, resources) -> what may be reclaimed, when the first protected candidate is not,
+        # and the units passed over as done; while the ledger's charges stay ``reclaim_charges``.
+        self.reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]],
+                                 tuple[list[Candidate], float, list[str]]] = {}
         self.reclaim_charges = -1
 
     def preempt_for(
@@ -154,12 +157,15 @@ class Preemptor:
         candidates: list[Candidate] = []
         free_at = math.inf  # when a protected candidate stops being protected
         if reclaim:
-            found, free_at = self.reclaim_candidates(leaf, top, names)
+            found, free_at, done = self.reclaim_candidates(leaf, top, names)
             candidates += found
+            for key in done:
+                ledger.done.pass_over(key, state.key)
         if state.info.preemption:
             for admitted_at, key in ledger.victims.get(leaf, ()):
                 victim = self.units[key]
-                if victim.info.priority >= info.priority or key in self.admitted_now:
+                if victim.info.priority >= info.priority or key in self.admitted_now or \
+                        ledger.done.pass_over(key, state.key):
                     continue
                 if admitted_at + protect > now:
                     free_at = min(free_at, admitted_at + protect)
@@ -191,10 +197,10 @@ class Preemptor:
 
     def reclaim_candidates(
         self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str]
-    ) -> tuple[list[Candidate], float]:
+    ) -> tuple[list[Candidate], float, list[str]]:
         """Units under ``top`` of quotas above their runtime share in ``names`` that may be
-        taken back for a unit of ``leaf``, and when the first protected one stops being
-        protected. Kept for the rest of the cycle until some usage changes: the heads of
+        taken back for a unit of ``leaf``, when the first protected one stops being
+        protected, and those passed over because their work is done. Kept for the rest of the cycle until some usage changes: the heads of
         a queue that do not fit ask the same question again and again."""
         ledger = self.ledger
         if self.reclaim_charges != ledger.charges:
@@ -207,6 +213,7 @@ class Preemptor:
         now = self.now
         protect = self.config.protect_seconds
         candidates: list[Candidate] = []
+        done: list[str] = []
         free_at = math.inf
         on_path = set(leaf.path)
         for other in ledger.borrowers:
@@ -225,13 +232,16 @@ class Preemptor:
                     break
                 if unit_key in self.admitted_now:
                     continue
+                if unit_key in ledger.done:
+                    done.append(unit_key)
+                    continue
                 victim = self.units[unit_key]
                 candidates.append(
                     Candidate(unit_key, other, victim.charged, victim.info.priority, admitted_at,
                               victim.entry, chain)
                 )
-        self.reclaim_cache[key] = (candidates, free_at)
-        return candidates, free_at
+        self.reclaim_cache[key] = (candidates, free_at, done)
+        return candidates, free_at, done
 
 
 def _reason(candidate: Candidate, preemptor: UnitRecord, leaf: QuotaNode, names: frozenset[str]) -> str:

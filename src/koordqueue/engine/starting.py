@@ -1,4 +1,5 @@
-"""Admitted units whose pods do not all run yet (koord-queue/wait-for-pods-running).
+"""Admitted units whose pods do not all run yet (koord-queue/wait-for-pods-running), and
+those whose pods have all succeeded (``Done``).
 
 A Queue that waits for pods admits nothing more while one of its units is starting: the
 ledger asks ``first`` of a Queue, and is told (``changed``) when a Queue gains or loses one.
@@ -52,3 +53,31 @@ class Starting:
         """The first unit admitted through ``queue`` that is still starting."""
         units = self.in_queue.get(queue)
         return next(iter(units)) if units else None
+
+
+class Done:
+    """Admitted units whose pods have all succeeded: their end is certain (their controller
+    says so seconds later under load), so they are no one's victim; preempting one would
+    only make that write fail and the end come later. The Queues whose scans passed one
+    over are scanned again if it turns out not to be done (a pod made again)."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+        self.passed_over: dict[str, set[str]] = {}  # unit -> the Queues that passed it over
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.keys
+
+    def pass_over(self, key: str, queue: str | None) -> bool:
+        """Whether ``key`` is no victim, its work done; if so, ``queue`` (the preemptor's) is
+        remembered."""
+        if key not in self.keys:
+            return False
+        if queue is not None:
+            self.passed_over.setdefault(key, set()).add(queue)
+        return True
+
+    def stop(self, key: str) -> set[str]:
+        """``key`` is not (or no longer) done: the Queues that passed it over."""
+        self.keys.discard(key)
+        return self.passed_over.pop(key, set())

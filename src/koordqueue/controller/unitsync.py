@@ -318,6 +318,7 @@ class UnitSync(Part):
         if not pod.job_label or (old is not None and old.phase == pod.phase):
             return
         self.informers.pods.put(pod)
+        self._tell_work_done(pod)
         self._pod_owner_changed(pod)
 
     def _pod_deleted(self, pod: PodView) -> None:
@@ -325,7 +326,14 @@ class UnitSync(Part):
         if not pod.job_label:
             return
         self.informers.pods.remove(pod)
+        self._tell_work_done(pod)
         self._pod_owner_changed(pod)
+
+    def _tell_work_done(self, pod: PodView) -> None:
+        """At once, not when the job's worker comes to it: the pods of the pod's job all
+        succeeded, or no longer (``work_done``)."""
+        for _, job in self.informers.jobs_of_pod(pod):
+            self.engine.set_work_done(job.unit_key, self.informers.pod_count(job).all_succeeded)
 
     def _node_used(self, node: str) -> ResourceList:
         """What bound pods request on ``node``, and the devices allocated claims hold there (DRA)."""

@@ -212,3 +212,38 @@ def test_the_growths_the_issue_names_are_growths(job: dict[str, Any], path: tupl
     before, after = adapter.demand(job), adapter.demand(_raised(job, *path))
     assert grown(before, after), (before, after)
     assert not grown(after, before)  # (shrinking is no growth)
+
+
+async def test_an_admitted_jobs_pods_all_succeeded_reach_the_engine_from_the_pods_event() -> None:
+    """Not when the job's worker comes to it (under load, after the preemption it is to
+    prevent): the pod's own event tells the engine the unit is done, and a pod made
+    again that it is not."""
+    setting = Setting()
+    pods = setting.shared.informers.pod
+    setting.informers.append(pods)
+    await setting.start()
+    try:
+        await setting.submit({"phase": c.Phase.RUNNING.value, "lastAllocateTime": "2026-12-04T15:00:00Z"})
+        await until(lambda: setting.shared.engine.unit(KEY) is not None)
+
+        def pod(role: str, phase: str) -> dict[str, Any]:
+            return {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"j-{role}-0", "namespace": "default", "labels": {
+                        "training.kubeflow.org/job-name": "j", "training.kubeflow.org/replica-type": role}},
+                    "spec": {"containers": [{"name": "pytorch"}]}, "status": {"phase": phase}}
+
+        def done() -> bool:
+            return KEY in setting.shared.engine._ledger.done
+
+        setting.fake.seed(PODS, pod("master", "Succeeded"))
+        setting.fake.seed(PODS, pod("worker", "Running"))
+        await until(lambda: setting.shared.informers.pods.count(
+            "training.kubeflow.org/job-name", "default", "j").running == 1)
+        assert not done()
+        await setting.fake.patch_status(PODS, "j-worker-0", {"status": {"phase": "Succeeded"}}, namespace="default")
+        await until(done)
+        setting.fake.seed(PODS, pod("worker-again", "Pending"))
+        await until(lambda: not done())
+    finally:
+        for informer in setting.informers:
+            await informer.stop()

@@ -11,6 +11,7 @@ from koordqueue.engine.model import EngineConfig
 from .builders import engine_with, keys, parent, queue_of, quota, settle, unit, used
 
 PROTECT = 60.0
+GRACE = 30.0
 
 
 def borrowed_pool(victims: list[tuple[str, int, int, float]], **config: object):  # type: ignore[no-untyped-def]
@@ -123,38 +124,47 @@ def test_non_preemptible_units_are_never_victims() -> None:
     assert result.preempted == [] and result.admitted == []  # a is at its share; b keeps "keep"
 
 
-def test_a_unit_whose_pods_all_succeeded_is_no_victim_of_reclaim_until_it_is_not_done() -> None:
+def test_a_unit_whose_pods_all_succeeded_is_no_victim_of_reclaim_for_its_grace() -> None:
     """Its controller writes the end seconds later under load; preempting it meanwhile
     only makes that write fail and the end come later (issue 36's traced run)."""
-    engine = borrowed_pool([("b1", 4, 0, 0), ("b2", 4, 0, 1)])
-    engine.set_work_done("default/b2", True)  # the most recent: the victim, were its work not done
+    engine = borrowed_pool([("b1", 4, 0, 0), ("b2", 4, 0, 1)], done_grace_seconds=GRACE)
+    engine.set_work_done("default/b2", True, 99.0)  # the most recent: the victim, were its work not done
     engine.set_unit(unit("a1", 4, "a", created=100))
     assert keys(engine.schedule(100.0).preempted) == ["default/b1"]
-    engine.set_unit(unit("b1", 4, "b", created=0))  # (b1 gone; b at 4, b2 borrowing nothing now)
-    engine.remove_unit("default/a1")  # a1 ended: b1 borrows a's half again
-    assert keys(engine.schedule(200.0).admitted) == ["default/b1"]
-    engine.set_work_done("default/b1", True)
-    engine.set_work_done("default/b2", True)
-    engine.set_unit(unit("a2", 4, "a", created=300))
-    assert engine.schedule(300.0).preempted == []  # both done: a2 waits for their end
-    engine.set_work_done("default/b1", False)  # a pod made again (a Job of more completions)
-    result = engine.schedule(301.0)  # a2's queue is scanned again, without anything else happening
-    assert keys(result.preempted) == ["default/b1"] and keys(result.admitted) == ["default/a2"]
+    engine.set_work_done("default/b1", True, 100.0)  # (not admitted any more: ignored)
+    assert "default/b1" not in engine._ledger.done
 
 
-def test_a_done_unit_is_passed_over_by_priority_preemption_and_forgotten_when_sent_back() -> None:
+def test_a_done_unit_that_never_ends_is_a_victim_again_after_its_grace() -> None:
+    """A tenant's job whose controller never says it ended (a Job managed by no one, a bare
+    pod of its label that succeeded) keeps no borrowed quota from being reclaimed: the
+    preemptor waits out the grace, as a protect time, and is woken when it ends."""
+    engine = borrowed_pool([("b1", 4, 0, 0), ("b2", 4, 0, 1)], done_grace_seconds=GRACE)
+    engine.set_work_done("default/b1", True, 100.0)
+    engine.set_work_done("default/b2", True, 100.0)
+    engine.set_unit(unit("a1", 4, "a", created=100))
+    result = engine.schedule(100.0)
+    assert result.preempted == [] and result.admitted == []
+    assert result.next_wakeup == 100.0 + GRACE
+    engine.set_work_done("default/b2", True, 120.0)  # told again: its grace runs from the first time
+    result = engine.schedule(100.0 + GRACE)
+    assert keys(result.preempted) == ["default/b2"] and keys(result.admitted) == ["default/a1"]
+
+
+def test_a_done_unit_is_passed_over_by_priority_preemption_until_a_pod_of_it_is_made_again() -> None:
     a = quota("a", 4, 4)
-    engine = engine_with(a, protect_seconds=0.0)
+    engine = engine_with(a, protect_seconds=0.0, done_grace_seconds=GRACE)
     engine.set_queue(queue_of(a, preemption=True))
     engine.set_unit(unit("low", 4, "a", created=0))
     engine.schedule(0.0)
-    engine.set_work_done("default/low", True)
+    engine.set_work_done("default/low", True, 1.0)
     engine.set_unit(unit("high", 4, "a", priority=9, created=1))
     result = engine.schedule(1.0)
     assert result.preempted == [] and result.admitted == []  # it waits for low's end
-    engine.set_work_done("default/low", False)  # its job made a pod again (more completions)
-    assert keys(engine.schedule(2.0).preempted) == ["default/low"]
-    engine.set_work_done("default/low", True)  # not admitted now: ignored
+    assert result.next_wakeup == 1.0 + GRACE
+    engine.set_work_done("default/low", False, 2.0)  # its job made a pod again (more completions)
+    assert keys(engine.schedule(1.0 + GRACE).preempted) == ["default/low"]
+    engine.set_work_done("default/low", True, 40.0)  # not admitted now: ignored
     assert "default/low" not in engine._ledger.done
 
 

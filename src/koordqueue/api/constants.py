@@ -516,6 +516,9 @@ PODS = "pods"
 
 # --- Scheduling defaults ------------------------------------------------------------
 DEFAULT_PROTECT_SECONDS = 60.0
+# An admitted job whose pods have all succeeded is no victim this long: its controller says it
+# ended within seconds (5-8 s under load, issue 36), and one that never does is a victim after.
+DONE_GRACE_SECONDS = 30.0
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_FACTOR = 2.0
 BACKOFF_CAP_SECONDS = 15 * 60.0

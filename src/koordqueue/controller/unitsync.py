@@ -194,9 +194,9 @@ class UnitSync(Part):
 
     def work_done(self, key: str, done: bool) -> None:
         """Tell the engine whether all pods of the admitted unit have succeeded: its job ends
-        anyway, so it is no victim (its controller may write so seconds later under load;
-        preempting it meanwhile would fail that write and delay its end)."""
-        self.engine.set_work_done(key, done)
+        anyway, so it is no victim for a grace (its controller may write so seconds later
+        under load; preempting it meanwhile would fail that write and delay its end)."""
+        self.engine.set_work_done(key, done, self.clock())
 
     def finished(self, key: str) -> None:
         """The unit's job ended (its Succeeded or Failed written): its quota, or its place in line, is released."""
@@ -333,7 +333,7 @@ class UnitSync(Part):
         """At once, not when the job's worker comes to it: the pods of the pod's job all
         succeeded, or no longer (``work_done``)."""
         for _, job in self.informers.jobs_of_pod(pod):
-            self.engine.set_work_done(job.unit_key, self.informers.pod_count(job).all_succeeded)
+            self.work_done(job.unit_key, self.informers.pod_count(job).all_succeeded)
 
     def _node_used(self, node: str) -> ResourceList:
         """What bound pods request on ``node``, and the devices allocated claims hold there (DRA)."""

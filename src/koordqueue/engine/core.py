@@ -211,7 +211,7 @@ class Engine:
         if starting is not None and (unit.admitted_quota is None or starting != unit.admitted_queue):
             ledger.starting.stop(key)
         if unit.admitted_quota is None:
-            ledger.not_done(key)
+            ledger.done.since.pop(key, None)
         if not ledger.rebuild_needed:
             ledger.attach(record, previous)
 
@@ -223,7 +223,7 @@ class Engine:
         if record is not None:
             if key in ledger.starting:
                 ledger.starting.stop(key)
-            ledger.not_done(key)
+            ledger.done.since.pop(key, None)
             ledger.detach(record)
             if record.info.pod_sets:
                 ledger.room.forget(key)
@@ -255,17 +255,17 @@ class Engine:
             ledger.starting.start(key, info.admitted_queue)
         return ledger.starting.get(key) != before
 
-    def set_work_done(self, key: str, done: bool) -> None:
-        """Whether all pods of an admitted unit have succeeded (the shell watches them): such
-        a unit is no victim of preemption or reclaim, since it ends anyway, seconds later,
-        when its controller says so; preempting it would only delay that. Not admitted or
-        unknown units are ignored."""
+    def set_work_done(self, key: str, done: bool, now: float) -> None:
+        """Whether all pods of an admitted unit have succeeded (the shell watches them), told
+        at ``now``: such a unit is no victim of preemption or reclaim for the grace its
+        controller needs to say it ended (``starting.Done``). Not admitted or unknown units
+        are ignored."""
         ledger = self._ledger
         record = ledger.units.get(key)
         if done and record is not None and record.info.admitted_quota is not None:
-            ledger.done.keys.add(key)
+            ledger.done.since.setdefault(key, now)
         else:
-            ledger.not_done(key, wake=True)
+            ledger.done.since.pop(key, None)
 
     def revert_admission(self, key: str) -> None:
         """Undo an admission the shell could not carry out (its write failed, or the job
@@ -276,7 +276,7 @@ class Engine:
         if record is None or record.info.admitted_quota is None:
             return
         ledger.starting.stop(key)
-        ledger.not_done(key)
+        ledger.done.since.pop(key, None)
         if ledger.rebuild_needed:
             record.info.admitted_quota = record.info.admitted_queue = record.info.admitted_at = None
             record.info.placement = None

@@ -212,7 +212,7 @@ def _reclaim_nodes(cycle: CycleLike, record: UnitRecord, flavor: Flavor,
         return None
     ledger = cycle.ledger
     preemptor = cycle.preemptor
-    now, protect = preemptor.now, ledger.config.protect_seconds
+    now = preemptor.now
     names = [name for name, amount in info.request.items() if amount and name in node.limit]
     candidates: list[tuple[int, float, str, QuotaNode, Entry]] = []
     for other in {f.node for flavoring in ledger.flavorings.values() for f in flavoring.flavors}:
@@ -220,8 +220,7 @@ def _reclaim_nodes(cycle: CycleLike, record: UnitRecord, flavor: Flavor,
             continue
         for admitted_at, key in ledger.victims.get(other, ()):
             victim = ledger.units[key]
-            if admitted_at + protect > now or key in preemptor.admitted_now or \
-                    ledger.done.pass_over(key, record.queue.key if record.queue else None):
+            if preemptor.spared_until(key, admitted_at) > now or key in preemptor.admitted_now:
                 continue
             candidates.append((victim.info.priority, -admitted_at, key, other, victim.entry))
     # Of units admitted at once, the one admitted last (later in its queue) first (as choose_victims).

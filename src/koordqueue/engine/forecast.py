@@ -100,8 +100,7 @@ def clone(engine: Engine) -> Engine:
         pods = room._pods.get(key)
         if pods:
             new.set_unit_pods(key, pods)
-    for key in engine._ledger.done.keys:
-        new.set_work_done(key, True)
+    new._ledger.done.since.update(engine._ledger.done.since)
     if engine._fair.history.tracks:  # budgets and sharing by history play forward from the same past
         new._fair.history = engine._fair.history.copy()
     return new

@@ -197,7 +197,7 @@ class Ledger:
         self.node_waiters: dict[str, dict[PlacementKey, NodeWait]] = {}
         self.room_grew = False  # since the waiters were last looked at
         self.starting = Starting(self.pods_changed)  # admitted units whose pods do not all run yet
-        self.done = Done()  # admitted units whose pods have all succeeded: no victims
+        self.done = Done()  # admitted units whose pods have all succeeded: no victims for a while
 
     def reset(self, tree: QuotaTree, directory: Directory) -> None:
         """Forget everything derived from quotas and queues (units are attached again after)."""
@@ -334,7 +334,7 @@ class Ledger:
         info = record.info
         queue = self.queues.get(info.admitted_queue) if info.admitted_queue is not None else None
         self.starting.stop(record.key)
-        self.not_done(record.key)
+        self.done.since.pop(record.key, None)
         self.detach(record)
         info.admitted_quota = info.admitted_queue = info.admitted_at = None
         info.placement = None
@@ -347,14 +347,6 @@ class Ledger:
         return info.requeue_at
 
     # --- what admitted units hold -------------------------------------------------
-    def not_done(self, key: str, wake: bool = False) -> None:
-        """``key``'s pods are not all succeeded (``Done``); ``wake``: the Queues that passed it
-        over are scanned again (without, it is released, which wakes them anyway)."""
-        for queue in self.done.stop(key):
-            state = self.qs.get(queue)
-            if wake and state is not None:
-                self.touch(state)
-
     def charge(self, record: UnitRecord, sign: int, pending: bool = False) -> None:
         """Add or release an admitted unit's request, waking those who wait for room;
         ``pending``: it was counted as a pending request of its quota until now."""

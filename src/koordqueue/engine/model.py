@@ -21,6 +21,7 @@ from koordqueue.api.constants import (
     DEFAULT_PROTECT_SECONDS,
     DEFAULT_TOPOLOGY_LEVELS,
     DEFAULT_USAGE_HALF_LIFE_SECONDS,
+    DONE_GRACE_SECONDS,
     SYSTEM_NAMESPACE,
     TAINT_NO_SCHEDULE,
     TOLERATION_EQUAL,
@@ -170,6 +171,8 @@ class UnitInfo:
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     protect_seconds: float = DEFAULT_PROTECT_SECONDS  # admitted units younger than this are never victims
+    # an admitted unit whose pods have all succeeded is no victim for this long (starting.Done)
+    done_grace_seconds: float = DONE_GRACE_SECONDS
     reclaim: bool = True  # preempt borrowers to give a quota back its runtime share
     backoff_base: float = BACKOFF_BASE_SECONDS
     backoff_factor: float = BACKOFF_FACTOR

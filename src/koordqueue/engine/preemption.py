@@ -127,8 +127,7 @@ class Preemptor:
         # (leaf, top, resources) -> what may be reclaimed, while the ledger's charges stay ``reclaim_charges``.
         # (leaf, top, resources) -> what may be reclaimed, when the first protected candidate is not,
         # and the units passed over as done; while the ledger's charges stay ``reclaim_charges``.
-        self.reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]],
-                                 tuple[list[Candidate], float, list[str]]] = {}
+        self.reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
         self.reclaim_charges = -1
 
     def preempt_for(
@@ -153,22 +152,19 @@ class Preemptor:
         if not reclaim and not state.info.preemption:
             return False, None, True
         state.reclaims = state.reclaims or reclaim
-        protect = self.config.protect_seconds
         candidates: list[Candidate] = []
         free_at = math.inf  # when a protected candidate stops being protected
         if reclaim:
-            found, free_at, done = self.reclaim_candidates(leaf, top, names)
+            found, free_at = self.reclaim_candidates(leaf, top, names)
             candidates += found
-            for key in done:
-                ledger.done.pass_over(key, state.key)
         if state.info.preemption:
             for admitted_at, key in ledger.victims.get(leaf, ()):
                 victim = self.units[key]
-                if victim.info.priority >= info.priority or key in self.admitted_now or \
-                        ledger.done.pass_over(key, state.key):
+                if victim.info.priority >= info.priority or key in self.admitted_now:
                     continue
-                if admitted_at + protect > now:
-                    free_at = min(free_at, admitted_at + protect)
+                spared = self.spared_until(key, admitted_at)
+                if spared > now:
+                    free_at = min(free_at, spared)
                     continue
                 candidates.append(
                     Candidate(key, leaf, victim.charged, victim.info.priority, admitted_at, victim.entry)
@@ -197,10 +193,10 @@ class Preemptor:
 
     def reclaim_candidates(
         self, leaf: QuotaNode, top: QuotaNode, names: frozenset[str]
-    ) -> tuple[list[Candidate], float, list[str]]:
+    ) -> tuple[list[Candidate], float]:
         """Units under ``top`` of quotas above their runtime share in ``names`` that may be
-        taken back for a unit of ``leaf``, when the first protected one stops being
-        protected, and those passed over because their work is done. Kept for the rest of the cycle until some usage changes: the heads of
+        taken back for a unit of ``leaf``, and when the first protected one (``spared_until``)
+        stops being protected. Kept for the rest of the cycle until some usage changes: the heads of
         a queue that do not fit ask the same question again and again."""
         ledger = self.ledger
         if self.reclaim_charges != ledger.charges:
@@ -213,7 +209,6 @@ class Preemptor:
         now = self.now
         protect = self.config.protect_seconds
         candidates: list[Candidate] = []
-        done: list[str] = []
         free_at = math.inf
         on_path = set(leaf.path)
         for other in ledger.borrowers:
@@ -232,16 +227,24 @@ class Preemptor:
                     break
                 if unit_key in self.admitted_now:
                     continue
-                if unit_key in ledger.done:
-                    done.append(unit_key)
+                spared = self.spared_until(unit_key, admitted_at)
+                if spared > now:
+                    free_at = min(free_at, spared)
                     continue
                 victim = self.units[unit_key]
                 candidates.append(
                     Candidate(unit_key, other, victim.charged, victim.info.priority, admitted_at,
                               victim.entry, chain)
                 )
-        self.reclaim_cache[key] = (candidates, free_at, done)
-        return candidates, free_at, done
+        self.reclaim_cache[key] = (candidates, free_at)
+        return candidates, free_at
+
+    def spared_until(self, key: str, admitted_at: float) -> float:
+        """Until when an admitted unit is no victim: its protect time, or, its pods all
+        succeeded, the grace its controller has to say it ended (``starting.Done``)."""
+        spared = admitted_at + self.config.protect_seconds
+        done = self.ledger.done.spared_until(key, self.config.done_grace_seconds)
+        return spared if done is None else max(spared, done)
 
 
 def _reason(candidate: Candidate, preemptor: UnitRecord, leaf: QuotaNode, names: frozenset[str]) -> str:

@@ -56,28 +56,20 @@ class Starting:
 
 
 class Done:
-    """Admitted units whose pods have all succeeded: their end is certain (their controller
-    says so seconds later under load), so they are no one's victim; preempting one would
-    only make that write fail and the end come later. The Queues whose scans passed one
-    over are scanned again if it turns out not to be done (a pod made again)."""
+    """Admitted units whose pods have all succeeded, since when: their end is near (their
+    controller says so seconds later under load), so for ``EngineConfig.done_grace_seconds``
+    they are no one's victim; preempting one would only make that write fail and the end come
+    later. Bounded, as a protect time is: a job whose controller never ends it (a tenant's
+    Job managed by no one, with a bare pod of its label that succeeded) is a victim again
+    after it, and cannot keep borrowed quota from being reclaimed."""
 
     def __init__(self) -> None:
-        self.keys: set[str] = set()
-        self.passed_over: dict[str, set[str]] = {}  # unit -> the Queues that passed it over
+        self.since: dict[str, float] = {}
 
     def __contains__(self, key: str) -> bool:
-        return key in self.keys
+        return key in self.since
 
-    def pass_over(self, key: str, queue: str | None) -> bool:
-        """Whether ``key`` is no victim, its work done; if so, ``queue`` (the preemptor's) is
-        remembered."""
-        if key not in self.keys:
-            return False
-        if queue is not None:
-            self.passed_over.setdefault(key, set()).add(queue)
-        return True
-
-    def stop(self, key: str) -> set[str]:
-        """``key`` is not (or no longer) done: the Queues that passed it over."""
-        self.keys.discard(key)
-        return self.passed_over.pop(key, set())
+    def spared_until(self, key: str, grace: float) -> float | None:
+        """Until when ``key`` is no victim (None: it is not done)."""
+        since = self.since.get(key)
+        return None if since is None else since + grace

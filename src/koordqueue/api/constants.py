@@ -609,6 +609,10 @@ UNIT_SUFFIX_RAY_CLUSTER = "raycluster-qu"
 UNIT_SUFFIX_SPARK = "spark-qu"
 UNIT_SUFFIX_ARGO = ""  # a Workflow's QueueUnit has the Workflow's name
 # kubeflow.org/v1 JobCondition types.
+# runPolicy.managedBy: the training operator runs a job it names, or that names none; not one
+# managed by another controller (MultiKueue's), which it leaves alone (ManagedByExternalController).
+TRAINING_OPERATOR_MANAGER = "kubeflow.org/training-operator"
+MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
 KUBEFLOW_CONDITION_CREATED = "Created"
 KUBEFLOW_CONDITION_RUNNING = "Running"
 KUBEFLOW_CONDITION_RESTARTING = "Restarting"

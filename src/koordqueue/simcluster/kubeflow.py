@@ -152,6 +152,10 @@ class KubeflowOperator(JobOperator):
         return str(meta.get("uid")), str(meta.get("generation") or meta.get("resourceVersion"))
 
     async def sync(self, item: Item, kind: SimKind, job: Object, pods: list[Object]) -> None:
+        run_policy = (job.get("spec") or {}).get("runPolicy")
+        manager = run_policy.get("managedBy") if isinstance(run_policy, dict) else None
+        if manager and manager != c.TRAINING_OPERATOR_MANAGER:
+            return  # another controller's (MultiKueue's): the operator leaves it alone, as the real one does
         adapter = kind.adapter
         meta = job["metadata"]
         name, namespace = meta["name"], meta["namespace"]

@@ -91,6 +91,18 @@ class Setting:
         return out
 
 
+async def adopt_a_running_job(setting: Setting) -> None:
+    """A job of 2 pods of 2 GPUs that ran before we started, in the first sync: reconciled once."""
+    job = pytorch_job("j", gpus_per_pod=2, quota_name="team-a")
+    job["status"] = {"conditions": [{"type": c.KUBEFLOW_CONDITION_RUNNING, "status": c.CONDITION_TRUE,
+                                     "reason": "PyTorchJobRunning", "lastTransitionTime": "2026-12-04T15:00:00Z"}]}
+    setting.fake.seed(JOBS, job)
+    setting.shared.engine.set_quota(quota("team-a", 4, 8))
+    await setting.start()
+    setting.shared.initial_jobs = {ITEM}
+    await setting.reconciler.reconcile(ITEM)
+
+
 @pytest.fixture
 async def setting() -> AsyncIterator[Setting]:
     s = Setting()
@@ -139,14 +151,7 @@ async def test_a_job_suspended_by_its_author_gets_its_unit_and_no_write(setting:
 async def test_a_job_that_ran_before_we_started_is_adopted_not_stopped(setting: Setting) -> None:
     """In the first sync's jobs and running: its unit is created, accounted in the engine as
     holding its quota, and written Running; the job is not suspended."""
-    job = pytorch_job("j", gpus_per_pod=2, quota_name="team-a")
-    job["status"] = {"conditions": [{"type": c.KUBEFLOW_CONDITION_RUNNING, "status": c.CONDITION_TRUE,
-                                     "reason": "PyTorchJobRunning", "lastTransitionTime": "2026-12-04T15:00:00Z"}]}
-    setting.fake.seed(JOBS, job)
-    setting.shared.engine.set_quota(quota("team-a", 4, 8))
-    await setting.start()
-    setting.shared.initial_jobs = {ITEM}
-    await setting.reconciler.reconcile(ITEM)
+    await adopt_a_running_job(setting)
     assert setting.writes() == [f"create {UNITS.plural} j-py-qu", f"patch_status {UNITS.plural} j-py-qu"]
     status = setting.fake.get(UNITS, "j-py-qu", namespace="default")["status"]
     assert status["phase"] == c.Phase.RUNNING.value and status["message"] == "adopted: it was already running"
@@ -295,14 +300,7 @@ async def test_an_admitted_job_whose_pods_all_succeeded_is_told_to_the_engine_as
     A pod of it in any other phase, or made again, and it may be a victim again."""
     from koordqueue.controller.pods import pod_view
 
-    job = pytorch_job("j", gpus_per_pod=2, quota_name="team-a")
-    job["status"] = {"conditions": [{"type": c.KUBEFLOW_CONDITION_RUNNING, "status": c.CONDITION_TRUE,
-                                     "reason": "PyTorchJobRunning", "lastTransitionTime": "2026-12-04T15:00:00Z"}]}
-    setting.fake.seed(JOBS, job)
-    setting.shared.engine.set_quota(quota("team-a", 4, 8))
-    await setting.start()
-    setting.shared.initial_jobs = {ITEM}
-    await setting.reconciler.reconcile(ITEM)
+    await adopt_a_running_job(setting)
     view = setting.shared.informers.job_view(ITEM)
     assert view is not None
     label, namespace, name = setting.shared.informers.pods_key(view)

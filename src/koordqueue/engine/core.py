@@ -211,7 +211,7 @@ class Engine:
         if starting is not None and (unit.admitted_quota is None or starting != unit.admitted_queue):
             ledger.starting.stop(key)
         if unit.admitted_quota is None:
-            ledger.done.since.pop(key, None)
+            ledger.done.stop(key)
         if not ledger.rebuild_needed:
             ledger.attach(record, previous)
 
@@ -223,7 +223,7 @@ class Engine:
         if record is not None:
             if key in ledger.starting:
                 ledger.starting.stop(key)
-            ledger.done.since.pop(key, None)
+            ledger.done.stop(key)
             ledger.detach(record)
             if record.info.pod_sets:
                 ledger.room.forget(key)
@@ -263,9 +263,9 @@ class Engine:
         ledger = self._ledger
         record = ledger.units.get(key)
         if done and record is not None and record.info.admitted_quota is not None:
-            ledger.done.since.setdefault(key, now)
+            ledger.done.start(key, now)
         else:
-            ledger.done.since.pop(key, None)
+            ledger.done.stop(key)
 
     def revert_admission(self, key: str) -> None:
         """Undo an admission the shell could not carry out (its write failed, or the job
@@ -276,7 +276,7 @@ class Engine:
         if record is None or record.info.admitted_quota is None:
             return
         ledger.starting.stop(key)
-        ledger.done.since.pop(key, None)
+        ledger.done.stop(key)
         if ledger.rebuild_needed:
             record.info.admitted_quota = record.info.admitted_queue = record.info.admitted_at = None
             record.info.placement = None

@@ -334,7 +334,7 @@ class Ledger:
         info = record.info
         queue = self.queues.get(info.admitted_queue) if info.admitted_queue is not None else None
         self.starting.stop(record.key)
-        self.done.since.pop(record.key, None)
+        self.done.stop(record.key)
         self.detach(record)
         info.admitted_quota = info.admitted_queue = info.admitted_at = None
         info.placement = None

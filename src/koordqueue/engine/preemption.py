@@ -125,8 +125,6 @@ class Preemptor:
         self.config = ledger.config
         self.admitted_now = admitted_now  # units admitted in this cycle: never its victims
         # (leaf, top, resources) -> what may be reclaimed, while the ledger's charges stay ``reclaim_charges``.
-        # (leaf, top, resources) -> what may be reclaimed, when the first protected candidate is not,
-        # and the units passed over as done; while the ledger's charges stay ``reclaim_charges``.
         self.reclaim_cache: dict[tuple[QuotaNode, QuotaNode, frozenset[str]], tuple[list[Candidate], float]] = {}
         self.reclaim_charges = -1
 

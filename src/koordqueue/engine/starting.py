@@ -69,6 +69,14 @@ class Done:
     def __contains__(self, key: str) -> bool:
         return key in self.since
 
+    def start(self, key: str, now: float) -> None:
+        """``key``'s pods have all succeeded, seen at ``now`` (its grace runs from the first time)."""
+        self.since.setdefault(key, now)
+
+    def stop(self, key: str) -> None:
+        """``key`` is not done (a pod of it made again), or no longer admitted."""
+        self.since.pop(key, None)
+
     def spared_until(self, key: str, grace: float) -> float | None:
         """Until when ``key`` is no victim (None: it is not done)."""
         since = self.since.get(key)

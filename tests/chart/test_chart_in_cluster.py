@@ -235,8 +235,9 @@ async def test_the_controller_runs_the_seed_flow_with_the_charts_rbac_and_uses_e
             try:
                 await run_seed_flow(kubectl, get_json, metrics_port, first_seen, process, log)
 
-                def used() -> set[Access]:
-                    return cluster.server.call(lambda: server.controls.requests_by(CONTROLLER))
+                def used() -> set[Access]:  # (a streaming list reads what the list grant is for)
+                    return cluster.server.call(lambda: server.controls.requests_by(CONTROLLER)
+                                               | server.controls.streamed_by(CONTROLLER))
 
                 async def all_used() -> set[Access] | None:
                     now = used()

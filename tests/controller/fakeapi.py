@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from koordqueue.aio import wait_event
+from koordqueue.api import constants as c
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.metrics import Metrics
 from koordqueue.controller.shared import Shared
@@ -163,9 +164,11 @@ class FakeKube:
         field_selector: str | None = None,
         allow_bookmarks: bool = True,
         timeout_seconds: int | None = None,
+        send_initial_events: bool = False,
     ) -> AsyncIterator[WatchEvent]:
         """The changes after ``resource_version`` (without one: the objects there are, as
-        ADDED), then the changes as they come, until ``timeout_seconds``."""
+        ADDED, and with ``send_initial_events`` the bookmark that ends them), then the changes
+        as they come, until ``timeout_seconds``."""
         await self._begin("watch", resource, namespace, None, None)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_seconds if timeout_seconds else None
@@ -176,6 +179,9 @@ class FakeKube:
             for key, obj in sorted(self.objects.items()):
                 if self._selects(resource, namespace, label_selector, field_selector, key, obj):
                     yield WatchEvent("ADDED", copy.deepcopy(obj))
+            if send_initial_events:
+                yield WatchEvent("BOOKMARK", {"metadata": {"resourceVersion": str(seen), "annotations": {
+                    c.INITIAL_EVENTS_END_ANNOTATION: "true"}}})
         while True:
             news = self._news
             for rv, key, kind, obj in self._changes[self._first_after(seen):]:

@@ -112,13 +112,15 @@ async def test_failures_to_the_caller_and_failed_attempts_retried() -> None:
     assert isinstance(fake.writes()[1].error, ServerError)
 
 
-async def test_an_informer_lists_and_watches_the_fake() -> None:
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "pages"])
+async def test_an_informer_lists_and_watches_the_fake(stream: bool) -> None:
     fake = FakeKube()
     for name in ("a", "b", "c"):
         fake.seed(UNITS, unit(name))
     fake.seed(UNITS, unit("x", namespace="other"))
     seen: list[tuple[str, str]] = []
     informer = Informer(fake, UNITS, namespace="default", page_size=2)
+    informer.stream = stream
     informer.on_add(lambda obj: seen.append(("add", obj["metadata"]["name"])))
     informer.on_update(lambda old, new: seen.append(("update", new["metadata"]["name"])))
     informer.on_delete(lambda obj: seen.append(("delete", obj["metadata"]["name"])))
@@ -126,7 +128,8 @@ async def test_an_informer_lists_and_watches_the_fake() -> None:
     try:
         await informer.wait_synced(5)
         assert sorted(k for k, _ in informer.items()) == ["default/a", "default/b", "default/c"]
-        assert [r.verb for r in fake.requests[:2]] == ["list", "list"]  # two pages
+        # two pages, or one streaming list (its state, then the changes, on one watch)
+        assert [r.verb for r in fake.requests[:2]] == (["watch"] if stream else ["list", "list"])
         await fake.patch(UNITS, "a", {"spec": {"priority": 1}}, namespace="default")
         await fake.delete(UNITS, "b", namespace="default")
         await fake.create(UNITS, unit("d"))

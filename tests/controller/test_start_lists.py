@@ -18,7 +18,7 @@ from koordqueue.controller.controller import Controller
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.resources import QUEUES, QUOTAS, UNITS
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest
-from koordqueue.kube.client import Resource
+from koordqueue.kube.client import Resource, WatchEvent
 
 from .conftest import pytorch_job, quick_config, quota
 from .fakeapi import Clock, FakeKube, merge_patch, until
@@ -30,7 +30,8 @@ LEAVES = 3
 
 
 class HeldLists(FakeKube):
-    """The fake API server whose lists of `held` plurals wait until `release` is set."""
+    """The fake API server whose lists of `held` plurals (by pages or streamed) wait until
+    `release` is set."""
 
     def __init__(self, *held: str) -> None:
         super().__init__()
@@ -44,6 +45,15 @@ class HeldLists(FakeKube):
         answer = await super().list(resource, **kwargs)
         self.listed.add(resource.plural)
         return answer
+
+    async def watch(self, resource: Resource, **kwargs: Any) -> AsyncIterator[WatchEvent]:
+        streamed = kwargs.get("send_initial_events", False)
+        if streamed and resource.plural in self.held:
+            await self.release.wait()
+        async for event in super().watch(resource, **kwargs):
+            if streamed and event.type == "BOOKMARK":
+                self.listed.add(resource.plural)
+            yield event
 
 
 @pytest.fixture

@@ -1,16 +1,19 @@
-"""Informer against the embedded API server: sync, follow, resume, relist, survive errors."""
+"""Informer against the embedded API server: sync (by a streaming list, or by pages), follow,
+resume, relist, survive errors. The tests of what the informer guarantees run both ways
+(``stream``)."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import pytest
 
-from koordqueue.kube.client import KubeClient, Resource
-from koordqueue.kube.errors import AlreadyExists, NotFound
+from koordqueue.kube.api import KubeAPI
+from koordqueue.kube.client import KubeClient, Resource, WatchEvent
+from koordqueue.kube.errors import AlreadyExists, Invalid, NotFound
 from koordqueue.kube.informer import Informer, key_of
 
 if TYPE_CHECKING:
@@ -89,16 +92,23 @@ def cache_state(informer: Informer[Seen]) -> dict[str, str]:
     return {k: v.rv for k, v in informer.items()}
 
 
-def make(client: KubeClient, **kw: Any) -> tuple[Informer[Seen], Mirror]:
+def make(client: KubeClient, stream: bool = True, **kw: Any) -> tuple[Informer[Seen], Mirror]:
     informer = Informer(client, CONFIGMAPS, project=project, namespace="default", base_delay=0.02,
                         max_delay=0.2, **kw)
+    informer.stream = stream
     return informer, Mirror(informer)
+
+
+@pytest.fixture(params=[True, False], ids=["streamed", "pages"])
+def stream(request: pytest.FixtureRequest) -> bool:
+    """How the informer takes the state: a streaming list, or pages."""
+    return bool(request.param)
 
 
 async def test_lists_in_pages_then_follows_changes(client: KubeClient) -> None:
     for i in range(30):
         await client.create(CONFIGMAPS, configmap(f"cm-{i:02}", {"i": str(i)}))
-    informer, mirror = make(client, page_size=7)
+    informer, mirror = make(client, stream=False, page_size=7)
     informer.start()
     try:
         await informer.wait_synced(5)
@@ -123,6 +133,80 @@ async def test_lists_in_pages_then_follows_changes(client: KubeClient) -> None:
         await informer.stop()
 
 
+async def test_takes_its_state_by_one_streaming_list_then_follows_changes_on_it(client: KubeClient) -> None:
+    """No list request: one watch brings the objects, the bookmark that ends them, and then
+    the changes (kube-apiserver serves it from its watch cache in one response)."""
+    for i in range(30):
+        await client.create(CONFIGMAPS, configmap(f"cm-{i:02}", {"i": str(i)}))
+    informer, mirror = make(client)
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        assert len(informer) == 30 and [e[0] for e in mirror.log] == ["add"] * 30
+        assert client.request_count["list"] == 0 and informer.lists == 1 and informer.stream
+        await client.patch(CONFIGMAPS, "cm-01", {"data": {"i": "changed"}}, namespace="default")
+        await client.delete(CONFIGMAPS, "cm-02", namespace="default")
+        await eventually(lambda: len(mirror.log) == 32)
+        assert mirror.log[30:] == [("update", "default/cm-01", ({"i": "1"}, {"i": "changed"})),
+                                   ("delete", "default/cm-02", {"i": "2"})]
+        assert client.request_count["list"] == 0 and informer.watches == 1  # the same stream
+        assert cache_state(informer) == await server_state(client) and mirror.violations == []
+    finally:
+        await informer.stop()
+
+
+class OlderServer:
+    """The client of a server that refuses streaming lists (a 422, as kube-apiserver without
+    the WatchList feature), or that does not know them (a watch without a resourceVersion:
+    the objects as ADDED, then a plain bookmark and changes, never the end's mark)."""
+
+    def __init__(self, client: KubeClient, refuses: bool) -> None:
+        self.client = client
+        self.refuses = refuses
+        self.streamed = 0  # watches that asked for a streaming list
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def watch(self, resource: Resource, **kwargs: Any) -> AsyncIterator[WatchEvent]:
+        if kwargs.pop("send_initial_events", False):
+            self.streamed += 1
+            if self.refuses:
+                raise Invalid(422, "Invalid", "sendInitialEvents is forbidden for watch unless the WatchList "
+                                              "feature gate is enabled")
+            async for event in self.client.watch(resource, **kwargs):
+                yield event
+            return
+        async for event in self.client.watch(resource, **kwargs):
+            yield event
+
+
+@pytest.mark.parametrize("refuses", [True, False], ids=["refuses", "does-not-know"])
+async def test_a_server_without_streaming_lists_is_listed_by_pages(server: APIServer, client: KubeClient,
+                                                                   refuses: bool) -> None:
+    server.controls.bookmark_interval = 0.05
+    for i in range(12):
+        await client.create(CONFIGMAPS, configmap(f"cm-{i:02}", {"i": str(i)}))
+    older = OlderServer(client, refuses)
+    informer = Informer(cast(KubeAPI, older), CONFIGMAPS, project=project, namespace="default", page_size=5,
+                        base_delay=0.02, max_delay=0.2)
+    mirror = Mirror(informer)
+    informer.start()
+    try:
+        await informer.wait_synced(5)
+        assert not informer.stream and older.streamed == 1 and client.request_count["list"] == 3
+        assert len(informer) == 12 and [e[0] for e in mirror.log] == ["add"] * 12  # each told once
+        await hide_changes(server)  # a relist after 410: by pages again, not streamed
+        await client.create(CONFIGMAPS, configmap("new"))
+        server.controls.compact()
+        server.controls.clear_errors()
+        await eventually(lambda: informer.lists == 2)
+        assert older.streamed == 1 and client.request_count["list"] == 6
+        assert cache_state(informer) == await server_state(client) and mirror.violations == []
+    finally:
+        await informer.stop()
+
+
 async def test_the_next_page_is_asked_for_while_this_one_is_read(client: KubeClient) -> None:
     """A big list (100,000 Jobs: 200 pages) costs the server's time per page and ours; asked
     for only once the page before is read, they add up instead of overlapping."""
@@ -135,6 +219,7 @@ async def test_the_next_page_is_asked_for_while_this_one_is_read(client: KubeCli
         return project(obj)
 
     informer = Informer(client, CONFIGMAPS, project=noting, namespace="default", page_size=10)
+    informer.stream = False
     informer.yield_every = 3
     informer.start()
     try:
@@ -146,8 +231,8 @@ async def test_the_next_page_is_asked_for_while_this_one_is_read(client: KubeCli
         await informer.stop()
 
 
-async def test_resumes_after_dropped_watches_without_relisting(server: APIServer, client: KubeClient) -> None:
-    informer, mirror = make(client)
+async def test_resumes_after_dropped_watches_without_relisting(server: APIServer, client: KubeClient, stream: bool) -> None:
+    informer, mirror = make(client, stream)
     informer.start()
     try:
         await informer.wait_synced(5)
@@ -165,9 +250,9 @@ async def test_resumes_after_dropped_watches_without_relisting(server: APIServer
         await informer.stop()
 
 
-async def test_bookmarks_advance_the_resource_version(server: APIServer, client: KubeClient) -> None:
+async def test_bookmarks_advance_the_resource_version(server: APIServer, client: KubeClient, stream: bool) -> None:
     server.controls.bookmark_interval = 0.05
-    informer, mirror = make(client)
+    informer, mirror = make(client, stream)
     informer.start()
     try:
         await informer.wait_synced(5)
@@ -181,10 +266,10 @@ async def test_bookmarks_advance_the_resource_version(server: APIServer, client:
         await informer.stop()
 
 
-async def test_relists_after_410_and_emits_only_the_difference(server: APIServer, client: KubeClient) -> None:
+async def test_relists_after_410_and_emits_only_the_difference(server: APIServer, client: KubeClient, stream: bool) -> None:
     for name in "abc":
         await client.create(CONFIGMAPS, configmap(name, {"v": "1"}))
-    informer, mirror = make(client)
+    informer, mirror = make(client, stream)
     informer.start()
     try:
         await informer.wait_synced(5)
@@ -212,7 +297,7 @@ async def test_relists_after_410_and_emits_only_the_difference(server: APIServer
 async def test_failed_lists_are_retried_until_synced(server: APIServer, client: KubeClient, code: int) -> None:
     await client.create(CONFIGMAPS, configmap("x"))
     server.controls.inject_errors(code, verbs={"list"}, count=client.retry.attempts * 2, retry_after=0)
-    informer, mirror = make(client)
+    informer, mirror = make(client, stream=False)
     informer.start()
     try:
         await informer.wait_synced(10)
@@ -222,9 +307,10 @@ async def test_failed_lists_are_retried_until_synced(server: APIServer, client: 
         await informer.stop()
 
 
-async def test_wait_synced_times_out_while_the_server_fails(server: APIServer, client: KubeClient) -> None:
-    server.controls.inject_errors(500, verbs={"list"})
-    informer, _ = make(client)
+async def test_wait_synced_times_out_while_the_server_fails(server: APIServer, client: KubeClient,
+                                                           stream: bool) -> None:
+    server.controls.inject_errors(500, verbs={"watch" if stream else "list"})
+    informer, _ = make(client, stream)
     informer.start()
     try:
         with pytest.raises(TimeoutError):
@@ -237,10 +323,10 @@ async def test_wait_synced_times_out_while_the_server_fails(server: APIServer, c
         await informer.stop()
 
 
-async def test_label_selector_scopes_the_cache(client: KubeClient) -> None:
+async def test_label_selector_scopes_the_cache(client: KubeClient, stream: bool) -> None:
     await client.create(CONFIGMAPS, configmap("in", labels={"app": "kq"}))
     await client.create(CONFIGMAPS, configmap("out", labels={"app": "other"}))
-    informer, mirror = make(client, label_selector="app=kq")
+    informer, mirror = make(client, stream, label_selector="app=kq")
     informer.start()
     try:
         await informer.wait_synced(5)
@@ -261,13 +347,14 @@ def project_kept(obj: dict[str, Any]) -> Seen | None:
 
 
 async def test_an_object_that_stops_being_kept_is_deleted_with_its_last_kept_state(
-        server: APIServer, client: KubeClient) -> None:
+        server: APIServer, client: KubeClient, stream: bool) -> None:
     """It used to stay in the cache as it last was, and its deletion told the handlers None."""
     for name in ("a", "b", "x"):
         await client.create(CONFIGMAPS, configmap(name, {"v": "1"}, labels={"keep": "yes"}))
     await client.create(CONFIGMAPS, configmap("never", {"v": "1"}))
     informer = Informer(client, CONFIGMAPS, project=project_kept, namespace="default", base_delay=0.02,
                         max_delay=0.2)
+    informer.stream = stream
     mirror = Mirror(informer)
     informer.start()
     try:
@@ -295,8 +382,8 @@ async def test_an_object_that_stops_being_kept_is_deleted_with_its_last_kept_sta
         await informer.stop()
 
 
-async def test_a_failing_handler_does_not_stop_the_informer(client: KubeClient) -> None:
-    informer, mirror = make(client)
+async def test_a_failing_handler_does_not_stop_the_informer(client: KubeClient, stream: bool) -> None:
+    informer, mirror = make(client, stream)
 
     def explode(_: Seen) -> None:
         raise RuntimeError("handler bug")
@@ -329,11 +416,11 @@ async def test_the_default_projection_trims_the_raw_object(client: KubeClient) -
         await informer.stop()
 
 
-async def test_stays_consistent_through_errors_drops_and_compaction(server: APIServer, client: KubeClient) -> None:
+async def test_stays_consistent_through_errors_drops_and_compaction(server: APIServer, client: KubeClient, stream: bool) -> None:
     """Writers change objects while list and watch fail at random, watches are dropped and
     history is compacted; at the end the cache equals the server and the callbacks told
     the whole story exactly once."""
-    informer, mirror = make(client, page_size=5)
+    informer, mirror = make(client, stream, page_size=5)
     informer.start()
     rng = random.Random(4)
     try:

@@ -51,11 +51,17 @@ README_VALUES = {"extension": {"pytorch": {"enable": True}},
 
 
 def accesses(entries: list[dict[str, Any]]) -> set[Access]:
+    """The audit log's requests as accesses; a streaming list (a watch with sendInitialEvents,
+    authorized as the watch it is) also as the list it reads what the list grant is for (that
+    grant lists by pages on a server without streaming lists)."""
     out = set()
     for entry in entries:
         ref = entry.get("objectRef") or {}
         if ref.get("resource"):
-            out.add(Access(entry["verb"], ref.get("apiGroup", ""), ref["resource"], ref.get("subresource", "")))
+            where = (ref.get("apiGroup", ""), ref["resource"], ref.get("subresource", ""))
+            out.add(Access(entry["verb"], *where))
+            if entry["verb"] == "watch" and "sendInitialEvents=true" in entry.get("requestURI", ""):
+                out.add(Access("list", *where))
     return out
 
 

@@ -87,6 +87,10 @@ ARGO_GROUP = "argoproj.io"
 ARGO_API_VERSION = f"{ARGO_GROUP}/v1alpha1"
 ARGO_WORKFLOW_KIND = "Workflow"
 
+# A streaming list's end (KEP-3157, watch with sendInitialEvents): the BOOKMARK after the
+# initial ADDED events carries this annotation, "true".
+INITIAL_EVENTS_END_ANNOTATION = "k8s.io/initial-events-end"
+
 SCHEDULING_API_VERSION = "scheduling.k8s.io/v1"
 PRIORITY_CLASS_KIND = "PriorityClass"
 

@@ -66,6 +66,7 @@ class Controls:
         self.bookmark_interval = 5.0  # seconds between BOOKMARK events on watches that allow them
         self._allowed: dict[str, set[Access]] = {}
         self._denied: dict[str, set[Access]] = {}
+        self._streamed: dict[str, set[Access]] = {}
         self._counts: dict[str, Counter[Access]] = {}  # allowed requests per user, for benchmarks
 
     # --- who asked for what ------------------------------------------------------------
@@ -82,6 +83,15 @@ class Controls:
         """The (verb, group, resource, subresource) a user was allowed, e.g.
         "system:serviceaccount:koord-queue:koord-queue-controller": to hold against its ClusterRole."""
         return set(self._allowed.get(user, ()))
+
+    def streamed_by(self, user: str) -> set[Access]:
+        """The lists a user took as streaming lists (a watch with sendInitialEvents, authorized
+        as the watch it is): each as the list Access it reads what a list reads for. Its list
+        grant is what a server without streaming lists is listed by pages with."""
+        return set(self._streamed.get(user, ()))
+
+    def record_streamed(self, user: str, access: Access) -> None:
+        self._streamed.setdefault(user, set()).add(access)
 
     def denied_to(self, user: str) -> set[Access]:
         """What a user asked for and was refused (403)."""

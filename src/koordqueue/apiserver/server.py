@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 
 from koordqueue import aio
+from koordqueue.api import constants as c
 from koordqueue.apiserver import (
     admission,
     discovery,
@@ -602,6 +603,8 @@ class APIServer:
         self._controls.record(user.username, Access(verb, rt.group, rt.plural, sub), allowed)
         if not allowed:
             raise rbac.forbidden(user, attrs)
+        if verb == "watch" and _bool(request.query.get("sendInitialEvents")):
+            self._controls.record_streamed(user.username, Access("list", rt.group, rt.plural, sub))
 
     def _selector(self, rt: ResourceType, q: Any) -> Any:
         try:
@@ -909,7 +912,7 @@ class APIServer:
         except errors.APIError as e:
             lines, watcher.closed = [encode_event("ERROR", e.status())], True
         if initial_end:
-            lines.append(self._bookmark(rt, {"k8s.io/initial-events-end": "true"}))
+            lines.append(self._bookmark(rt, {c.INITIAL_EVENTS_END_ANNOTATION: "true"}))
         if not watcher.closed:
             self._hub.add(watcher)
         loop = asyncio.get_running_loop()

@@ -42,6 +42,7 @@ class KubeAPI(Protocol):
         field_selector: str | None = None,
         allow_bookmarks: bool = True,
         timeout_seconds: int | None = None,
+        send_initial_events: bool = False,
     ) -> AsyncIterator[WatchEvent]: ...
 
     async def create(self, resource: Resource, body: Object, *, namespace: str | None = None,

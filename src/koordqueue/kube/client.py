@@ -218,16 +218,22 @@ class KubeClient:
         field_selector: str | None = None,
         allow_bookmarks: bool = True,
         timeout_seconds: int | None = None,
+        send_initial_events: bool = False,
     ) -> AsyncIterator[WatchEvent]:
         """Events until the server ends the watch; ERROR events are raised (410 as `Gone`).
 
         A connection broken mid-stream raises `ConnectionFailed`; resume with a new watch
-        from the last resourceVersion seen.
+        from the last resourceVersion seen. ``send_initial_events``: a streaming list (the
+        objects there are, as ADDED, then a BOOKMARK annotated INITIAL_EVENTS_END, then the
+        changes), from a state at least as new as ``resource_version`` (none: the newest).
         """
         params = _selectors(label_selector, field_selector)
         params["watch"] = "true"
         if resource_version:
             params["resourceVersion"] = resource_version
+        if send_initial_events:
+            params["sendInitialEvents"] = "true"
+            params["resourceVersionMatch"] = "NotOlderThan"
         if allow_bookmarks:
             params["allowWatchBookmarks"] = "true"
         if timeout_seconds:

@@ -5,6 +5,12 @@ What it guarantees handlers, whatever the connection does:
   gets `on_update`s and finally one `on_delete`, in the order the server applied them;
 - a dropped watch resumes from the last resourceVersion seen (bookmarks advance it),
   so nothing is replayed and nothing is missed;
+- the state is taken by a streaming list (a watch with sendInitialEvents, as client-go's
+  WatchList: the objects as ADDED events, then a bookmark marks their end, and the same
+  stream goes on with the changes), served from kube-apiserver's watch cache in one
+  response instead of pages read one after another; a server that refuses it, or sends
+  anything but ADDED events before the end (one that does not know it), is listed by
+  pages from then on;
 - when that version is too old (410 Gone), it lists again and emits the difference
   against the cache: adds for new keys, updates for changed ones (resourceVersion
   differs), deletes for keys that vanished meanwhile;
@@ -29,9 +35,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from koordqueue import aio
+from koordqueue.api.constants import INITIAL_EVENTS_END_ANNOTATION
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.client import ListResult, Resource
-from koordqueue.kube.errors import Gone, KubeError
+from koordqueue.kube.errors import BadRequest, Gone, Invalid, KubeError
 from koordqueue.kube.ratelimit import exponential_backoff
 
 log = logging.getLogger(__name__)
@@ -59,6 +66,11 @@ def trim(obj: Object) -> Object:
         if isinstance(annotations, dict):
             annotations.pop(LAST_APPLIED_ANNOTATION, None)
     return obj
+
+
+def _ends_initial_events(bookmark: Object) -> bool:
+    annotations = (bookmark.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(INITIAL_EVENTS_END_ANNOTATION) == "true"
 
 
 def key_of(obj: Object) -> str:
@@ -139,7 +151,8 @@ class Informer(Generic[T]):
         self._update_handlers: list[Callable[[T, T], Awaitable[None] | None]] = []
         self._delete_handlers: list[Callable[[T], Awaitable[None] | None]] = []
         self._task: asyncio.Task[None] | None = None
-        self.lists = 0  # completed lists: 1 + the relists after 410 Gone
+        self.stream = True  # the state by a streaming list (False: by pages, once a server refused it)
+        self.lists = 0  # completed lists (streamed or by pages): 1 + the relists after 410 Gone
         self.watches = 0  # watch requests opened
 
     # --- handlers (usable as decorators) ----------------------------------------------
@@ -209,14 +222,15 @@ class Informer(Generic[T]):
             await asyncio.gather(task, return_exceptions=True)
 
     async def run(self) -> None:
-        """List, then watch forever; relist only when the server says 410 Gone."""
+        """Take the state (streamed, else listed), then watch forever; take it again only
+        when the server says 410 Gone."""
         failures = 0
         while True:
             try:
-                if not self._resource_version:
+                if not self._resource_version and not self.stream:
                     await self._list_and_replace()
                     failures = 0
-                await self._watch_once()
+                await self._watch_once()  # (without a resourceVersion: a streaming list first)
                 failures = 0  # a watch the server ended normally: resume at once
             except Gone:
                 log.info("%s: resourceVersion %s expired; listing again", self.resource.plural, self._resource_version)
@@ -249,6 +263,11 @@ class Informer(Generic[T]):
             if not coming.done():
                 coming.cancel()
                 await asyncio.gather(coming, return_exceptions=True)
+        await self._replace(fresh, seen, resource_version)
+
+    async def _replace(self, fresh: dict[str, tuple[str, T]], seen: set[str], resource_version: str) -> None:
+        """Bring the cache to a listed (or streamed) state: ``fresh`` its new or changed keys,
+        ``seen`` every key it keeps; the others are deleted."""
         for key, (rv, new) in fresh.items():
             await self._store(key, rv, new)
         for key in [k for k in self._cache if k not in seen]:
@@ -266,50 +285,82 @@ class Informer(Generic[T]):
         )
 
     async def _read_page(self, items: list[Object], fresh: dict[str, tuple[str, T]], seen: set[str]) -> None:
-        """A listed page's objects: the keys kept into ``seen``, the new or changed into ``fresh``;
-        the loop is let run every ``yield_every`` objects (the next page's request with it)."""
+        """A listed page's objects (``_read``); the loop is let run every ``yield_every``
+        objects (the next page's request with it)."""
         for index, obj in enumerate(items):
             if index % self.yield_every == self.yield_every - 1:
                 await asyncio.sleep(0)
-            key = key_of(obj)
-            rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
-            if self._versions.get(key) == rv and key in self._cache:
-                seen.add(key)
-                continue
-            new = self._projection(obj)
-            if new is None:
-                continue  # not kept: as though absent (deleted below if it was kept)
+            self._read(obj, fresh, seen)
+
+    def _read(self, obj: Object, fresh: dict[str, tuple[str, T]], seen: set[str]) -> None:
+        """A listed object: its key into ``seen`` if kept, into ``fresh`` if new or changed."""
+        key = key_of(obj)
+        rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
+        if self._versions.get(key) == rv and key in self._cache:
             seen.add(key)
-            if new is not UNREADABLE:
-                fresh[key] = (rv, new)
+            return
+        new = self._projection(obj)
+        if new is None:
+            return  # not kept: as though absent (deleted when the state is in, if it was kept)
+        seen.add(key)
+        if new is not UNREADABLE:
+            fresh[key] = (rv, new)
 
     async def _watch_once(self) -> None:
-        """One watch request, until the server ends it (timeout) or it breaks."""
+        """One watch request, until the server ends it (timeout) or it breaks. Without a
+        resourceVersion it is a streaming list: the ADDED events up to the bookmark that
+        ends them are the state (read as a listed page is), the events after it changes."""
         self.watches += 1
         timeout = int(self.watch_timeout * (1 + random.random()))  # spread reconnects out
+        initial = not self._resource_version
+        fresh: dict[str, tuple[str, T]] = {}
+        seen: set[str] = set()
+        streamed = 0
         events = self.client.watch(
             self.resource, namespace=self.namespace, resource_version=self._resource_version,
             label_selector=self.label_selector, field_selector=self.field_selector,
-            allow_bookmarks=True, timeout_seconds=timeout,
+            allow_bookmarks=True, timeout_seconds=timeout, send_initial_events=initial,
         )
-        async for kind, obj in events:
-            rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
-            if kind == "BOOKMARK":
-                pass
-            elif kind in ("ADDED", "MODIFIED"):
-                new = self._projection(obj)
-                if new is None:
-                    await self._forget(key_of(obj), None)  # no longer kept
-                elif new is not UNREADABLE:
-                    await self._store(key_of(obj), rv, new)
-            elif kind == "DELETED":
-                new = self._projection(obj)
-                await self._forget(key_of(obj), None if new is UNREADABLE else new)
-            else:
-                log.warning("%s: ignoring watch event of type %r", self.resource.plural, kind)
-                continue
-            if rv:
-                self._resource_version = rv
+        try:
+            async for kind, obj in events:
+                rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
+                if initial:
+                    if kind == "ADDED":
+                        self._read(obj, fresh, seen)
+                        streamed += 1
+                        if streamed % self.yield_every == 0:
+                            await asyncio.sleep(0)  # (the loop runs between a chunk's events)
+                    elif kind == "BOOKMARK" and _ends_initial_events(obj):
+                        initial = False
+                        await self._replace(fresh, seen, rv)
+                        fresh, seen = {}, set()
+                    else:  # (a server that streams lists sends only ADDED before the mark)
+                        log.info("%s: a %s event before the initial state's end: the server does not stream "
+                                 "lists; listing by pages", self.resource.plural, kind)
+                        self.stream = False
+                        return
+                    continue
+                if kind == "BOOKMARK":
+                    pass
+                elif kind in ("ADDED", "MODIFIED"):
+                    new = self._projection(obj)
+                    if new is None:
+                        await self._forget(key_of(obj), None)  # no longer kept
+                    elif new is not UNREADABLE:
+                        await self._store(key_of(obj), rv, new)
+                elif kind == "DELETED":
+                    new = self._projection(obj)
+                    await self._forget(key_of(obj), None if new is UNREADABLE else new)
+                else:
+                    log.warning("%s: ignoring watch event of type %r", self.resource.plural, kind)
+                    continue
+                if rv:
+                    self._resource_version = rv
+        except (BadRequest, Invalid) as e:
+            if not initial or streamed:
+                raise
+            log.info("%s: streaming list refused (%s); listing by pages", self.resource.plural, e)
+            self.stream = False
 
     def _projection(self, obj: Object) -> T | None | Literal[_Unreadable.UNREADABLE]:
         """The projection (None: not kept), or UNREADABLE when it fails on a malformed object

@@ -333,7 +333,7 @@ class Informer(Generic[T]):
                     elif kind == "BOOKMARK" and _ends_initial_events(obj):
                         initial = False
                         await self._replace(fresh, seen, rv)
-                        fresh, seen = {}, set()
+                        fresh, seen = {}, set()  # (not held for the rest of a watch that may last long)
                     else:  # (a server that streams lists sends only ADDED before the mark)
                         log.info("%s: a %s event before the initial state's end: the server does not stream "
                                  "lists; listing by pages", self.resource.plural, kind)

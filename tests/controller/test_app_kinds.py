@@ -170,14 +170,15 @@ async def test_the_ray_cluster_kuberay_makes_for_a_rayjob_is_not_queued_a_second
     job["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: "team"}
     await system.apply(job)
     await system.wait_phase("rj-ray-qu", c.Phase.RUNNING)
-    uid = (await system.get_json("rayjob", "rj"))["metadata"]["uid"]
-    made = ray_cluster("rj-raycluster-abcde")
+    owner = await system.get_json("rayjob", "rj")
+    uid, name = owner["metadata"]["uid"], owner["status"]["rayClusterName"]  # (KubeRay's name for it)
+    made = ray_cluster(name)
     made["metadata"]["labels"].update({c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_JOB_KIND,
                                        c.LABEL_RAY_ORIGINATED_FROM_CR_NAME: "rj"})
     made["metadata"]["ownerReferences"] = [{"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj",
                                             "uid": uid, "controller": True, "blockOwnerDeletion": True}]
     await system.apply(made)
-    stored = await system.get_json("raycluster", "rj-raycluster-abcde")
+    stored = await system.get_json("raycluster", name)
     assert c.ANNOTATION_SUSPEND not in (stored["metadata"].get("annotations") or {})
     assert stored["spec"].get("suspend") is not True
     # A RayCluster of its own, made after it, is queued (and waits: rj holds the quota).
@@ -185,7 +186,7 @@ async def test_the_ray_cluster_kuberay_makes_for_a_rayjob_is_not_queued_a_second
     await system.wait_phase("own-raycluster-qu", c.Phase.ENQUEUED)
     units = sorted(u["metadata"]["name"] for u in (await system.get_json("queueunits"))["items"])
     assert units == ["own-raycluster-qu", "rj-ray-qu"]
-    assert (await system.get_json("raycluster", "rj-raycluster-abcde"))["spec"].get("suspend") is not True
+    assert (await system.get_json("raycluster", name))["spec"].get("suspend") is not True
 
 
 def mpi_v1alpha1(name: str, duration: float | None) -> dict[str, Any]:

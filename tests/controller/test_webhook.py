@@ -11,6 +11,7 @@ import pytest
 
 from koordqueue.api import constants as c
 from koordqueue.controller.webhook import MUTATING_WEBHOOKS, json_patch_for, review, webhook_configuration
+from koordqueue.jobs.parents import Parent
 
 from .conftest import System, pytorch_job, quota
 
@@ -107,10 +108,13 @@ def test_review_leaves_the_ray_cluster_of_a_rayjob_alone() -> None:
         {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": "1", "controller": True}]}}
 
 
-    def there(kind: str, namespace: str, name: str) -> str | None:
-        return "1" if (kind, namespace, name) == (c.RAY_JOB_KIND, "default", "rj") else None
+    def there(kind: str, namespace: str, name: str) -> Parent | None:
+        return Parent("1", {c.RAY_CLUSTER_KIND: ("rj-raycluster-abcde", None)}, {}) \
+            if (kind, namespace, name) == (c.RAY_JOB_KIND, "default", "rj") else None
 
     assert patch_of(review(admission_review(owned, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds, there)) == []
+    renamed = {**owned, "metadata": {**owned["metadata"], "name": "rj-other"}}  # not the cluster its RayJob names
+    assert patch_of(review(admission_review(renamed, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds, there)) != []
     # Its owner not there (or another uid), or a label alone: queued as any (issue 29).
     assert patch_of(review(admission_review(owned, "ray.io", "v1", c.RAY_CLUSTER_KIND), kinds)) != []
     labelled = {**cluster, "metadata": {**cluster["metadata"],

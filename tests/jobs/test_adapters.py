@@ -11,7 +11,7 @@ from koordqueue.jobs.argo import WorkflowAdapter
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.jobs.batchjob import BatchJobAdapter
 from koordqueue.jobs.mpijob import MPIJobAdapter
-from koordqueue.jobs.parents import no_parents, queued
+from koordqueue.jobs.parents import Parent, no_parents, queued
 from koordqueue.jobs.pytorchjob import PyTorchJobAdapter
 from koordqueue.jobs.raycluster import RayClusterAdapter
 from koordqueue.jobs.rayjob import RayJobAdapter
@@ -207,19 +207,26 @@ def test_a_batch_job_made_by_a_queued_job_is_not_queued() -> None:
     """KubeRay's submitter Job, which its RayJob controls, is part of that RayJob: not queued a
     second time (on real KubeRay it was: a unit of its own). A Job some other controller
     made (a CronJob's), or merely owned, is queued as any; so is one whose owner is not
-    there with that uid, or is of a kind that makes no Jobs (a forged owner, issue 29)."""
-    job, a = load("batchjob.yaml"), BatchJobAdapter()
+    there with that uid, or is of a kind that makes no Jobs (a forged owner, issue 29), or
+    one the owner does not make: under another name, or asking more than it lets it."""
+    job, a = load("batchjob.yaml"), BatchJobAdapter()  # "pi": 3 pods of 100m, 64Mi
     rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": "1", "controller": True}
+    makes = {"Job": ("pi", {"cpu": 500, "memory": 200 * 2**20 * 1000})}
+    parents = {("RayJob", "rj"): Parent("1", makes, {}), ("PyTorchJob", "pt"): Parent("2", {}, {})}
 
-    def there(kind: str, namespace: str, name: str) -> str | None:
-        return {("RayJob", "rj"): "1", ("PyTorchJob", "pt"): "2"}.get((kind, name)) if namespace == "default" \
-            else None
+    def there(kind: str, namespace: str, name: str) -> Parent | None:
+        return parents.get((kind, name)) if namespace == "default" else None
 
     def owned(*owners: dict[str, object]) -> dict[str, object]:
         return {**job, "metadata": {**job["metadata"], "namespace": "default", "ownerReferences": list(owners)}}
 
     assert queued(a, job, there)
     assert not queued(a, owned(rayjob), there)
+    parents["RayJob", "rj"] = Parent("1", {"Job": ("other", makes["Job"][1])}, {})
+    assert queued(a, owned(rayjob), there)  # it makes a Job of another name
+    parents["RayJob", "rj"] = Parent("1", {"Job": ("pi", {"cpu": 200, "memory": 10**12})}, {})
+    assert queued(a, owned(rayjob), there)  # 300m asked, 200m let
+    parents["RayJob", "rj"] = Parent("1", makes, {})
     for owner in ({**rayjob, "controller": False}, {**rayjob, "apiVersion": "batch/v1", "kind": "CronJob"},
                   {**rayjob, "uid": "9"}, {**rayjob, "name": "gone"},
                   {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "pt", "uid": "2", "controller": True}):

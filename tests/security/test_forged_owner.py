@@ -97,9 +97,70 @@ async def test_a_job_claiming_its_tenants_own_queued_rayjob_is_queued_and_kept_s
     stored = await create(system, gpu_job("rj", {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND,
                                                  "name": "rj", "uid": uid}))
     assert stored["spec"]["suspend"] is True
+    await system.wait_phase("rj", c.Phase.ENQUEUED)  # queued on its own: not the submitter KubeRay makes
     said = await system.akubectl("patch", "job", "rj", "--type=merge", "-p", '{"spec":{"suspend":false}}', check=False)
-    assert "denied the request" in said and "Job default/rj has no QueueUnit yet" in said, said
+    assert "denied the request" in said and "Job default/rj is queued (QueueUnit rj is " in said, said
     assert await pods_of_job(system, "rj") == []
+
+
+async def running_rayjob(system: System) -> dict[str, Any]:
+    """A RayJob "rj" of QUOTA (5 CPUs, no GPU) admitted and let run, as a tenant's; as an owner
+    reference names it."""
+    await system.apply(quota(QUOTA, 4, 4))
+    owner = rayjob("rj", duration=600)
+    owner["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: QUOTA}
+    await system.apply(owner)
+
+    async def let_run() -> bool:  # (no KubeRay on the real control plane: it runs no pod)
+        return (await system.get_json("rayjob", "rj"))["spec"].get("suspend") is False
+
+    await system.wait_for(let_run, what="the RayJob admitted and let run")
+    uid = (await system.get_json("rayjob", "rj"))["metadata"]["uid"]
+    return {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": uid}
+
+
+@pytest.mark.both_control_planes
+async def test_a_job_claiming_a_running_rayjob_is_queued_unless_it_is_the_submitter_kuberay_makes(
+        system: System) -> None:
+    """A RayJob that runs is there with its uid, and does make Jobs: a tenant's Job of 8 GPUs
+    naming it as its controller ran unqueued past a quota of 4. KubeRay makes one Job for it,
+    named as the RayJob and as small as its default submitter: any other is queued as any,
+    suspended as it is created, waiting (8 GPUs never fit a max of 4), no pod of it made."""
+    owner = await running_rayjob(system)
+    for name in ("free", "rj"):  # another name; the submitter's name, asking more than a submitter
+        stored = await create(system, gpu_job(name, owner))
+        assert stored["spec"]["suspend"] is True, name
+        await system.wait_phase(name, c.Phase.ENQUEUED)
+        assert await pods_of_job(system, name) == [], name
+    await system.akubectl("delete", "job", "rj", "--wait=true")
+    submitter = gpu_job("rj", owner)  # as KubeRay makes it: its default submitter's requests
+    submitter["spec"].update(parallelism=1, completions=1)
+    submitter["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+    stored = await create(system, submitter)
+    assert not stored["spec"].get("suspend"), "KubeRay's submitter is run by its RayJob's admission"
+    assert "rj-ray-qu" in await units(system) and "rj" not in await units(system)
+
+
+@pytest.mark.both_control_planes
+async def test_a_raycluster_claiming_a_running_rayjob_is_queued_unless_named_and_sized_as_its_own(
+        system: System) -> None:
+    """KubeRay names the RayJob's cluster in its status (which a tenant cannot write) and makes
+    it from the RayJob's rayClusterSpec: a RayCluster under another name, or asking more than
+    the RayJob, is the tenant's own and queued as any."""
+    owner = await running_rayjob(system)
+    await system.akubectl("patch", "rayjob", "rj", "--subresource=status", "--type=merge",
+                          "-p", json.dumps({"status": {"rayClusterName": "rj-abcde"}}))
+    for name, workers in (("rj-other", 2), ("rj-abcde", 8)):  # not its name; its name, 4x the workers
+        cluster = ray_cluster(name)
+        cluster["metadata"]["labels"] = {c.LABEL_QUOTA_NAME: QUOTA}
+        cluster["spec"]["workerGroupSpecs"][0]["replicas"] = workers
+        cluster["spec"]["workerGroupSpecs"][0]["maxReplicas"] = workers
+        cluster["metadata"]["ownerReferences"] = [{**owner, "controller": True}]
+        stored = await create(system, cluster)
+        assert stored["spec"]["suspend"] is True, name
+        await system.wait_for(lambda n=name: system.unit(f"{n}-raycluster-qu"), what=f"{name}'s own unit")
+        await system.akubectl("delete", "raycluster", name, "--wait=true")
 
 
 @pytest.mark.both_control_planes
@@ -108,6 +169,8 @@ async def test_kuberays_own_cluster_found_at_start_is_not_queued(start_system: S
     informer synced first): else its owner would look missing and the cluster be queued."""
     async def prepare(system: System) -> None:
         await system.apply(rayjob("rj"))
+        await system.akubectl("patch", "rayjob", "rj", "--subresource=status", "--type=merge",
+                              "-p", json.dumps({"status": {"rayClusterName": "rj-raycluster-abcde"}}))
         uid = (await system.get_json("rayjob", "rj"))["metadata"]["uid"]
         made = ray_cluster("rj-raycluster-abcde")
         made["metadata"]["ownerReferences"] = [{"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND,

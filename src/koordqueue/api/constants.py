@@ -567,6 +567,9 @@ RAY_JOB_CONTROLLER = "rayjob-controller"  # the source of RayJob events
 RAY_PLURAL = "rayjobs"
 RAY_CLUSTER_PLURAL = "rayclusters"
 RAY_CLUSTER_CONTROLLER = "raycluster-controller"  # the source of RayCluster events
+# What KubeRay's default submitter pod asks for (common/job.go, GetDefaultSubmitterContainer):
+# the most a RayJob's submitter Job may ask and still be trusted as made by it (jobs/parents.py).
+RAY_SUBMITTER_REQUESTS = {"cpu": "500m", "memory": "200Mi"}
 # ray.io/v1 RayCluster status.state values (KubeRay's ClusterState).
 RAY_CLUSTER_STATE_READY = "ready"
 RAY_CLUSTER_STATE_SUSPENDED = "suspended"

@@ -15,6 +15,7 @@ import orjson
 
 from koordqueue.api import constants as c
 from koordqueue.api.meta import InvalidObject
+from koordqueue.api.quantity import QuantityError, parse_resource_list
 from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.dra import Claims
 from koordqueue.controller.orphans import BARE_OFF, is_bare, orphan_reason
@@ -39,6 +40,7 @@ from koordqueue.controller.views import (
     UnitView,
     adapter_of_kind,
     bare_unit_info,
+    job_children,
     job_view,
     orphan_info,
     priority_classes_changed,
@@ -48,7 +50,7 @@ from koordqueue.controller.views import (
 )
 from koordqueue.engine.model import UnitInfo
 from koordqueue.jobs import kind_named
-from koordqueue.jobs.parents import queued
+from koordqueue.jobs.parents import Parent, queued
 from koordqueue.jobs.placement import node_info
 from koordqueue.kube.api import KubeAPI
 from koordqueue.kube.client import Resource
@@ -184,7 +186,7 @@ class Informers:
         adapter = adapter_of_kind(kind)
         meta = obj.get("metadata") or {}
         if not self.namespace_queued(str(meta.get("namespace") or "default")) \
-                or not queued(adapter, obj, self.parent_uid):
+                or not queued(adapter, obj, self.parent_of):
             return None
         item = f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         fingerprint = _job_fingerprint(obj, self.pc_version)
@@ -198,7 +200,8 @@ class Informers:
                                enqueued=bool((meta.get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED)),
                                suspend_annotated=(meta.get("annotations") or {}).get(c.ANNOTATION_SUSPEND) == c.TRUE,
                                # a RayJob's pods are found by its status (its Ray cluster's name)
-                               pods=next(iter(adapter.pod_selector(obj).items()), None))
+                               pods=next(iter(adapter.pod_selector(obj).items()), None),
+                               children=job_children(adapter, obj))  # (KubeRay names its cluster in status)
             except InvalidObject:
                 pass
         self.records.job_to_write(item).fingerprint = fingerprint
@@ -210,11 +213,17 @@ class Informers:
         for each of its jobs at the job's next change."""
         return namespace_selected(self.namespace_selector, namespace, self.namespace.get(namespace))
 
-    def parent_uid(self, kind: str, namespace: str, name: str) -> str | None:
-        """The uid of the job we queue there (jobs/parents.py), as our informer has it."""
+    def parent_of(self, kind: str, namespace: str, name: str) -> Parent | None:
+        """The job we queue there (jobs/parents.py), as our informer has it."""
         informer = self.jobs.get(kind)
         job = informer.get(f"{namespace}/{name}") if informer is not None else None
-        return job.uid if job is not None else None
+        if job is None:
+            return None
+        try:
+            asks = parse_resource_list((job.unit_spec or {}).get("resource"))
+        except QuantityError:
+            asks = {}
+        return Parent(job.uid, {k: (n, most) for k, n, most in job.children}, asks)
 
     def _own_view(self, item: str) -> JobView | None:
         """The job's view as its informer keeps it (not charged for its claims)."""

@@ -46,7 +46,7 @@ from koordqueue.controller.views import (
 from koordqueue.engine import Engine, messages
 from koordqueue.engine.model import QuotaInfo, ResourceList
 from koordqueue.jobs import kind_named
-from koordqueue.jobs.parents import queued
+from koordqueue.jobs.parents import Parent, parent_from, queued
 from koordqueue.kube.client import KubeClient, Object, Resource
 from koordqueue.kube.errors import KubeError, NotFound
 from koordqueue.kube.informer import key_of
@@ -208,15 +208,15 @@ async def take_snapshot(client: KubeClient, namespace: str = c.SYSTEM_NAMESPACE,
                 break
             except NotFound:
                 continue
-    uids = {(kind, key_of(o)): str((o.get("metadata") or {}).get("uid") or "") for kind, objs in listed.items()
-            for o in objs}
+    by_key = {(kind, key_of(o)): o for kind, objs in listed.items() for o in objs}
 
-    def parent_uid(kind: str, namespace: str, name: str) -> str | None:
-        return uids.get((kind, f"{namespace}/{name}"))
+    def parent_of(kind: str, namespace: str, name: str) -> Parent | None:
+        found = by_key.get((kind, f"{namespace}/{name}"))
+        return parent_from(adapter_of_kind(kind), found) if found is not None else None
 
     jobs: dict[str, dict[str, JobView]] = {  # by kind, as the informers key them
         kind: {key_of(o): snap.charged(job_view(o, adapter_of_kind(kind), priority_classes)) for o in objs
-               if queued(adapter_of_kind(kind), o, parent_uid)} for kind, objs in listed.items()}
+               if queued(adapter_of_kind(kind), o, parent_of)} for kind, objs in listed.items()}
     now = time.time()
     for obj in (await client.list_all(UNITS)).items:
         unit = unit_view(obj)

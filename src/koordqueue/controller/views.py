@@ -96,6 +96,9 @@ class JobView:
     pod_claims: tuple[tuple[str, PodClaims], ...] = ()
     claims_missing: tuple[str, ...] = ()
     device_classes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The jobs its operator makes for it (JobAdapter.children, jobs/parents.py): per kind, the
+    # name and the most it may ask (None: as much as this job).
+    children: tuple[tuple[str, str, ResourceList | None], ...] = ()
 
     @property
     def key(self) -> str:
@@ -132,6 +135,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
     max_seconds: int | None = None
     live: tuple[tuple[str, int], ...] = ()
     claims: tuple[tuple[str, PodClaims], ...] = ()
+    children: tuple[tuple[str, str, ResourceList | None], ...] = ()
     try:
         unit_name = adapter.unit_name(obj)
         job_meta = adapter.meta(obj)
@@ -148,6 +152,7 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         if isinstance(placed, str) and placed:
             live = tuple((role.name.lower(), role.replicas) for role in adapter.roles(obj))
         active, max_seconds = adapter.active(obj, job_meta), adapter.max_execution_seconds(obj, job_meta)
+        children = job_children(adapter, obj)
     except (InvalidObject, QuantityError, UncountedClaim) as e:
         invalid = str(e)
         unit_name = adapter.unit_name_for(name)
@@ -195,7 +200,13 @@ def _job_view(obj: Object, adapter: JobAdapter, priority_classes: Mapping[str, i
         suspend_annotated=annotations.get(c.ANNOTATION_SUSPEND) == c.TRUE,
         expected_runtime=_text_or_none(annotations.get(c.ANNOTATION_EXPECTED_RUNTIME)),
         pod_claims=claims,
+        children=children,
     )
+
+
+def job_children(adapter: JobAdapter, obj: Object) -> tuple[tuple[str, str, ResourceList | None], ...]:
+    """``JobView.children``: read from its status too, which a view's refresh reads again."""
+    return tuple((kind, name, most) for kind, (name, most) in adapter.children(obj).items())
 
 
 def _text_or_none(value: object) -> str | None:

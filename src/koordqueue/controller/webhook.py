@@ -44,7 +44,7 @@ from koordqueue.controller.resources import NAMESPACES, UNITS
 from koordqueue.controller.unitsync import grown
 from koordqueue.jobs import adapter_for, kind_named
 from koordqueue.jobs.base import JobAdapter, enqueued_patch, merge_patches
-from koordqueue.jobs.parents import ParentUid, claimed_owner, no_parents, queued
+from koordqueue.jobs.parents import Parent, ParentOf, claimed_owner, no_parents, parent_from, queued
 from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
@@ -135,9 +135,9 @@ def _answer(response: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": ADMISSION_REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
 
 
-def review(body: Any, job_kinds: frozenset[str], parent_uid: ParentUid = no_parents) -> dict[str, Any]:
+def review(body: Any, job_kinds: frozenset[str], parent_of: ParentOf = no_parents) -> dict[str, Any]:
     """Answer one AdmissionReview: suspend a new job of a queued kind; allow all else.
-    ``parent_uid``: the owners a job may claim to be made by (jobs/parents.py).
+    ``parent_of``: the owners a job may claim to be made by (jobs/parents.py).
 
     Never refuses: even a job we cannot read is suspended and let through, and the
     controller reports why at reconcile time, where a message can be shown."""
@@ -146,7 +146,7 @@ def review(body: Any, job_kinds: frozenset[str], parent_uid: ParentUid = no_pare
     obj = request.get("object")
     adapter = _adapter(request, job_kinds)
     if request.get("operation") == "CREATE" and adapter is not None \
-            and isinstance(obj, dict) and queued(adapter, obj, parent_uid):
+            and isinstance(obj, dict) and queued(adapter, obj, parent_of):
         merge = adapter.suspend_patch(obj)
         if not ((obj.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_JOB_HAS_ENQUEUED):
             merge = merge_patches(merge, enqueued_patch(time.time()))  # queued from now: said in the same write
@@ -552,7 +552,7 @@ class SuspendWebhook:
             return None  # (the kind is not served)
         return next(iter(listed.items), None)
 
-    async def _owners(self, request: Mapping[str, Any]) -> ParentUid:
+    async def _owners(self, request: Mapping[str, Any]) -> ParentOf:
         """The owner the request's job claims, read from the API server (a replica that does
         not lead has no informers): jobs/parents.py trusts it only as it is there. Here, as
         Kueue does, only while it runs too: KubeRay makes a RayJob's cluster and submitter once
@@ -573,12 +573,12 @@ class SuspendWebhook:
                 return no_parents
         except InvalidObject:
             return no_parents
-        uid = str((found.get("metadata") or {}).get("uid") or "")
+        parent = parent_from(registered.adapter, found)
 
-        def parent_uid(kind: str, namespace: str, name: str) -> str | None:
-            return uid if (kind, namespace, name) == (owner.kind, owner.namespace, owner.name) else None
+        def parent_of(kind: str, namespace: str, name: str) -> Parent | None:
+            return parent if (kind, namespace, name) == (owner.kind, owner.namespace, owner.name) else None
 
-        return parent_uid
+        return parent_of
 
 
 WEBHOOK_NAME = "jobs.koord-queue.koordinator.sh"

@@ -213,6 +213,12 @@ class JobAdapter(ABC):
         return tuple(pod_set_info(ps.name, ps.count, ps.request, ps.template, ps.min_count, f"{where}: {ps.role}")
                      for ps in sets)
 
+    def children(self, job: Job) -> dict[str, tuple[str, ResourceList | None]]:
+        """The jobs this job's operator makes for it (jobs/parents.py): per kind, the name it
+        gives it and the most it may ask (None: as much as this job asks). Read from the job,
+        which a tenant writes but whose status only its operator does."""
+        return {}
+
     def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
         """A merge patch setting, per role, ``replicas`` and ``nodeSelector`` entries (None
         removes one); None when this kind's roles cannot be changed so."""

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from koordqueue.api.constants import (
+    BATCH_JOB_KIND,
     LABEL_RAY_CLUSTER,
     LABEL_RAY_GROUP,
     RAY_API_VERSION,
+    RAY_CLUSTER_KIND,
     RAY_DEPLOYMENT_COMPLETE,
     RAY_DEPLOYMENT_FAILED,
     RAY_DEPLOYMENT_RUNNING,
@@ -23,9 +25,11 @@ from koordqueue.api.constants import (
     RAY_JOB_STATUS_RUNNING,
     RAY_JOB_STATUS_SUCCEEDED,
     RAY_PLURAL,
+    RAY_SUBMITTER_REQUESTS,
     UNIT_SUFFIX_RAY,
 )
 from koordqueue.api.meta import InvalidObject, section
+from koordqueue.api.quantity import ResourceList, parse_resource_list
 from koordqueue.jobs.base import (
     Job,
     JobState,
@@ -71,6 +75,18 @@ class RayJobAdapter(SpecSuspendAdapter):
         if job_status == RAY_JOB_STATUS_RUNNING or deployment == RAY_DEPLOYMENT_RUNNING:
             return JobState.RUNNING
         return JobState.PENDING
+
+    def children(self, job: Job) -> dict[str, tuple[str, ResourceList | None]]:
+        """KubeRay's RayCluster, named in status.rayClusterName (written before it is made), no
+        bigger than the RayJob; its submitter Job, named as the RayJob, no bigger than KubeRay's
+        default submitter (a bigger submitterPodTemplate's Job is queued on its own)."""
+        made: dict[str, tuple[str, ResourceList | None]] = {
+            BATCH_JOB_KIND: (self.meta(job).name, parse_resource_list(RAY_SUBMITTER_REQUESTS))}
+        status = job.get("status")
+        cluster = status.get("rayClusterName") if isinstance(status, Mapping) else None
+        if isinstance(cluster, str) and cluster:
+            made[RAY_CLUSTER_KIND] = (cluster, None)
+        return made
 
     def pod_selector(self, job: Job) -> dict[str, str]:
         """The pods of its Ray cluster, named in status.rayClusterName (KubeRay writes it before

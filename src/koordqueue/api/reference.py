@@ -284,8 +284,8 @@ REFERENCE: tuple[Key, ...] = (
            Origin.KUBERAY, "KubeRay"),
     _label(c.LABEL_RAY_ORIGINATED_FROM_CRD, Where.JOB, "`RayJob`",
            "On the RayCluster KubeRay makes for a RayJob. Not read: a cluster is left to its RayJob (not "
-           "queued itself) by its controller ownerReference, when that RayJob is there with that uid; a "
-           "label anyone may write proves nothing.",
+           "queued itself) by its controller ownerReference, when that RayJob is there with that uid, "
+           "names the cluster in its status and asks no less; a label anyone may write proves nothing.",
            Origin.KUBERAY, "KubeRay"),
     _label(c.LABEL_SPARK_APP_NAME, Where.POD, "the SparkApplication's name",
            "Which SparkApplication a driver or executor pod belongs to.", Origin.SPARK, "Spark operator"),

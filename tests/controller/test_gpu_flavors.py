@@ -233,3 +233,40 @@ async def test_a_flavor_with_bad_tolerations_is_not_used_and_says_why(system: Sy
 
     await system.wait_for(told, 30, "a Warning event on odd-h100")
     assert any("value must be empty with operator Exists" in m for m in said), said
+
+
+async def test_a_running_job_cannot_move_its_pods_off_the_flavor_it_was_admitted_into(system: System) -> None:
+    """A tenant who edits the node selector the admission pinned (or removes it, or the
+    annotation recording it) on a running job would have its pods made again on another
+    model, charged to this one: the validating webhook refuses it, unless the job is
+    suspended in the same update (then queued again)."""
+    (node, *_) = await gpu_nodes(system)
+    await system.akubectl("label", "node", node, "--overwrite", f"{PRODUCT}={H100}")
+    try:
+        await system.apply(*team(), pytorch_job("sneaky", gpus_per_pod=1, workers=0, quota_name="team"))
+        await system.wait_phase("sneaky-py-qu", c.Phase.RUNNING, timeout=60)
+        job = await system.get_json("pytorchjob", "sneaky")
+        assert job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] == {PRODUCT: H100}
+        template = {"spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": {"nodeSelector": {}}}}}}}
+        for value in (A100, None):
+            template["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] = {PRODUCT: value}
+            said = await system.akubectl("patch", "pytorchjob", "sneaky", "--type=merge", "-p", json.dumps(template),
+                                         check=False)
+            assert "denied the request" in said and f"Master nodeSelector {PRODUCT}" in said, said
+        said = await system.akubectl("annotate", "pytorchjob", "sneaky", f"{c.ANNOTATION_PLACED}-", check=False)
+        assert "denied the request" in said and f"annotation {c.ANNOTATION_PLACED}" in said, said
+        job = await system.get_json("pytorchjob", "sneaky")
+        assert job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] == {PRODUCT: H100}
+        # Suspended in the same update: let through; let run again by the queue, which writes
+        # the flavor's pin again in the write that resumes it.
+        template["spec"]["runPolicy"] = {"suspend": True}
+        await system.akubectl("patch", "pytorchjob", "sneaky", "--type=merge", "-p", json.dumps(template))
+
+        async def pinned_again() -> bool:
+            spec = (await system.get_json("pytorchjob", "sneaky"))["spec"]
+            return spec["runPolicy"].get("suspend") is not True and \
+                spec["pytorchReplicaSpecs"]["Master"]["template"]["spec"].get("nodeSelector") == {PRODUCT: H100}
+
+        await system.wait_for(pinned_again, 60, "sneaky let run again, pinned to H100")
+    finally:
+        await system.akubectl("label", "node", node, f"{PRODUCT}-", check=False)

@@ -45,6 +45,7 @@ from koordqueue.controller.unitsync import grown
 from koordqueue.jobs import adapter_for, kind_named
 from koordqueue.jobs.base import JobAdapter, enqueued_patch, merge_patches
 from koordqueue.jobs.parents import Parent, ParentOf, claimed_owner, no_parents, parent_from, queued
+from koordqueue.jobs.placement import pins_changed
 from koordqueue.jobs.podrequest import pod_request
 from koordqueue.kube.client import KubeClient, Resource
 from koordqueue.kube.errors import Conflict, KubeError, NotFound
@@ -219,6 +220,34 @@ def growth(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any]) 
         said += [f"{name} {resource} {format_quantity(request[resource])} a pod (had "
                  f"{format_quantity(asked.get(resource, 0))})" for resource in grown(asked, request)] if count else []
     return said
+
+
+def pins_moved(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What an update of a running job changes of the placement its admission wrote on it
+    (jobs/placement.pins_changed, and the annotation that records it): admitted into the A100
+    flavor, a job whose node selector a tenant edits to H100 had its next pods run there,
+    charged to A100. Never raises."""
+    try:
+        if adapter.is_suspended(old) or adapter.is_suspended(new):
+            return []
+        before, after = adapter.meta(old), adapter.meta(new)
+        placed = before.annotations.get(c.ANNOTATION_PLACED)
+        if not isinstance(placed, str) or not placed:
+            return []
+        said = [] if after.annotations.get(c.ANNOTATION_PLACED) == placed else [f"annotation {c.ANNOTATION_PLACED}"]
+        return said + pins_changed(placed, {role.name: role.template for role in adapter.roles(old)},
+                                   {role.name: role.template for role in adapter.roles(new)}, before.describe())
+    except InvalidObject:
+        return []
+
+
+def pins_refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, said: list[str]) -> str:
+    """What a refused change of a running job's placement is told."""
+    meta = job.get("metadata") or {}
+    return (f"{adapter.kind} {meta.get('namespace')}/{meta.get('name')} is running where its QueueUnit {unit_name} "
+            f"was admitted (its flavor or topology domain, written on its pod templates), and this update changes "
+            f"it ({', '.join(said)}): its pods made again would run outside what it is charged to. Suspend it in "
+            "the same update to have it queued again, or delete it and submit it anew")
 
 
 def _scale_replicas(scale: object) -> int | None:
@@ -432,7 +461,8 @@ class SuspendWebhook:
             return _answer(response)
         lets_run = unsuspends(adapter, old, new)
         grew = [] if lets_run else growth(adapter, old, new)
-        if not (lets_run or grew) or not queued(adapter, new, await self._owners(request)):
+        moved = [] if lets_run or grew else pins_moved(adapter, old, new)
+        if not (lets_run or grew or moved) or not queued(adapter, new, await self._owners(request)):
             return _answer(response)
         namespace = str((new.get("metadata") or {}).get("namespace") or request.get("namespace") or "default")
         try:
@@ -445,6 +475,8 @@ class SuspendWebhook:
             message = refusal(adapter, new, unit_name, unit)
         elif grew and not unit_finished(unit):
             message = growth_refusal(adapter, new, unit_name, unit, grew)
+        elif moved and unit_holds_quota(unit) and not unit_finished(unit):
+            message = pins_refusal(adapter, new, unit_name, moved)
         else:
             return _answer(response)
         response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": message})

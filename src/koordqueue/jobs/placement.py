@@ -198,6 +198,36 @@ def read_originals(text: str | None, where: str) -> Originals:
     return value
 
 
+def pins_changed(placed: str, was: Mapping[str, Mapping[str, Any]], now: Mapping[str, Mapping[str, Any]],
+                 where: str) -> list[str]:
+    """What an update changes of what an admission wrote on a job's pod templates (``placed``,
+    the annotation's text; ``was``/``now``: per role, its template before and after): node
+    selector entries, tolerations, marks. Changed on a running job, its pods made again would
+    leave the flavor or domain it was admitted into and is charged to."""
+    def part(template: Mapping[str, Any], *path: str) -> Any:
+        for key in path:
+            template = template.get(key) if isinstance(template, Mapping) else None  # type: ignore[assignment]
+        return template
+
+    said = []
+    for role, original in read_originals(placed, where).items():
+        before, after = was.get(role), now.get(role)
+        if before is None or after is None:
+            continue
+        selector = original.get("nodeSelector")
+        for key in selector if isinstance(selector, Mapping) else ():
+            if part(before, "spec", "nodeSelector", key) != part(after, "spec", "nodeSelector", key):
+                said.append(f"{role} nodeSelector {key}")
+        if TOLERATIONS in original and part(before, "spec", TOLERATIONS) != part(after, "spec", TOLERATIONS):
+            said.append(f"{role} tolerations")
+        for mark in MARKS:
+            written = original.get(mark)
+            for key in written if isinstance(written, Mapping) else ():
+                if part(before, "metadata", mark, key) != part(after, "metadata", mark, key):
+                    said.append(f"{role} {mark[:-1]} {key}")
+    return said
+
+
 def as_written(name: str, replicas: int, template: Mapping[str, Any], original: Mapping[str, Any] | None,
                where: str) -> tuple[int, Mapping[str, Any]]:
     """A role's replicas and pod template with what an admission changed put back. Never fewer

@@ -1,6 +1,7 @@
 """Pod-level resources (spec.resources, PodLevelResources: on since Kubernetes 1.34) are charged
 as kube-scheduler reserves them, on both control planes: a Job whose pods ask 8 cpu at pod level
-(1 in their container) waits against a quota of max 4 cpu, while one asking 2 runs."""
+(1 in their container) waits against a quota of max 4 cpu, while one asking 2 runs; both API
+servers keep the pod-level resources of its template."""
 
 from __future__ import annotations
 
@@ -38,4 +39,7 @@ async def test_a_job_asking_more_cpu_at_pod_level_than_its_quota_has_waits(syste
 
     await system.wait_for(waits, 60, "big to wait for cpu")
     assert "max 4" in said, said
-    assert (await system.get_json("job", "big"))["spec"]["suspend"] is True
+    big = await system.get_json("job", "big")
+    assert big["spec"]["suspend"] is True
+    # Both API servers keep pod-level resources on a pod template (kube-apiserver 1.37: PodLevelResources on).
+    assert big["spec"]["template"]["spec"]["resources"] == {"requests": {c.CPU: "8"}}

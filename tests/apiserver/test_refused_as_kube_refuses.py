@@ -312,3 +312,19 @@ async def created_once_the_class_is_known(client: KubeClient, pod: dict[str, Any
                     asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def test_pod_level_resources_are_kept_and_only_cpu_memory_and_hugepages_taken(client: KubeClient) -> None:
+    """PodLevelResources (beta, on since 1.34): a pod's spec.resources is kept; a resource other
+    than cpu, memory or hugepages-* there is refused (so the controller, which would charge it,
+    never sees such a pod run)."""
+    def pod(name: str, resources: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                "spec": {"resources": resources, "containers": [
+                    {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}
+
+    made = await client.create(PODS, pod("plr", {"requests": {"cpu": "8", "memory": "1Gi"}}))
+    assert made["spec"]["resources"]["requests"] == {"cpu": "8", "memory": "1Gi"}
+    error = await refused(client.create(PODS, pod("plr-gpu", {"requests": {"cpu": "8", c.GPU: "1"}})))
+    assert (f"spec.resources.requests[{c.GPU}]",
+            f'Unsupported value: "{c.GPU}": supported values: "cpu", "hugepages-", "memory"') in causes(error)

@@ -5,6 +5,7 @@ the client retries), and a suspension owed is paid only by one that landed."""
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
@@ -12,8 +13,8 @@ from koordqueue.api import constants as c
 from koordqueue.controller.informers import job_resource
 from koordqueue.controller.jobswitch import JobSwitch
 from koordqueue.controller.views import JobView, adapter_of_kind, job_view
-from koordqueue.engine.model import UnitInfo
-from koordqueue.kube.errors import ConnectionFailed
+from koordqueue.engine.model import Placement, UnitInfo
+from koordqueue.kube.errors import Conflict, ConnectionFailed
 
 from ..engine.builders import quota
 from .conftest import pytorch_job
@@ -190,3 +191,54 @@ async def test_a_resume_decided_from_a_view_older_than_the_newest_one_is_not_wri
     clock.now += 60
     await switch.resume(stale)
     assert landed(fake) == ["resume"]
+
+
+RAY_CLUSTERS = job_resource(c.RAY_CLUSTER_KIND)
+
+
+def ray_setting() -> tuple[FakeKube, JobSwitch, JobView, Placement]:
+    """A suspended RayCluster `rc` (a head, worker groups gpu and cpu) whose unit the engine holds
+    admitted into flavor `a100`, and the admission's placement: every role pinned to A100."""
+    from tests.jobs.test_app_kinds import RAY_CLUSTER
+
+    fake = FakeKube()
+    cluster = copy.deepcopy(RAY_CLUSTER)
+    cluster["spec"]["suspend"] = True
+    fake.seed(RAY_CLUSTERS, cluster)
+    shared = shared_on(fake, None)
+    switch = JobSwitch(shared)
+    adapter = adapter_of_kind(c.RAY_CLUSTER_KIND)
+    job = job_view(fake.get(RAY_CLUSTERS, "rc", namespace="default"), adapter, {})
+    ns, _, name = job.unit_key.partition("/")
+    shared.engine.set_quota(quota("a100", 8, 8))
+    shared.engine.set_unit(UnitInfo(namespace=ns, name=name, priority=0, created=0.0, request={},
+                                    quota_name="a100", admitted_quota="a100"))
+    pins = (("nvidia.com/gpu.product", "A100"),)
+    placement = Placement(domains=tuple((role, c.FLAVOR_LEVEL, pins) for role in ("head", "gpu", "cpu")))
+    return fake, switch, job, placement
+
+
+async def test_a_ray_clusters_resume_pins_its_head_and_each_worker_group_over_the_version_read() -> None:
+    """A merge patch writes the worker groups' list whole: the resume reads the RayCluster, pins
+    each group's template in that list, and writes it over that version only."""
+    fake, switch, job, placement = ray_setting()
+    version = fake.get(RAY_CLUSTERS, "rc", namespace="default")["metadata"]["resourceVersion"]
+    await switch.resume(job, placement)
+    (write,) = fake.writes(RAY_CLUSTERS.plural, "rc")
+    assert write.body["metadata"]["resourceVersion"] == version
+    spec = fake.get(RAY_CLUSTERS, "rc", namespace="default")["spec"]
+    assert spec["suspend"] is False
+    templates = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+    assert [t["spec"]["nodeSelector"] for t in templates] == [{"nvidia.com/gpu.product": "A100"}] * 3
+    assert [g["groupName"] for g in spec["workerGroupSpecs"]] == ["gpu", "cpu"]
+
+
+async def test_a_ray_cluster_whose_worker_group_went_since_our_view_is_not_resumed_unpinned() -> None:
+    fake, switch, job, placement = ray_setting()
+    await fake.patch(RAY_CLUSTERS, "rc", {"spec": {"workerGroupSpecs": [
+        fake.get(RAY_CLUSTERS, "rc", namespace="default")["spec"]["workerGroupSpecs"][0]]}}, namespace="default")
+    fake.requests.clear()
+    with pytest.raises(Conflict, match="cpu to pin are no longer in workerGroupSpecs"):
+        await switch.resume(job, placement)
+    assert fake.writes(RAY_CLUSTERS.plural, "rc") == []
+    assert fake.get(RAY_CLUSTERS, "rc", namespace="default")["spec"]["suspend"] is True

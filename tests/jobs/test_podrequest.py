@@ -72,6 +72,31 @@ def pod(
         # Integers and floats as YAML writes them.
         (pod([container({"cpu": 2, "nvidia.com/gpu": 1})]), {"cpu": 2000, "nvidia.com/gpu": 1000}),
         (pod([container({"cpu": 0.5})]), {"cpu": 500}),
+        # Pod-level requests (PodLevelResources) replace the containers' for what they name, as
+        # kube-scheduler reserves them; the rest is the containers'; overhead on top.
+        (
+            pod([container({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1})],
+                resources={"requests": {"cpu": "64", "memory": "256Gi"}}),
+            {"cpu": 64000, "memory": 256 * GI, "nvidia.com/gpu": 1000},
+        ),
+        (
+            pod([container({"cpu": "1"})], init=[container({"cpu": "4"})],
+                resources={"requests": {"cpu": "8"}}, overhead={"cpu": "250m"}),
+            {"cpu": 8250},
+        ),
+        # A pod-level limit alone: kube-apiserver defaults the request to it where no container
+        # asks (memory here); where one does (cpu), to the containers' sum.
+        (
+            pod([container({"cpu": "1"})], resources={"limits": {"cpu": "8", "memory": "16Gi"}}),
+            {"cpu": 1000, "memory": 16 * GI},
+        ),
+        (pod([container()], resources={"limits": {"cpu": "8"}}), {"cpu": 8000}),
+        # Hugepages are not overcommitted: a pod-level limit is the pod's request.
+        (
+            pod([container({"hugepages-2Mi": "2Mi"})], resources={"limits": {"hugepages-2Mi": "8Mi"}}),
+            {"hugepages-2Mi": 8 * 2**20 * 1000},
+        ),
+        (pod([container({"cpu": "1"})], resources={}), {"cpu": 1000}),
     ],
 )
 def test_pod_request(template: dict[str, Any], request_: dict[str, int]) -> None:
@@ -96,6 +121,16 @@ def test_pod_request(template: dict[str, Any], request_: dict[str, int]) -> None
             r"initContainers\[0\] \(c\): resources.requests: cpu",
         ),
         (pod([container()], overhead={"cpu": "lots"}), "template.spec.overhead: cpu"),
+        (pod([container()], resources=["cpu"]), "template.spec: resources must be a mapping"),
+        (pod([container()], resources={"requests": {"cpu": "x"}}), "template.spec.resources.requests: cpu"),
+        (
+            pod([container()], resources={"limits": {"nvidia.com/gpu": 1}}),
+            "template.spec.resources.limits: nvidia.com/gpu: not supported at pod level",
+        ),
+        (
+            pod([container({"cpu": "2"})], resources={"requests": {"cpu": "1"}}),
+            r"template.spec.resources.requests: cpu: 1 is less than its containers ask \(2\)",
+        ),
     ],
 )
 def test_pod_request_rejects(template: Any, message: str) -> None:

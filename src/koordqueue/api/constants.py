@@ -505,6 +505,9 @@ class EventType(StrEnum):
 # --- Resource names ----------------------------------------------------------------
 CPU = "cpu"
 MEMORY = "memory"
+# Pod-level resources (spec.resources, PodLevelResources: beta and on since 1.34) take only
+# cpu, memory and hugepages-<size> (component-helpers' IsSupportedPodLevelResource).
+HUGEPAGES_PREFIX = "hugepages-"
 GPU = "nvidia.com/gpu"
 # Koordinator's GPU sharing (apis/extension/device_share.go): a container asks for a share of
 # a GPU; koord-manager's pod webhook (DeviceResourceSpec) rewrites koordinator.sh/gpu into

@@ -18,6 +18,9 @@ from typing import Any
 from koordqueue.api import constants as c
 from koordqueue.api.constants import (
     CONDITION_FALSE,
+    CPU,
+    HUGEPAGES_PREFIX,
+    MEMORY,
     POD_CONDITION_SCHEDULED,
     POD_MESSAGE_SCHEDULING_GATED,
     POD_REASON_SCHEDULING_GATED,
@@ -178,11 +181,22 @@ def _gate_names(pod: dict[str, Any]) -> list[str]:
 
 
 def pod_create_causes(pod: dict[str, Any]) -> list[tuple[str, str]]:
-    """kube-apiserver's ValidatePodCreate on scheduling gates: a pod is not made bound and gated at once."""
+    """kube-apiserver's ValidatePodCreate on scheduling gates (a pod is not made bound and gated at
+    once) and on pod-level resources' names (validatePodResourceName: cpu, memory, hugepages-*)."""
     spec = pod.get("spec")
     if _gate_names(pod) and isinstance(spec, dict) and spec.get("nodeName"):
         return [("spec.nodeName", "Forbidden: cannot be set until all schedulingGates have been cleared")]
-    return []
+    resources = spec.get("resources") if isinstance(spec, dict) else None
+    if not isinstance(resources, dict):
+        return []
+    causes = []
+    for part in ("limits", "requests"):
+        amounts = resources.get(part)
+        for name in amounts if isinstance(amounts, dict) else ():
+            if name not in (CPU, MEMORY) and not str(name).startswith(HUGEPAGES_PREFIX):
+                causes.append((f"spec.resources.{part}[{name}]", f'Unsupported value: "{name}": supported values: '
+                               f'"{CPU}", "{HUGEPAGES_PREFIX}", "{MEMORY}"'))
+    return causes
 
 
 def pod_update_causes(pod: dict[str, Any], old: dict[str, Any]) -> list[tuple[str, str]]:

@@ -9,7 +9,9 @@ puts back what that placement changed."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from koordqueue.api import constants as c
@@ -25,7 +27,7 @@ from koordqueue.engine import messages as msg
 from koordqueue.engine.model import Placement
 from koordqueue.jobs.base import JobAdapter, dequeued_patch, enqueued_patch
 from koordqueue.jobs.placement import PodMarks, admission_patch, koordinator_marks, read_originals
-from koordqueue.kube.errors import KubeError
+from koordqueue.kube.errors import Conflict, KubeError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +220,8 @@ class JobSwitch(Part):
         owed = self.shared.owed.token(item)
         if owed is None and self._view_behind(job, True):
             return  # (a view from before our last suspension of it, which landed)
-        patch = _merged(_merged(adapter.suspend_patch({}, native=job.native_suspend), self._placement_patch(job, None) or {}),
+        placement_patch = await self._placement_patch_read(job, None)
+        patch = _merged(_merged(adapter.suspend_patch({}, native=job.native_suspend), placement_patch or {}),
                         self._stamps(job, None))
         async with self.job_locks.hold(item):
             written = await self.client.patch(self.informers.job_resource(job.kind), job.name, patch,
@@ -250,8 +253,30 @@ class JobSwitch(Part):
         patch = dequeued_patch(resumed)
         return patch if job.enqueued else _merged(enqueued_patch(job.created or self.clock()), patch)
 
+    async def _placement_patch_read(self, job: JobView, placement: Placement | None,
+                                    quota: str | None = None) -> dict[str, Any] | None:
+        """``_placement_patch``, for a kind whose roles a merge patch can only write with the rest
+        of a list (a Ray cluster's worker groups): made on the job read now, and written only
+        over that version of it (a Conflict otherwise: the list may have changed since)."""
+        patch = self._placement_patch(job, placement, quota)
+        if patch is None or not adapter_of_kind(job.kind).role_patch_reads_job:
+            return patch
+        # (a list of it by name: the controller lists and watches jobs, and is granted no get)
+        found = await self.client.list(self.informers.job_resource(job.kind), namespace=job.namespace,
+                                       field_selector=f"metadata.name={job.name}")
+        if not found.items:
+            raise NotFound(404, "NotFound", f"{job.kind} {job.key} not found")
+        current = found.items[0]
+        try:
+            patch = self._placement_patch(job, placement, quota, current)
+        except InvalidObject as e:
+            raise Conflict(409, "Conflict", f"{job.kind} {job.key} changed since it was read: {e.reason}") from None
+        if patch is not None:
+            patch["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+        return patch
+
     def _placement_patch(self, job: JobView, placement: Placement | None,
-                         quota: str | None = None) -> dict[str, Any] | None:
+                         quota: str | None = None, current: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The part of a job's patch that applies an admission's placement to it (pods pinned
         to their domain, an elastic role's replicas; beside Koordinator, its pods marked with
         ``quota`` and a gang), or, with None, puts back what an earlier one changed; None when
@@ -267,19 +292,24 @@ class JobSwitch(Part):
         tolerations = self.engine.flavor_tolerations(quota) if placement is not None and quota is not None else ()
         if tolerations:  # admitted into a flavor with tolerations: its pods get them, as its node selector
             marks = replace(marks or PodMarks(), tolerations=tuple(t.as_dict() for t in tolerations))
-        return admission_patch(adapter_of_kind(job.kind).role_patch, job.roles, before, placement, marks)
+        adapter = adapter_of_kind(job.kind)
+        role_patch = partial(adapter.role_patch, job=current) if current is not None or not adapter.role_patch_reads_job \
+            else _unread  # (whether there is anything to write: _placement_patch_read then reads the job)
+        return admission_patch(role_patch, job.roles, before, placement, marks)
 
     async def put_back(self, job: JobView) -> None:
         """A suspended job whose admission's changes are still on it (suspended by someone
         else, or our suspension written from a view older than our resume): put them back,
         while its unit is not admitted."""
-        patch = self._placement_patch(job, None)
-        if patch is None:
+        if self._placement_patch(job, None) is None:
             return
         async with self.job_locks.hold(f"{job.kind}/{job.key}"):
             known = self.engine.unit(job.unit_key)
             if known is not None and known.admitted_quota is not None:
                 return  # admitted again meanwhile: its resume writes its own
+            patch = await self._placement_patch_read(job, None)
+            if patch is None:
+                return
             await self.client.patch(self.informers.job_resource(job.kind), job.name, patch, namespace=job.namespace)
 
     async def resume(self, job: JobView, placement: Placement | None = None) -> None:
@@ -302,8 +332,12 @@ class JobSwitch(Part):
             if placement is None:
                 unit = self.informers.unit.get(job.unit_key)
                 placement = admitted_placement(unit) if unit is not None else None
-            patch = _merged(adapter_of_kind(job.kind).resume_patch({}, native=job.native_suspend),
-                            self._placement_patch(job, placement or Placement(), known.admitted_quota) or {})
+            try:
+                placement_patch = await self._placement_patch_read(job, placement or Placement(), known.admitted_quota)
+            except KubeError:
+                self._resumed(item, None)
+                raise
+            patch = _merged(adapter_of_kind(job.kind).resume_patch({}, native=job.native_suspend), placement_patch or {})
             patch = _merged(patch, self._stamps(job, self.clock()))
             try:
                 written = await self.client.patch(self.informers.job_resource(job.kind), job.name, patch,
@@ -341,6 +375,10 @@ class JobSwitch(Part):
             await self.resume(job, placement)
         except KubeError as e:
             log.info("job %s not resumed yet: %s", job.key, e)
+
+
+def _unread(changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return {}
 
 
 def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,14 @@ class Flavoring:
     preempt_first: bool = False  # whenCanPreempt=Preempt
 
     def agreeing(self, pod_sets: Sequence[PodSetInfo]) -> tuple[Flavor, ...]:
+        if unpinnable(pod_sets):  # its pods would run on any model, charged to the flavor's
+            return ()
         return tuple(f for f in self.flavors if agrees(f.selector, pod_sets))
+
+
+def unpinnable(pod_sets: Sequence[PodSetInfo]) -> str | None:
+    """Why the pods cannot be pinned to a flavor's nodes (None: they can)."""
+    return next((ps.unpinnable for ps in pod_sets if ps.unpinnable), None)
 
 
 def build(tree: QuotaTree, quotas: Mapping[str, QuotaInfo]) -> tuple[dict[QuotaNode, Flavoring], dict[str, str]]:
@@ -117,6 +124,9 @@ def wait_text(flavoring: Flavoring, info: UnitInfo, candidates: Sequence[Flavor]
               refused: Sequence[tuple[Flavor, str]]) -> str:
     """Why a unit of a flavored quota waits: which flavors it may use, what each refused."""
     parent = flavoring.parent
+    why = unpinnable(info.pod_sets)
+    if why:
+        return f"not admitted into quota {parent.name}, whose pods are held to flavors' nodes: {why}"
     if len(flavoring.flavors) == 1 and flavoring.flavors[0].node is parent:
         return refused[0][1] if refused else f"waiting for quota {parent.name}"
     if not candidates:

@@ -90,6 +90,9 @@ class PodSetInfo:
     affinity: tuple[tuple[Requirement, ...], ...] = ()  # required node affinity: any one term, all of it
     tolerations: tuple[Toleration, ...] = ()
     topology: TopologyRequest | None = None
+    # Why an admission cannot pin its pods to nodes (its kind has no pod field that holds
+    # them there): then it is never admitted into a flavor (flavorsets.py). None: it can.
+    unpinnable: str | None = None
 
     @property
     def elastic(self) -> bool:

@@ -10,6 +10,7 @@ cannot be read makes the Workflow invalid (Koord-Queue logs it and asks for noth
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -28,10 +29,16 @@ from koordqueue.api.constants import (
 )
 from koordqueue.api.meta import InvalidObject, Meta, read_int, section
 from koordqueue.api.safeyaml import load_annotation
-from koordqueue.jobs.base import Job, JobState, PodLabels, Role, SpecSuspendAdapter
+from koordqueue.engine.model import PodSetInfo
+from koordqueue.jobs.base import Job, JobState, PodLabels, PodSet, Role, SpecSuspendAdapter
 from koordqueue.jobs.kind import JobKind, Manifest
 
 POD_SET_NAME = "default"  # Koord-Queue's one pod set of a Workflow
+# Argo makes each step's pod from its template: a template's own nodeSelector replaces the
+# Workflow's spec.nodeSelector, and its podSpecPatch may rewrite any field, so nothing an
+# admission writes on the Workflow holds its pods to a flavor's nodes.
+UNPINNABLE = ("an Argo Workflow's pods cannot be held to a flavor's nodes (a template's own nodeSelector "
+              "replaces the Workflow's, and podSpecPatch may rewrite it); send it to a quota without flavors")
 
 
 def min_resources(meta: Meta) -> dict[str, Any]:
@@ -62,6 +69,10 @@ class WorkflowAdapter(SpecSuspendAdapter):
                                              "resources": {"requests": request, "limits": request}}],
                              **self._entry_priority_class(job)}}
         return [Role(POD_SET_NAME, 1, template)]
+
+    def pod_set_infos(self, sets: list[PodSet], meta: Meta) -> tuple[PodSetInfo, ...]:
+        """Never admitted into a flavor: its pods cannot be pinned to its nodes (UNPINNABLE)."""
+        return tuple(replace(info, unpinnable=UNPINNABLE) for info in super().pod_set_infos(sets, meta))
 
     def annotated_priority(self, job: Job, meta: Meta | None = None) -> int | None:
         """The annotation scheduling.x-k8s.io/priority, else the Workflow's ``spec.priority``."""

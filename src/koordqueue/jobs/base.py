@@ -118,6 +118,9 @@ class JobAdapter(ABC):
     # Kinds that make jobs of this kind for themselves (KubeRay's RayJob: its RayCluster and
     # submitter Job), queued for them: see jobs/parents.py for when such an owner is trusted.
     parent_kinds: ClassVar[frozenset[str]] = frozenset()
+    # Its roles' templates are items of a list (a Ray cluster's worker groups), which a merge
+    # patch can only write whole: ``role_patch`` needs the job as it is, read just before.
+    role_patch_reads_job: ClassVar[bool] = False
 
     @abstractmethod
     def roles(self, job: Job) -> list[Role]:
@@ -219,9 +222,12 @@ class JobAdapter(ABC):
         which a tenant writes but whose status only its operator does."""
         return {}
 
-    def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
-        """A merge patch setting, per role, ``replicas`` and ``nodeSelector`` entries (None
-        removes one); None when this kind's roles cannot be changed so."""
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]], job: Job | None = None) -> dict[str, Any] | None:
+        """A merge patch setting, per role, ``replicas``, ``nodeSelector`` entries (None removes
+        one), tolerations and template marks (``placement.template_patch``); ``job``: the job as
+        it is (``role_patch_reads_job``). None when this kind's roles cannot be changed so: an
+        admission then writes nothing on its pods, so a kind whose pods an admission must pin
+        (into a flavor, a topology domain) has to say so here or be refused such admissions."""
         return None
 
     def demand(self, job: Job, meta: Meta | None = None, sets: list[PodSet] | None = None) -> ResourceList:

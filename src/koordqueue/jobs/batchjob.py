@@ -51,7 +51,7 @@ class BatchJobAdapter(SpecSuspendAdapter):
             parallelism = min(parallelism, replicas(completions, f"{where}: spec.completions"))
         return [Role(POD_SET_NAME, parallelism, template(spec.get("template"), f"{where}: spec"))]
 
-    def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]], job: Job | None = None) -> dict[str, Any] | None:
         fields = changes.get(POD_SET_NAME, {})
         spec: dict[str, Any] = {}
         if "replicas" in fields:

@@ -53,7 +53,7 @@ class KubeflowAdapter(JobAdapter):
             roles.append(Role(str(name), count, template(replica_spec.get("template"), at)))
         return roles
 
-    def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]], job: Job | None = None) -> dict[str, Any] | None:
         return {"spec": {self.replica_specs_key: {role: _role_fields(fields) for role, fields in changes.items()}}}
 
     def native_suspended(self, job: Job) -> bool:

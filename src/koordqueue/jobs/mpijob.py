@@ -53,7 +53,7 @@ class MPIJobAdapter(KubeflowAdapter):
         spec = section(job, "spec", where, required=True)
         return [Role(V1ALPHA1_ROLE, replicas(spec.get("replicas"), where), template(spec.get("template"), where))]
 
-    def role_patch(self, changes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]], job: Job | None = None) -> dict[str, Any] | None:
         if V1ALPHA1_ROLE not in changes:
             return super().role_patch(changes)
         fields = changes[V1ALPHA1_ROLE]

@@ -3,7 +3,9 @@
 Containers run together, so their requests add up; init containers run one at a time
 before them, so the pod needs the larger of the two; sidecars (init containers with
 ``restartPolicy: Always``) keep running, so they add to both. A resource with a limit
-but no request requests its limit. ``spec.overhead`` (the RuntimeClass's) comes on top. A container asking for a share of a
+but no request requests its limit. Pod-level ``spec.resources`` (PodLevelResources, on since
+1.34) replace the containers' sum for what they name (cpu, memory, hugepages-*): kube-scheduler
+reserves them. ``spec.overhead`` (the RuntimeClass's) comes on top. A container asking for a share of a
 GPU in Koordinator's resources is counted as koord-manager's pod webhook rewrites it before
 koord-scheduler charges it (``as_koord_manager_writes``).
 """
@@ -14,14 +16,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from koordqueue.api.constants import (
+    CPU,
+    HUGEPAGES_PREFIX,
     KOORD_GPU,
     KOORD_GPU_CORE,
     KOORD_GPU_MEMORY_RATIO,
     KOORD_GPU_SHARE_RESOURCES,
     KOORD_GPU_SHARED,
+    MEMORY,
 )
 from koordqueue.api.meta import InvalidObject, section
-from koordqueue.api.quantity import QuantityError, ResourceList, add, maximum, parse_resource_list
+from koordqueue.api.quantity import (
+    QuantityError,
+    ResourceList,
+    add,
+    format_quantity,
+    maximum,
+    parse_resource_list,
+)
 
 _ALWAYS = "Always"
 
@@ -46,8 +58,39 @@ def pod_request(template: object, where: str) -> ResourceList:
             init_peak = maximum(init_peak, sidecars)
         else:
             init_peak = maximum(init_peak, add(request, sidecars))
-    total = maximum(add(total, sidecars), init_peak)
+    total = _with_pod_level(maximum(add(total, sidecars), init_peak), spec, where)
     return add(total, _resources(spec.get("overhead"), f"{where}: template.spec.overhead"))
+
+
+def _with_pod_level(containers: ResourceList, spec: Mapping[str, Any], where: str) -> ResourceList:
+    """The containers' request with the pod-level one over it, as kube-scheduler's PodRequests
+    (component-helpers) reads a pod that kube-apiserver 1.37 defaulted (DefaultPodLevelResources):
+    a pod-level request replaces the containers' for its resource; a pod-level limit without a
+    request is the request of a hugepage, and of cpu or memory the containers do not ask for.
+    Other names, or a request below the containers', kube-apiserver refuses: the job could never run."""
+    at = f"{where}: template.spec.resources"
+    resources = section(spec, "resources", f"{where}: template.spec")
+    requests = _resources(resources.get("requests"), f"{at}.requests")
+    limits = _resources(resources.get("limits"), f"{at}.limits")
+    for part, amounts in (("requests", requests), ("limits", limits)):
+        for name in amounts:
+            if not _pod_level(name):
+                raise InvalidObject(f"{at}.{part}: {name}: not supported at pod level (only {CPU}, {MEMORY} "
+                                    f"and {HUGEPAGES_PREFIX}*); kube-apiserver refuses such pods")
+    out = dict(containers)
+    for name, limit in limits.items():
+        if name not in requests and (name not in containers or name.startswith(HUGEPAGES_PREFIX)):
+            out[name] = limit
+    for name, request in requests.items():
+        if request < containers.get(name, 0):
+            raise InvalidObject(f"{at}.requests: {name}: {format_quantity(request)} is less than its containers "
+                                f"ask ({format_quantity(containers[name])}); kube-apiserver refuses such pods")
+        out[name] = request
+    return out
+
+
+def _pod_level(name: str) -> bool:
+    return name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
 
 
 def as_koord_manager_writes(request: ResourceList) -> ResourceList:

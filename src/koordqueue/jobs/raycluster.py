@@ -7,6 +7,9 @@ its RayJob is (jobs/parents.py; its label ray.io/originated-from-crd alone prove
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from koordqueue.api.constants import (
     RAY_API_VERSION,
     RAY_CLUSTER_KIND,
@@ -19,7 +22,7 @@ from koordqueue.api.constants import (
 from koordqueue.api.meta import section
 from koordqueue.jobs.base import Job, JobState, Role, SpecSuspendAdapter
 from koordqueue.jobs.kind import JobKind, Manifest
-from koordqueue.jobs.rayjob import HEAD, RAY_POD_LABELS, cluster_roles
+from koordqueue.jobs.rayjob import HEAD, RAY_POD_LABELS, cluster_patch, cluster_roles
 
 
 class RayClusterAdapter(SpecSuspendAdapter):
@@ -29,10 +32,15 @@ class RayClusterAdapter(SpecSuspendAdapter):
     leader_roles = (HEAD,)
     pod_labels = RAY_POD_LABELS
     parent_kinds = frozenset({RAY_JOB_KIND})  # the cluster KubeRay makes for a RayJob: queued through it
+    role_patch_reads_job = True
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
         return cluster_roles(section(job, "spec", where, required=True), f"{where}: spec")
+
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]], job: Job | None = None) -> dict[str, Any] | None:
+        cluster = None if job is None else section(job, "spec", self.meta(job).describe())
+        return {"spec": cluster_patch(changes, cluster)}
 
     def status(self, job: Job) -> JobState:
         """Running once ready (or a worker is); it never succeeds: it serves until deleted."""

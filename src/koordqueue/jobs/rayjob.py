@@ -40,6 +40,7 @@ from koordqueue.jobs.base import (
     template,
 )
 from koordqueue.jobs.kind import JobKind, Manifest
+from koordqueue.jobs.placement import template_patch
 
 HEAD = "head"
 # KubeRay's pod labels (common/pod.go labelPod): the Ray cluster and its group (the head's is
@@ -54,12 +55,20 @@ class RayJobAdapter(SpecSuspendAdapter):
     unit_suffix = UNIT_SUFFIX_RAY
     leader_roles = (HEAD,)
     pod_labels = RAY_POD_LABELS
+    role_patch_reads_job = True
 
     def roles(self, job: Job) -> list[Role]:
         where = self.meta(job).describe()
         spec = section(job, "spec", where, required=True)
         return cluster_roles(section(spec, "rayClusterSpec", f"{where}: spec", required=True),
                              f"{where}: spec.rayClusterSpec")
+
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]], job: Job | None = None) -> dict[str, Any] | None:
+        cluster = None
+        if job is not None:
+            where = self.meta(job).describe()
+            cluster = section(section(job, "spec", where), "rayClusterSpec", f"{where}: spec")
+        return {"spec": {"rayClusterSpec": cluster_patch(changes, cluster)}}
 
     def status(self, job: Job) -> JobState:
         status = section(job, "status", self.meta(job).describe())
@@ -116,6 +125,52 @@ def cluster_roles(cluster: Mapping[str, Any], where: str) -> list[Role]:
         count = replicas(group.get("replicas"), at) * hosts
         roles.append(Role(name, count, template(group.get("template"), at)))
     return roles
+
+
+def cluster_patch(changes: Mapping[str, Mapping[str, Any]], cluster: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A Ray cluster spec's part of an admission's merge patch: the head's template, and the
+    worker groups' (found by groupName). A merge patch writes a list whole, so the groups are
+    ``cluster``'s (the job as it is) with the changes made on them; a change to a group it
+    lacks (the job changed since it was read) is refused. Replicas are never changed: a
+    Ray group is not elastic here (``cluster_roles``)."""
+    out: dict[str, Any] = {}
+    head = template_patch(changes.get(HEAD, {}))
+    if head:
+        out["headGroupSpec"] = {"template": head}
+    workers = {name: template_patch(fields) for name, fields in changes.items() if name != HEAD}
+    workers = {name: patch for name, patch in workers.items() if patch}
+    if not workers:
+        return out
+    groups = (cluster or {}).get("workerGroupSpecs")
+    if not isinstance(groups, list):
+        raise InvalidObject(f"worker groups {', '.join(sorted(workers))} to pin, and no workerGroupSpecs read")
+    written = []
+    for group in groups:
+        name = group.get("groupName") if isinstance(group, Mapping) else None
+        patch = workers.pop(name, None) if isinstance(name, str) else None
+        if patch is None:
+            written.append(group)
+            continue
+        template = group.get("template")
+        written.append({**group, "template": merged(template if isinstance(template, Mapping) else {}, patch)})
+    if workers:
+        raise InvalidObject(f"worker groups {', '.join(sorted(workers))} to pin are no longer in workerGroupSpecs")
+    out["workerGroupSpecs"] = written
+    return out
+
+
+def merged(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``target`` with a JSON merge patch (RFC 7386) applied: what the API server will store."""
+    out = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping):
+            current = out.get(key)
+            out[key] = merged(current if isinstance(current, Mapping) else {}, value)
+        else:
+            out[key] = value
+    return out
 
 
 def ray_job_crd() -> Manifest:

@@ -48,6 +48,7 @@ from koordqueue.jobs.base import (
     replicas,
 )
 from koordqueue.jobs.kind import JobKind, Manifest
+from koordqueue.jobs.placement import template_patch
 
 _JVM_SIZE = re.compile(r"^\s*(\d+)\s*([kmgtp]?)b?\s*$", re.IGNORECASE)
 _JVM_UNITS = {"": "Mi", "k": "Ki", "m": "Mi", "g": "Gi", "t": "Ti", "p": "Pi"}
@@ -88,6 +89,13 @@ class SparkApplicationAdapter(SpecSuspendAdapter):
         roles.append(Role(SPARK_ROLE_EXECUTOR, replicas(count, f"{at}.instances"), _pod_template(spec, executor, at)))
         return roles
 
+    def role_patch(self, changes: Mapping[str, Mapping[str, Any]], job: Job | None = None) -> dict[str, Any] | None:
+        """Each role's pod fields where the operator reads them (spec.driver, spec.executor):
+        nodeSelector (over spec.nodeSelector's, key by key), tolerations, labels and annotations.
+        The operator passes nodeSelector, labels and annotations to Spark's configuration;
+        tolerations it sets only through its mutating webhook (docs/gpus.md)."""
+        return {"spec": {role: _spark_role_fields(fields) for role, fields in changes.items()}}
+
     def status(self, job: Job) -> JobState:
         status = section(job, "status", self.meta(job).describe())
         state = section(status, "applicationState", "status").get("state")
@@ -98,6 +106,13 @@ class SparkApplicationAdapter(SpecSuspendAdapter):
         if state in (SPARK_STATE_RUNNING, SPARK_STATE_SUCCEEDING, SPARK_STATE_FAILING):
             return JobState.RUNNING
         return JobState.PENDING  # new, SUBMITTED, SUSPENDING, SUSPENDED, RESUMING, PENDING_RERUN, ...
+
+
+def _spark_role_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A SparkPodSpec's part of a merge patch: a pod template's patch, flattened as the
+    SparkPodSpec has those fields (executor instances are never changed: not elastic here)."""
+    template = template_patch(fields)
+    return {**template.get("spec", {}), **template.get("metadata", {})}
 
 
 def _pod_template(spec: Mapping[str, Any], role: Mapping[str, Any], where: str) -> dict[str, Any]:

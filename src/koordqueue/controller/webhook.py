@@ -452,17 +452,21 @@ class SuspendWebhook:
 
     async def gate(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """A new pod of a managed workload (controller/gating.py) gets our scheduling gate and
-        our mark; any other pod passes unchanged. Never refuses."""
+        our mark; any other pod passes unchanged. Never refuses. A pod created carrying our mark
+        is gated all the same: the mark is a tenant's to copy, and only the controller removes a gate."""
         response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
         pod = request.get("object")
         namespace = str(request.get("namespace") or "")
         if request.get("operation") != "CREATE" or request.get("subResource") or not isinstance(pod, dict) \
                 or namespace in (*c.KUBE_SYSTEM_NAMESPACES, self.config.system_namespace) \
                 or gating.workload_of(pod) not in self.config.workload_kinds \
-                or (pod.get("spec") or {}).get("nodeName") or gating.is_ours(pod):
+                or (pod.get("spec") or {}).get("nodeName"):
             return _answer(response)
-        if not gating.opted_in(pod, None) and not gating.opted_in(pod, await self._namespace_labels(namespace)):
-            return _answer(response)
+        if gating.is_ours(pod) and gating.gated(pod):
+            return _answer(response)  # (marked and gated already: held as any pod we gate)
+        if not gating.is_ours(pod) and not gating.opted_in(pod, None) \
+                and not gating.opted_in(pod, await self._namespace_labels(namespace)):
+            return _answer(response)  # (our mark opts in: the controller queues every pod that has it)
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(gating.gate_json_patch(pod))).decode()
         return _answer(response)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from koordqueue.controller.config import ControllerConfig
 from koordqueue.controller.webhook import MUTATING_WEBHOOKS, SuspendWebhook
 from koordqueue.kube.errors import NotFound
 from koordqueue.up import WEBHOOK_CONFIG
+from tests.security.conftest import refused, tenant, validating_webhook_off
 
 from .conftest import System, SystemFactory, quota
 from .test_dra import RESOURCE, claim_template, config, device_quota, publish_devices
@@ -104,10 +106,11 @@ async def mutating_webhook_off(system: System, ns: str) -> None:
 
 async def test_with_the_mutating_webhook_off_ungated_pods_beyond_an_admitted_group_are_deleted(
         system: System) -> None:
-    """Made past the webhook, the 8-GPU pods of the group (its size 1, its pod 1 GPU) are deleted
-    while its unit holds quota; the admitted pod is left running."""
+    """Made past both webhooks, the 8-GPU pods of the group (its size 1, its pod 1 GPU) are
+    deleted while its unit holds quota; the admitted pod is left running."""
     await system.apply(namespace("beyond"), quota("q-beyond", 1, 1, namespace="beyond"))
     await admitted_alone(system, "beyond")
+    await validating_webhook_off(system)
     await mutating_webhook_off(system, "beyond")
     await system.apply(*(marked(f"extra-{i}", "beyond", 8) for i in range(3)), marked("same", "beyond", 1))
 
@@ -120,6 +123,29 @@ async def test_with_the_mutating_webhook_off_ungated_pods_beyond_an_admitted_gro
     assert "asks for more than the pod its QueueUnit g-group was admitted for" in said, said
     assert "its group's 1 admitted pods run already" in said, said  # ("same": the size of g-0, one too many)
     assert not any("pod/g-0" in line for line in said.splitlines()), said
+
+
+async def test_a_tenant_may_not_create_a_pod_marked_ours_without_the_gate(system: System) -> None:
+    """With the mutating webhook off (or skipped), the validating one refuses a pod created with
+    our mark and no gate by anyone but the controller."""
+    team = await tenant(system, "gt2")
+    pods_create = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": "pods-create", "namespace": "gt2"},
+                   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "patch"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "pods-create", "namespace": "gt2"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods-create"},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": team.user}]}
+    await system.apply(pods_create, binding, quota("q-gt2", 1, 1, namespace="gt2"))
+
+    async def may_create() -> bool:
+        return await team.may("create", "pods")
+
+    await system.wait_for(may_create, 10, "the tenant's pods-create binding to take effect")
+    await mutating_webhook_off(system, "gt2")
+    said = await team.akubectl("apply", "-f", "-", stdin=json.dumps(marked("sneak", "gt2", 8)), check=False)
+    assert refused(said) and f"carries {c.LABEL_GATED_POD} without the scheduling gate" in said, said
+    assert not await pods(system, "gt2", GROUP)
 
 
 # --- DRA: a later pod's claims ---

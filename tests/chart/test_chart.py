@@ -608,10 +608,11 @@ def test_workloads_queued_by_gate_add_the_pod_webhooks_the_flag_and_the_pod_writ
     objects = render({"extension": {"pytorch": {"enable": True}, "deployment": {"enable": True},
                                     "pod": {"enable": True}}})
     assert flag(objects, "workload-kinds") == ["pod,deployment"]
-    for kind, name, operation in (("MutatingWebhookConfiguration", "gate-pods.koord-queue.io", "CREATE"),
-                                  ("ValidatingWebhookConfiguration", "validate-pods.koord-queue.io", "UPDATE")):
+    for kind, name, operations in (("MutatingWebhookConfiguration", "gate-pods.koord-queue.io", ["CREATE"]),
+                                   ("ValidatingWebhookConfiguration", "validate-pods.koord-queue.io",
+                                    ["CREATE", "UPDATE"])):
         hook = next(h for h in one(objects, kind)["webhooks"] if h["name"] == name)
-        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": [operation],
+        assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations,
                                   "resources": ["pods"], "scope": "Namespaced"}]
     rules = grants(one(objects, "ClusterRole", "koord-queue")["rules"])
     assert {("", "pods", "patch", ""), ("", "pods", "delete", "")} <= rules

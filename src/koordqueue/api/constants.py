@@ -495,6 +495,9 @@ class EventReason(StrEnum):
     INVALID_EXPECTED_RUNTIME = "InvalidExpectedRuntime"
     UNGATED = "Ungated"  # a gated pod's unit was admitted: its scheduling gate removed (controller/podgroups.py)
     EVICTED = "Evicted"  # a gated workload's pod deleted: its unit was preempted, or it ran unadmitted
+    # A gated pod of an admitted group asks for more (requests, DRA claims) than the pod its unit was
+    # admitted for, or its claims cannot be charged: its gate stays (controller/podgroups.py).
+    KEPT_GATED = "KeptGated"
 
 
 class EventType(StrEnum):

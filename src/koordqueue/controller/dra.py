@@ -109,6 +109,13 @@ class Claims:
         return GroupCharge(charged_spec({**unit_spec, "resource": format_resource_list(own)}, charges,
                                         placed_resources(self.mappings)))
 
+    def per_pod(self, role: str, claims: PodClaims, namespace: str, where: str) -> ClaimCharges:
+        """What one pod of a gated group (role ``role``) is charged for ``claims``, as charged_group
+        charges its unit's: so a later pod of the group is held to what its unit was charged per
+        pod. Raises UncountedClaim."""
+        return job_claim_charges({role: claims}, _InNamespace(self.template, namespace),
+                                 _InNamespace(self.claim, namespace), self.mappings, where)
+
     def node_devices(self) -> dict[str, ResourceList]:
         """Node -> the quota resources its ResourceSlices' devices add to its allocatable, for
         the device classes whose mapping names their driver (placement). Kept until a slice

@@ -95,7 +95,9 @@ def gate_json_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(meta.get("labels"), Mapping):
         ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
     ops.append({"op": "add", "path": "/metadata/labels/" + c.LABEL_GATED_POD.replace("/", "~1"), "value": c.TRUE})
-    if isinstance(spec.get("schedulingGates"), list):
+    if gated(pod):
+        pass  # (carried already: a gate named twice is refused by the API server)
+    elif isinstance(spec.get("schedulingGates"), list):
         ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": c.SCHEDULING_GATE}})
     else:
         ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": c.SCHEDULING_GATE}]})

@@ -12,7 +12,9 @@ controller is down. What is done, per group, each time its pods or its unit chan
   template: node fit and gang as any unit's), in the Queue the pod names (Kueue's
   ``queue-name`` or our ``scheduling.x-k8s.io/queue``), charged to the quota its labels or
   namespace give, at the pod's priority;
-- the unit holds quota (Dequeued, Running): the gates of its pods are removed;
+- the unit holds quota (Dequeued, Running): the gates of its pods are removed, of as many as
+  the group's size and each only if it asks (requests and DRA claims) no more than the pod the
+  unit was admitted for; an ungated pod beyond that (a tenant's, let past the webhook) is deleted;
 - the unit does not hold quota and a pod of it runs ungated (it was preempted, or a tenant got
   the gate off with the validating webhook down): that pod is deleted; its owner (ReplicaSet,
   StatefulSet) makes it again, gated, and it queues as a new group.
@@ -48,9 +50,10 @@ log = logging.getLogger(__name__)
 SELECTOR = f"{c.LABEL_GATED_POD}={c.TRUE}"
 POD_SET = "main"
 WORKERS = 8
-# What of a pod's spec its unit's podSet keeps: what it asks for, and where it may go.
-_TEMPLATE_FIELDS = ("containers", "initContainers", "overhead", "nodeSelector", "affinity", "tolerations",
-                    "priorityClassName")
+# What of a pod's spec its unit's podSet keeps: what it asks for (its claims: what each of the
+# group's pods may claim, charged as the first's), and where it may go.
+_TEMPLATE_FIELDS = ("containers", "initContainers", "overhead", "resourceClaims", "nodeSelector", "affinity",
+                    "tolerations", "priorityClassName")
 _HOLDING = frozenset({c.Phase.DEQUEUED.value, c.Phase.RUNNING.value})
 
 
@@ -74,6 +77,7 @@ class GatedPod:
     # job's are, controller/dra.py), or why they cannot be read (tenant input)
     claims: PodClaims = PodClaims()
     claims_invalid: str | None = None
+    created: str = ""  # its creationTimestamp (RFC 3339: sorts as the time)
 
     @property
     def key(self) -> str:
@@ -104,7 +108,8 @@ def _project(obj: dict[str, Any]) -> GatedPod | None:
         ended=phase in (c.POD_SUCCEEDED, c.POD_FAILED) or bool(meta.get("deletionTimestamp")),
         template={"spec": {k: spec[k] for k in _TEMPLATE_FIELDS if k in spec}},
         priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-        queue=str(queue), labels=tuple(sorted(kept.items())), claims=claims, claims_invalid=claims_invalid)
+        queue=str(queue), labels=tuple(sorted(kept.items())), claims=claims, claims_invalid=claims_invalid,
+        created=str(meta.get("creationTimestamp") or ""))
 
 
 def unit_manifest(pods: list[GatedPod]) -> dict[str, Any]:
@@ -136,6 +141,17 @@ def fits(pod: GatedPod, allowed: ResourceList | None) -> bool:
     except InvalidObject:
         return False
     return all(amount <= allowed.get(name, 0) for name, amount in asks.items())
+
+
+def _template_claims(unit: UnitView) -> PodClaims:
+    """The claims of the pod a group's unit was admitted for (its podSet's template keeps them)."""
+    sets = unit.spec.get("podSet")
+    template = sets[0].get("template") if isinstance(sets, list) and sets and isinstance(sets[0], Mapping) else None
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    try:
+        return pod_claims(spec if isinstance(spec, Mapping) else {}, f"QueueUnit {unit.key}")
+    except UncountedClaim:
+        return PodClaims()  # (ours, from a pod whose claims were read: not seen)
 
 
 def pod_ref(pod: GatedPod) -> ObjectRef:
@@ -216,17 +232,61 @@ class PodGroups(Part):
             return  # a unit of that name that is not ours: the group waits (said nowhere better than the pods)
         if holding and unit is not None:
             # At most the group's size ungated, each pod asking no more than the pod admitted: a
-            # tenant's extra or bigger pods of a Kueue group stay gated.
-            room = max(0, self._admitted_count(unit) - sum(1 for p in live if not p.gated))
+            # tenant's extra or bigger pods of a Kueue group stay gated, and those that run
+            # ungated all the same (made past the webhook) are deleted, the newest first.
+            room = self._admitted_count(unit)
             allowed = self._admitted_request(unit)
+            for pod in sorted((p for p in live if not p.gated), key=lambda p: (p.created, p.name)):
+                why = self._beyond(pod, unit, allowed)
+                if why is None and room == 0:
+                    why = f"its group's {self._admitted_count(unit)} admitted pods run already"
+                if why is None:
+                    room -= 1
+                else:
+                    await self._evict(pod, unit, why)
             for pod in live:
-                if pod.gated and room > 0 and fits(pod, allowed):
+                if pod.gated and room > 0:
+                    why = self._beyond(pod, unit, allowed)
+                    if why is not None:
+                        self._event(pod_ref(pod), c.EventType.WARNING, c.EventReason.KEPT_GATED,
+                                    f"kept gated though its QueueUnit {pod.group.unit} is admitted: {why}")
+                        continue
                     room -= 1
                     await self._ungate(pod, unit)
             return
         for pod in live:  # ungated and not admitted: preempted, or got past us
             if not pod.gated:
                 await self._evict(pod, unit)
+
+    def _beyond(self, pod: GatedPod, unit: UnitView, allowed: ResourceList | None) -> str | None:
+        """Why the pod may not run on its unit's admission (None: it may): it asks for more
+        than the pod the unit was admitted for, by its requests or by the devices its DRA
+        claims take (charged as that pod's were, controller/dra.py), or its claims cannot be
+        charged."""
+        if not fits(pod, allowed):
+            return f"it asks for more than the pod its QueueUnit {pod.group.unit} was admitted for"
+        if pod.claims_invalid is not None:
+            return pod.claims_invalid
+        claims = self.informers.claims
+        if not pod.claims or not claims.mappings:
+            return None  # (no claims charged, as a job's)
+        admitted = _template_claims(unit)
+        other = next((n for n in pod.claims.claims if n not in admitted.claims), None)
+        if other is not None:
+            return f"its ResourceClaim {other} is not one its QueueUnit {pod.group.unit} was charged for"
+        try:
+            asks = claims.per_pod(POD_SET, pod.claims, pod.namespace, f"Pod {pod.key}")
+            had = claims.per_pod(POD_SET, admitted, unit.namespace, f"QueueUnit {unit.key}")
+        except UncountedClaim as e:
+            return str(e)
+        if asks.missing and pod.gated:  # (one running has its claims made already)
+            return missing_reason(asks.missing)
+        over = sorted(r for r, amount in asks.per_pod.get(POD_SET, {}).items()
+                      if amount > had.per_pod.get(POD_SET, {}).get(r, 0))
+        if over:
+            return (f"its DRA claims ask for more {', '.join(over)} than the pod its QueueUnit "
+                    f"{pod.group.unit} was admitted for")
+        return None
 
     @staticmethod
     def _admitted_count(unit: UnitView) -> int:
@@ -286,8 +346,9 @@ class PodGroups(Part):
         self._event(pod_ref(pod), c.EventType.NORMAL, c.EventReason.UNGATED,
                     f"QueueUnit {pod.group.unit} admitted: scheduling gate {c.SCHEDULING_GATE} removed")
 
-    async def _evict(self, pod: GatedPod, unit: UnitView | None) -> None:
-        why = f"its QueueUnit {pod.group.unit} is {unit.phase or 'not admitted'}" if unit is not None else \
+    async def _evict(self, pod: GatedPod, unit: UnitView | None, beyond: str | None = None) -> None:
+        why = beyond if beyond is not None else \
+            f"its QueueUnit {pod.group.unit} is {unit.phase or 'not admitted'}" if unit is not None else \
             f"it has no QueueUnit ({pod.group.unit})"
         try:
             await self.client.delete(PODS, pod.name, namespace=pod.namespace)
@@ -296,6 +357,7 @@ class PodGroups(Part):
         except KubeError as e:
             log.info("podgroups: cannot delete %s: %s", pod.key, e)
             raise
+        said = f"it ran beyond what its QueueUnit {pod.group.unit} was admitted for ({why})" if beyond is not None \
+            else f"it ran without its scheduling gate {c.SCHEDULING_GATE} while {why}"
         self._event(pod_ref(pod), c.EventType.WARNING, c.EventReason.EVICTED,
-                    f"deleted: it ran without its scheduling gate {c.SCHEDULING_GATE} while {why}; its owner "
-                    "makes it again, gated, to queue")
+                    f"deleted: {said}; its owner makes it again, gated, to queue")

@@ -484,17 +484,21 @@ class SuspendWebhook:
 
     async def gate(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """A new pod of a managed workload (controller/gating.py) gets our scheduling gate and
-        our mark; any other pod passes unchanged. Never refuses."""
+        our mark; any other pod passes unchanged. Never refuses. A pod created carrying our mark
+        is gated all the same: the mark is a tenant's to copy, and only the controller removes a gate."""
         response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
         pod = request.get("object")
         namespace = str(request.get("namespace") or "")
         if request.get("operation") != "CREATE" or request.get("subResource") or not isinstance(pod, dict) \
                 or namespace in (*c.KUBE_SYSTEM_NAMESPACES, self.config.system_namespace) \
                 or gating.workload_of(pod) not in self.config.workload_kinds \
-                or (pod.get("spec") or {}).get("nodeName") or gating.is_ours(pod):
+                or (pod.get("spec") or {}).get("nodeName"):
             return _answer(response)
-        if not gating.opted_in(pod, None) and not gating.opted_in(pod, await self._namespace_labels(namespace)):
-            return _answer(response)
+        if gating.is_ours(pod) and gating.gated(pod):
+            return _answer(response)  # (marked and gated already: held as any pod we gate)
+        if not gating.is_ours(pod) and not gating.opted_in(pod, None) \
+                and not gating.opted_in(pod, await self._namespace_labels(namespace)):
+            return _answer(response)  # (our mark opts in: the controller queues every pod that has it)
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(orjson.dumps(gating.gate_json_patch(pod))).decode()
         return _answer(response)
@@ -527,8 +531,12 @@ class SuspendWebhook:
 
     async def _pod_refusal(self, request: Mapping[str, Any]) -> str | None:
         """An update of a pod we gated by anyone but the controller: removing our gate (its pods
-        would run past the quota), our mark, or changing its Kueue pod group is refused."""
+        would run past the quota), our mark, or changing its Kueue pod group is refused; and a
+        pod created carrying our mark without our gate (the mutating webhook off, or skipped):
+        it would join its group's unit ungated."""
         old, new = request.get("oldObject"), request.get("object")
+        if request.get("operation") == "CREATE":
+            return await self._pod_create_refusal(request)
         if request.get("operation") != "UPDATE" or request.get("subResource") or not isinstance(old, dict) \
                 or not isinstance(new, dict) or not gating.is_ours(old):
             return None
@@ -545,6 +553,18 @@ class SuspendWebhook:
             f"remove its label {c.LABEL_GATED_POD}" if unmarked else "change the pod group it is in"
         return (f"pod {meta.get('namespace')}/{meta.get('name')} is queued by Koord-Queue (QueueUnit "
                 f"{gating.group_of(old).unit}): only the controller may {what}; it does so once the unit is admitted")
+
+    async def _pod_create_refusal(self, request: Mapping[str, Any]) -> str | None:
+        pod = request.get("object")
+        if request.get("subResource") or not isinstance(pod, dict) or not gating.is_ours(pod) or gating.gated(pod):
+            return None
+        user = str((request.get("userInfo") or {}).get("username") or "")
+        if user and user == await self.own_username():
+            return None
+        meta = pod.get("metadata") or {}
+        name = meta.get("name") or meta.get("generateName") or ""
+        return (f"pod {request.get('namespace') or meta.get('namespace')}/{name} carries {c.LABEL_GATED_POD} "
+                f"without the scheduling gate {c.SCHEDULING_GATE}: only Koord-Queue marks a pod, as it gates it")
 
     async def _scale_refusal(self, request: Mapping[str, Any]) -> str | None:
         """What a scale-up of a running queued job through its kind's scale subresource (`kubectl
@@ -619,11 +639,11 @@ POD_WEBHOOK_NAME = "gate-pods.koord-queue.koordinator.sh"
 VALIDATING_POD_WEBHOOK_NAME = "validate-pods.koord-queue.koordinator.sh"
 
 
-def _pod_hook(name: str, client_config: dict[str, Any], operation: str, failure_policy: str,
+def _pod_hook(name: str, client_config: dict[str, Any], operations: list[str], failure_policy: str,
               namespace_selector: Mapping[str, Any] | None) -> dict[str, Any]:
     """The entry that sends pods to us (workloads queued by gate, controller/gating.py)."""
     return {"name": name, "clientConfig": client_config,
-            "rules": [{"operations": [operation], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+            "rules": [{"operations": operations, "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                        "scope": "Namespaced"}],
             "namespaceSelector": dict(namespace_selector or {}), "admissionReviewVersions": ["v1"],
             "sideEffects": "None", "failurePolicy": failure_policy, "timeoutSeconds": 5}
@@ -669,7 +689,7 @@ def webhook_configuration(name: str, client_config: dict[str, Any], job_kinds: f
         }],
     }
     if workload_kinds:
-        config["webhooks"].append(_pod_hook(POD_WEBHOOK_NAME, client_config, "CREATE", failure_policy,
+        config["webhooks"].append(_pod_hook(POD_WEBHOOK_NAME, client_config, ["CREATE"], failure_policy,
                                             namespace_selector))
     return config
 
@@ -680,7 +700,8 @@ def validating_webhook_configuration(name: str, client_config: dict[str, Any], j
                                      workload_kinds: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration that sends updates of jobs of ``job_kinds`` to us
     (``client_config``: the mutating one's, its path VALIDATE_PATH); and of pods, whose gate
-    only the controller may remove, when workloads are queued by gate."""
+    only the controller may remove (and new ones, which none but it may mark ungated), when
+    workloads are queued by gate."""
     config: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -697,6 +718,6 @@ def validating_webhook_configuration(name: str, client_config: dict[str, Any], j
         }],
     }
     if workload_kinds:
-        config["webhooks"].append(_pod_hook(VALIDATING_POD_WEBHOOK_NAME, client_config, "UPDATE", failure_policy,
-                                            namespace_selector))
+        config["webhooks"].append(_pod_hook(VALIDATING_POD_WEBHOOK_NAME, client_config, ["CREATE", "UPDATE"],
+                                            failure_policy, namespace_selector))
     return config

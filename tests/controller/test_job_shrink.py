@@ -7,6 +7,7 @@ GPUs its bound pods ask stay within its max while another job waits."""
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import replace
 from typing import Any
@@ -16,6 +17,8 @@ import pytest
 from koordqueue.api import constants as c
 from koordqueue.controller import status as st
 from koordqueue.controller.views import adapter_of_kind, job_view, queue_unit_manifest, unit_info, unit_view
+from koordqueue.controller.webhook import growth
+from koordqueue.jobs.pytorchjob import PyTorchJobAdapter
 
 from .conftest import System, SystemFactory, pytorch_job, quota
 from .test_dra import RESOURCE, admitted, claim_template, config, device_quota, publish_devices, using
@@ -53,13 +56,14 @@ async def waits_for_quota(system: System, unit: str) -> None:
     await system.wait_for(waits, 30, f"{unit} waiting for quota")
 
 
-async def patch_master(system: System, name: str, change: Any) -> None:
-    """Merge-patch the job's Master pod template: ``change`` edits its spec (a copy of it)."""
+async def patch_master(system: System, name: str, change: Any, check: bool = True) -> str:
+    """Merge-patch the job's Master pod template: ``change`` edits its spec (a copy of it);
+    what kubectl said."""
     master = (await system.get_json("pytorchjob", name))["spec"]["pytorchReplicaSpecs"]["Master"]
     spec = master["template"]["spec"]
     change(spec)
     patch = {"spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": spec}}}}}
-    await system.akubectl("patch", "pytorchjob", name, "--type=merge", "-p", json.dumps(patch))
+    return await system.akubectl("patch", "pytorchjob", name, "--type=merge", "-p", json.dumps(patch), check=check)
 
 
 def device_job(name: str, template: str) -> dict[str, Any]:
@@ -145,6 +149,46 @@ async def test_a_template_made_again_asking_less_keeps_the_admitted_jobs_charge(
         await system.apply(device_job("other", "one"))
         await waits_for_quota(system, "other-py-qu")
         assert await used(system, "q", RESOURCE) == "2"
+
+
+def claiming(template: str) -> Any:
+    def change(spec: dict[str, Any]) -> None:
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+        spec["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    return change
+
+
+def test_claims_a_running_job_names_anew_are_growth() -> None:
+    """The webhook's growth reads the update alone: a template or claim a role's pods did not
+    name is growth when claims are charged (DRA mappings given); one dropped is not."""
+    py = PyTorchJobAdapter()
+    plain = pytorch_job("plain", gpus_per_pod=0, workers=0)
+    plain["spec"]["runPolicy"] = {"suspend": False}
+    claims = copy.deepcopy(plain)
+    claiming("two")(claims["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"])
+    other = copy.deepcopy(plain)
+    claiming("eight")(other["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"])
+    assert growth(py, plain, claims) == ["Master pods claiming from ResourceClaimTemplate two (not before)"]
+    assert growth(py, claims, other) == ["Master pods claiming from ResourceClaimTemplate eight (not before)"]
+    assert growth(py, claims, plain) == []
+    assert growth(py, plain, claims, claims=False) == []  # (no mappings: claims charge nothing)
+
+
+async def test_a_running_job_is_refused_claims_its_pods_did_not_name(start_system: SystemFactory) -> None:
+    """The validating webhook refuses an update that makes a running job's pods name a
+    ResourceClaimTemplate they did not: pods its operator made again would get devices its
+    admission did not charge, before the controller could send it back."""
+    async with start_system(config=config()) as system:
+        await publish_devices(system, per_node=4)
+        await system.apply(device_quota("q", 2), claim_template("two", 2))
+        await system.apply(pytorch_job("plain", gpus_per_pod=0, workers=0, quota_name="q", duration=600))
+        await system.wait_phase("plain-py-qu", c.Phase.RUNNING)
+        said = await patch_master(system, "plain", claiming("two"), check=False)
+        assert "denied" in said and "PyTorchJob default/plain is running" in said and \
+            "Master pods claiming from ResourceClaimTemplate two (not before)" in said, said
+        job_now = await system.get_json("pytorchjob", "plain")
+        assert "resourceClaims" not in job_now["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        assert await system.phase("plain-py-qu") == c.Phase.RUNNING
 
 
 def test_each_pod_is_charged_at_least_what_it_was_admitted_with_while_its_unit_holds_quota() -> None:

@@ -7,9 +7,9 @@ server's AdmissionReview closes that race (Kueue does the same). An update that 
 queued job's suspension off (its kind's own field, say) is refused unless its unit holds
 quota, as Kueue's ValidateUpdate refuses it: the operator would start its pods at once. So
 is one that makes a running job ask for more (replicas, parallelism, a pod's requests, a
-Ray worker group, claims its pods did not name), as Kueue keeps a running job's pod sets as admitted: its operator would
-make the new pods before the controller could suspend it (the controller still sends such
-a job back when the webhook is off or failed open, reconciler.py).
+Ray worker group, claims its pods did not name), as Kueue keeps a running job's pod sets as
+admitted: its operator would make the new pods before the controller could suspend it (the
+controller still sends such a job back when the webhook is off or failed open, reconciler.py).
 Every replica serves both, leader or not. Without a certificate directory the webhook
 makes its own CA and serving certificate and keeps the CA in both configurations'
 caBundle, renewing both before they expire.

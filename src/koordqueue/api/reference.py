@@ -403,7 +403,8 @@ def markdown() -> str:
         "charged no more than it was admitted with: it is suspended, its quota released, and its unit queued again "
         f"at its new size (`{c.Phase.ENQUEUED.value}`, after a back-off), with a `{c.EventReason.SUSPENDED.value}` "
         "event saying what grew, as Kueue stops a job that no longer matches its Workload. One edited to ask for "
-        "less runs on, charged its smaller size.",
+        "less runs on: fewer pods are charged less at once, but each pod at least what it was admitted with (its "
+        "running pods keep that) until the job is queued again or ends.",
         "Queue policies: " + ", ".join(f"`{p.value}`" for p in c.QueuePolicy) + ".",
         "Admission check states: " + ", ".join(f"`{s.value}`" for s in c.AdmissionCheckState) + ".",
         "Event reasons: " + ", ".join(f"`{r.value}`" for r in c.EventReason) + ".",

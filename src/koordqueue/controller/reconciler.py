@@ -152,8 +152,8 @@ class JobReconciler(Part):
             await self._follow_running(item, unit, job, now)
         # 14. The unit's spec and the labels the engine reads are its job's: a hand edit is undone.
         if job.unit_spec is not None and not now.finished and _unit_spec_drifted(unit, job):
-            spec = job.unit_spec if "queue" in job.unit_spec else {**job.unit_spec, "queue": None}
-            await self.client.patch(UNITS, unit.name, {"spec": spec}, namespace=unit.namespace)
+            await self.client.patch(UNITS, unit.name, {"spec": _restoring(unit, job.unit_spec)},
+                                    namespace=unit.namespace)
             self._event(unit_ref(unit), c.EventType.WARNING, c.EventReason.SPEC_RESTORED,
                         "spec edited by hand; restored from the job (edit the job instead)")
         labels = _unit_labels_drifted(unit, job)
@@ -197,7 +197,8 @@ class JobReconciler(Part):
         or pods' requests raised since) is suspended and queued again at its new size, as Kueue
         stops a job that no longer matches its Workload: admitted, it was charged only what it
         had (unitsync.py), and its pods past that would run past its quota's max. One that shrank
-        stays, charged its smaller size. Whether it was sent back."""
+        stays: charged less for fewer pods at once, but each pod at least what it was admitted
+        with (views.as_admitted_per_pod: its running pods keep that). Whether it was sent back."""
         known = now.known
         if known is None or not now.admitted or job.unit_spec is None or now.finished:
             return False
@@ -480,6 +481,16 @@ def _unit_spec_drifted(unit: UnitView, job: JobView) -> bool:
         return True  # a queue given by hand (Koord-Queue writes the one of the job's quota: no change)
     return _amounts(unit.spec.get("resource")) != _amounts(want.get("resource")) or \
         _pod_set_shape(unit.spec.get("podSet")) != _pod_set_shape(want.get("podSet"))
+
+
+def _restoring(unit: UnitView, want: Object) -> Object:
+    """The merge patch putting the job's spec on its unit: a queue or a resource the job no
+    longer names is removed (null), or a merge patch would keep it (a claim's devices shown
+    after its job stopped naming it)."""
+    spec = want if "queue" in want else {**want, "queue": None}
+    had = unit.spec.get("resource")
+    gone = {name: None for name in had if name not in (want.get("resource") or {})} if isinstance(had, dict) else {}
+    return {**spec, "resource": {**gone, **(want.get("resource") or {})}} if gone else spec
 
 
 def _first_line(error: Exception) -> str:

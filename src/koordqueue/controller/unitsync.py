@@ -263,7 +263,9 @@ class UnitSync(Part):
 
     def _refresh_asks(self, unit: UnitView, current: UnitInfo) -> None:
         """Give the engine what the unit's job asks for now, its admission state kept (the
-        engine owns that while we run)."""
+        engine owns that while we run). Admitted, it asks each pod at least what it was
+        admitted with (views.as_admitted_per_pod): a job that shrank is charged less only
+        for fewer pods."""
         info = capped(self.engine, self.informers.unit_info(unit))
         if not _spec_changed(current, info):
             return

@@ -443,12 +443,14 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
     missing = job.missing_priority_classes
     claims_missing = missing_reason(job.claims_missing) if job.claims_missing else None
     active = unit_active(unit, job)
+    # (formatted from amounts we computed: it parses)
+    request, pod_sets = as_admitted_per_pod(parse_resource_list(spec["resource"]), job.pod_sets, spec, unit)
     return UnitInfo(
         namespace=unit.namespace,
         name=unit.name,
         priority=spec["priority"],
         created=unit.created,
-        request=parse_resource_list(spec["resource"]),  # formatted from amounts we computed: it parses
+        request=request,
         queue_name=spec.get("queue") or None,
         quota_name=quota_of_labels(labels),
         preemptible=(labels.get(c.LABEL_PREEMPTIBLE) or "").lower() != c.FALSE,
@@ -457,12 +459,49 @@ def unit_info(unit: UnitView, job: JobView) -> UnitInfo:
         # held: it waits, saying why
         invalid=missing_class_reason(missing) if missing else claims_missing if claims_missing else
         None if active else inactive_reason(job),
-        pod_sets=job.pod_sets,
+        pod_sets=pod_sets,
         expected_runtime=expected_runtime(
             {} if job.expected_runtime is None else {c.ANNOTATION_EXPECTED_RUNTIME: job.expected_runtime},
             job.max_execution_seconds),
         held=None if missing or claims_missing or active else Held.INACTIVE,
     )
+
+
+def as_admitted_per_pod(request: ResourceList, pod_sets: tuple[PodSetInfo, ...], spec: Object,
+                        unit: UnitView) -> tuple[ResourceList, tuple[PodSetInfo, ...]]:
+    """While its unit's status holds quota, a job is charged for each of its pods at least what
+    each pod of that role was admitted with (status.admissions[].resources, claims included):
+    its pods keep what they were made with when their template asks less (no operator makes
+    running pods again for that), and so do the claims made from a ResourceClaimTemplate made
+    again smaller. Fewer pods (replicas, parallelism lowered) charge less at once, as those pods
+    go; a smaller pod is charged from the job's next admission. ``spec``: the job's unit spec
+    (its podSet: what each pod asks now, claims included); ``pod_sets`` each get the larger of
+    each resource they ask for (what their node fit and an admission in part count)."""
+    if unit.phase not in c.PHASES_HOLDING_QUOTA or not unit.admissions:
+        return request, pod_sets
+    admitted: dict[str, ResourceList] = {}
+    for entry in unit.admissions:
+        try:
+            admitted[str(entry.get("name", ""))] = parse_resource_list(entry.get("resources") or {})
+        except QuantityError:
+            continue  # (we write it: unreadable only if edited by hand; the job's own ask stands)
+    total = dict(request)
+    for entry in spec.get("podSet") or ():
+        was = admitted.get(str(entry.get("name", "")))
+        count = int(entry.get("count") or 0)
+        if not was or count <= 0:
+            continue
+        containers = entry["template"]["spec"].get("containers") or [{}]
+        now = parse_resource_list((containers[0].get("resources") or {}).get("requests") or {})
+        for name, amount in was.items():
+            if amount > now.get(name, 0):
+                total[name] = total.get(name, 0) + (amount - now.get(name, 0)) * count
+    if total == request:
+        return request, pod_sets
+    sets = tuple(replace(ps, request={name: max(amount, admitted[ps.name].get(name, 0))
+                                      for name, amount in ps.request.items()})
+                 if ps.name in admitted else ps for ps in pod_sets)
+    return total, sets
 
 
 BARE = "a QueueUnit no job of ours stands behind"  # how its messages name such a unit

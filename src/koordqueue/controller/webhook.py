@@ -7,9 +7,9 @@ server's AdmissionReview closes that race (Kueue does the same). An update that 
 queued job's suspension off (its kind's own field, say) is refused unless its unit holds
 quota, as Kueue's ValidateUpdate refuses it: the operator would start its pods at once. So
 is one that makes a running job ask for more (replicas, parallelism, a pod's requests, a
-Ray worker group), as Kueue keeps a running job's pod sets as admitted: its operator would
-make the new pods before the controller could suspend it (the controller still sends such
-a job back when the webhook is off or failed open, reconciler.py).
+Ray worker group, claims its pods did not name), as Kueue keeps a running job's pod sets as
+admitted: its operator would make the new pods before the controller could suspend it (the
+controller still sends such a job back when the webhook is off or failed open, reconciler.py).
 Every replica serves both, leader or not. Without a certificate directory the webhook
 makes its own CA and serving certificate and keeps the CA in both configurations'
 caBundle, renewing both before they expire.
@@ -25,6 +25,7 @@ import logging
 import ssl
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from koordqueue.api import constants as c
+from koordqueue.api.dra import PodClaims, UncountedClaim, pod_claims
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import ResourceList, format_quantity
 from koordqueue.controller import gating
@@ -189,19 +191,39 @@ def refusal(adapter: JobAdapter, job: Mapping[str, Any], unit_name: str, unit: M
             "its quota admits it; do not set its suspension off yourself")
 
 
-def _live(adapter: JobAdapter, job: Mapping[str, Any]) -> dict[str, tuple[int, ResourceList]]:
-    """Per role (as the job names it): the pods its operator keeps now and what each asks for."""
+def _live(adapter: JobAdapter, job: Mapping[str, Any]) -> dict[str, tuple[int, ResourceList, PodClaims]]:
+    """Per role (as the job names it): the pods its operator keeps now, what each asks for,
+    and the claims each names."""
     where = adapter.meta(job).describe()
-    return {role.name: (role.replicas, pod_request(role.template, f"{where}: {role.name}"))
+    return {role.name: (role.replicas, pod_request(role.template, f"{where}: {role.name}"),
+                        _claims(role.template, f"{where}: {role.name}"))
             for role in adapter.roles(job)}
 
 
-def growth(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def _claims(template: Mapping[str, Any], where: str) -> PodClaims:
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    try:
+        return pod_claims(spec if isinstance(spec, Mapping) else {}, where)
+    except UncountedClaim:
+        return PodClaims()  # unreadable: the controller tells the job why
+
+
+def _claims_added(had: PodClaims, now: PodClaims) -> list[str]:
+    """The templates and claims a role's pods name now and did not (a renamed one too: it may ask more)."""
+    return [f"{c.RESOURCE_CLAIM_TEMPLATE_KIND} {name}"
+            for name in sorted((Counter(now.templates) - Counter(had.templates)).elements())] + \
+        [f"{c.RESOURCE_CLAIM_KIND} {name}" for name in sorted((Counter(now.claims) - Counter(had.claims)).elements())]
+
+
+def growth(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any], claims: bool = True) -> list[str]:
     """What an update of a running job (suspended neither before nor after) makes it ask for
-    beyond what it had: more pods of a role, more of a resource a pod, a new role ([]: nothing,
-    or it shrank). Compared with the job as it was, not with its unit's admission: a job that
-    shrank was charged less at once, and the room it gave back may be another's now. Never
-    raises: a job we cannot read is the controller's to tell about."""
+    beyond what it had: more pods of a role, more of a resource a pod, a new role, a
+    ResourceClaimTemplate or ResourceClaim its pods did not name (``claims``: charged, DRA
+    mappings given; read from the update alone, so any is refused: what it asks is in an
+    object the webhook does not read) ([]: nothing, or it shrank). Compared with the job as it
+    was, not with its unit's admission: a job given fewer pods was charged less at once, and
+    the room it gave back may be another's now. Never raises: a job we cannot read is the
+    controller's to tell about."""
     try:
         if adapter.is_suspended(old) or adapter.is_suspended(new):
             return []
@@ -209,16 +231,18 @@ def growth(adapter: JobAdapter, old: Mapping[str, Any], new: Mapping[str, Any]) 
     except InvalidObject:
         return []
     said = []
-    for name, (count, request) in now.items():
+    for name, (count, request, named) in now.items():
         if name not in was:
             if count > 0:
                 said.append(f"a new role {name} of {count} pods")
             continue
-        had, asked = was[name]
+        had, asked, had_named = was[name]
         if count > had:
             said.append(f"{name} {count} pods (had {had})")
         said += [f"{name} {resource} {format_quantity(request[resource])} a pod (had "
                  f"{format_quantity(asked.get(resource, 0))})" for resource in grown(asked, request)] if count else []
+        said += [f"{name} pods claiming from {what} (not before)"
+                 for what in _claims_added(had_named, named)] if count and claims else []
     return said
 
 
@@ -460,7 +484,7 @@ class SuspendWebhook:
                 or not isinstance(new, dict):
             return _answer(response)
         lets_run = unsuspends(adapter, old, new)
-        grew = [] if lets_run else growth(adapter, old, new)
+        grew = [] if lets_run else growth(adapter, old, new, claims=bool(self.config.dra_mappings))
         moved = [] if lets_run or grew else pins_moved(adapter, old, new)
         if not (lets_run or grew or moved) or not queued(adapter, new, await self._owners(request)):
             return _answer(response)

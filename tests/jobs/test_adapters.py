@@ -209,7 +209,7 @@ def test_a_batch_job_made_by_a_queued_job_is_not_queued() -> None:
     made (a CronJob's), or merely owned, is queued as any; so is one whose owner is not
     there with that uid, or is of a kind that makes no Jobs (a forged owner, issue 29), or
     one the owner does not make: under another name, or asking more than it lets it."""
-    job, a = load("batchjob.yaml"), BatchJobAdapter()  # "pi": 3 pods of 100m, 64Mi
+    job, a = load("batchjob.yaml"), BatchJobAdapter()  # "pi": 2 pods at once (completions) of 100m, 64Mi
     rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": "1", "controller": True}
     makes = {"Job": ("pi", {"cpu": 500, "memory": 200 * 2**20 * 1000})}
     parents = {("RayJob", "rj"): Parent("1", makes, {}), ("PyTorchJob", "pt"): Parent("2", {}, {})}
@@ -224,8 +224,8 @@ def test_a_batch_job_made_by_a_queued_job_is_not_queued() -> None:
     assert not queued(a, owned(rayjob), there)
     parents["RayJob", "rj"] = Parent("1", {"Job": ("other", makes["Job"][1])}, {})
     assert queued(a, owned(rayjob), there)  # it makes a Job of another name
-    parents["RayJob", "rj"] = Parent("1", {"Job": ("pi", {"cpu": 200, "memory": 10**12})}, {})
-    assert queued(a, owned(rayjob), there)  # 300m asked, 200m let
+    parents["RayJob", "rj"] = Parent("1", {"Job": ("pi", {"cpu": 100, "memory": 10**12})}, {})
+    assert queued(a, owned(rayjob), there)  # 200m asked, 100m let
     parents["RayJob", "rj"] = Parent("1", makes, {})
     for owner in ({**rayjob, "controller": False}, {**rayjob, "apiVersion": "batch/v1", "kind": "CronJob"},
                   {**rayjob, "uid": "9"}, {**rayjob, "name": "gone"},

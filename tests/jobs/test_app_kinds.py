@@ -16,7 +16,7 @@ from koordqueue.jobs import adapter_for
 from koordqueue.jobs.argo import WorkflowAdapter
 from koordqueue.jobs.base import JobAdapter, JobState
 from koordqueue.jobs.mpijob import MPIJobAdapter
-from koordqueue.jobs.parents import no_parents, queued
+from koordqueue.jobs.parents import Parent, no_parents, queued
 from koordqueue.jobs.raycluster import RayClusterAdapter
 from koordqueue.jobs.spark import SparkApplicationAdapter, jvm_memory
 from koordqueue.jobs.unit import unit_info
@@ -218,8 +218,11 @@ def test_the_ray_cluster_of_a_rayjob_is_not_queued_its_rayjob_is() -> None:
     a = adapter(RAY_CLUSTER)
     owner = {"apiVersion": c.RAY_API_VERSION, "kind": c.RAY_JOB_KIND, "name": "rj", "uid": "1", "controller": True}
 
-    def there(kind: str, namespace: str, name: str) -> str | None:
-        return "1" if (kind, namespace, name) == (c.RAY_JOB_KIND, "default", "rj") else None
+    cluster_size = {"cpu": 19000, "memory": 2 * 2**30 * 1000, c.GPU: 4000}  # (what RAY_CLUSTER asks)
+
+    def there(kind: str, namespace: str, name: str) -> Parent | None:
+        return Parent("1", {c.RAY_CLUSTER_KIND: ("rj-raycluster-abcde", None)}, cluster_size) \
+            if (kind, namespace, name) == (c.RAY_JOB_KIND, "default", "rj") else None
 
     owned = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"), "ownerReferences": [owner]}}
     labelled = {**RAY_CLUSTER, "metadata": {**meta("rj-raycluster-abcde"),
@@ -227,6 +230,10 @@ def test_the_ray_cluster_of_a_rayjob_is_not_queued_its_rayjob_is() -> None:
     assert queued(a, RAY_CLUSTER, there)
     assert not queued(a, owned, there)
     assert queued(a, labelled, there) and queued(a, owned, no_parents)
+    renamed = {**owned, "metadata": {**owned["metadata"], "name": "rj-other"}}
+    assert queued(a, renamed, there)  # not the cluster its RayJob names in its status
+    cluster_size["cpu"] = 18000
+    assert queued(a, owned, there)  # asking more than its RayJob
     made_by_other = {**RAY_CLUSTER, "metadata": {**meta("rc"), "ownerReferences": [{**owner, "kind": "Deployment"}],
                                                  "labels": {c.LABEL_RAY_ORIGINATED_FROM_CRD: c.RAY_CLUSTER_KIND}}}
     assert queued(a, made_by_other, there)

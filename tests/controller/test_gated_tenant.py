@@ -22,7 +22,7 @@ from tests.security.conftest import refused, tenant, validating_webhook_off
 
 from .conftest import System, SystemFactory, quota
 from .test_dra import RESOURCE, claim_template, config, device_quota, publish_devices
-from .test_gated_workloads import bound, group_pod, is_gated, managed, pod_spec, pods
+from .test_gated_workloads import bound, grant_pods, group_pod, is_gated, managed, pod_spec, pods
 from .test_quota_tree import namespace
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.both_control_planes]
@@ -129,19 +129,8 @@ async def test_a_tenant_may_not_create_a_pod_marked_ours_without_the_gate(system
     """With the mutating webhook off (or skipped), the validating one refuses a pod created with
     our mark and no gate by anyone but the controller."""
     team = await tenant(system, "gt2")
-    pods_create = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                   "metadata": {"name": "pods-create", "namespace": "gt2"},
-                   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "patch"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "pods-create", "namespace": "gt2"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods-create"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": team.user}]}
-    await system.apply(pods_create, binding, quota("q-gt2", 1, 1, namespace="gt2"))
-
-    async def may_create() -> bool:
-        return await team.may("create", "pods")
-
-    await system.wait_for(may_create, 10, "the tenant's pods-create binding to take effect")
+    await grant_pods(system, team, "pods-create", ["get", "list", "patch", "create"])
+    await system.apply(quota("q-gt2", 1, 1, namespace="gt2"))
     await mutating_webhook_off(system, "gt2")
     said = await team.akubectl("apply", "-f", "-", stdin=json.dumps(marked("sneak", "gt2", 8)), check=False)
     assert refused(said) and f"carries {c.LABEL_GATED_POD} without the scheduling gate" in said, said

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from koordqueue.api import constants as c
-from tests.security.conftest import refused, tenant, validating_webhook_off
+from tests.security.conftest import Tenant, refused, tenant, validating_webhook_off
 
 from .conftest import System, quota
 from .test_quota_tree import namespace
@@ -142,22 +142,29 @@ async def test_a_kueue_pod_group_is_admitted_whole_or_not_at_all(system: System)
     await system.wait_phase("big-group", c.Phase.ENQUEUED.value, namespace="groups")
 
 
+async def grant_pods(system: System, team: Tenant, role: str, verbs: list[str]) -> None:
+    """Give the tenant ``verbs`` on pods in its namespace (Role and RoleBinding ``role``), as
+    Kubernetes' own roles may, and wait until the API server says it may use the last."""
+    rbac = "rbac.authorization.k8s.io"
+    meta = {"name": role, "namespace": team.namespace}
+    await system.apply(
+        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": meta,
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": role},
+         "subjects": [{"apiGroup": rbac, "kind": "User", "name": team.user}]})
+
+    async def granted() -> bool:
+        return await team.may(verbs[-1], "pods")
+
+    await system.wait_for(granted, 10, f"the tenant's {role} binding to take effect")
+
+
 async def test_a_tenant_may_not_remove_the_gate_and_pods_of_job_kinds_are_not_gated(system: System) -> None:
     team = await tenant(system, "gt1")
     # Kubernetes' own "edit" role lets a namespace's users patch its pods: this tenant may too.
-    pods_edit = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                 "metadata": {"name": "pods-edit", "namespace": "gt1"},
-                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch", "update"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "pods-edit", "namespace": "gt1"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods-edit"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": team.user}]}
-    await system.apply(pods_edit, binding, quota("q-gt1", 1, 1, namespace="gt1"))
-
-    async def may_patch() -> bool:
-        return await team.may("patch", "pods")
-
-    await system.wait_for(may_patch, 10, "the tenant's pods-edit binding to take effect")
+    await grant_pods(system, team, "pods-edit", ["get", "list", "patch", "update"])
+    await system.apply(quota("q-gt1", 1, 1, namespace="gt1"))
     await system.akubectl("label", "namespace", "gt1", f"{c.LABEL_MANAGED_NAMESPACE}={c.TRUE}")
     await system.apply(deployment("greedy", "gt1", 2))
 

@@ -146,6 +146,16 @@ class PodClaims:
         return bool(self.templates or self.claims)
 
 
+def template_claims(template: object, where: str) -> PodClaims:
+    """The names a pod template's spec's ``resourceClaims`` give, none when they cannot be read
+    (for a comparison: whoever reads the job or pod itself says what is wrong with them)."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    try:
+        return pod_claims(spec if isinstance(spec, Mapping) else {}, where)
+    except UncountedClaim:
+        return PodClaims()
+
+
 def pod_claims(pod_spec: Mapping[str, Any], where: str) -> PodClaims:
     """The names a pod spec's ``resourceClaims`` give (tenant input: a malformed list is refused)."""
     claims = pod_spec.get("resourceClaims") if isinstance(pod_spec, Mapping) else None

@@ -96,8 +96,8 @@ def gate_json_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
         ops.append({"op": "add", "path": "/metadata/labels", "value": {}})
     ops.append({"op": "add", "path": "/metadata/labels/" + c.LABEL_GATED_POD.replace("/", "~1"), "value": c.TRUE})
     if gated(pod):
-        pass  # (carried already: a gate named twice is refused by the API server)
-    elif isinstance(spec.get("schedulingGates"), list):
+        return ops  # (carried already: a gate named twice is refused by the API server)
+    if isinstance(spec.get("schedulingGates"), list):
         ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": c.SCHEDULING_GATE}})
     else:
         ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": c.SCHEDULING_GATE}]})

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from koordqueue.api import constants as c
-from koordqueue.api.dra import PodClaims, UncountedClaim, missing_reason, pod_claims
+from koordqueue.api.dra import PodClaims, UncountedClaim, missing_reason, pod_claims, template_claims
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import ResourceList
 from koordqueue.controller import gating
@@ -147,11 +147,7 @@ def _template_claims(unit: UnitView) -> PodClaims:
     """The claims of the pod a group's unit was admitted for (its podSet's template keeps them)."""
     sets = unit.spec.get("podSet")
     template = sets[0].get("template") if isinstance(sets, list) and sets and isinstance(sets[0], Mapping) else None
-    spec = template.get("spec") if isinstance(template, Mapping) else None
-    try:
-        return pod_claims(spec if isinstance(spec, Mapping) else {}, f"QueueUnit {unit.key}")
-    except UncountedClaim:
-        return PodClaims()  # (ours, from a pod whose claims were read: not seen)
+    return template_claims(template, f"QueueUnit {unit.key}")  # (ours, from a pod whose claims were read)
 
 
 def pod_ref(pod: GatedPod) -> ObjectRef:

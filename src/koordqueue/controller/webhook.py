@@ -36,7 +36,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from koordqueue.api import constants as c
-from koordqueue.api.dra import PodClaims, UncountedClaim, pod_claims
+from koordqueue.api.dra import PodClaims, template_claims
 from koordqueue.api.meta import InvalidObject
 from koordqueue.api.quantity import ResourceList, format_quantity
 from koordqueue.controller import gating
@@ -196,16 +196,8 @@ def _live(adapter: JobAdapter, job: Mapping[str, Any]) -> dict[str, tuple[int, R
     and the claims each names."""
     where = adapter.meta(job).describe()
     return {role.name: (role.replicas, pod_request(role.template, f"{where}: {role.name}"),
-                        _claims(role.template, f"{where}: {role.name}"))
+                        template_claims(role.template, f"{where}: {role.name}"))
             for role in adapter.roles(job)}
-
-
-def _claims(template: Mapping[str, Any], where: str) -> PodClaims:
-    spec = template.get("spec") if isinstance(template, Mapping) else None
-    try:
-        return pod_claims(spec if isinstance(spec, Mapping) else {}, where)
-    except UncountedClaim:
-        return PodClaims()  # unreadable: the controller tells the job why
 
 
 def _claims_added(had: PodClaims, now: PodClaims) -> list[str]:

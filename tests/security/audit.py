@@ -59,6 +59,12 @@ def when(entry: Mapping[str, Any]) -> float:
     return dt.datetime.fromisoformat(str(entry["stageTimestamp"]).replace("Z", "+00:00")).timestamp()
 
 
+def received(entry: Mapping[str, Any]) -> float:
+    """The time a request was received (epoch seconds; its completion when not said)."""
+    stamp = entry.get("requestReceivedTimestamp")
+    return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else when(entry)
+
+
 def gpus_of(pod: object) -> int:
     """The whole GPUs a pod asks for (0 for one we cannot read)."""
     if not isinstance(pod, Mapping):
@@ -95,7 +101,9 @@ def histories(entries: Iterable[Mapping[str, Any]], namespaces: frozenset[str]) 
         at = when(entry)
         if verb == "create" and sub == "":
             made = entry.get("responseObject") or entry.get("requestObject") or {}
-            pod.creates.append((at, gpus_of(made)))
+            # (received: kube-scheduler may bind a pod, watched as it is stored, before the
+            # create's response completes, so its completion may come after the binding's)
+            pod.creates.append((received(entry), gpus_of(made)))
             if isinstance(made, Mapping) and (made.get("spec") or {}).get("nodeName"):
                 pod.bindings.append(at)  # (made on its node: no binding of its own)
         elif verb == "create" and sub == "binding":

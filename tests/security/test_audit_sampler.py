@@ -107,3 +107,12 @@ def test_entries_are_read_from_an_offset(tmp_path: Path) -> None:
     assert [e["objectRef"].get("subresource") for e in audit.read_entries(log, offset)] == ["binding"]
     assert audit.read_entries(log, offset - 5) == audit.read_entries(log, offset)  # (a line cut is skipped)
     assert audit.read_entries(tmp_path / "none") == [] and audit.log_size(tmp_path / "none") == 0
+
+
+def test_a_pod_bound_before_its_create_completed_counts_its_gpus() -> None:
+    """Under load kube-scheduler binds a pod it watched stored before the create's response
+    completes: the binding's completion comes first in the log. The pod is the create's,
+    received before: its GPUs are counted (they were 0: a CI run's audit saw 8 of 12 bound)."""
+    create = entry(0.3, "create", "a", pod=pod(4))
+    create["requestReceivedTimestamp"] = dt.datetime.fromtimestamp(T0 + 0.1, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert held([create, entry(0.2, "create", "a", "binding")]) == [(0.2, 4)]
